@@ -120,6 +120,13 @@ int cgr_ctx_create(const cgr_ctx_params *p, cgr_ctx **out);
  */
 void cgr_ctx_destroy(cgr_ctx *ctx);
 
+/*
+ * Bytes and blocks cgr holds in this context's arena right now (for leak
+ * checks and capacity planning).  Any thread.
+ */
+int cgr_ctx_memory(const cgr_ctx *ctx, size_t *live_bytes,
+		   size_t *live_blocks);
+
 /* ------------------------------------------------------------------ */
 /* Workers                                                            */
 /* ------------------------------------------------------------------ */

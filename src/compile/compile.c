@@ -1,0 +1,727 @@
+/*
+ * compile/compile.c: from a validated graph to running programs.
+ *
+ * Validation: inputs set, workers alive and free, outputs declared, no
+ * cycle (named), every task reaches an output (named), every argument used
+ * (named).  Lowering: a topological order of the tasks that prefers bind
+ * order; one value port per argument, constant and task output, each with
+ * one buffer slot per in-flight execution; one SPSC ring per (port,
+ * consuming worker) pair and per port the driver reads; one program of
+ * READ / COMPUTE / WRITE operations per worker, in the global order
+ * restricted to that worker.
+ *
+ * Why that cannot deadlock: rings hold max_inflight messages, and the
+ * driver admits at most max_inflight executions, so a WRITE never waits.
+ * Every program follows one global order, so the earliest unfinished
+ * (execution, position) operation anywhere has all of its inputs.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "graph/internal.h"
+
+#define CGR__DEF_INFLIGHT 8u
+#define CGR__MAX_INFLIGHT 4096u
+#define CGR__DEF_VALUE_BYTES (64u * 1024)
+#define CGR__MIN_VALUE_BYTES 256u /* room for error messages */
+#define CGR__DEF_TIMEOUT_NS (10ll * 1000000000)
+#define CGR__DEF_SPIN_NS (50ll * 1000)
+
+void *cgr__c_alloc(struct cgr_compiled *c, size_t size, size_t align)
+{
+	struct cgr__arena *a = &c->ctx->arena;
+	void *p;
+
+	if (c->nallocs == c->allocs_cap) {
+		size_t ncap = c->allocs_cap ? c->allocs_cap * 2 : 64;
+		void **na = cgr__alloc(a, ncap * sizeof(void *), 16);
+		size_t *ns = cgr__alloc(a, ncap * sizeof(size_t), 16);
+		if (na == NULL || ns == NULL) {
+			cgr__free(a, na, ncap * sizeof(void *), 16);
+			cgr__free(a, ns, ncap * sizeof(size_t), 16);
+			return NULL;
+		}
+		if (c->nallocs) {
+			memcpy(na, c->allocs, c->nallocs * sizeof(void *));
+			memcpy(ns, c->alloc_sizes, c->nallocs * sizeof(size_t));
+		}
+		cgr__free(a, c->allocs, c->allocs_cap * sizeof(void *), 16);
+		cgr__free(a, c->alloc_sizes, c->allocs_cap * sizeof(size_t),
+			  16);
+		c->allocs = na;
+		c->alloc_sizes = ns;
+		c->allocs_cap = ncap;
+	}
+	p = cgr__alloc(a, size, 64);
+	if (p == NULL)
+		return NULL;
+	(void)align; /* every block is 64-byte aligned */
+	c->allocs[c->nallocs] = p;
+	c->alloc_sizes[c->nallocs] = size;
+	c->nallocs++;
+	return p;
+}
+
+static void cgr__compiled_free(struct cgr_compiled *c)
+{
+	struct cgr__arena *a = &c->ctx->arena;
+	cgr_ctx *ctx = c->ctx;
+
+	for (size_t i = 0; i < c->nallocs; i++)
+		cgr__free(a, c->allocs[i], c->alloc_sizes[i], 64);
+	cgr__free(a, c->allocs, c->allocs_cap * sizeof(void *), 16);
+	cgr__free(a, c->alloc_sizes, c->allocs_cap * sizeof(size_t), 16);
+	cgr__free(a, c, sizeof(*c), 64);
+	cgr__ctx_unref(ctx);
+}
+
+void cgr__compiled_unref(struct cgr_compiled *c)
+{
+	/* Acq_rel: the last owner sees every other owner's writes. */
+	if (atomic_fetch_sub_explicit(&c->refs, 1, memory_order_acq_rel) == 1)
+		cgr__compiled_free(c);
+}
+
+/* ---- validation --------------------------------------------------- */
+
+static int cgr__check_tasks(cgr_graph *g)
+{
+	for (struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
+		for (size_t i = 0; i < t->nin; i++)
+			if (t->in[i] == NULL)
+				return cgr__graph_fail(g, -EINVAL,
+						       "input %zu of task %s "
+						       "is not set",
+						       i, t->name);
+		if (t->w->destroyed || t->w->abandoned)
+			return cgr__graph_fail(
+				g, CGR_EWORKERGONE,
+				"task %s is bound to worker %s, which was %s",
+				t->name, t->w->name,
+				t->w->abandoned ? "abandoned" : "destroyed");
+		if (t->w->busy_with != NULL && !t->w->busy_with->torn_down)
+			return cgr__graph_fail(
+				g, -EBUSY,
+				"task %s: worker %s already serves another "
+				"compiled graph",
+				t->name, t->w->name);
+	}
+	return 0;
+}
+
+static struct cgr__task *cgr__leftover_producer(struct cgr__task *t)
+{
+	for (size_t i = 0; i < t->nin; i++)
+		if (t->in[i]->kind == CGR__NODE_TASK && !t->in[i]->task->mark)
+			return t->in[i]->task;
+	return t; /* unreachable: Kahn left t only for such a producer */
+}
+
+/*
+ * Kahn's algorithm, always taking the ready task bound first.  On a cycle,
+ * walks back from a task left over (each has a left-over producer) until a
+ * task repeats, and names that loop.
+ */
+static int cgr__topo(cgr_graph *g, struct cgr__task **order)
+{
+	struct cgr__task *t;
+	unsigned n = 0;
+
+	for (t = g->tasks; t != NULL; t = t->next) {
+		t->indeg = 0;
+		t->mark = 0;
+		for (size_t i = 0; i < t->nin; i++)
+			if (t->in[i]->kind == CGR__NODE_TASK)
+				t->indeg++;
+	}
+	while (n < g->ntasks) {
+		struct cgr__task *best = NULL;
+		for (t = g->tasks; t != NULL; t = t->next)
+			if (!t->mark && t->indeg == 0) {
+				best = t; /* list is in bind order */
+				break;
+			}
+		if (best == NULL)
+			break;
+		best->mark = 1;
+		best->topo = n;
+		order[n++] = best;
+		for (t = g->tasks; t != NULL; t = t->next)
+			for (size_t i = 0; i < t->nin; i++)
+				if (t->in[i]->kind == CGR__NODE_TASK &&
+				    t->in[i]->task == best)
+					t->indeg--;
+	}
+	if (n == g->ntasks)
+		return 0;
+
+	/* Cycle: every left-over task has a left-over producer.  Walk to
+	 * the first such producer until a task repeats: that task is on a
+	 * loop, which the same walk traces again. */
+	struct cgr__task *path[64], *start;
+	char buf[400];
+	size_t np = 0, len = 0;
+
+	for (t = g->tasks; t != NULL && t->mark; t = t->next)
+		;
+	for (struct cgr__task *u = g->tasks; u != NULL; u = u->next)
+		u->indeg = 0; /* reused as "visited" */
+	while (t->indeg == 0) {
+		t->indeg = 1;
+		t = cgr__leftover_producer(t);
+	}
+	start = t;
+	do {
+		if (np < CGR__ARRAY_SIZE(path))
+			path[np++] = t;
+		t = cgr__leftover_producer(t);
+	} while (t != start);
+	/* path runs consumer -> producer; print it in data-flow order. */
+	buf[0] = 0;
+	for (size_t i = np; i-- > 0 && len < sizeof(buf);)
+		len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s -> ",
+					path[i]->name);
+	if (len < sizeof(buf))
+		snprintf(buf + len, sizeof(buf) - len, "%s",
+			 path[np - 1]->name);
+	return cgr__graph_fail(g, CGR_ECYCLE, "cycle: %s", buf);
+}
+
+static int cgr__check_reach(cgr_graph *g, struct cgr__task **order)
+{
+	char buf[300];
+	size_t len = 0, bad = 0;
+
+	for (struct cgr__task *t = g->tasks; t != NULL; t = t->next)
+		t->live = false;
+	for (size_t i = 0; i < g->noutputs; i++)
+		g->outputs[i]->task->live = true;
+	/* Reverse topological sweep: a producer is live if a consumer is. */
+	for (unsigned k = g->ntasks; k-- > 0;) {
+		struct cgr__task *t = order[k];
+		if (!t->live)
+			continue;
+		for (size_t i = 0; i < t->nin; i++)
+			if (t->in[i]->kind == CGR__NODE_TASK)
+				t->in[i]->task->live = true;
+	}
+	buf[0] = 0;
+	for (struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
+		if (t->live)
+			continue;
+		if (bad++ < 8 && len < sizeof(buf))
+			len += (size_t)snprintf(buf + len, sizeof(buf) - len,
+					     "%s%s", bad > 1 ? ", " : "",
+					     t->name);
+	}
+	if (bad)
+		return cgr__graph_fail(g, CGR_EUNREACHABLE,
+				       "%zu task(s) with no path to a graph "
+				       "output: %s",
+				       bad, buf);
+	return 0;
+}
+
+/* The number of arguments, and a check that each is used. */
+static int cgr__check_args(cgr_graph *g, size_t *nargs)
+{
+	bool all = false;
+	int max = -1;
+	unsigned char used[65536 / 8];
+
+	memset(used, 0, sizeof(used));
+	for (struct cgr__task *t = g->tasks; t != NULL; t = t->next)
+		for (size_t i = 0; i < t->nin; i++) {
+			cgr_node *n = t->in[i];
+			if (n->kind != CGR__NODE_INPUT)
+				continue;
+			if (n->index == CGR_INPUT_ALL) {
+				all = true;
+				continue;
+			}
+			used[n->index / 8] |= (unsigned char)(1u << (n->index % 8));
+		}
+	for (cgr_node *n = g->nodes; n != NULL; n = n->next)
+		if (n->kind == CGR__NODE_INPUT && n->index > max)
+			max = n->index;
+	*nargs = max >= 0 ? (size_t)max + 1 : (all ? 1 : 0);
+	if (all)
+		return 0;
+	for (size_t i = 0; i < *nargs; i++)
+		if (!(used[i / 8] & (1u << (i % 8))))
+			return cgr__graph_fail(g, CGR_EUNUSEDARG,
+					       "argument %zu (input[%zu]) is "
+					       "not used by any task",
+					       i, i);
+	return 0;
+}
+
+/* ---- lowering ------------------------------------------------------ */
+
+static int cgr__params(cgr_compile_params *p, const cgr_compile_params *in)
+{
+	if (in != NULL && in->size < sizeof(size_t))
+		return -EINVAL;
+	CGR__PARAMS_COPY(*p, in,
+			 ((cgr_compile_params)CGR_COMPILE_PARAMS_INIT));
+	if (p->max_inflight == 0)
+		p->max_inflight = CGR__DEF_INFLIGHT;
+	if (p->max_inflight > CGR__MAX_INFLIGHT)
+		return -EINVAL;
+	if (p->max_value_bytes == 0)
+		p->max_value_bytes = CGR__DEF_VALUE_BYTES;
+	if (p->max_value_bytes > ((size_t)1 << 40))
+		return -EINVAL;
+	if (p->max_value_bytes < CGR__MIN_VALUE_BYTES)
+		p->max_value_bytes = CGR__MIN_VALUE_BYTES;
+	if (p->submit_timeout_ns < 0)
+		p->submit_timeout_ns = CGR__DEF_TIMEOUT_NS;
+	if (p->get_timeout_ns < 0)
+		p->get_timeout_ns = CGR__DEF_TIMEOUT_NS;
+	if (p->spin_ns < 0)
+		p->spin_ns = CGR__DEF_SPIN_NS;
+	if (p->wait_mode != CGR_WAIT_ADAPTIVE && p->wait_mode != CGR_WAIT_BUSY &&
+	    p->wait_mode != CGR_WAIT_BLOCK)
+		return -EINVAL;
+	return 0;
+}
+
+struct cgr__lower {
+	cgr_graph *g;
+	struct cgr_compiled *c;
+	struct cgr__task **order;
+	unsigned *node_port; /* node id -> port (inputs: arg port) */
+	/* channel table under construction: (port, consumer) */
+	unsigned *ch_port;
+	cgr_worker **ch_w; /* NULL: the driver */
+	size_t nch, chcap;
+};
+
+static int cgr__port_init(struct cgr_compiled *c, struct cgr__port *p,
+			  size_t cap, uint32_t nslots, const char *name)
+{
+	cap = CGR__ALIGN_UP(cap < CGR__MIN_VALUE_BYTES ? CGR__MIN_VALUE_BYTES :
+							 cap,
+			    64);
+	p->cap = cap;
+	p->slot_bytes = CGR__SLOT_HDR + cap;
+	p->nslots = nslots;
+	p->mask = nslots - 1;
+	snprintf(p->name, sizeof(p->name), "%s", name);
+	p->mem = cgr__c_alloc(c, p->slot_bytes * nslots, 64);
+	return p->mem != NULL ? 0 : -ENOMEM;
+}
+
+/* Finds or adds the channel (port -> consumer).  Returns its index. */
+static int cgr__chan_get(struct cgr__lower *L, unsigned port, cgr_worker *w)
+{
+	for (size_t i = 0; i < L->nch; i++)
+		if (L->ch_port[i] == port && L->ch_w[i] == w)
+			return (int)i;
+	if (L->nch == L->chcap)
+		return -ENOSPC;
+	L->ch_port[L->nch] = port;
+	L->ch_w[L->nch] = w;
+	return (int)L->nch++;
+}
+
+/* The worker producing port (NULL: the driver; constants never travel). */
+static cgr_worker *cgr__port_owner(struct cgr__lower *L, cgr_node *n)
+{
+	(void)L;
+	return n->kind == CGR__NODE_TASK ? n->task->w : NULL;
+}
+
+/* Expanded input count of t: CGR_INPUT_ALL stands for every argument. */
+static size_t cgr__nin_expanded(struct cgr_compiled *c, struct cgr__task *t)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < t->nin; i++)
+		n += (t->in[i]->kind == CGR__NODE_INPUT &&
+		      t->in[i]->index == CGR_INPUT_ALL) ?
+			     c->nargs :
+			     1;
+	return n;
+}
+
+static int cgr__lower(struct cgr__lower *L)
+{
+	cgr_graph *g = L->g;
+	struct cgr_compiled *c = L->c;
+	struct cgr__port *ports;
+	size_t nports = c->nargs, maxch;
+	unsigned pi;
+	int ret;
+
+	/* Ports: arguments first, then constants and task outputs. */
+	for (cgr_node *n = g->nodes; n != NULL; n = n->next)
+		if (n->kind != CGR__NODE_INPUT)
+			nports++;
+	ports = cgr__c_alloc(c, (nports ? nports : 1) * sizeof(*ports), 64);
+	L->node_port = cgr__c_alloc(c, (g->nnodes + 1) * sizeof(unsigned), 64);
+	if (ports == NULL || L->node_port == NULL)
+		return -ENOMEM;
+	c->ports = ports;
+	c->nports = nports;
+	c->arg_port = cgr__c_alloc(c, (c->nargs + 1) * sizeof(unsigned), 64);
+	if (c->arg_port == NULL)
+		return -ENOMEM;
+	for (pi = 0; pi < c->nargs; pi++) {
+		char name[32];
+		snprintf(name, sizeof(name), "input[%u]", pi);
+		ret = cgr__port_init(c, &ports[pi], c->p.max_value_bytes,
+				     c->nslots, name);
+		if (ret < 0)
+			return ret;
+		c->arg_port[pi] = pi;
+	}
+	for (cgr_node *n = g->nodes; n != NULL; n = n->next) {
+		if (n->kind == CGR__NODE_INPUT) {
+			L->node_port[n->id] =
+				n->index == CGR_INPUT_ALL ? 0 : (unsigned)n->index;
+			continue;
+		}
+		if (n->kind == CGR__NODE_CONST) {
+			struct cgr__slot_hdr *h = n->cdata;
+			ret = cgr__port_init(c, &ports[pi],
+					     n->cdata_len - CGR__SLOT_HDR, 1,
+					     n->name);
+			if (ret < 0)
+				return ret;
+			memcpy(ports[pi].mem, n->cdata,
+			       CGR__SLOT_HDR + (size_t)h->len);
+		} else {
+			size_t cap = n->task->max_out_bytes ?
+					     n->task->max_out_bytes :
+					     c->p.max_value_bytes;
+			ret = cgr__port_init(c, &ports[pi], cap, c->nslots,
+					     n->name);
+			if (ret < 0)
+				return ret;
+		}
+		L->node_port[n->id] = pi++;
+	}
+
+	/* Channels: at most one per (port, consumer). */
+	maxch = g->noutputs;
+	for (struct cgr__task *t = g->tasks; t != NULL; t = t->next)
+		maxch += cgr__nin_expanded(c, t);
+	L->chcap = maxch + 1;
+	L->ch_port = cgr__c_alloc(c, L->chcap * sizeof(unsigned), 64);
+	L->ch_w = cgr__c_alloc(c, L->chcap * sizeof(cgr_worker *), 64);
+	if (L->ch_port == NULL || L->ch_w == NULL)
+		return -ENOMEM;
+	for (unsigned k = 0; k < g->ntasks; k++) {
+		struct cgr__task *t = L->order[k];
+		for (size_t i = 0; i < t->nin; i++) {
+			cgr_node *n = t->in[i];
+			if (n->kind == CGR__NODE_CONST ||
+			    cgr__port_owner(L, n) == t->w)
+				continue;
+			if (n->kind == CGR__NODE_INPUT &&
+			    n->index == CGR_INPUT_ALL) {
+				for (unsigned a = 0; a < c->nargs; a++)
+					cgr__chan_get(L, a, t->w);
+			} else {
+				cgr__chan_get(L, L->node_port[n->id], t->w);
+			}
+		}
+	}
+	for (size_t i = 0; i < g->noutputs; i++)
+		cgr__chan_get(L, L->node_port[g->outputs[i]->id], NULL);
+
+	/* Rings. */
+	uint32_t rcount = c->nslots < 2 ? 2 : c->nslots;
+	size_t rsize = cgr_ring_memsize(rcount, sizeof(struct cgr__msg));
+	c->nchans = L->nch;
+	c->chans = cgr__c_alloc(c, (L->nch + 1) * sizeof(*c->chans), 64);
+	if (c->chans == NULL || rsize == 0)
+		return -ENOMEM;
+	for (size_t i = 0; i < L->nch; i++) {
+		struct cgr__chan *ch = &c->chans[i];
+		ch->mem = cgr__c_alloc(c, rsize, 64);
+		if (ch->mem == NULL)
+			return -ENOMEM;
+		ch->memsize = rsize;
+		ret = cgr_ring_init(ch->mem, rsize, rcount,
+				    sizeof(struct cgr__msg), 0);
+		if (ret == 0)
+			ret = cgr_ring_attach(&ch->prod, ch->mem, rsize,
+					      CGR_RING_PRODUCER);
+		if (ret == 0)
+			ret = cgr_ring_attach(&ch->cons, ch->mem, rsize,
+					      CGR_RING_CONSUMER);
+		if (ret < 0)
+			return ret;
+		ch->port = L->ch_port[i];
+		ch->consumer_bell =
+			L->ch_w[i] != NULL ? &L->ch_w[i]->bell : &c->drv_bell;
+	}
+
+	/* Driver side: argument fan-out and output channels. */
+	c->arg_chans = cgr__c_alloc(c, (c->nargs + 1) * sizeof(unsigned *), 64);
+	c->arg_nchans = cgr__c_alloc(c, (c->nargs + 1) * sizeof(size_t), 64);
+	if (c->arg_chans == NULL || c->arg_nchans == NULL)
+		return -ENOMEM;
+	for (unsigned a = 0; a < c->nargs; a++) {
+		size_t k = 0;
+		c->arg_chans[a] = cgr__c_alloc(c, (L->nch + 1) * sizeof(unsigned),
+					       64);
+		if (c->arg_chans[a] == NULL)
+			return -ENOMEM;
+		for (size_t i = 0; i < L->nch; i++)
+			if (L->ch_port[i] == a && L->ch_w[i] != NULL)
+				c->arg_chans[a][k++] = (unsigned)i;
+		c->arg_nchans[a] = k;
+	}
+	c->nout = g->noutputs;
+	c->out_port = cgr__c_alloc(c, c->nout * sizeof(unsigned), 64);
+	c->out_chan = cgr__c_alloc(c, c->nout * sizeof(unsigned), 64);
+	c->drv_chans = cgr__c_alloc(c, c->nout * sizeof(unsigned), 64);
+	c->drv_mult = cgr__c_alloc(c, c->nout * sizeof(uint32_t), 64);
+	if (c->out_port == NULL || c->out_chan == NULL ||
+	    c->drv_chans == NULL || c->drv_mult == NULL)
+		return -ENOMEM;
+	for (size_t o = 0; o < c->nout; o++) {
+		unsigned port = L->node_port[g->outputs[o]->id];
+		int ch = cgr__chan_get(L, port, NULL);
+		size_t j;
+		c->out_port[o] = port;
+		for (j = 0; j < c->ndrv_chans; j++)
+			if (c->drv_chans[j] == (unsigned)ch)
+				break;
+		if (j == c->ndrv_chans)
+			c->drv_chans[c->ndrv_chans++] = (unsigned)ch;
+		c->drv_mult[j]++;
+		c->out_chan[o] = (unsigned)j;
+	}
+	return 0;
+}
+
+/* Builds the program of worker w: its tasks in global order. */
+static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
+			   cgr_worker *w)
+{
+	struct cgr_compiled *c = L->c;
+	size_t ntasks = 0, nops = 0, k = 0;
+	bool *read;
+
+	for (unsigned i = 0; i < L->g->ntasks; i++)
+		if (L->order[i]->w == w)
+			ntasks++;
+	/* Upper bound on operations: every channel read once, plus one
+	 * COMPUTE and one WRITE per task. */
+	p->ops = cgr__c_alloc(c, (c->nchans + 2 * ntasks + 1) * sizeof(*p->ops),
+			      64);
+	p->tcs = cgr__c_alloc(c, (ntasks + 1) * sizeof(*p->tcs), 64);
+	read = cgr__c_alloc(c, c->nchans + 1, 64);
+	if (p->ops == NULL || p->tcs == NULL || read == NULL)
+		return -ENOMEM;
+	p->c = c;
+	p->w = w;
+	for (unsigned i = 0; i < L->g->ntasks; i++) {
+		struct cgr__task *t = L->order[i];
+		struct cgr_task_ctx *tc;
+		size_t nin, j = 0;
+
+		if (t->w != w)
+			continue;
+		tc = &p->tcs[k++];
+		nin = cgr__nin_expanded(c, t);
+		tc->c = c;
+		tc->task = t;
+		tc->w = w;
+		tc->name = cgr__c_alloc(c, strlen(t->name) + 1, 64);
+		tc->in_ports = cgr__c_alloc(c, (nin + 1) * sizeof(unsigned), 64);
+		tc->out_ports = cgr__c_alloc(c, t->nout * sizeof(unsigned), 64);
+		tc->inv = cgr__c_alloc(c, (nin + 1) * sizeof(cgr_value), 64);
+		tc->outv = cgr__c_alloc(c, t->nout * sizeof(cgr_value), 64);
+		if (tc->name == NULL || tc->in_ports == NULL ||
+		    tc->out_ports == NULL || tc->inv == NULL ||
+		    tc->outv == NULL)
+			return -ENOMEM;
+		memcpy(tc->name, t->name, strlen(t->name) + 1);
+		tc->nin = nin;
+		tc->nout = t->nout;
+		tc->fn = t->fn;
+		tc->arg = t->arg;
+		/* READs for inputs that arrive over a ring, first use only. */
+		for (size_t a = 0; a < t->nin; a++) {
+			cgr_node *n = t->in[a];
+			unsigned first = L->node_port[n->id], cnt = 1;
+			if (n->kind == CGR__NODE_INPUT &&
+			    n->index == CGR_INPUT_ALL) {
+				first = 0;
+				cnt = (unsigned)c->nargs;
+			}
+			for (unsigned q = first; q < first + cnt; q++) {
+				tc->in_ports[j++] = q;
+				if (n->kind == CGR__NODE_CONST ||
+				    cgr__port_owner(L, n) == w)
+					continue;
+				int ch = cgr__chan_get(L, q, w);
+				if (ch < 0)
+					return ch;
+				if (read[ch])
+					continue;
+				read[ch] = true;
+				p->ops[nops].kind = CGR__OP_READ;
+				p->ops[nops].chan = (unsigned)ch;
+				nops++;
+			}
+		}
+		p->ops[nops].kind = CGR__OP_COMPUTE;
+		p->ops[nops].tc = tc;
+		nops++;
+		/* WRITE to every ring fed by this task's outputs. */
+		size_t nw = 0;
+		for (size_t o = 0; o < t->nout; o++)
+			tc->out_ports[o] = L->node_port[t->out[o]->id];
+		for (size_t ch = 0; ch < c->nchans; ch++)
+			for (size_t o = 0; o < t->nout; o++)
+				if (c->chans[ch].port == tc->out_ports[o])
+					nw++;
+		if (nw > 0) {
+			struct cgr__op *op = &p->ops[nops++];
+			op->kind = CGR__OP_WRITE;
+			op->chans = cgr__c_alloc(c, nw * sizeof(unsigned), 64);
+			if (op->chans == NULL)
+				return -ENOMEM;
+			for (size_t ch = 0; ch < c->nchans; ch++)
+				for (size_t o = 0; o < t->nout; o++)
+					if (c->chans[ch].port ==
+					    tc->out_ports[o])
+						op->chans[op->nchans++] =
+							(unsigned)ch;
+		}
+	}
+	p->nops = nops;
+	p->ntcs = k;
+	cgr__future_init(&p->left);
+	p->left_gen = cgr__future_arm(&p->left);
+	atomic_init(&p->done_seq, 0);
+	return 0;
+}
+
+int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
+		      cgr_compiled **out)
+{
+	struct cgr__lower L;
+	struct cgr_compiled *c;
+	struct cgr__task **order;
+	cgr_worker **ws;
+	size_t nw = 0;
+	int ret;
+
+	if (g == NULL || out == NULL)
+		return -EINVAL;
+	g->errmsg[0] = 0;
+	if (g->compiled)
+		return cgr__graph_fail(g, CGR_ECOMPILED,
+				       "graph was already compiled");
+	if (g->ctx->destroyed)
+		return -EINVAL;
+	if (g->noutputs == 0)
+		return cgr__graph_fail(g, CGR_ENOOUTPUT,
+				       "graph has no outputs: call "
+				       "cgr_graph_output");
+	c = cgr__alloc(&g->ctx->arena, sizeof(*c), 64);
+	if (c == NULL)
+		return -ENOMEM;
+	c->ctx = g->ctx;
+	atomic_fetch_add(&g->ctx->refs, 1);
+	atomic_init(&c->refs, 1);
+	atomic_init(&c->stop, 0);
+	cgr__bell_init(&c->drv_bell);
+	ret = cgr__params(&c->p, prm);
+	if (ret < 0) {
+		cgr__graph_fail(g, ret, "invalid compile parameters");
+		goto fail;
+	}
+	c->nslots = 1;
+	while (c->nslots < c->p.max_inflight)
+		c->nslots <<= 1;
+
+	ret = cgr__check_tasks(g);
+	if (ret < 0)
+		goto fail;
+	order = cgr__c_alloc(c, (g->ntasks + 1) * sizeof(*order), 64);
+	ws = cgr__c_alloc(c, (g->ntasks + 1) * sizeof(*ws), 64);
+	if (order == NULL || ws == NULL) {
+		ret = -ENOMEM;
+		goto fail;
+	}
+	ret = cgr__topo(g, order);
+	if (ret == 0)
+		ret = cgr__check_reach(g, order);
+	if (ret == 0)
+		ret = cgr__check_args(g, &c->nargs);
+	if (ret < 0)
+		goto fail;
+
+	memset(&L, 0, sizeof(L));
+	L.g = g;
+	L.c = c;
+	L.order = order;
+	ret = cgr__lower(&L);
+	if (ret < 0)
+		goto fail_mem;
+	for (unsigned i = 0; i < g->ntasks; i++) {
+		size_t j;
+		for (j = 0; j < nw; j++)
+			if (ws[j] == order[i]->w)
+				break;
+		if (j == nw)
+			ws[nw++] = order[i]->w;
+	}
+	c->progs = cgr__c_alloc(c, (nw + 1) * sizeof(*c->progs), 64);
+	c->arrived = cgr__c_alloc(c, c->nslots * sizeof(uint32_t), 64);
+	c->released = cgr__c_alloc(c, c->nslots, 64);
+	if (c->progs == NULL || c->arrived == NULL || c->released == NULL) {
+		ret = -ENOMEM;
+		goto fail_mem;
+	}
+	c->nprogs = nw;
+	for (size_t i = 0; i < nw; i++) {
+		ret = cgr__lower_prog(&L, &c->progs[i], ws[i]);
+		if (ret < 0)
+			goto fail_mem;
+	}
+
+	/* Start: each worker holds a reference while it runs its program. */
+	g->compiled = true;
+	atomic_fetch_add(&c->refs, (uint32_t)nw);
+	for (size_t i = 0; i < nw; i++) {
+		cgr_worker *w = ws[i];
+		w->busy_with = c;
+		atomic_store_explicit(&w->prog, &c->progs[i],
+				      memory_order_relaxed);
+		/* P1: publishes the program; pairs with the worker's acquire
+		 * of cmd. */
+		atomic_store_explicit(&w->cmd, CGR__WCMD_RUN,
+				      memory_order_release);
+		cgr__bell_ring_force(&w->bell);
+	}
+	c->next = g->ctx->compiled;
+	g->ctx->compiled = c;
+	*out = c;
+	return 0;
+
+fail_mem:
+	if (ret == -ENOMEM)
+		cgr__graph_fail(g, ret, "out of memory compiling the graph");
+fail:
+	cgr__compiled_unref(c);
+	return ret;
+}
+
+size_t cgr_compiled_noutputs(const cgr_compiled *c)
+{
+	return c != NULL ? c->nout : 0;
+}
+
+size_t cgr_compiled_nargs(const cgr_compiled *c)
+{
+	return c != NULL ? c->nargs : 0;
+}

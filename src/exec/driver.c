@@ -1,0 +1,228 @@
+/*
+ * exec/driver.c: the driver's side of a compiled graph: execute (copy the
+ * arguments into their slots, announce them), get (drain the output rings,
+ * hand out values that point into the output slots), release (free the
+ * execution's slots), teardown and destroy.
+ *
+ * Execution seq uses slot seq % nslots of every port.  The driver admits
+ * at most max_inflight unreleased executions and nslots >= max_inflight, so
+ * a slot is reused only after its previous execution was released, and by
+ * then every task of that execution has finished with it (every task has a
+ * path to an output, and an output arrives only after its producers ran).
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "graph/internal.h"
+
+static inline uint32_t cgr__slot(const struct cgr_compiled *c, uint64_t seq)
+{
+	return (uint32_t)(seq & (c->nslots - 1));
+}
+
+static bool cgr__ring_room(void *arg)
+{
+	struct cgr_ring *r = arg;
+	return cgr_ring_count(r) < cgr_ring_capacity(r);
+}
+
+int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
+		cgr_ref *out)
+{
+	uint64_t seq;
+	uint32_t slot;
+	int ret;
+
+	if (c == NULL || out == NULL || (nargs > 0 && args == NULL))
+		return -EINVAL;
+	if (c->torn_down)
+		return CGR_ECLOSED;
+	if (nargs != c->nargs)
+		return CGR_ENARGS;
+	if (c->next_seq - c->oldest >= c->p.max_inflight)
+		return CGR_ECAPACITY;
+	for (size_t a = 0; a < nargs; a++) {
+		ret = cgr__value_check(&args[a], c->ports[c->arg_port[a]].cap,
+				       NULL);
+		if (ret < 0)
+			return ret;
+	}
+	seq = c->next_seq;
+	slot = cgr__slot(c, seq);
+	for (size_t a = 0; a < nargs; a++) {
+		struct cgr__port *p = &c->ports[c->arg_port[a]];
+		cgr__value_store(cgr__port_slot(p, seq), p->cap, &args[a]);
+	}
+	c->arrived[slot] = 0;
+	c->released[slot] = 0;
+	c->next_seq = seq + 1;
+	for (size_t a = 0; a < nargs; a++) {
+		struct cgr__msg m = { seq };
+		for (size_t k = 0; k < c->arg_nchans[a]; k++) {
+			struct cgr__chan *ch = &c->chans[c->arg_chans[a][k]];
+			while (cgr_ring_enqueue(&ch->prod, &m, sizeof(m)) ==
+			       -EAGAIN) {
+				/* Cannot happen while rings hold
+				 * max_inflight messages; bounded anyway. */
+				ret = cgr__reactor_wait(
+					NULL, &c->drv_bell, cgr__ring_room,
+					&ch->prod, &c->stop, CGR_WAIT_BUSY, 0,
+					cgr__deadline(c->p.submit_timeout_ns));
+				if (ret < 0)
+					return ret;
+			}
+			cgr__bell_ring(ch->consumer_bell);
+		}
+	}
+	*out = seq;
+	return 0;
+}
+
+/* Takes every message waiting on the driver's rings. */
+static void cgr__drain(cgr_compiled *c)
+{
+	for (size_t j = 0; j < c->ndrv_chans; j++) {
+		struct cgr__chan *ch = &c->chans[c->drv_chans[j]];
+		const struct cgr__msg *m;
+		while ((m = cgr_ring_peek(&ch->cons)) != NULL) {
+			c->arrived[cgr__slot(c, m->seq)] += c->drv_mult[j];
+			cgr_ring_consume(&ch->cons);
+		}
+	}
+}
+
+struct cgr__get_wait {
+	cgr_compiled *c;
+	uint32_t slot;
+};
+
+static bool cgr__arrived(void *arg)
+{
+	struct cgr__get_wait *gw = arg;
+	cgr__drain(gw->c);
+	return gw->c->arrived[gw->slot] >= gw->c->nout;
+}
+
+static bool cgr__ref_live(const cgr_compiled *c, cgr_ref ref)
+{
+	return ref >= c->oldest && ref < c->next_seq &&
+	       !c->released[cgr__slot(c, ref)];
+}
+
+static int cgr__wait_ref(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns)
+{
+	struct cgr__get_wait gw = { c, cgr__slot(c, ref) };
+
+	if (timeout_ns < 0)
+		timeout_ns = c->p.get_timeout_ns;
+	if (cgr__arrived(&gw))
+		return 0;
+	if (timeout_ns == 0)
+		return -ETIMEDOUT;
+	return cgr__reactor_wait(NULL, &c->drv_bell, cgr__arrived, &gw,
+				 NULL, c->p.wait_mode, c->p.spin_ns,
+				 cgr__deadline(timeout_ns));
+}
+
+int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
+		cgr_value *outs, size_t nouts)
+{
+	int ret;
+
+	if (c == NULL || (nouts > 0 && outs == NULL))
+		return -EINVAL;
+	if (c->torn_down)
+		return CGR_ECLOSED;
+	if (nouts != c->nout)
+		return CGR_ENARGS;
+	if (!cgr__ref_live(c, ref))
+		return CGR_EUNKNOWNREF;
+	ret = cgr__wait_ref(c, ref, timeout_ns);
+	if (ret < 0)
+		return ret;
+	for (size_t o = 0; o < nouts; o++)
+		cgr__value_load(cgr__port_slot(&c->ports[c->out_port[o]], ref),
+				&outs[o]);
+	return 0;
+}
+
+int cgr_ref_release(cgr_compiled *c, cgr_ref ref)
+{
+	int ret;
+
+	if (c == NULL)
+		return -EINVAL;
+	if (c->torn_down)
+		return 0; /* everything was released by teardown */
+	if (!cgr__ref_live(c, ref))
+		return CGR_EUNKNOWNREF;
+	/* Its buffers may still be in use until its outputs are in. */
+	ret = cgr__wait_ref(c, ref, -1);
+	if (ret < 0)
+		return ret;
+	c->released[cgr__slot(c, ref)] = 1;
+	while (c->oldest < c->next_seq && c->released[cgr__slot(c, c->oldest)])
+		c->oldest++;
+	return 0;
+}
+
+int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
+{
+	int64_t deadline;
+	int result = 0;
+
+	if (c == NULL)
+		return -EINVAL;
+	if (c->torn_down)
+		return 0;
+	c->torn_down = true;
+	if (timeout_ns < 0)
+		timeout_ns = 1000000000;
+	deadline = cgr__deadline(timeout_ns);
+	/* T1: stop, then wake every worker wherever it parks. */
+	atomic_store_explicit(&c->stop, 1, memory_order_release);
+	for (size_t i = 0; i < c->nprogs; i++)
+		cgr__bell_ring_force(&c->progs[i].w->bell);
+	for (size_t i = 0; i < c->nprogs; i++) {
+		struct cgr__prog *p = &c->progs[i];
+		cgr_worker *w = p->w;
+		int ret = cgr__future_wait(&p->left, p->left_gen, deadline,
+					   NULL, CGR_WAIT_BLOCK, 0);
+		if (ret == -ETIMEDOUT) {
+			const char *t = atomic_load(&w->current_task);
+			cgr__err(&c->ctx->log,
+				 "teardown: worker %s is stuck in task %s "
+				 "(execution %llu) past the deadline; it is "
+				 "abandoned and can no longer be used",
+				 w->name, t != NULL ? t : "(none)",
+				 (unsigned long long)atomic_load(
+					 &w->current_seq));
+			/* It exits by itself when the task returns: the
+			 * program's reference keeps what it touches. */
+			w->abandoned = true;
+			atomic_store_explicit(&w->cmd, CGR__WCMD_STOP,
+					      memory_order_release);
+			pthread_detach(w->thread);
+			result = CGR_ESTUCK;
+			continue;
+		}
+		w->busy_with = NULL;
+	}
+	c->teardown_result = result;
+	return result;
+}
+
+void cgr_compiled_destroy(cgr_compiled *c)
+{
+	struct cgr_compiled **pp;
+
+	if (c == NULL)
+		return;
+	cgr_compiled_teardown(c, -1);
+	for (pp = &c->ctx->compiled; *pp != NULL; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	cgr__compiled_unref(c);
+}

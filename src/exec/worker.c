@@ -1,0 +1,222 @@
+/*
+ * exec/worker.c: the worker side of a compiled graph.  The worker thread
+ * runs its program once per execution, in sequence order: READ waits for a
+ * ring message (spinning, then parking on the worker's doorbell), COMPUTE
+ * calls the task with values that point into the producers' buffer slots,
+ * WRITE announces the outputs on every ring that carries them.  Teardown
+ * sets the graph's stop word and rings the doorbell; the worker notices at
+ * its next wait or between executions and leaves the program.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "graph/internal.h"
+
+static bool cgr__ring_ready(void *arg)
+{
+	return cgr_ring_peek(arg) != NULL;
+}
+
+static void cgr__task_fail(struct cgr_task_ctx *tc, int ret)
+{
+	struct cgr_compiled *c = tc->c;
+	char msg[512];
+	int code = tc->err_code;
+
+	if (code == 0)
+		code = ret < 0 ? ret : CGR_ETASK;
+	snprintf(msg, sizeof(msg), "task %s (worker %s, execution %llu): %s",
+		 tc->name, tc->w->name, (unsigned long long)tc->seq,
+		 tc->errmsg[0] ? tc->errmsg : cgr_strerror(code));
+	for (size_t o = 0; o < tc->nout; o++) {
+		struct cgr__port *p = &c->ports[tc->out_ports[o]];
+		cgr__value_store_error(cgr__port_slot(p, tc->seq), p->cap, code,
+				       msg);
+	}
+}
+
+static void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
+{
+	struct cgr_compiled *c = tc->c;
+	cgr_worker *w = tc->w;
+	struct cgr__slot_hdr *err = NULL;
+	int ret;
+
+	tc->seq = seq;
+	for (size_t i = 0; i < tc->nin; i++) {
+		struct cgr__slot_hdr *h =
+			cgr__port_slot(&c->ports[tc->in_ports[i]], seq);
+		cgr__value_load(h, &tc->inv[i]);
+		if (h->kind == CGR_VALUE_ERROR && err == NULL)
+			err = h;
+	}
+	if (err != NULL) {
+		/* An error value skips the task and reaches every output. */
+		for (size_t o = 0; o < tc->nout; o++) {
+			struct cgr__port *p = &c->ports[tc->out_ports[o]];
+			cgr__value_store_error(cgr__port_slot(p, seq), p->cap,
+					       err->code,
+					       (const char *)cgr__slot_data(err));
+		}
+		return;
+	}
+	for (size_t o = 0; o < tc->nout; o++)
+		memset(&tc->outv[o], 0, sizeof(tc->outv[o]));
+	tc->err_code = 0;
+	tc->errmsg[0] = 0;
+	atomic_store_explicit(&w->current_task, tc->name, memory_order_relaxed);
+	atomic_store_explicit(&w->current_seq, seq, memory_order_relaxed);
+	ret = tc->fn(tc, w->state, tc->inv, tc->nin, tc->outv, tc->nout);
+	atomic_store_explicit(&w->current_task, NULL, memory_order_relaxed);
+	if (ret != 0) {
+		cgr__task_fail(tc, ret);
+		return;
+	}
+	for (size_t o = 0; o < tc->nout; o++) {
+		struct cgr__port *p = &c->ports[tc->out_ports[o]];
+		struct cgr__slot_hdr *h = cgr__port_slot(p, seq);
+		if (tc->outv[o].kind == CGR_VALUE_ERROR) {
+			cgr__value_store_error(h, p->cap, tc->outv[o].code,
+					       tc->outv[o].u.error.msg ?
+						       tc->outv[o].u.error.msg :
+						       "");
+			continue;
+		}
+		ret = cgr__value_store(h, p->cap, &tc->outv[o]);
+		if (ret < 0) {
+			char msg[400];
+			snprintf(msg, sizeof(msg),
+				 "task %s (worker %s, execution %llu) output "
+				 "%zu: %s",
+				 tc->name, w->name, (unsigned long long)seq, o,
+				 (const char *)cgr__slot_data(h));
+			cgr__value_store_error(h, p->cap, ret, msg);
+		}
+	}
+}
+
+/* Waits for room in a ring (never expected: rings hold max_inflight). */
+static bool cgr__ring_has_room(void *arg)
+{
+	struct cgr_ring *r = arg;
+	return cgr_ring_count(r) < cgr_ring_capacity(r);
+}
+
+void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
+		     struct cgr_reactor *r)
+{
+	struct cgr_compiled *c = p->c;
+	const int mode = c->p.wait_mode;
+	const int64_t spin = c->p.spin_ns;
+	int ret = 0;
+
+	for (uint64_t seq = 0;; seq++) {
+		if (atomic_load_explicit(&c->stop, memory_order_acquire))
+			break;
+		for (size_t i = 0; i < p->nops; i++) {
+			struct cgr__op *op = &p->ops[i];
+			switch (op->kind) {
+			case CGR__OP_READ: {
+				struct cgr__chan *ch = &c->chans[op->chan];
+				const struct cgr__msg *m =
+					cgr_ring_peek(&ch->cons);
+				if (m == NULL) {
+					ret = cgr__reactor_wait(
+						r, &w->bell, cgr__ring_ready,
+						&ch->cons, &c->stop, mode, spin,
+						CGR_FOREVER);
+					if (ret < 0)
+						goto leave;
+					m = cgr_ring_peek(&ch->cons);
+				}
+				if (cgr__unlikely(m->seq != seq))
+					cgr__err(&c->ctx->log,
+						 "worker %s: ring for %s "
+						 "carried execution %llu, "
+						 "expected %llu",
+						 w->name,
+						 c->ports[ch->port].name,
+						 (unsigned long long)m->seq,
+						 (unsigned long long)seq);
+				cgr_ring_consume(&ch->cons);
+				break;
+			}
+			case CGR__OP_COMPUTE:
+				cgr__task_run(op->tc, seq);
+				break;
+			case CGR__OP_WRITE: {
+				struct cgr__msg m = { seq };
+				for (size_t k = 0; k < op->nchans; k++) {
+					struct cgr__chan *ch =
+						&c->chans[op->chans[k]];
+					while (cgr_ring_enqueue(&ch->prod, &m,
+								sizeof(m)) ==
+					       -EAGAIN) {
+						ret = cgr__reactor_wait(
+							r, &w->bell,
+							cgr__ring_has_room,
+							&ch->prod, &c->stop,
+							CGR_WAIT_BUSY, 0,
+							CGR_FOREVER);
+						if (ret < 0)
+							goto leave;
+					}
+					cgr__bell_ring(ch->consumer_bell);
+				}
+				break;
+			}
+			default:
+				break;
+			}
+		}
+		atomic_store_explicit(&p->done_seq, seq + 1,
+				      memory_order_relaxed);
+	}
+leave:
+	/* W1: the last touch of the program; pairs with teardown's wait. */
+	cgr__future_complete(&p->left, p->left_gen, 0);
+	cgr__compiled_unref(c);
+}
+
+/* ---- inside a task ------------------------------------------------ */
+
+void *cgr_task_output_buffer(cgr_task_ctx *tc, size_t i, size_t bytes)
+{
+	struct cgr__port *p;
+
+	if (tc == NULL || i >= tc->nout)
+		return NULL;
+	p = &tc->c->ports[tc->out_ports[i]];
+	if (bytes > p->cap)
+		return NULL;
+	return cgr__slot_data(cgr__port_slot(p, tc->seq));
+}
+
+void cgr_task_set_error(cgr_task_ctx *tc, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (tc == NULL)
+		return;
+	tc->err_code = code;
+	va_start(ap, fmt);
+	vsnprintf(tc->errmsg, sizeof(tc->errmsg), fmt, ap);
+	va_end(ap);
+}
+
+void *cgr_task_arg(const cgr_task_ctx *tc)
+{
+	return tc != NULL ? tc->arg : NULL;
+}
+
+uint64_t cgr_task_seq(const cgr_task_ctx *tc)
+{
+	return tc != NULL ? tc->seq : 0;
+}
+
+cgr_worker *cgr_task_worker(const cgr_task_ctx *tc)
+{
+	return tc != NULL ? tc->w : NULL;
+}

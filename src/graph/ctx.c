@@ -1,0 +1,293 @@
+/*
+ * graph/ctx.c: contexts and workers.
+ *
+ * A worker is a thread with its own reactor that runs the user's init, then
+ * waits on its mailbox for a program (a compiled graph's share of work) or
+ * for the order to stop.  The driver never joins a thread without a
+ * deadline: a worker that does not answer in time is abandoned, keeping the
+ * context alive (a reference) until it exits by itself.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "graph/internal.h"
+
+int cgr_ctx_create(const cgr_ctx_params *p, cgr_ctx **out)
+{
+	cgr_ctx_params prm;
+	cgr_ctx *ctx;
+	struct cgr__arena arena;
+	int ret;
+
+	if (out == NULL || (p != NULL && p->size < sizeof(size_t)))
+		return -EINVAL;
+	CGR__PARAMS_COPY(prm, p, ((cgr_ctx_params)CGR_CTX_PARAMS_INIT));
+	if (prm.flags & ~(unsigned)CGR_CTX_NO_IO_URING)
+		return -EINVAL;
+	ret = cgr__arena_init(&arena);
+	if (ret < 0)
+		return ret;
+	ctx = cgr__alloc(&arena, sizeof(*ctx), 64);
+	if (ctx == NULL) {
+		cgr__arena_fini(&arena);
+		return -ENOMEM;
+	}
+	/* The arena moves into the context: counters included. */
+	ctx->arena.index = arena.index;
+	ctx->arena.flags = arena.flags;
+	atomic_init(&ctx->arena.live_bytes,
+		    atomic_load(&arena.live_bytes));
+	atomic_init(&ctx->arena.live_blocks,
+		    atomic_load(&arena.live_blocks));
+	ctx->log.fn = prm.log_fn;
+	ctx->log.arg = prm.log_arg;
+	ctx->log.level = prm.log_level;
+	ctx->flags = prm.flags;
+	atomic_init(&ctx->refs, 1);
+	atomic_init(&ctx->uring_fallback_logged, false);
+	*out = ctx;
+	return 0;
+}
+
+static void cgr__ctx_free(cgr_ctx *ctx)
+{
+	struct cgr__arena arena = { 0 };
+	cgr_worker *w, *next;
+
+	for (w = ctx->workers; w != NULL; w = next) {
+		next = w->next;
+		cgr__strfree(&ctx->arena, w->name);
+		cgr__free(&ctx->arena, w, sizeof(*w), 64);
+	}
+	arena.index = ctx->arena.index;
+	arena.flags = ctx->arena.flags;
+	cgr__free(&ctx->arena, ctx, sizeof(*ctx), 64);
+	cgr__arena_fini(&arena);
+}
+
+void cgr__ctx_unref(cgr_ctx *ctx)
+{
+	/* Acq_rel: the last owner sees every other owner's writes. */
+	if (atomic_fetch_sub_explicit(&ctx->refs, 1, memory_order_acq_rel) == 1)
+		cgr__ctx_free(ctx);
+}
+
+int cgr_ctx_memory(const cgr_ctx *ctx, size_t *live_bytes, size_t *live_blocks)
+{
+	if (ctx == NULL)
+		return -EINVAL;
+	if (live_bytes != NULL)
+		*live_bytes = atomic_load(&ctx->arena.live_bytes);
+	if (live_blocks != NULL)
+		*live_blocks = atomic_load(&ctx->arena.live_blocks);
+	return 0;
+}
+
+void cgr_ctx_destroy(cgr_ctx *ctx)
+{
+	cgr_worker *w;
+
+	if (ctx == NULL || ctx->destroyed)
+		return;
+	ctx->destroyed = true;
+	while (ctx->compiled != NULL)
+		cgr_compiled_destroy(ctx->compiled);
+	for (w = ctx->workers; w != NULL; w = w->next)
+		cgr_worker_destroy(w, 1000000000);
+	cgr__ctx_unref(ctx);
+}
+
+/* ---- worker threads ----------------------------------------------- */
+
+static bool cgr__cmd_ready(void *arg)
+{
+	cgr_worker *w = arg;
+	return atomic_load_explicit(&w->cmd, memory_order_acquire) !=
+	       CGR__WCMD_IDLE;
+}
+
+static void *cgr__worker_main(void *arg)
+{
+	cgr_worker *w = arg;
+	cgr_ctx *ctx = w->ctx;
+	struct cgr_reactor *r;
+	char tname[16];
+	int ret = 0;
+
+	snprintf(tname, sizeof(tname), "cgr:%s", w->name);
+	pthread_setname_np(pthread_self(), tname);
+	if (w->cpu >= 0) {
+		cpu_set_t set;
+		CPU_ZERO(&set);
+		CPU_SET(w->cpu, &set);
+		if (pthread_setaffinity_np(pthread_self(), sizeof(set), &set))
+			cgr__warn(&ctx->log, "worker %s: cannot pin to CPU %d",
+				  w->name, w->cpu);
+	}
+	r = cgr__alloc(&ctx->arena, sizeof(*r), 64);
+	if (r == NULL) {
+		ret = -ENOMEM;
+		goto out_init;
+	}
+	cgr__reactor_init(r, (ctx->flags & CGR_CTX_NO_IO_URING) ?
+				     CGR__REACTOR_NO_URING :
+				     0);
+	if (!r->uring &&
+	    !atomic_exchange(&ctx->uring_fallback_logged, true))
+		cgr__warn(&ctx->log,
+			  "io_uring unavailable (%s): reactors park with "
+			  "futex system calls",
+			  cgr_strerror(r->uring_err));
+	if (w->init != NULL)
+		ret = w->init(w->arg, &w->state);
+out_init:
+	/* L1: publishes init's result and state; pairs with the driver's
+	 * future wait in cgr_worker_create. */
+	cgr__future_complete(&w->life, w->life_gen, ret);
+	if (ret != 0) {
+		if (r != NULL) {
+			cgr__reactor_fini(r);
+			cgr__free(&ctx->arena, r, sizeof(*r), 64);
+		}
+		cgr__ctx_unref(ctx);
+		return NULL;
+	}
+	for (;;) {
+		uint32_t cmd;
+
+		cgr__reactor_wait(r, &w->bell, cgr__cmd_ready, w, NULL,
+				  CGR_WAIT_BLOCK, 0, CGR_FOREVER);
+		cmd = atomic_load_explicit(&w->cmd, memory_order_acquire);
+		if (cmd == CGR__WCMD_STOP)
+			break;
+		if (cmd == CGR__WCMD_RUN) {
+			struct cgr__prog *p = atomic_load_explicit(
+				&w->prog, memory_order_acquire);
+			uint32_t run = CGR__WCMD_RUN;
+			/* Back to idle first, so a STOP sent meanwhile
+			 * stays. */
+			atomic_compare_exchange_strong(&w->cmd, &run,
+						       CGR__WCMD_IDLE);
+			cgr__worker_run(w, p, r);
+		}
+	}
+	if (w->fini != NULL)
+		w->fini(w->arg, w->state);
+	cgr__reactor_fini(r);
+	cgr__free(&ctx->arena, r, sizeof(*r), 64);
+	/* L2: the last touch of w; pairs with cgr_worker_destroy's wait. */
+	cgr__future_complete(&w->exited, w->exit_gen, 0);
+	cgr__ctx_unref(ctx);
+	return NULL;
+}
+
+int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
+		      cgr_worker **out)
+{
+	cgr_worker_params prm;
+	cgr_worker *w;
+	char buf[32];
+	int ret;
+
+	if (ctx == NULL || out == NULL || ctx->destroyed ||
+	    (p != NULL && p->size < sizeof(size_t)))
+		return -EINVAL;
+	CGR__PARAMS_COPY(prm, p, ((cgr_worker_params)CGR_WORKER_PARAMS_INIT));
+	if (prm.kind != CGR_WORKER_THREAD || prm.cpu < -1)
+		return -EINVAL;
+	w = cgr__alloc(&ctx->arena, sizeof(*w), 64);
+	if (w == NULL)
+		return -ENOMEM;
+	if (prm.name == NULL) {
+		snprintf(buf, sizeof(buf), "worker%u", ctx->nworkers);
+		prm.name = buf;
+	}
+	w->name = cgr__strdup(&ctx->arena, prm.name);
+	if (w->name == NULL) {
+		cgr__free(&ctx->arena, w, sizeof(*w), 64);
+		return -ENOMEM;
+	}
+	w->ctx = ctx;
+	w->cpu = prm.cpu;
+	w->init = prm.init;
+	w->fini = prm.fini;
+	w->arg = prm.arg;
+	w->index = ctx->nworkers;
+	atomic_init(&w->cmd, CGR__WCMD_IDLE);
+	atomic_init(&w->prog, NULL);
+	atomic_init(&w->current_task, NULL);
+	atomic_init(&w->current_seq, 0);
+	cgr__bell_init(&w->bell);
+	cgr__future_init(&w->life);
+	w->life_gen = cgr__future_arm(&w->life);
+	cgr__future_init(&w->exited);
+	w->exit_gen = cgr__future_arm(&w->exited);
+
+	/* The thread holds a context reference until it exits. */
+	atomic_fetch_add(&ctx->refs, 1);
+	ret = -pthread_create(&w->thread, NULL, cgr__worker_main, w);
+	if (ret != 0) {
+		atomic_fetch_sub(&ctx->refs, 1);
+		cgr__strfree(&ctx->arena, w->name);
+		cgr__free(&ctx->arena, w, sizeof(*w), 64);
+		return ret == -EAGAIN ? -EAGAIN : ret;
+	}
+	ret = cgr__future_wait(&w->life, w->life_gen, CGR_FOREVER, NULL,
+			       CGR_WAIT_BLOCK, 0);
+	if (ret != 0) {
+		pthread_join(w->thread, NULL);
+		cgr__strfree(&ctx->arena, w->name);
+		cgr__free(&ctx->arena, w, sizeof(*w), 64);
+		return ret;
+	}
+	w->next = ctx->workers;
+	ctx->workers = w;
+	ctx->nworkers++;
+	*out = w;
+	return 0;
+}
+
+int cgr_worker_destroy(cgr_worker *w, int64_t timeout_ns)
+{
+	int64_t deadline;
+	int ret;
+
+	if (w == NULL)
+		return -EINVAL;
+	if (w->destroyed)
+		return 0;
+	if (w->abandoned) {
+		/* Already told to stop and detached: it exits by itself. */
+		w->destroyed = true;
+		return 0;
+	}
+	if (w->busy_with != NULL && !w->busy_with->torn_down)
+		return -EBUSY;
+	w->destroyed = true;
+	if (timeout_ns < 0)
+		timeout_ns = 1000000000;
+	deadline = cgr__deadline(timeout_ns);
+	atomic_store_explicit(&w->cmd, CGR__WCMD_STOP, memory_order_release);
+	cgr__bell_ring_force(&w->bell);
+	ret = cgr__future_wait(&w->exited, w->exit_gen, deadline, NULL,
+			       CGR_WAIT_BLOCK, 0);
+	if (ret == -ETIMEDOUT) {
+		const char *t = atomic_load(&w->current_task);
+		cgr__err(&w->ctx->log,
+			 "worker %s did not stop within the deadline (in task "
+			 "%s); abandoned",
+			 w->name, t != NULL ? t : "(none)");
+		w->abandoned = true;
+		pthread_detach(w->thread);
+		return CGR_ESTUCK;
+	}
+	pthread_join(w->thread, NULL);
+	return 0;
+}
+
+const char *cgr_worker_name(const cgr_worker *w)
+{
+	return w != NULL ? w->name : NULL;
+}

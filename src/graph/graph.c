@@ -1,0 +1,261 @@
+/*
+ * graph/graph.c: the graph builder: input, constant and task nodes, late
+ * binding of task inputs (which is how cycles can be expressed, and then
+ * rejected by compile), outputs, names and error messages.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "graph/internal.h"
+
+int cgr__graph_fail(cgr_graph *g, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(g->errmsg, sizeof(g->errmsg), fmt, ap);
+	va_end(ap);
+	cgr__info(&g->ctx->log, "graph: %s", g->errmsg);
+	return err;
+}
+
+const char *cgr_graph_errmsg(const cgr_graph *g)
+{
+	return g != NULL ? g->errmsg : "";
+}
+
+int cgr_graph_create(cgr_ctx *ctx, cgr_graph **out)
+{
+	cgr_graph *g;
+
+	if (ctx == NULL || out == NULL || ctx->destroyed)
+		return -EINVAL;
+	g = cgr__alloc(&ctx->arena, sizeof(*g), 64);
+	if (g == NULL)
+		return -ENOMEM;
+	g->ctx = ctx;
+	g->nodes_tail = &g->nodes;
+	g->tasks_tail = &g->tasks;
+	*out = g;
+	return 0;
+}
+
+static void cgr__task_free(cgr_graph *g, struct cgr__task *t)
+{
+	struct cgr__arena *a = &g->ctx->arena;
+
+	cgr__strfree(a, t->name);
+	cgr__free(a, t->in, t->nin * sizeof(*t->in), 16);
+	cgr__free(a, t->out, t->nout * sizeof(*t->out), 16);
+	cgr__free(a, t, sizeof(*t), 16);
+}
+
+void cgr_graph_destroy(cgr_graph *g)
+{
+	struct cgr__arena *a;
+	struct cgr_node *n, *nn;
+	struct cgr__task *t, *tn;
+
+	if (g == NULL)
+		return;
+	a = &g->ctx->arena;
+	for (n = g->nodes; n != NULL; n = nn) {
+		nn = n->next;
+		cgr__free(a, n->cdata, n->cdata_len, 64);
+		cgr__free(a, n, sizeof(*n), 16);
+	}
+	for (t = g->tasks; t != NULL; t = tn) {
+		tn = t->next;
+		cgr__task_free(g, t);
+	}
+	cgr__free(a, g->outputs, g->noutputs * sizeof(*g->outputs), 16);
+	cgr__free(a, g, sizeof(*g), 64);
+}
+
+static cgr_node *cgr__node_new(cgr_graph *g, int kind)
+{
+	cgr_node *n = cgr__alloc(&g->ctx->arena, sizeof(*n), 16);
+
+	if (n == NULL)
+		return NULL;
+	n->kind = kind;
+	n->g = g;
+	n->id = g->nnodes++;
+	*g->nodes_tail = n;
+	g->nodes_tail = &n->next;
+	return n;
+}
+
+int cgr_graph_input(cgr_graph *g, int index, cgr_node **out)
+{
+	cgr_node *n;
+
+	if (g == NULL || out == NULL || index < CGR_INPUT_ALL ||
+	    index > 65535)
+		return -EINVAL;
+	if (g->compiled)
+		return cgr__graph_fail(g, CGR_ECOMPILED,
+				       "graph already compiled");
+	n = cgr__node_new(g, CGR__NODE_INPUT);
+	if (n == NULL)
+		return -ENOMEM;
+	n->index = index;
+	if (index == CGR_INPUT_ALL)
+		snprintf(n->name, sizeof(n->name), "input[*]");
+	else
+		snprintf(n->name, sizeof(n->name), "input[%d]", index);
+	*out = n;
+	return 0;
+}
+
+int cgr_graph_const(cgr_graph *g, const cgr_value *v, cgr_node **out)
+{
+	cgr_node *n;
+	size_t bytes;
+	int ret;
+
+	if (g == NULL || v == NULL || out == NULL)
+		return -EINVAL;
+	if (g->compiled)
+		return cgr__graph_fail(g, CGR_ECOMPILED,
+				       "graph already compiled");
+	ret = cgr__value_check(v, SIZE_MAX, &bytes);
+	if (ret < 0)
+		return -EINVAL;
+	n = cgr__node_new(g, CGR__NODE_CONST);
+	if (n == NULL)
+		return -ENOMEM;
+	snprintf(n->name, sizeof(n->name), "const#%u", n->id);
+	/* Keep the value as a ready-made slot: header + data. */
+	n->cdata_len = CGR__SLOT_HDR + bytes;
+	n->cdata = cgr__alloc(&g->ctx->arena, n->cdata_len, 64);
+	if (n->cdata == NULL)
+		return -ENOMEM; /* the node stays, inert; freed with g */
+	cgr__value_store(n->cdata, bytes, v);
+	*out = n;
+	return 0;
+}
+
+int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
+		   cgr_node *const *in, size_t nin, cgr_node **out,
+		   size_t nout)
+{
+	struct cgr__arena *a;
+	struct cgr__task *task;
+	cgr_task_desc d;
+
+	if (g == NULL || w == NULL || t == NULL || t->size < sizeof(size_t) ||
+	    (nin > 0 && in == NULL) || out == NULL || nout == 0 ||
+	    nin > 4096 || nout > 4096 || w->ctx != g->ctx)
+		return -EINVAL;
+	CGR__PARAMS_COPY(d, t, ((cgr_task_desc)CGR_TASK_DESC_INIT));
+	if (d.fn == NULL)
+		return -EINVAL;
+	if (g->compiled)
+		return cgr__graph_fail(g, CGR_ECOMPILED,
+				       "graph already compiled");
+	for (size_t i = 0; i < nin; i++)
+		if (in[i] != NULL && in[i]->g != g)
+			return cgr__graph_fail(g, -EINVAL,
+					       "input %zu of task %s is a node "
+					       "of another graph",
+					       i, d.name ? d.name : "?");
+	a = &g->ctx->arena;
+	task = cgr__alloc(a, sizeof(*task), 16);
+	if (task == NULL)
+		return -ENOMEM;
+	task->id = g->ntasks;
+	if (d.name != NULL)
+		task->name = cgr__strdup(a, d.name);
+	else {
+		char buf[32];
+		snprintf(buf, sizeof(buf), "task%u", g->ntasks);
+		task->name = cgr__strdup(a, buf);
+	}
+	task->in = cgr__alloc(a, (nin ? nin : 1) * sizeof(*task->in), 16);
+	task->out = cgr__alloc(a, nout * sizeof(*task->out), 16);
+	task->nin = nin;
+	task->nout = nout;
+	if (task->name == NULL || task->in == NULL || task->out == NULL) {
+		cgr__task_free(g, task);
+		return -ENOMEM;
+	}
+	if (nin == 0) /* keep the size cgr__task_free will pass */
+		cgr__free(a, task->in, sizeof(*task->in), 16),
+			task->in = NULL;
+	task->fn = d.fn;
+	task->arg = d.arg;
+	task->max_out_bytes = d.max_out_bytes;
+	task->w = w;
+	for (size_t i = 0; i < nin; i++)
+		task->in[i] = in[i];
+	for (size_t i = 0; i < nout; i++) {
+		cgr_node *n = cgr__node_new(g, CGR__NODE_TASK);
+		if (n == NULL)
+			return -ENOMEM; /* the task stays, partly built */
+		n->task = task;
+		n->port = i;
+		if (nout == 1)
+			snprintf(n->name, sizeof(n->name), "%s", task->name);
+		else
+			snprintf(n->name, sizeof(n->name), "%s#%zu",
+				 task->name, i);
+		task->out[i] = n;
+	}
+	*g->tasks_tail = task;
+	g->tasks_tail = &task->next;
+	g->ntasks++;
+	for (size_t i = 0; i < nout; i++)
+		out[i] = task->out[i];
+	return 0;
+}
+
+int cgr_node_set_input(cgr_node *n, size_t i, cgr_node *src)
+{
+	if (n == NULL || src == NULL || n->kind != CGR__NODE_TASK ||
+	    src->g != n->g || i >= n->task->nin)
+		return -EINVAL;
+	if (n->g->compiled)
+		return cgr__graph_fail(n->g, CGR_ECOMPILED,
+				       "graph already compiled");
+	n->task->in[i] = src;
+	return 0;
+}
+
+int cgr_graph_output(cgr_graph *g, cgr_node *const *outs, size_t n)
+{
+	if (g == NULL || outs == NULL || n == 0 || n > 4096)
+		return -EINVAL;
+	if (g->compiled)
+		return cgr__graph_fail(g, CGR_ECOMPILED,
+				       "graph already compiled");
+	if (g->outputs != NULL)
+		return cgr__graph_fail(g, -EALREADY,
+				       "graph outputs already declared");
+	for (size_t i = 0; i < n; i++) {
+		if (outs[i] == NULL || outs[i]->g != g)
+			return cgr__graph_fail(g, -EINVAL,
+					       "output %zu is not a node of "
+					       "this graph",
+					       i);
+		if (outs[i]->kind != CGR__NODE_TASK)
+			return cgr__graph_fail(
+				g, -EINVAL,
+				"output %zu (%s) is not a task output: route "
+				"inputs and constants through a task",
+				i, outs[i]->name);
+	}
+	g->outputs = cgr__alloc(&g->ctx->arena, n * sizeof(*g->outputs), 16);
+	if (g->outputs == NULL)
+		return -ENOMEM;
+	memcpy(g->outputs, outs, n * sizeof(*outs));
+	g->noutputs = n;
+	return 0;
+}
+
+const char *cgr_node_name(const cgr_node *n)
+{
+	return n != NULL ? n->name : "";
+}

@@ -1,0 +1,293 @@
+/*
+ * graph/internal.h: the objects behind cgr.h's opaque handles: context,
+ * worker, graph and nodes, and the compiled graph with its ports, rings and
+ * per-worker programs.  Shared by graph/ (building, validation), compile/
+ * (lowering to programs) and exec/ (worker loop, execute/get, teardown).
+ *
+ * Threads: ctx, graph and the driver side of a compiled graph belong to the
+ * driver thread.  A worker's thread owns its reactor and runs its program;
+ * what it shares with the driver is marked _Atomic or is written before the
+ * program is published (release on cmd) and read-only afterwards.
+ */
+#ifndef CGR_GRAPH_INTERNAL_H
+#define CGR_GRAPH_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "base/alloc.h"
+#include "base/base.h"
+#include "base/futex.h"
+#include "future/future.h"
+#include "reactor/reactor.h"
+#include "ring/ring.h"
+
+/* ---- context and workers ------------------------------------------ */
+
+struct cgr_ctx {
+	struct cgr__logger log;
+	struct cgr__arena arena;
+	unsigned flags;
+	/* Driver-side references plus one per live worker thread: a worker
+	 * abandoned in a stuck task keeps the context alive until it exits. */
+	_Atomic uint32_t refs;
+	atomic_bool uring_fallback_logged;
+	struct cgr_worker *workers; /* every worker ever created */
+	struct cgr_compiled *compiled; /* live (not destroyed) graphs */
+	unsigned nworkers;
+	bool destroyed;
+};
+
+enum cgr__wcmd {
+	CGR__WCMD_IDLE = 0,
+	CGR__WCMD_RUN = 1,
+	CGR__WCMD_STOP = 2,
+};
+
+struct cgr_worker {
+	cgr_ctx *ctx;
+	char *name;
+	int cpu;
+	cgr_worker_init_fn init;
+	cgr_worker_fini_fn fini;
+	void *arg;
+	void *state;
+	pthread_t thread;
+	unsigned index;
+
+	/* Mailbox: the driver publishes prog, then cmd (release), then rings
+	 * bell.  The worker parks on bell while idle or waiting for input. */
+	_Atomic uint32_t cmd;
+	struct cgr__prog *_Atomic prog;
+	struct cgr_bell bell cgr__aligned;
+
+	/* Completed once init ran (result: init's code); exited when the
+	 * thread is about to return. */
+	struct cgr_future life;
+	uint32_t life_gen;
+	struct cgr_future exited;
+	uint32_t exit_gen;
+
+	/* What the thread is doing, for teardown's report. */
+	const char *_Atomic current_task;
+	_Atomic uint64_t current_seq;
+
+	struct cgr_compiled *busy_with; /* driver: live graph using us */
+	bool destroyed;			/* driver */
+	bool abandoned;			/* driver: left stuck in a task */
+	struct cgr_worker *next;
+};
+
+void cgr__ctx_unref(cgr_ctx *ctx);
+
+/* ---- graphs -------------------------------------------------------- */
+
+enum cgr__node_kind {
+	CGR__NODE_INPUT = 1,
+	CGR__NODE_CONST = 2,
+	CGR__NODE_TASK = 3, /* one output port of a task */
+};
+
+struct cgr__task;
+
+struct cgr_node {
+	int kind;
+	int index;		/* INPUT: argument or CGR_INPUT_ALL */
+	unsigned id;		/* creation order in the graph */
+	struct cgr__task *task; /* TASK */
+	size_t port;		/* TASK: output index */
+	cgr_value cval;		/* CONST: the copy */
+	void *cdata;		/* CONST: owned data */
+	size_t cdata_len;
+	char name[64];
+	cgr_graph *g;
+	struct cgr_node *next; /* graph's list */
+};
+
+struct cgr__task {
+	unsigned id; /* bind order */
+	char *name;
+	cgr_task_fn fn;
+	void *arg;
+	size_t max_out_bytes;
+	cgr_worker *w;
+	size_t nin, nout;
+	cgr_node **in;	 /* nin sources (NULL: not set yet) */
+	cgr_node **out;	 /* nout port nodes */
+	struct cgr__task *next;
+	/* compile scratch */
+	unsigned indeg, topo;
+	int mark;
+	bool live;
+};
+
+struct cgr_graph {
+	cgr_ctx *ctx;
+	struct cgr_node *nodes, **nodes_tail;
+	struct cgr__task *tasks, **tasks_tail;
+	unsigned nnodes, ntasks;
+	cgr_node **outputs;
+	size_t noutputs;
+	bool compiled;
+	char errmsg[512];
+};
+
+int cgr__graph_fail(cgr_graph *g, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* ---- compiled graphs ----------------------------------------------- */
+
+/* Header of one buffer slot; the data follows at CGR__SLOT_HDR. */
+struct cgr__slot_hdr {
+	uint32_t kind; /* enum cgr_value_kind */
+	int32_t code;
+	uint64_t len; /* data bytes */
+	int32_t ndim;
+	uint8_t dt_code, dt_bits;
+	uint16_t dt_lanes;
+	int32_t dev_type, dev_id;
+	int64_t shape[CGR_MAX_NDIM];
+};
+#define CGR__SLOT_HDR 128
+_Static_assert(sizeof(struct cgr__slot_hdr) <= CGR__SLOT_HDR,
+	       "slot header must fit its reserved space");
+
+/* A value-producing port and its nslots buffer slots. */
+struct cgr__port {
+	unsigned char *mem;
+	size_t slot_bytes; /* header + capacity */
+	size_t cap;	   /* data capacity per slot */
+	uint32_t nslots;   /* 1 for constants */
+	uint32_t mask;
+	char name[64];
+};
+
+static inline struct cgr__slot_hdr *cgr__port_slot(const struct cgr__port *p,
+						  uint64_t seq)
+{
+	return (struct cgr__slot_hdr *)(p->mem +
+					(size_t)(seq & p->mask) * p->slot_bytes);
+}
+
+static inline void *cgr__slot_data(struct cgr__slot_hdr *h)
+{
+	return (unsigned char *)h + CGR__SLOT_HDR;
+}
+
+/* One ring from a port's producer to one consumer (worker or driver). */
+struct cgr__chan {
+	void *mem;
+	size_t memsize;
+	struct cgr_ring prod, cons;
+	struct cgr_bell *consumer_bell; /* worker's bell or the driver's */
+	unsigned port;
+};
+
+/* Ring messages: the execution's sequence number. */
+struct cgr__msg {
+	uint64_t seq;
+};
+
+enum cgr__op_kind {
+	CGR__OP_READ = 1,
+	CGR__OP_COMPUTE = 2,
+	CGR__OP_WRITE = 3,
+};
+
+struct cgr_task_ctx {
+	struct cgr_compiled *c;
+	struct cgr__task *task; /* graph task (names, fn) */
+	cgr_worker *w;
+	uint64_t seq;
+	unsigned *in_ports; /* nin_expanded */
+	size_t nin;
+	unsigned *out_ports; /* nout */
+	size_t nout;
+	cgr_value *inv, *outv; /* scratch, sized at compile */
+	int err_code;
+	char errmsg[256];
+	char *name;
+	void *arg;
+	cgr_task_fn fn;
+};
+
+struct cgr__op {
+	int kind;
+	unsigned chan;		/* READ */
+	struct cgr_task_ctx *tc; /* COMPUTE */
+	unsigned *chans;	/* WRITE: rings fed by this task's outputs */
+	size_t nchans;
+};
+
+struct cgr__prog {
+	struct cgr_compiled *c;
+	cgr_worker *w;
+	struct cgr__op *ops;
+	size_t nops;
+	struct cgr_task_ctx *tcs;
+	size_t ntcs;
+	struct cgr_future left; /* completed when the worker leaves */
+	uint32_t left_gen;
+	_Atomic uint64_t done_seq; /* executions completed (for reports) */
+};
+
+struct cgr_compiled {
+	cgr_ctx *ctx;
+	_Atomic uint32_t refs; /* driver + each worker running a program */
+	cgr_compile_params p;
+	uint32_t nslots;
+
+	struct cgr__port *ports;
+	size_t nports;
+	struct cgr__chan *chans;
+	size_t nchans;
+	struct cgr__prog *progs;
+	size_t nprogs;
+
+	/* Driver side. */
+	size_t nargs;
+	unsigned *arg_port;   /* nargs */
+	unsigned **arg_chans; /* per arg: rings to consumers */
+	size_t *arg_nchans;
+	size_t nout;
+	unsigned *out_port; /* per output */
+	unsigned *drv_chans; /* distinct rings into the driver */
+	size_t ndrv_chans;
+	unsigned *out_chan; /* per output: index into drv_chans */
+	uint32_t *drv_mult; /* per driver ring: outputs it serves */
+	struct cgr_bell drv_bell cgr__aligned;
+
+	uint64_t next_seq; /* next execution */
+	uint64_t oldest;   /* oldest not released */
+	uint32_t *arrived; /* per slot: outputs arrived */
+	uint8_t *released; /* per slot */
+
+	_Atomic uint32_t stop;
+	bool torn_down;
+	int teardown_result;
+	struct cgr_compiled *next; /* ctx's list */
+
+	/* Memory this graph allocated, freed in one place. */
+	void **allocs;
+	size_t *alloc_sizes;
+	size_t nallocs, allocs_cap;
+};
+
+/* compile/ */
+void *cgr__c_alloc(struct cgr_compiled *c, size_t size, size_t align);
+void cgr__compiled_unref(struct cgr_compiled *c);
+
+/* exec/ */
+void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
+		     struct cgr_reactor *r);
+/* Stores v into slot h of capacity cap; returns 0 or an error value is
+ * written instead and the error code returned. */
+int cgr__value_store(struct cgr__slot_hdr *h, size_t cap, const cgr_value *v);
+void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v);
+void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,
+			    const char *msg);
+/* Checks a value the caller hands in; 0 or CGR_ETOOBIG/CGR_EBADVALUE. */
+int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes);
+
+#endif

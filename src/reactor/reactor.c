@@ -1,0 +1,267 @@
+/*
+ * reactor/reactor.c: spin-then-park waiting on doorbells, io_uring futex
+ * waits with the futex system call as fallback, and a small timer table.
+ *
+ * Debian's liburing 2.3 has no futex helpers, so the FUTEX_WAIT request is
+ * filled by hand (opcode 51 since Linux 6.7).  Waking is always the futex
+ * system call, which io_uring futex waiters observe like any other waiter.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <string.h>
+
+#include "reactor/reactor.h"
+
+#ifndef IORING_OP_FUTEX_WAIT
+#define IORING_OP_FUTEX_WAIT 51
+#endif
+#define CGR__FUTEX2_SIZE_U32 0x02u
+#define CGR__UD_FUTEX 1u
+#define CGR__UD_TIMEOUT 2u
+
+void cgr__reactor_init(struct cgr_reactor *r, unsigned flags)
+{
+	struct io_uring_params p;
+	int ret;
+
+	memset(r, 0, sizeof(*r));
+	r->next_timer_id = 1;
+	if (flags & CGR__REACTOR_NO_URING) {
+		r->uring_err = -EPERM;
+		return;
+	}
+	memset(&p, 0, sizeof(p));
+	p.flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+	ret = io_uring_queue_init_params(8, &r->ring, &p);
+	if (ret == -EINVAL) {
+		memset(&p, 0, sizeof(p));
+		ret = io_uring_queue_init_params(8, &r->ring, &p);
+	}
+	if (ret < 0) {
+		r->uring_err = ret;
+		return;
+	}
+	r->uring = true;
+}
+
+void cgr__reactor_fini(struct cgr_reactor *r)
+{
+	if (r->uring)
+		io_uring_queue_exit(&r->ring);
+	r->uring = false;
+}
+
+static void cgr__prep_futex_wait(struct io_uring_sqe *sqe,
+				 _Atomic uint32_t *addr, uint32_t val)
+{
+	memset(sqe, 0, sizeof(*sqe));
+	sqe->opcode = IORING_OP_FUTEX_WAIT;
+	sqe->fd = (int)CGR__FUTEX2_SIZE_U32; /* shared futex: may be in shm */
+	sqe->addr = (uint64_t)(uintptr_t)addr;
+	sqe->off = val;			  /* addr2: the expected value */
+	sqe->addr3 = 0xffffffffu;	  /* FUTEX_BITSET_MATCH_ANY */
+	sqe->user_data = CGR__UD_FUTEX;
+}
+
+static int cgr__uring_park(struct cgr_reactor *r, _Atomic uint32_t *addr,
+			   uint32_t val, int64_t deadline)
+{
+	struct __kernel_timespec ts;
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+	unsigned want = 1, got = 0;
+	int res = 0, ret;
+
+	sqe = io_uring_get_sqe(&r->ring);
+	if (sqe == NULL)
+		return -EBUSY;
+	cgr__prep_futex_wait(sqe, addr, val);
+	if (deadline != CGR_FOREVER) {
+		sqe->flags |= IOSQE_IO_LINK;
+		sqe = io_uring_get_sqe(&r->ring);
+		if (sqe == NULL)
+			return -EBUSY;
+		ts.tv_sec = deadline / 1000000000;
+		ts.tv_nsec = deadline % 1000000000;
+		io_uring_prep_link_timeout(sqe, &ts, IORING_TIMEOUT_ABS);
+		sqe->user_data = CGR__UD_TIMEOUT;
+		want = 2;
+	}
+	ret = io_uring_submit_and_wait(&r->ring, want);
+	if (ret < 0 && ret != -EINTR)
+		return ret;
+	/* Reap both completions: the futex wait and its linked timeout. */
+	while (got < want) {
+		ret = io_uring_wait_cqe(&r->ring, &cqe);
+		if (ret == -EINTR)
+			continue;
+		if (ret < 0)
+			return ret;
+		if (cqe->user_data == CGR__UD_FUTEX) {
+			/* 0: woken; -EAGAIN: value changed; -ECANCELED: the
+			 * linked timeout fired. */
+			if (cqe->res == -ECANCELED || cqe->res == -ETIME)
+				res = -ETIMEDOUT;
+			else if (cqe->res < 0 && cqe->res != -EAGAIN)
+				res = cqe->res;
+		}
+		io_uring_cqe_seen(&r->ring, cqe);
+		got++;
+	}
+	if (res == -ETIMEDOUT && cgr__now_ns() < deadline)
+		res = 0; /* cancelled early for another reason: re-check */
+	return res;
+}
+
+int cgr__reactor_park(struct cgr_reactor *r, struct cgr_bell *b,
+		      uint32_t seq, int64_t deadline)
+{
+	int64_t t = deadline;
+	int ret;
+
+	if (r != NULL) {
+		int64_t nt = cgr__reactor_next_deadline(r);
+		if (nt < t)
+			t = nt;
+		r->parks++;
+	}
+	if (t != CGR_FOREVER && cgr__now_ns() >= t)
+		ret = -ETIMEDOUT;
+	else if (r != NULL && r->uring)
+		ret = cgr__uring_park(r, &b->seq, seq, t);
+	else
+		ret = cgr__futex_wait(&b->seq, seq, t);
+	if (r != NULL)
+		cgr__reactor_run_timers(r, cgr__now_ns());
+	if (ret == -ETIMEDOUT && t < deadline)
+		ret = 0; /* a timer's deadline, not the caller's */
+	if (ret == -EINTR)
+		ret = 0;
+	return ret;
+}
+
+static inline bool cgr__cancelled(const _Atomic uint32_t *cancel)
+{
+	return cancel != NULL &&
+	       atomic_load_explicit(cancel, memory_order_acquire) != 0;
+}
+
+int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
+		      cgr__ready_fn ready, void *arg,
+		      const _Atomic uint32_t *cancel, int mode,
+		      int64_t spin_ns, int64_t deadline)
+{
+	int64_t now, spin_end;
+	unsigned i = 0;
+
+	if (ready(arg))
+		return 0;
+	now = cgr__now_ns();
+	spin_end = mode == CGR_WAIT_BLOCK ? now : now + spin_ns;
+	/* Spin phase.  The clock is read every 64 polls; in busy mode the
+	 * thread yields every 1024 polls so that more spinners than cores
+	 * still make progress. */
+	for (;;) {
+		if (ready(arg))
+			return 0;
+		if (cgr__cancelled(cancel))
+			return -ECANCELED;
+		cgr__cpu_relax();
+		if ((++i & 63) != 0)
+			continue;
+		now = cgr__now_ns();
+		if (now >= deadline)
+			return ready(arg) ? 0 : -ETIMEDOUT;
+		if (r != NULL && cgr__reactor_next_deadline(r) <= now)
+			cgr__reactor_run_timers(r, now);
+		if (mode == CGR_WAIT_BUSY) {
+			if ((i & 1023) == 0)
+				sched_yield();
+			continue;
+		}
+		if (now >= spin_end)
+			break;
+		/* Past a quarter of the spin, give the core away now and
+		 * then: another spinner may be the one we wait for. */
+		if ((i & 1023) == 0)
+			sched_yield();
+	}
+	if (r != NULL)
+		r->spins++;
+	/* Park phase. */
+	for (;;) {
+		uint32_t seq = cgr__bell_prepare(b);
+		int ret;
+
+		if (ready(arg)) {
+			cgr__bell_cancel(b);
+			return 0;
+		}
+		if (cgr__cancelled(cancel)) {
+			cgr__bell_cancel(b);
+			return -ECANCELED;
+		}
+		ret = cgr__reactor_park(r, b, seq, deadline);
+		cgr__bell_cancel(b);
+		if (ready(arg))
+			return 0;
+		if (ret == -ETIMEDOUT || cgr__now_ns() >= deadline)
+			return -ETIMEDOUT;
+		if (ret < 0 && ret != -EAGAIN && ret != -EBUSY)
+			return ret;
+	}
+}
+
+int cgr__reactor_timer_add(struct cgr_reactor *r, int64_t deadline,
+			   cgr__timer_fn fn, void *arg, uint64_t *id)
+{
+	for (size_t i = 0; i < CGR_REACTOR_MAX_TIMERS; i++) {
+		struct cgr__timer *t = &r->timers[i];
+		if (t->deadline != 0)
+			continue;
+		t->deadline = deadline > 0 ? deadline : 1;
+		t->fn = fn;
+		t->arg = arg;
+		t->id = r->next_timer_id++;
+		if (id != NULL)
+			*id = t->id;
+		return 0;
+	}
+	return -ENOSPC;
+}
+
+int cgr__reactor_timer_cancel(struct cgr_reactor *r, uint64_t id)
+{
+	for (size_t i = 0; i < CGR_REACTOR_MAX_TIMERS; i++) {
+		if (r->timers[i].deadline != 0 && r->timers[i].id == id) {
+			r->timers[i].deadline = 0;
+			return 0;
+		}
+	}
+	return -ENOENT;
+}
+
+int cgr__reactor_run_timers(struct cgr_reactor *r, int64_t now)
+{
+	int fired = 0;
+
+	for (size_t i = 0; i < CGR_REACTOR_MAX_TIMERS; i++) {
+		struct cgr__timer *t = &r->timers[i];
+		if (t->deadline == 0 || t->deadline > now)
+			continue;
+		t->deadline = 0; /* free before the call: fn may re-arm */
+		t->fn(t->arg);
+		fired++;
+	}
+	return fired;
+}
+
+int64_t cgr__reactor_next_deadline(const struct cgr_reactor *r)
+{
+	int64_t m = CGR_FOREVER;
+
+	for (size_t i = 0; i < CGR_REACTOR_MAX_TIMERS; i++)
+		if (r->timers[i].deadline != 0 && r->timers[i].deadline < m)
+			m = r->timers[i].deadline;
+	return m;
+}
