@@ -11,6 +11,7 @@
  * path to an output, and an output arrives only after its producers ran).
  */
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 
 #include "graph/internal.h"
@@ -170,6 +171,7 @@ int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
 {
 	int64_t deadline;
 	int result = 0;
+	uint32_t nstuck = 0;
 
 	if (c == NULL)
 		return -EINVAL;
@@ -204,10 +206,18 @@ int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
 					      memory_order_release);
 			pthread_detach(w->thread);
 			result = CGR_ESTUCK;
+			nstuck++;
 			continue;
 		}
 		w->busy_with = NULL;
 	}
+	/* Workers drop their reference right after completing `left`: wait
+	 * for those drops too, so that memory accounting is exact when
+	 * teardown returns. */
+	while (atomic_load_explicit(&c->refs, memory_order_acquire) >
+		       1 + nstuck &&
+	       cgr__now_ns() < deadline)
+		sched_yield();
 	c->teardown_result = result;
 	return result;
 }

@@ -1,0 +1,315 @@
+/*
+ * tests/graph-teardown.c: teardown never hangs and leaves nothing behind:
+ * with executions in flight, with a task stuck past the deadline (reported,
+ * the worker abandoned, and cleaned up when the task returns), called
+ * twice; worker init/fini run on the worker's own thread; file
+ * descriptors, threads and memory return to their start after 100
+ * create/compile/destroy cycles.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <sys/syscall.h>
+
+#include <cgr.h>
+#ifndef CGR_SANITIZE
+#include <jemalloc/jemalloc.h>
+#endif
+
+#include "tap.h"
+
+static int count_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int n = 0;
+	if (d == NULL)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+static _Atomic int release_stuck, stuck_entered, fini_calls, init_calls;
+static _Atomic int tid_mismatch;
+static char logbuf[4096];
+static _Atomic int loglines;
+
+static void logger(void *arg, int level, const char *msg)
+{
+	(void)arg, (void)level;
+	if (atomic_fetch_add(&loglines, 1) == 0)
+		snprintf(logbuf, sizeof(logbuf), "%s", msg);
+}
+
+struct wstate {
+	pid_t tid;
+};
+
+static int w_init(void *arg, void **state)
+{
+	struct wstate *s = malloc(sizeof(*s));
+	(void)arg;
+	s->tid = (pid_t)syscall(SYS_gettid);
+	*state = s;
+	atomic_fetch_add(&init_calls, 1);
+	return 0;
+}
+
+static void w_fini(void *arg, void *state)
+{
+	struct wstate *s = state;
+	(void)arg;
+	if (s->tid != (pid_t)syscall(SYS_gettid))
+		atomic_fetch_add(&tid_mismatch, 1);
+	free(s);
+	atomic_fetch_add(&fini_calls, 1);
+}
+
+static int w_init_fail(void *arg, void **state)
+{
+	(void)arg, (void)state;
+	return -ENOTSUP;
+}
+
+static int echo(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
+		cgr_value *out, size_t nout)
+{
+	struct wstate *s = st;
+	(void)tc, (void)nin, (void)nout;
+	if (s != NULL && s->tid != (pid_t)syscall(SYS_gettid))
+		atomic_fetch_add(&tid_mismatch, 1);
+	out[0] = in[0];
+	return 0;
+}
+
+static int stuck(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
+		 cgr_value *out, size_t nout)
+{
+	atomic_store(&stuck_entered, 1);
+	while (!atomic_load(&release_stuck))
+		;
+	return echo(tc, st, in, nin, out, nout);
+}
+
+static cgr_worker *mkworker(cgr_ctx *ctx, const char *name)
+{
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	cgr_worker *w = NULL;
+	wp.name = name;
+	wp.init = w_init;
+	wp.fini = w_fini;
+	cgr_worker_create(ctx, &wp, &w);
+	return w;
+}
+
+static cgr_compiled *chain(cgr_ctx *ctx, cgr_worker **w, int n,
+			   cgr_task_fn last)
+{
+	cgr_graph *g;
+	cgr_compiled *c = NULL;
+	cgr_node *prev;
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &prev);
+	for (int i = 0; i < n; i++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		d.name = i == n - 1 && last == stuck ? "stuck" : "echo";
+		d.fn = i == n - 1 ? last : echo;
+		cgr_graph_task(g, w[i], &d, &prev, 1, &prev, 1);
+	}
+	cgr_graph_output(g, &prev, 1);
+	if (cgr_graph_compile(g, NULL, &c) != 0)
+		c = NULL;
+	cgr_graph_destroy(g);
+	return c;
+}
+
+static void test_inflight(void)
+{
+	cgr_ctx *ctx;
+	cgr_worker *w[3];
+	cgr_compiled *c;
+	cgr_ref r;
+	cgr_value v = cgr_value_bytes("abc", 3), o;
+	int ok = 1;
+
+	cgr_ctx_create(NULL, &ctx);
+	w[0] = mkworker(ctx, "a"), w[1] = mkworker(ctx, "b"),
+	w[2] = mkworker(ctx, "c");
+	c = chain(ctx, w, 3, echo);
+	t_ok(c != NULL, "3-stage chain compiled");
+	for (int i = 0; i < 8; i++)
+		ok &= cgr_execute(c, &v, 1, &r) == 0;
+	t_ok(ok, "8 executions in flight");
+	int64_t t0 = (int64_t)clock();
+	t_is(cgr_compiled_teardown(c, -1), 0, "teardown with 8 in flight");
+	(void)t0;
+	t_is(cgr_compiled_teardown(c, -1), 0, "second teardown is a no-op");
+	t_is(cgr_execute(c, &v, 1, &r), CGR_ECLOSED, "execute after teardown");
+	t_is(cgr_ref_get(c, r, 0, &o, 1), CGR_ECLOSED, "get after teardown");
+	cgr_compiled_destroy(c);
+	/* Workers are free for another graph. */
+	c = chain(ctx, w, 3, echo);
+	t_ok(c != NULL, "workers reused by a new graph");
+	t_is(cgr_execute(c, &v, 1, &r), 0, "execute");
+	t_is(cgr_ref_get(c, r, -1, &o, 1), 0, "get");
+	t_ok(o.u.bytes.len == 3 && memcmp(o.u.bytes.data, "abc", 3) == 0,
+	     "value");
+	/* ctx_destroy cleans up the live graph and the workers. */
+	cgr_ctx_destroy(ctx);
+	cgr_ctx_destroy(NULL);
+	t_is(atomic_load(&fini_calls), atomic_load(&init_calls),
+	     "every worker ran fini (%d)", atomic_load(&fini_calls));
+	t_is(atomic_load(&tid_mismatch), 0,
+	     "init, tasks and fini ran on the worker's own thread");
+}
+
+static void test_stuck(void)
+{
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	cgr_ctx *ctx;
+	cgr_worker *w[2];
+	cgr_compiled *c;
+	cgr_ref r;
+	cgr_value v = cgr_value_bytes("z", 1);
+	int before = atomic_load(&fini_calls);
+
+	cp.log_fn = logger;
+	cgr_ctx_create(&cp, &ctx);
+	w[0] = mkworker(ctx, "front"), w[1] = mkworker(ctx, "sticky");
+	c = chain(ctx, w, 2, stuck);
+	t_ok(c != NULL, "graph with a task that gets stuck");
+	cgr_execute(c, &v, 1, &r);
+	while (!atomic_load(&stuck_entered))
+		;
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	int ret = cgr_compiled_teardown(c, 100 * 1000000);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	double ms = (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6;
+	t_is(ret, CGR_ESTUCK, "teardown reports the stuck worker");
+	t_ok(ms >= 99 && ms < 2000, "after the 100 ms deadline (%.1f ms)", ms);
+	t_ok(strstr(logbuf, "sticky") && strstr(logbuf, "stuck"),
+	     "log names the worker and task: %s", logbuf);
+	t_is(cgr_compiled_teardown(c, -1), 0, "second teardown is a no-op");
+	cgr_compiled_destroy(c);
+	cgr_compiled *c2 = chain(ctx, w, 2, echo);
+	t_ok(c2 == NULL, "the abandoned worker cannot be used again");
+	t_is(cgr_worker_destroy(w[1], 0), 0,
+	     "destroying the abandoned worker does not wait");
+	t_is(cgr_worker_destroy(w[0], -1), 0, "the healthy worker stops");
+	cgr_ctx_destroy(ctx);
+	/* Let the task return: the worker finishes, runs fini, exits. */
+	atomic_store(&release_stuck, 1);
+	while (atomic_load(&fini_calls) < before + 2)
+		;
+	t_is(atomic_load(&fini_calls) - before, 2,
+	     "the abandoned worker ran fini once its task returned");
+}
+
+static void test_init_fail(void)
+{
+	cgr_ctx *ctx;
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	cgr_worker *w = NULL;
+	cgr_ctx_create(NULL, &ctx);
+	wp.init = w_init_fail;
+	t_is(cgr_worker_create(ctx, &wp, &w), -ENOTSUP,
+	     "worker create returns init's error");
+	t_ok(w == NULL, "and leaves *out untouched");
+	wp = (cgr_worker_params)CGR_WORKER_PARAMS_INIT;
+	wp.kind = 9;
+	t_is(cgr_worker_create(ctx, &wp, &w), -EINVAL, "unknown worker kind");
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	cp.flags = 0x80;
+	cgr_ctx *c2 = NULL;
+	t_is(cgr_ctx_create(&cp, &c2), -EINVAL, "unknown context flag");
+	cgr_ctx_destroy(ctx);
+}
+
+static size_t heap_bytes(void)
+{
+#ifdef CGR_SANITIZE
+	return 0;
+#else
+	uint64_t epoch = 1;
+	size_t sz = sizeof(epoch), allocated = 0;
+	mallctl("epoch", &epoch, &sz, &epoch, sz);
+	sz = sizeof(allocated);
+	mallctl("stats.allocated", &allocated, &sz, NULL, 0);
+	return allocated;
+#endif
+}
+
+static void cycle_full(void)
+{
+	cgr_ctx *ctx;
+	cgr_worker *w[2];
+	cgr_compiled *c;
+	cgr_ref r;
+	cgr_value v = cgr_value_bytes("q", 1), o;
+
+	cgr_ctx_create(NULL, &ctx);
+	w[0] = mkworker(ctx, "x"), w[1] = mkworker(ctx, "y");
+	c = chain(ctx, w, 2, echo);
+	for (int i = 0; i < 10; i++) {
+		cgr_execute(c, &v, 1, &r);
+		cgr_ref_get(c, r, -1, &o, 1);
+		cgr_ref_release(c, r);
+	}
+	cgr_compiled_destroy(c);
+	cgr_ctx_destroy(ctx);
+}
+
+static void test_cycles(void)
+{
+	int fds0, thr0, fds1, thr1;
+	size_t heap0, heap1, live0, live1, blk0, blk1;
+	long n = t_scale(100) < 20 ? 20 : t_scale(100);
+
+	cycle_full(); /* warm up lazily created library state */
+	fds0 = count_dir("/proc/self/fd");
+	thr0 = count_dir("/proc/self/task");
+	heap0 = heap_bytes();
+	for (long i = 0; i < n; i++)
+		cycle_full();
+	fds1 = count_dir("/proc/self/fd");
+	thr1 = count_dir("/proc/self/task");
+	heap1 = heap_bytes();
+	t_is(fds1, fds0, "fds back to start after %ld full cycles", n);
+	t_is(thr1, thr0, "threads back to start after %ld full cycles", n);
+	t_ok(heap1 <= heap0 + 64 * 1024,
+	     "heap back to start: %zu -> %zu bytes", heap0, heap1);
+
+	/* One context and its workers, many graphs: exact accounting. */
+	cgr_ctx *ctx;
+	cgr_worker *w[2];
+	cgr_ctx_create(NULL, &ctx);
+	w[0] = mkworker(ctx, "p"), w[1] = mkworker(ctx, "q");
+	cgr_ctx_memory(ctx, &live0, &blk0);
+	for (long i = 0; i < n; i++) {
+		cgr_compiled *c = chain(ctx, w, 2, echo);
+		cgr_ref r;
+		cgr_value v = cgr_value_bytes("q", 1), o;
+		cgr_execute(c, &v, 1, &r);
+		cgr_ref_get(c, r, -1, &o, 1);
+		cgr_compiled_destroy(c);
+	}
+	cgr_ctx_memory(ctx, &live1, &blk1);
+	t_is(live1, live0, "context bytes back to start after %ld graphs", n);
+	t_is(blk1, blk0, "context blocks back to start");
+	cgr_ctx_destroy(ctx);
+}
+
+int main(int argc, char **argv)
+{
+	t_init(argc, argv, 60);
+	test_inflight();
+	test_stuck();
+	test_init_fail();
+	test_cycles();
+	return t_done();
+}
