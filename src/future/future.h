@@ -22,12 +22,20 @@ enum cgr__future_state {
 	CGR__FUTURE_FREE = 0,
 	CGR__FUTURE_PENDING = 1,
 	CGR__FUTURE_DONE = 2,
+	/* A completer claimed the generation and is writing the result:
+	 * pending to everybody else.  Only one completer gets here, so the
+	 * result has a single writer per generation. */
+	CGR__FUTURE_COMPLETING = 3,
 };
 
 struct cgr_future {
 	struct cgr_bell bell; /* bell.seq is not used as the state */
 	_Atomic uint32_t word; /* generation << 2 | state */
-	int32_t result;	       /* written before DONE is published */
+	/* Written by the one completer between COMPLETING and DONE; atomic
+	 * (relaxed) because a tester of an old generation may read it while
+	 * a newer generation's completer writes it (it then re-checks the
+	 * word and answers -ESTALE). */
+	_Atomic int32_t result;
 };
 
 static inline uint32_t cgr__future_gen(uint32_t word)
@@ -60,8 +68,8 @@ int cgr__future_test(const struct cgr_future *f, uint32_t gen, int *result);
 int cgr__future_wait(struct cgr_future *f, uint32_t gen, int64_t deadline,
 		     struct cgr_reactor *r, int mode, int64_t spin_ns);
 
-/* Ends generation gen: the future is free to arm again.  -ESTALE if gen is
- * not current. */
+/* Ends generation gen: the future is free to arm again, and waiters still
+ * parked on gen wake up with -ESTALE.  -ESTALE if gen is not current. */
 int cgr__future_release(struct cgr_future *f, uint32_t gen);
 
 #endif

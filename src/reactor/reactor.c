@@ -19,6 +19,25 @@
 #define CGR__UD_FUTEX 1u
 #define CGR__UD_TIMEOUT 2u
 
+/* 0 if the ring supports IORING_OP_FUTEX_WAIT, else -EOPNOTSUPP.  The
+ * probe lives on the stack: liburing's io_uring_get_probe_ring mallocs. */
+static int cgr__uring_probe_futex(struct io_uring *ring)
+{
+	union {
+		struct io_uring_probe p;
+		char buf[sizeof(struct io_uring_probe) +
+			 256 * sizeof(struct io_uring_probe_op)];
+	} u;
+
+	memset(&u, 0, sizeof(u));
+	if (io_uring_register_probe(ring, &u.p, 256) < 0)
+		return -EOPNOTSUPP;
+	if (u.p.last_op < IORING_OP_FUTEX_WAIT ||
+	    !(u.p.ops[IORING_OP_FUTEX_WAIT].flags & IO_URING_OP_SUPPORTED))
+		return -EOPNOTSUPP;
+	return 0;
+}
+
 void cgr__reactor_init(struct cgr_reactor *r, unsigned flags)
 {
 	struct io_uring_params p;
@@ -38,6 +57,15 @@ void cgr__reactor_init(struct cgr_reactor *r, unsigned flags)
 		ret = io_uring_queue_init_params(8, &r->ring, &p);
 	}
 	if (ret < 0) {
+		r->uring_err = ret;
+		return;
+	}
+	/* Kernels before 6.7 set up rings but fail every FUTEX_WAIT request
+	 * with -EINVAL: each park would return at once and an idle worker
+	 * would spin.  Ask the ring which opcodes it knows. */
+	ret = cgr__uring_probe_futex(&r->ring);
+	if (ret < 0) {
+		io_uring_queue_exit(&r->ring);
 		r->uring_err = ret;
 		return;
 	}
@@ -157,7 +185,10 @@ int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
 	if (ready(arg))
 		return 0;
 	now = cgr__now_ns();
-	spin_end = mode == CGR_WAIT_BLOCK ? now : now + spin_ns;
+	spin_end = now;
+	if (mode != CGR_WAIT_BLOCK && spin_ns > 0)
+		spin_end = spin_ns < CGR_FOREVER - now ? now + spin_ns :
+							 CGR_FOREVER;
 	/* Spin phase.  The clock is read every 64 polls; in busy mode the
 	 * thread yields every 1024 polls so that more spinners than cores
 	 * still make progress. */
@@ -243,17 +274,31 @@ int cgr__reactor_timer_cancel(struct cgr_reactor *r, uint64_t id)
 
 int cgr__reactor_run_timers(struct cgr_reactor *r, int64_t now)
 {
+	/* Timers added by the callbacks wait for the next call, even when
+	 * already due: a timer that re-arms itself cannot loop here. */
+	const uint64_t first_new = r->next_timer_id;
 	int fired = 0;
 
-	for (size_t i = 0; i < CGR_REACTOR_MAX_TIMERS; i++) {
-		struct cgr__timer *t = &r->timers[i];
-		if (t->deadline == 0 || t->deadline > now)
-			continue;
+	/* Due timers fire in deadline order (then in order of creation),
+	 * not in slot order: a late wake-up may find several due at once. */
+	for (;;) {
+		struct cgr__timer *t = NULL;
+
+		for (size_t i = 0; i < CGR_REACTOR_MAX_TIMERS; i++) {
+			struct cgr__timer *c = &r->timers[i];
+			if (c->deadline == 0 || c->deadline > now ||
+			    c->id >= first_new)
+				continue;
+			if (t == NULL || c->deadline < t->deadline ||
+			    (c->deadline == t->deadline && c->id < t->id))
+				t = c;
+		}
+		if (t == NULL)
+			return fired;
 		t->deadline = 0; /* free before the call: fn may re-arm */
 		t->fn(t->arg);
 		fired++;
 	}
-	return fired;
 }
 
 int64_t cgr__reactor_next_deadline(const struct cgr_reactor *r)

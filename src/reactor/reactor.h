@@ -45,7 +45,8 @@ enum cgr__reactor_flags {
 	CGR__REACTOR_NO_URING = 1u << 0,
 };
 
-/* On the owner thread.  Never fails: io_uring refusal selects the futex
+/* On the owner thread.  Never fails: io_uring refusal, or a kernel whose
+ * io_uring lacks FUTEX_WAIT (before 6.7: -EOPNOTSUPP), selects the futex
  * fallback (r->uring false, r->uring_err says why). */
 void cgr__reactor_init(struct cgr_reactor *r, unsigned flags);
 void cgr__reactor_fini(struct cgr_reactor *r);
@@ -77,7 +78,8 @@ int cgr__reactor_timer_add(struct cgr_reactor *r, int64_t deadline,
 			   cgr__timer_fn fn, void *arg, uint64_t *id);
 /* Returns 0, or -ENOENT if it already fired or never existed. */
 int cgr__reactor_timer_cancel(struct cgr_reactor *r, uint64_t id);
-/* Fires every timer due at now; returns how many fired. */
+/* Fires every timer due at now, earliest deadline first (timers its
+ * callbacks add wait for the next call); returns how many fired. */
 int cgr__reactor_run_timers(struct cgr_reactor *r, int64_t now);
 /* Earliest pending deadline, or CGR_FOREVER. */
 int64_t cgr__reactor_next_deadline(const struct cgr_reactor *r);

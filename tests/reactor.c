@@ -1,0 +1,806 @@
+/*
+ * tests/reactor.c: the reactor (reactor/reactor.h): idle cost, deadlines,
+ * timers, wake-ups and busy waiting.
+ *
+ * Built twice.  tests/reactor parks on io_uring where the kernel allows it;
+ * tests/reactor-fallback (-DT_FORCE_FALLBACK) first installs a seccomp
+ * filter that refuses io_uring_setup with EPERM (tests/t_seccomp.h), so
+ * every reactor, including the workers' of a context, takes the futex
+ * fallback for real, and checks that the context says so once in its log.
+ *
+ *  1. idle: a context with two idle workers, and a bare reactor thread in
+ *     an adaptive wait with a 2 s deadline, each use under 2% of a core;
+ *     the bare wait returns -ETIMEDOUT at or after its deadline.
+ *  2. deadlines: park and wait (each wait mode) with 1, 5 and 20 ms
+ *     deadlines return -ETIMEDOUT at or after the deadline and less than
+ *     50 ms after it; timers fire at or after their deadlines, in deadline
+ *     order; cancel works once.
+ *  3. wake-up: a second thread sets a flag and rings; the waiter, in a
+ *     random mode with a random spin (0 included), always returns 0 (a
+ *     lost wake-up hangs the program until the hard limit); a cancel word
+ *     gives -ECANCELED.
+ *  4. busy: six CGR_WAIT_BUSY threads on two cores pass a token around a
+ *     ring of flags and complete every pass.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include "reactor/reactor.h"
+#include "t_seccomp.h"
+#include "tap.h"
+
+#ifdef T_FORCE_FALLBACK
+#define T_MODE "fallback"
+#else
+#define T_MODE "io_uring"
+#endif
+
+#define MS 1000000LL
+/* How late a deadline may fire: generous, VMs are noisy. */
+#define T_LATE_NS (50 * MS)
+/* How long the idle checks last, and the share of a core an idle thread
+ * may use meanwhile. */
+#define T_IDLE_NS (2000 * MS)
+#define T_IDLE_MAX 0.02
+/* A cap on the wake-up rounds, for a loaded machine. */
+#define T_ROUNDS_NS (4000 * MS)
+
+static const char *t_mode_name(int mode)
+{
+	return mode == CGR_WAIT_BUSY	? "busy"
+	       : mode == CGR_WAIT_BLOCK ? "block"
+					: "adaptive";
+}
+
+static bool t_never(void *arg)
+{
+	(void)arg;
+	return false;
+}
+
+/* Checks what a freshly initialised reactor chose, and says it. */
+static int t_reactor_bad(const struct cgr_reactor *r)
+{
+#ifdef T_FORCE_FALLBACK
+	return r->uring || r->uring_err != -EPERM;
+#else
+	(void)r;
+	return 0;
+#endif
+}
+
+static void t_reactor_report(const char *who, const struct cgr_reactor *r)
+{
+	if (r->uring)
+		t_diag("%s: parks on io_uring", who);
+	else
+		t_diag("%s: futex fallback (%s)", who,
+		       cgr_strerror(r->uring_err));
+#ifdef T_FORCE_FALLBACK
+	t_ok(!r->uring, "%s: io_uring refused", who);
+	t_is(r->uring_err, -EPERM, "%s: uring_err is -EPERM", who);
+#endif
+}
+
+/* ---- CPU time of one thread ----------------------------------------- */
+
+/* The CPU clock of thread tid of this process, as glibc's
+ * pthread_getcpuclockid builds it (CPUCLOCK_PERTHREAD | CPUCLOCK_SCHED);
+ * /proc's clock ticks where that clock is refused. */
+static int64_t t_tid_cpu_ns(pid_t tid)
+{
+	clockid_t c = (clockid_t)((~(unsigned)tid << 3) | 6u);
+	struct timespec ts;
+	char path[64];
+	unsigned long ut, st;
+	FILE *f;
+	int n;
+
+	if (clock_gettime(c, &ts) == 0)
+		return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return -1;
+	/* Fields 14 and 15 (utime, stime) follow "(comm)", which may hold
+	 * spaces: skip to the last ')'. */
+	char buf[1024], *p;
+	n = (int)fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n > 0 ? n : 0] = 0;
+	p = strrchr(buf, ')');
+	if (p == NULL ||
+	    sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+		   &ut, &st) != 2)
+		return -1;
+	return (int64_t)(ut + st) * (1000000000 / sysconf(_SC_CLK_TCK));
+}
+
+/* Finds the threads named prefix* in this process; returns how many. */
+static int t_find_threads(const char *prefix, pid_t *tids, int max)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	if (d == NULL)
+		return 0;
+	while ((e = readdir(d)) != NULL && n < max) {
+		char path[300], comm[32] = "";
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+			 e->d_name);
+		f = fopen(path, "r");
+		if (f == NULL)
+			continue;
+		if (fgets(comm, sizeof(comm), f) != NULL &&
+		    strncmp(comm, prefix, strlen(prefix)) == 0)
+			tids[n++] = (pid_t)atoi(e->d_name);
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
+static int64_t t_rusage_ns(void)
+{
+	struct rusage ru;
+
+	getrusage(RUSAGE_SELF, &ru);
+	return ((int64_t)ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000 +
+	       ((int64_t)ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000;
+}
+
+/* ---- 1. idle --------------------------------------------------------- */
+
+struct t_log {
+	pthread_mutex_t mu;
+	int lines, uring_lines;
+	char first[256];
+};
+
+static void t_log_hook(void *arg, int level, const char *msg)
+{
+	struct t_log *l = arg;
+
+	(void)level;
+	pthread_mutex_lock(&l->mu);
+	l->lines++;
+	if (strstr(msg, "io_uring") != NULL && l->uring_lines++ == 0)
+		snprintf(l->first, sizeof(l->first), "%s", msg);
+	pthread_mutex_unlock(&l->mu);
+}
+
+struct t_bare {
+	bool uring, bad;
+	int uring_err;
+	int ret;
+	int64_t deadline, end, cpu_ns;
+};
+
+/* A reactor on a thread of its own, waiting for nothing for 2 s. */
+static void *t_bare_main(void *arg)
+{
+	struct t_bare *b = arg;
+	struct cgr_reactor r;
+	struct cgr_bell bell;
+	struct timespec c0, c1;
+
+	cgr__reactor_init(&r, 0);
+	b->uring = r.uring;
+	b->uring_err = r.uring_err;
+	b->bad = t_reactor_bad(&r);
+	cgr__bell_init(&bell);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+	b->deadline = cgr__now_ns() + T_IDLE_NS;
+	b->ret = cgr__reactor_wait(&r, &bell, t_never, NULL, NULL,
+				   CGR_WAIT_ADAPTIVE, 50000, b->deadline);
+	b->end = cgr__now_ns();
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+	b->cpu_ns =
+	    (c1.tv_sec - c0.tv_sec) * 1000000000LL + c1.tv_nsec - c0.tv_nsec;
+	cgr__reactor_fini(&r);
+	return NULL;
+}
+
+static void t_idle(void)
+{
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	struct t_log log = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	struct t_bare bare = {0};
+	cgr_worker *w[2] = {NULL, NULL};
+	cgr_ctx *ctx = NULL;
+	pthread_t th;
+	pid_t tids[4];
+	int64_t cpu0[4], cpu1[4], ru0, ru1, t0, t1;
+	int n, ret;
+
+	cp.log_fn = t_log_hook;
+	cp.log_arg = &log;
+	ret = cgr_ctx_create(&cp, &ctx);
+	t_is(ret, 0, "idle: cgr_ctx_create");
+	if (ret != 0)
+		return;
+	for (int i = 0; i < 2; i++) {
+		char name[16];
+		snprintf(name, sizeof(name), "idle%d", i);
+		wp.name = name;
+		ret = cgr_worker_create(ctx, &wp, &w[i]);
+		t_is(ret, 0, "idle: cgr_worker_create %s", name);
+	}
+	n = t_find_threads("cgr:idle", tids, 4);
+	t_is(n, 2, "idle: found both worker threads");
+
+	ru0 = t_rusage_ns();
+	t0 = cgr__now_ns();
+	for (int i = 0; i < n; i++)
+		cpu0[i] = t_tid_cpu_ns(tids[i]);
+	ret = pthread_create(&th, NULL, t_bare_main, &bare);
+	if (ret != 0) {
+		t_ok(0, "idle: start the bare reactor thread: %s",
+		     strerror(ret));
+		cgr_ctx_destroy(ctx);
+		return;
+	}
+	/* Joining is the main thread's idle time: the bare wait lasts 2 s. */
+	pthread_join(th, NULL);
+	t1 = cgr__now_ns();
+	for (int i = 0; i < n; i++)
+		cpu1[i] = t_tid_cpu_ns(tids[i]);
+	ru1 = t_rusage_ns();
+
+	for (int i = 0; i < n; i++) {
+		int64_t used = cpu1[i] - cpu0[i];
+		t_diag("idle worker %d: %.3f ms CPU in %.0f ms (%.3f%%)", i,
+		       used / 1e6, (t1 - t0) / 1e6, 100.0 * used / (t1 - t0));
+		/* cpu0 > 0: the clock reads the thread (it ran its init). */
+		t_ok(cpu0[i] > 0 && used < T_IDLE_MAX * (t1 - t0),
+		     "idle: worker %d uses < 2%% of a core", i);
+	}
+	t_diag("idle process: %.3f ms CPU in %.0f ms (%d workers, a bare "
+	       "reactor, the main thread and any sanitizer helper)",
+	       (ru1 - ru0) / 1e6, (t1 - t0) / 1e6, n);
+	t_reactor_report("bare idle reactor",
+			 &(struct cgr_reactor){.uring = bare.uring,
+					       .uring_err = bare.uring_err});
+	t_ok(!bare.bad, "idle: bare reactor took the expected path");
+	t_is(bare.ret, -ETIMEDOUT, "idle: bare adaptive wait times out");
+	t_ok(bare.end >= bare.deadline,
+	     "idle: bare wait returns at or after its deadline (%+.3f ms)",
+	     (bare.end - bare.deadline) / 1e6);
+	t_diag("idle bare reactor: %.3f ms CPU in %.0f ms (%.3f%%)",
+	       bare.cpu_ns / 1e6, T_IDLE_NS / 1e6,
+	       100.0 * bare.cpu_ns / T_IDLE_NS);
+	t_ok(bare.cpu_ns < T_IDLE_MAX * T_IDLE_NS,
+	     "idle: bare reactor uses < 2%% of a core");
+
+	pthread_mutex_lock(&log.mu);
+	if (log.uring_lines > 0)
+		t_diag("log: %s", log.first);
+#ifdef T_FORCE_FALLBACK
+	t_is(log.uring_lines, 1,
+	     "idle: the context logged the io_uring fallback exactly once");
+#else
+	t_is(log.uring_lines, bare.uring ? 0 : 1,
+	     "idle: the context mentions io_uring only if it fell back, "
+	     "once");
+#endif
+	pthread_mutex_unlock(&log.mu);
+	cgr_ctx_destroy(ctx);
+}
+
+/* ---- 2. deadlines and timers ---------------------------------------- */
+
+static void t_deadlines(struct cgr_reactor *r, const char *rname)
+{
+	static const int64_t ds[] = {1 * MS, 5 * MS, 20 * MS};
+	static const int modes[] = {CGR_WAIT_ADAPTIVE, CGR_WAIT_BLOCK,
+				    CGR_WAIT_BUSY};
+	struct cgr_bell b;
+
+	cgr__bell_init(&b);
+	for (size_t k = 0; k < CGR__ARRAY_SIZE(ds); k++) {
+		int64_t deadline, end;
+		int ret;
+
+		/* Park: 0 means "re-check"; nobody rings, so re-park until
+		 * it says -ETIMEDOUT. */
+		deadline = cgr__now_ns() + ds[k];
+		do {
+			uint32_t seq = cgr__bell_prepare(&b);
+			ret = cgr__reactor_park(r, &b, seq, deadline);
+			cgr__bell_cancel(&b);
+		} while (ret == 0 && cgr__now_ns() < deadline);
+		end = cgr__now_ns();
+		t_ok(ret == -ETIMEDOUT && end >= deadline &&
+			 end < deadline + T_LATE_NS,
+		     "deadline %s: park %lld ms -> %s at %+.3f ms", rname,
+		     (long long)(ds[k] / MS), cgr_err_name(ret),
+		     (end - deadline) / 1e6);
+
+		for (size_t m = 0; m < CGR__ARRAY_SIZE(modes); m++) {
+			deadline = cgr__now_ns() + ds[k];
+			ret = cgr__reactor_wait(r, &b, t_never, NULL, NULL,
+						modes[m], 50000, deadline);
+			end = cgr__now_ns();
+			t_ok(ret == -ETIMEDOUT && end >= deadline &&
+				 end < deadline + T_LATE_NS,
+			     "deadline %s: %s wait %lld ms -> %s at %+.3f ms",
+			     rname, t_mode_name(modes[m]),
+			     (long long)(ds[k] / MS), cgr_err_name(ret),
+			     (end - deadline) / 1e6);
+		}
+	}
+}
+
+#define T_NTIMERS 5
+
+struct t_timers {
+	int64_t deadline[T_NTIMERS + 1];
+	int64_t fired_at[T_NTIMERS + 1];
+	int order[T_NTIMERS + 1];
+	int nfired, nrun;
+};
+
+struct t_timer_arg {
+	struct t_timers *ts;
+	int i;
+};
+
+static void t_timer_fn(void *arg)
+{
+	struct t_timer_arg *a = arg;
+	struct t_timers *ts = a->ts;
+
+	ts->fired_at[a->i] = cgr__now_ns();
+	ts->order[ts->nfired++] = a->i;
+}
+
+static bool t_timers_done(void *arg)
+{
+	struct t_timers *ts = arg;
+	return ts->nfired >= T_NTIMERS;
+}
+
+static void t_timers(struct cgr_reactor *r, int mode)
+{
+	static const int64_t offs[T_NTIMERS] = {7 * MS, 2 * MS, 12 * MS, 4 * MS,
+						9 * MS};
+	struct t_timers ts = {.nfired = 0};
+	struct t_timer_arg args[T_NTIMERS + 1];
+	uint64_t ids[T_NTIMERS + 1];
+	struct cgr_bell b;
+	int64_t now = cgr__now_ns();
+	int ret, ok = 1, inorder = 1;
+
+	cgr__bell_init(&b);
+	/* Slots in a shuffled order, so slot order is not deadline order. */
+	for (int i = 0; i < T_NTIMERS; i++) {
+		args[i] = (struct t_timer_arg){&ts, i};
+		ts.deadline[i] = now + offs[i];
+		ret = cgr__reactor_timer_add(r, ts.deadline[i], t_timer_fn,
+					     &args[i], &ids[i]);
+		ok &= ret == 0;
+	}
+	/* One more, cancelled before it is due. */
+	args[T_NTIMERS] = (struct t_timer_arg){&ts, T_NTIMERS};
+	ret = cgr__reactor_timer_add(r, now + 5 * MS, t_timer_fn,
+				     &args[T_NTIMERS], &ids[T_NTIMERS]);
+	ok &= ret == 0;
+	t_ok(ok, "timers %s: add %d", t_mode_name(mode), T_NTIMERS + 1);
+	t_is(cgr__reactor_next_deadline(r), now + 2 * MS,
+	     "timers %s: next deadline is the earliest", t_mode_name(mode));
+	t_is(cgr__reactor_timer_cancel(r, ids[T_NTIMERS]), 0,
+	     "timers %s: cancel a pending timer", t_mode_name(mode));
+	t_is(cgr__reactor_timer_cancel(r, ids[T_NTIMERS]), -ENOENT,
+	     "timers %s: cancel it again -> -ENOENT", t_mode_name(mode));
+
+	ret = cgr__reactor_wait(r, &b, t_timers_done, &ts, NULL, mode, 50000,
+				cgr__now_ns() + 500 * MS);
+	t_is(ret, 0, "timers %s: the wait loop fires them all",
+	     t_mode_name(mode));
+	t_is(ts.nfired, T_NTIMERS,
+	     "timers %s: %d fired, the cancelled one "
+	     "did not",
+	     t_mode_name(mode), T_NTIMERS);
+	ok = 1;
+	for (int k = 0; k < ts.nfired; k++) {
+		int i = ts.order[k];
+		if (i == T_NTIMERS || ts.fired_at[i] < ts.deadline[i] ||
+		    ts.fired_at[i] >= ts.deadline[i] + T_LATE_NS)
+			ok = 0;
+		if (k > 0 && ts.deadline[i] < ts.deadline[ts.order[k - 1]])
+			inorder = 0;
+		t_diag("timer +%lld ms fired at %+.3f ms",
+		       (long long)(offs[i] / MS),
+		       (ts.fired_at[i] - ts.deadline[i]) / 1e6);
+	}
+	t_ok(ok,
+	     "timers %s: each fired at or after its deadline, less than "
+	     "50 ms late",
+	     t_mode_name(mode));
+	t_ok(inorder, "timers %s: in deadline order", t_mode_name(mode));
+	t_is(cgr__reactor_timer_cancel(r, ids[0]), -ENOENT,
+	     "timers %s: cancel a fired timer -> -ENOENT", t_mode_name(mode));
+	t_ok(cgr__reactor_next_deadline(r) == CGR_FOREVER,
+	     "timers %s: none left", t_mode_name(mode));
+}
+
+/* Timers already due when run_timers looks fire earliest first, whatever
+ * their slots; a full table says -ENOSPC. */
+static void t_timers_table(struct cgr_reactor *r)
+{
+	struct t_timers ts = {.nfired = 0};
+	struct t_timer_arg args[3];
+	uint64_t id;
+	int64_t now = cgr__now_ns();
+	int ret = 0, n = 0;
+
+	for (int i = 0; i < 3; i++) {
+		args[i] = (struct t_timer_arg){&ts, i};
+		ts.deadline[i] = now - (i + 1) * MS; /* slot 0 is the latest */
+		cgr__reactor_timer_add(r, ts.deadline[i], t_timer_fn, &args[i],
+				       NULL);
+	}
+	t_is(cgr__reactor_run_timers(r, now), 3, "timers: three due at once");
+	t_ok(ts.order[0] == 2 && ts.order[1] == 1 && ts.order[2] == 0,
+	     "timers: due timers fire earliest first (got %d %d %d)",
+	     ts.order[0], ts.order[1], ts.order[2]);
+
+	while ((ret = cgr__reactor_timer_add(r, now + 3600000 * MS, t_timer_fn,
+					     &args[0], &id)) == 0)
+		n++;
+	t_is(n, CGR_REACTOR_MAX_TIMERS, "timers: the table holds %d",
+	     CGR_REACTOR_MAX_TIMERS);
+	t_is(ret, -ENOSPC, "timers: then -ENOSPC");
+	for (uint64_t k = id - (uint64_t)n + 1; k <= id; k++)
+		cgr__reactor_timer_cancel(r, k);
+	t_ok(cgr__reactor_next_deadline(r) == CGR_FOREVER,
+	     "timers: all cancelled");
+}
+
+/* ---- 3. wake-ups ----------------------------------------------------- */
+
+enum { T_RING_NONE, T_RING_SPIN, T_RING_SLEEP };
+
+/* The ringer: waits for a command, waits the command's delay, stores val
+ * into *word and rings bell. */
+struct t_ringer {
+	_Atomic uint32_t go; /* command number; UINT32_MAX: stop */
+	struct cgr_bell go_bell;
+	/* The command, written before go (release) and read after it. */
+	_Atomic uint32_t *word;
+	uint32_t val;
+	int delay;
+	int64_t delay_ns;
+	struct cgr_bell *bell;
+	uint32_t seen;
+};
+
+static bool t_ringer_ready(void *arg)
+{
+	struct t_ringer *rg = arg;
+	return atomic_load_explicit(&rg->go, memory_order_acquire) != rg->seen;
+}
+
+static void *t_ringer_main(void *arg)
+{
+	struct t_ringer *rg = arg;
+
+	for (;;) {
+		cgr__reactor_wait(NULL, &rg->go_bell, t_ringer_ready, rg, NULL,
+				  CGR_WAIT_ADAPTIVE, 20000, CGR_FOREVER);
+		rg->seen = atomic_load_explicit(&rg->go, memory_order_acquire);
+		if (rg->seen == UINT32_MAX)
+			return NULL;
+		if (rg->delay == T_RING_SPIN) {
+			int64_t end = cgr__now_ns() + rg->delay_ns;
+			while (cgr__now_ns() < end)
+				cgr__cpu_relax();
+		} else if (rg->delay == T_RING_SLEEP) {
+			struct timespec ts = {0, (long)rg->delay_ns};
+			nanosleep(&ts, NULL);
+		}
+		/* Publish, then ring (the doorbell's store-buffer pairing). */
+		atomic_store_explicit(rg->word, rg->val, memory_order_release);
+		cgr__bell_ring(rg->bell);
+	}
+}
+
+static void t_ringer_send(struct t_ringer *rg, uint32_t n)
+{
+	atomic_store_explicit(&rg->go, n, memory_order_release);
+	cgr__bell_ring(&rg->go_bell);
+}
+
+struct t_flag {
+	_Atomic uint32_t *word;
+	uint32_t want;
+};
+
+static bool t_flag_ready(void *arg)
+{
+	struct t_flag *f = arg;
+	return atomic_load_explicit(f->word, memory_order_acquire) == f->want;
+}
+
+static void t_pick_wait(int *mode, int64_t *spin)
+{
+	uint64_t x = t_rand();
+
+	switch (x % 8) {
+	case 0:
+	case 1:
+	case 2:
+		*mode = CGR_WAIT_BLOCK;
+		break;
+	case 7:
+		*mode = CGR_WAIT_BUSY;
+		break;
+	default:
+		*mode = CGR_WAIT_ADAPTIVE;
+	}
+	x >>= 8;
+	*spin = (x & 3) == 0 ? 0 : (int64_t)((x >> 2) % 100000);
+}
+
+static void t_pick_delay(struct t_ringer *rg)
+{
+	uint64_t x = t_rand();
+
+	if ((x & 63) == 0) {
+		/* Long enough that the waiter has certainly parked (the
+		 * assertion does not depend on it). */
+		rg->delay = T_RING_SLEEP;
+		rg->delay_ns = 200000 + (int64_t)((x >> 6) % 800000);
+	} else if ((x & 3) == 0) {
+		rg->delay = T_RING_NONE;
+	} else {
+		rg->delay = T_RING_SPIN;
+		rg->delay_ns = (int64_t)((x >> 6) % 60000);
+	}
+}
+
+static void t_wakeups(struct cgr_reactor *r)
+{
+	struct t_ringer rg = {.seen = 0};
+	_Atomic uint32_t flag, cancel;
+	struct cgr_bell b;
+	pthread_t th;
+	long n = t_scale(10000), bad = 0, cancel_bad = 0;
+	uint64_t parks0 = r->parks;
+	uint32_t cmd = 0;
+	int64_t t0, worst = 0;
+	int ret;
+
+	atomic_init(&rg.go, 0);
+	cgr__bell_init(&rg.go_bell);
+	cgr__bell_init(&b);
+	atomic_init(&flag, 0);
+	atomic_init(&cancel, 0);
+	rg.bell = &b;
+	ret = pthread_create(&th, NULL, t_ringer_main, &rg);
+	if (ret != 0) {
+		t_ok(0, "wake: start the ringer: %s", strerror(ret));
+		return;
+	}
+
+	/* A parked waiter wakes promptly, long before its deadline. */
+	for (int k = 0; k < 2; k++) {
+		struct cgr_reactor *rr = k == 0 ? r : NULL;
+		struct t_flag f = {&flag, ++cmd};
+		int64_t end;
+
+		rg.word = &flag;
+		rg.val = cmd;
+		rg.delay = T_RING_SLEEP;
+		rg.delay_ns = 5 * MS;
+		t0 = cgr__now_ns();
+		t_ringer_send(&rg, cmd);
+		ret = cgr__reactor_wait(rr, &b, t_flag_ready, &f, NULL,
+					CGR_WAIT_BLOCK, 0, t0 + 2000 * MS);
+		end = cgr__now_ns();
+		t_ok(ret == 0 && end - t0 < 1000 * MS,
+		     "wake %s: a parked waiter returns 0 after the ring "
+		     "(%s, %.3f ms after a 5 ms delay)",
+		     k == 0 ? "reactor" : "NULL", cgr_err_name(ret),
+		     (end - t0) / 1e6);
+	}
+
+	/* Many rounds, random modes, spins and delays: no lost wake-up.  On
+	 * a loaded machine the rounds stop after T_ROUNDS_NS. */
+	t0 = cgr__now_ns();
+	for (long i = 0; i < n; i++) {
+		if ((i & 255) == 255 && cgr__now_ns() - t0 > T_ROUNDS_NS) {
+			t_diag("wake: time is up after %ld of %ld rounds", i,
+			       n);
+			n = i;
+			break;
+		}
+		struct t_flag f = {&flag, ++cmd};
+		struct cgr_reactor *rr = (t_rand() & 3) == 0 ? NULL : r;
+		int mode;
+		int64_t spin, s;
+
+		t_pick_wait(&mode, &spin);
+		rg.word = &flag;
+		rg.val = cmd;
+		t_pick_delay(&rg);
+		s = cgr__now_ns();
+		t_ringer_send(&rg, cmd);
+		ret = cgr__reactor_wait(rr, &b, t_flag_ready, &f, NULL, mode,
+					spin, CGR_FOREVER);
+		s = cgr__now_ns() - s;
+		if (rg.delay != T_RING_SLEEP && s > worst)
+			worst = s;
+		if (ret != 0 || atomic_load(&flag) != cmd) {
+			if (bad++ < 5)
+				t_diag("round %ld: %s mode %s spin %lld: %s", i,
+				       rr ? "reactor" : "NULL",
+				       t_mode_name(mode), (long long)spin,
+				       cgr_err_name(ret));
+		}
+	}
+	t_is(bad, 0, "wake: %ld rounds, each returned 0 with the flag set", n);
+	t_diag("wake: %ld rounds in %.0f ms, %llu parks on the reactor, "
+	       "slowest round without a sleep %.3f ms",
+	       n, (cgr__now_ns() - t0) / 1e6,
+	       (unsigned long long)(r->parks - parks0), worst / 1e6);
+
+	/* The cancel word: set by the other thread, then the ring. */
+	for (long i = 0; i < t_scale(200); i++) {
+		struct cgr_reactor *rr = (i & 1) ? NULL : r;
+		int mode;
+		int64_t spin;
+
+		t_pick_wait(&mode, &spin);
+		atomic_store(&cancel, 0);
+		rg.word = &cancel;
+		rg.val = 1;
+		t_pick_delay(&rg);
+		t_ringer_send(&rg, ++cmd);
+		ret = cgr__reactor_wait(rr, &b, t_never, NULL, &cancel, mode,
+					spin, CGR_FOREVER);
+		if (ret != -ECANCELED && cancel_bad++ < 5)
+			t_diag("cancel round %ld: %s", i, cgr_err_name(ret));
+	}
+	t_is(cancel_bad, 0,
+	     "wake: a cancel word set by another thread "
+	     "gives -ECANCELED");
+	atomic_store(&cancel, 1);
+	t_is(cgr__reactor_wait(r, &b, t_never, NULL, &cancel, CGR_WAIT_BLOCK, 0,
+			       CGR_FOREVER),
+	     -ECANCELED, "wake: a cancel word already set gives -ECANCELED");
+
+	t_ringer_send(&rg, UINT32_MAX);
+	pthread_join(th, NULL);
+}
+
+/* ---- 4. busy --------------------------------------------------------- */
+
+#define T_BUSY_THREADS 6
+
+struct t_busy {
+	_Atomic uint32_t flag[T_BUSY_THREADS];
+	struct cgr_bell bell[T_BUSY_THREADS];
+	long rounds;
+	_Atomic int bad_reactor, uring;
+};
+
+struct t_busy_arg {
+	struct t_busy *bz;
+	int k;
+};
+
+static bool t_busy_ready(void *arg)
+{
+	return atomic_load_explicit((_Atomic uint32_t *)arg,
+				    memory_order_acquire) != 0;
+}
+
+static void *t_busy_main(void *arg)
+{
+	struct t_busy_arg *a = arg;
+	struct t_busy *bz = a->bz;
+	int k = a->k, next = (k + 1) % T_BUSY_THREADS;
+	struct cgr_reactor r;
+
+	cgr__reactor_init(&r, 0);
+	if (t_reactor_bad(&r))
+		atomic_fetch_add(&bz->bad_reactor, 1);
+	if (r.uring)
+		atomic_fetch_add(&bz->uring, 1);
+	for (long i = 0; i < bz->rounds; i++) {
+		cgr__reactor_wait(&r, &bz->bell[k], t_busy_ready, &bz->flag[k],
+				  NULL, CGR_WAIT_BUSY, 0, CGR_FOREVER);
+		atomic_store_explicit(&bz->flag[k], 0, memory_order_relaxed);
+		/* Hand the token on: release pairs with t_busy_ready. */
+		atomic_store_explicit(&bz->flag[next], 1, memory_order_release);
+		cgr__bell_ring(&bz->bell[next]);
+	}
+	cgr__reactor_fini(&r);
+	return NULL;
+}
+
+static void t_busy(void)
+{
+	struct t_busy bz;
+	struct t_busy_arg args[T_BUSY_THREADS];
+	pthread_t th[T_BUSY_THREADS];
+	int started = 0;
+	int64_t t0, t;
+
+	bz.rounds = t_scale(300);
+	atomic_init(&bz.bad_reactor, 0);
+	atomic_init(&bz.uring, 0);
+	for (int k = 0; k < T_BUSY_THREADS; k++) {
+		atomic_init(&bz.flag[k], k == 0);
+		cgr__bell_init(&bz.bell[k]);
+	}
+	t0 = cgr__now_ns();
+	for (int k = 0; k < T_BUSY_THREADS; k++) {
+		args[k] = (struct t_busy_arg){&bz, k};
+		if (pthread_create(&th[k], NULL, t_busy_main, &args[k]) != 0)
+			break;
+		started++;
+	}
+	if (started < T_BUSY_THREADS) {
+		/* The ring cannot turn: let the started ones fail fast. */
+		t_ok(0, "busy: start %d threads", T_BUSY_THREADS);
+		exit(t_done());
+	}
+	for (int k = 0; k < T_BUSY_THREADS; k++)
+		pthread_join(th[k], NULL);
+	t = cgr__now_ns() - t0;
+	t_diag("busy: %d threads on %ld CPUs, %ld passes in %.0f ms "
+	       "(%.1f us a pass); %d reactors on io_uring",
+	       T_BUSY_THREADS, sysconf(_SC_NPROCESSORS_ONLN),
+	       bz.rounds * T_BUSY_THREADS, t / 1e6,
+	       t / 1e3 / (bz.rounds * T_BUSY_THREADS), atomic_load(&bz.uring));
+	t_ok(1, "busy: %d spinning threads completed %ld passes",
+	     T_BUSY_THREADS, bz.rounds * T_BUSY_THREADS);
+	t_is(atomic_load(&bz.bad_reactor), 0,
+	     "busy: every thread's reactor took the expected path");
+}
+
+int main(int argc, char **argv)
+{
+	struct cgr_reactor r;
+
+#ifdef T_FORCE_FALLBACK
+	/* Before any thread: the filter must cover every one. */
+	int ret = t_seccomp_deny_io_uring();
+	if (ret < 0) {
+		printf("1..0 # SKIP cannot refuse io_uring_setup with "
+		       "seccomp: %s\n",
+		       strerror(-ret));
+		return 0;
+	}
+#endif
+	t_init(argc, argv, 60);
+	t_diag("mode: %s", T_MODE);
+
+	cgr__reactor_init(&r, 0);
+	t_reactor_report("main reactor", &r);
+
+	t_idle();
+	t_deadlines(&r, "reactor");
+	t_deadlines(NULL, "NULL");
+	t_timers(&r, CGR_WAIT_BLOCK);
+	t_timers(&r, CGR_WAIT_ADAPTIVE);
+	t_timers(&r, CGR_WAIT_BUSY);
+	t_timers_table(&r);
+	t_wakeups(&r);
+	t_busy();
+
+	cgr__reactor_fini(&r);
+	return t_done();
+}
