@@ -189,9 +189,11 @@ int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
 	if (mode != CGR_WAIT_BLOCK && spin_ns > 0)
 		spin_end = spin_ns < CGR_FOREVER - now ? now + spin_ns :
 							 CGR_FOREVER;
-	/* Spin phase.  The clock is read every 64 polls; in busy mode the
-	 * thread yields every 1024 polls so that more spinners than cores
-	 * still make progress. */
+	/* Spin phase.  Every 64 polls (a few microseconds) the thread reads
+	 * the clock and yields: when spinners outnumber cores, the thread we
+	 * wait for may need this core, and a yield with nothing else to run
+	 * costs well under a microsecond.  The first 64 polls never yield,
+	 * so a prompt answer is seen at spin speed. */
 	for (;;) {
 		if (ready(arg))
 			return 0;
@@ -205,17 +207,9 @@ int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
 			return ready(arg) ? 0 : -ETIMEDOUT;
 		if (r != NULL && cgr__reactor_next_deadline(r) <= now)
 			cgr__reactor_run_timers(r, now);
-		if (mode == CGR_WAIT_BUSY) {
-			if ((i & 1023) == 0)
-				sched_yield();
-			continue;
-		}
-		if (now >= spin_end)
+		if (mode != CGR_WAIT_BUSY && now >= spin_end)
 			break;
-		/* Past a quarter of the spin, give the core away now and
-		 * then: another spinner may be the one we wait for. */
-		if ((i & 1023) == 0)
-			sched_yield();
+		sched_yield();
 	}
 	if (r != NULL)
 		r->spins++;
