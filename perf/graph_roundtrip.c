@@ -1,0 +1,258 @@
+/*
+ * perf/graph_roundtrip.c: execute + get of small compiled graphs, next to
+ * the physical floor (a one-cache-line ping-pong) and cgr's ring round trip,
+ * measured window by window in one run.
+ *
+ * Cases: a 1-worker echo graph and a 2-worker chain, each in busy-poll and
+ * adaptive wait modes.  Each window measures the floor and the ring, then
+ * compiles each case on its workers, runs it, and tears it down (a busy
+ * graph left compiled would spin and skew the others).  Reports per-window
+ * p50 and p99, medians over windows, and ratios to the ring and the floor
+ * of the same window.  Ray Compiled Graphs' published echo round trip, for
+ * scale: 86.7 us.
+ */
+#include "perf.h"
+
+#include <pthread.h>
+
+#include <cgr.h>
+
+#include "ring/ring.h"
+
+#define MSG 64
+
+struct pp {
+	_Atomic uint64_t line __attribute__((aligned(64)));
+	char pad[56];
+	struct cgr_ring a2b_p, a2b_c, b2a_p, b2a_c;
+	long iters;
+	int mode; /* 0 floor, 1 ring */
+	_Atomic int go;
+	int cpu;
+};
+
+static void *pong(void *arg)
+{
+	struct pp *p = arg;
+	char m[MSG];
+
+	perf_pin(p->cpu);
+	while (!atomic_load(&p->go))
+		perf_relax();
+	if (p->mode == 0) {
+		for (long i = 0; i < p->iters; i++) {
+			uint64_t want = 2 * (uint64_t)i + 1;
+			while (atomic_load_explicit(&p->line,
+						    memory_order_acquire) != want)
+				perf_relax();
+			atomic_store_explicit(&p->line, want + 1,
+					      memory_order_release);
+		}
+	} else {
+		for (long i = 0; i < p->iters; i++) {
+			while (cgr_ring_dequeue(&p->a2b_c, m) != 0)
+				perf_relax();
+			while (cgr_ring_enqueue(&p->b2a_p, m, MSG) != 0)
+				perf_relax();
+		}
+	}
+	return NULL;
+}
+
+/* Round trips of the floor (mode 0) or the ring (mode 1): fills lat[]. */
+static void pingpong(int mode, long n, double *lat, double tick)
+{
+	static struct pp p;
+	size_t sz = cgr_ring_memsize(64, MSG);
+	unsigned char *ra = aligned_alloc(64, sz), *rb = aligned_alloc(64, sz);
+	pthread_t t;
+	char m[MSG] = { 1 };
+
+	memset(&p, 0, sizeof(p));
+	cgr_ring_init(ra, sz, 64, MSG, 0);
+	cgr_ring_init(rb, sz, 64, MSG, 0);
+	cgr_ring_attach(&p.a2b_p, ra, sz, CGR_RING_PRODUCER);
+	cgr_ring_attach(&p.a2b_c, ra, sz, CGR_RING_CONSUMER);
+	cgr_ring_attach(&p.b2a_p, rb, sz, CGR_RING_PRODUCER);
+	cgr_ring_attach(&p.b2a_c, rb, sz, CGR_RING_CONSUMER);
+	p.iters = n;
+	p.mode = mode;
+	p.cpu = 1;
+	pthread_create(&t, NULL, pong, &p);
+	atomic_store(&p.go, 1);
+	for (long i = 0; i < n; i++) {
+		uint64_t t0 = perf_ticks();
+		if (mode == 0) {
+			atomic_store_explicit(&p.line, 2 * (uint64_t)i + 1,
+					      memory_order_release);
+			while (atomic_load_explicit(&p.line,
+						    memory_order_acquire) !=
+			       2 * (uint64_t)i + 2)
+				perf_relax();
+		} else {
+			while (cgr_ring_enqueue(&p.a2b_p, m, MSG) != 0)
+				perf_relax();
+			while (cgr_ring_dequeue(&p.b2a_c, m) != 0)
+				perf_relax();
+		}
+		lat[i] = (double)(perf_ticks() - t0) * tick;
+	}
+	pthread_join(t, NULL);
+	free(ra);
+	free(rb);
+}
+
+static int echo(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
+		cgr_value *out, size_t nout)
+{
+	(void)tc, (void)st, (void)nin, (void)nout;
+	out[0] = in[0];
+	return 0;
+}
+
+/* Compiles a chain of nw echo tasks, runs n round trips into lat[]. */
+static int graph_rt(cgr_ctx *ctx, cgr_worker **w, int nw, int mode, long n,
+		    double *lat, double tick)
+{
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x;
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	char msg[MSG] = { 7 };
+	cgr_value arg = cgr_value_bytes(msg, MSG), out;
+	int ret;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int i = 0; i < nw; i++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		d.name = "echo";
+		d.fn = echo;
+		cgr_graph_task(g, w[i], &d, &x, 1, &x, 1);
+	}
+	cgr_graph_output(g, &x, 1);
+	pp.wait_mode = mode;
+	ret = cgr_graph_compile(g, &pp, &c);
+	cgr_graph_destroy(g);
+	if (ret != 0)
+		return ret;
+	for (long i = -n / 10 - 100; i < n; i++) { /* warm up first */
+		cgr_ref r;
+		uint64_t t0 = perf_ticks();
+		if ((ret = cgr_execute(c, &arg, 1, &r)) != 0 ||
+		    (ret = cgr_ref_get(c, r, -1, &out, 1)) != 0)
+			break;
+		cgr_ref_release(c, r);
+		if (i >= 0)
+			lat[i] = (double)(perf_ticks() - t0) * tick;
+	}
+	cgr_compiled_destroy(c);
+	return ret;
+}
+
+enum { C_FLOOR, C_RING, C_ECHO_BUSY, C_ECHO_ADAPT, C_CHAIN_BUSY,
+       C_CHAIN_ADAPT, NCASE };
+static const char *const names[NCASE] = { "floor",	 "ring",
+					  "echo1_busy",	 "echo1_adaptive",
+					  "chain2_busy", "chain2_adaptive" };
+
+int main(int argc, char **argv)
+{
+	struct perf_opts o = { 10, 20000, 0, 0 };
+	cgr_ctx *ctx;
+	cgr_worker *w[2];
+	double tick, *lat, *p50[NCASE], *p99[NCASE];
+
+	if (perf_parse(argc, argv, &o,
+		       "execute+get round trip of compiled graphs vs ring and "
+		       "floor"))
+		return 2;
+	if (!perf_have_cpus(0, 1)) {
+		fprintf(stderr, "needs CPUs 0 and 1\n");
+		return 1;
+	}
+	perf_pin(0);
+	tick = perf_tick_ns();
+	cgr_ctx_create(NULL, &ctx);
+	for (int i = 0; i < 2; i++) {
+		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+		wp.cpu = 1 - i; /* first stage on the other core */
+		cgr_worker_create(ctx, &wp, &w[i]);
+	}
+	lat = calloc((size_t)o.iters, sizeof(double));
+	for (int k = 0; k < NCASE; k++) {
+		p50[k] = calloc((size_t)o.windows, sizeof(double));
+		p99[k] = calloc((size_t)o.windows, sizeof(double));
+	}
+	for (int win = 0; win < o.windows; win++) {
+		for (int j = 0; j < NCASE; j++) {
+			int k = (j + win) % NCASE; /* rotate the order */
+			long n = o.iters;
+			int ret = 0;
+			switch (k) {
+			case C_FLOOR:
+			case C_RING:
+				pingpong(k == C_RING, n, lat, tick);
+				break;
+			case C_ECHO_BUSY:
+			case C_ECHO_ADAPT:
+				ret = graph_rt(ctx, w, 1,
+					       k == C_ECHO_BUSY ? CGR_WAIT_BUSY :
+								  CGR_WAIT_ADAPTIVE,
+					       n, lat, tick);
+				break;
+			default:
+				/* Two workers and the driver share two cores:
+				 * fewer iterations. */
+				n = o.iters / 4 > 0 ? o.iters / 4 : 1;
+				ret = graph_rt(ctx, w, 2,
+					       k == C_CHAIN_BUSY ? CGR_WAIT_BUSY :
+								   CGR_WAIT_ADAPTIVE,
+					       n, lat, tick);
+				break;
+			}
+			if (ret != 0) {
+				fprintf(stderr, "%s: %s\n", names[k],
+					cgr_strerror(ret));
+				return 1;
+			}
+			p99[k][win] = perf_quantile(lat, (size_t)n, 0.99);
+			p50[k][win] = perf_quantile(lat, (size_t)n, 0.50);
+		}
+	}
+	double m50[NCASE], m99[NCASE], r_ring[NCASE], r_floor[NCASE];
+	for (int k = 0; k < NCASE; k++) {
+		double ratio_r[64], ratio_f[64];
+		int nw = o.windows < 64 ? o.windows : 64;
+		for (int win = 0; win < nw; win++) {
+			ratio_r[win] = p50[k][win] / p50[C_RING][win];
+			ratio_f[win] = p50[k][win] / p50[C_FLOOR][win];
+		}
+		r_ring[k] = perf_median(ratio_r, (size_t)nw);
+		r_floor[k] = perf_median(ratio_f, (size_t)nw);
+		m50[k] = perf_median(p50[k], (size_t)o.windows);
+		m99[k] = perf_median(p99[k], (size_t)o.windows);
+	}
+	if (!o.json) {
+		printf("graph_roundtrip: %d windows x %ld round trips, 64-byte "
+		       "values, driver on CPU 0\n",
+		       o.windows, o.iters);
+		printf("%-16s %10s %10s %12s %12s\n", "case", "p50 ns",
+		       "p99 ns", "x ring p50", "x floor p50");
+		for (int k = 0; k < NCASE; k++)
+			printf("%-16s %10.0f %10.0f %12.2f %12.2f\n", names[k],
+			       m50[k], m99[k], r_ring[k], r_floor[k]);
+		printf("(medians over windows; ratios are medians of per-window "
+		       "ratios; Ray Compiled Graphs' echo: 86700 ns)\n");
+	}
+	for (int k = 0; k < NCASE; k++) {
+		perf_json("graph_roundtrip", names[k], "cgr", "rtt_p50", m50[k],
+			  "ns", "\"ratio_to_ring\":%.3f,\"ratio_to_floor\":%.3f,"
+				"\"floor_ns\":%.1f",
+			  r_ring[k], r_floor[k], m50[C_FLOOR]);
+		perf_json("graph_roundtrip", names[k], "cgr", "rtt_p99", m99[k],
+			  "ns", "\"floor_ns\":%.1f", m50[C_FLOOR]);
+	}
+	cgr_ctx_destroy(ctx);
+	return 0;
+}
