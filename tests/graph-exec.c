@@ -10,6 +10,9 @@
 #include <string.h>
 
 #include <cgr.h>
+#ifndef CGR_SANITIZE
+#include <jemalloc/jemalloc.h>
+#endif
 
 #include "tap.h"
 
@@ -113,6 +116,19 @@ static int dbl_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	return 0;
 }
 
+/* Bytes this thread ever allocated (jemalloc); 0 in sanitizer builds. */
+static uint64_t thread_allocated(void)
+{
+#ifdef CGR_SANITIZE
+	return 0;
+#else
+	uint64_t v = 0;
+	size_t sz = sizeof(v);
+	mallctl("thread.allocated", &v, &sz, NULL, 0);
+	return v;
+#endif
+}
+
 static uint64_t u64(const cgr_value *v)
 {
 	uint64_t x = 0;
@@ -203,6 +219,16 @@ static void test_diamond(long n)
 	cgr_graph_output(g, outs, 2);
 	t_is(cgr_graph_compile(g, NULL, &c), 0, "diamond compiles");
 	cgr_graph_destroy(g);
+	size_t blocks0, blocks1;
+	uint64_t thr0 = thread_allocated(), thr1;
+#ifndef CGR_SANITIZE
+	void *probe = malloc(1000);
+	t_ok(thread_allocated() >= thr0 + 1000,
+	     "the allocation counter sees a malloc");
+	free(probe);
+	thr0 = thread_allocated();
+#endif
+	cgr_ctx_memory(ctx, NULL, &blocks0);
 	for (long i = 0; i < n; i++) {
 		uint64_t v = (uint64_t)i * 7919 + 13;
 		cgr_value arg = cgr_value_bytes(&v, 8), o[2];
@@ -216,7 +242,12 @@ static void test_diamond(long n)
 			bad++;
 		cgr_ref_release(c, r);
 	}
+	thr1 = thread_allocated();
+	cgr_ctx_memory(ctx, NULL, &blocks1);
 	t_is(bad, 0, "diamond: %ld executions correct", n);
+	t_is(blocks1, blocks0, "no cgr allocation while executing");
+	t_is(thr1, thr0, "the driver thread allocated nothing (%llu bytes)",
+	     (unsigned long long)(thr1 - thr0));
 	cgr_compiled_destroy(c);
 }
 
