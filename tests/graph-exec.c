@@ -222,7 +222,7 @@ static void test_diamond(long n)
 	size_t blocks0, blocks1;
 	uint64_t thr0 = thread_allocated(), thr1;
 #ifndef CGR_SANITIZE
-	void *probe = malloc(1000);
+	void *volatile probe = malloc(1000);
 	t_ok(thread_allocated() >= thr0 + 1000,
 	     "the allocation counter sees a malloc");
 	free(probe);
