@@ -55,7 +55,10 @@ extern "C" {
 	X(CGR_ECLOSED, -10012, "compiled graph was torn down")               \
 	X(CGR_ENOOUTPUT, -10013, "graph has no outputs")                     \
 	X(CGR_EUNKNOWNREF, -10014, "reference is unknown, released or not yet returned") \
-	X(CGR_EBADVALUE, -10015, "value is malformed or of an unsupported kind")
+	X(CGR_EBADVALUE, -10015, "value is malformed or of an unsupported kind") \
+	X(CGR_EMISMATCH, -10016, "collective members disagree (count, dtype, op, root or shape)") \
+	X(CGR_EDEADLOCK, -10017, "graph schedule would deadlock") \
+	X(CGR_EDEVICE, -10018, "device error (sticky)")
 
 enum cgr_error {
 #define CGR__ERR_ENUM(name, value, msg) name = value,
@@ -376,6 +379,227 @@ void cgr_compiled_destroy(cgr_compiled *c);
 /* Number of graph outputs and arguments of one execution. */
 size_t cgr_compiled_noutputs(const cgr_compiled *c);
 size_t cgr_compiled_nargs(const cgr_compiled *c);
+
+/* ------------------------------------------------------------------ */
+/* Streams, events and futures (device layer)                         */
+/* ------------------------------------------------------------------ */
+
+/*
+ * A stream runs operations in order, asynchronously to the thread that
+ * enqueues them, with CUDA's semantics.  CGR_DEVICE_SIM streams run on an
+ * executor thread each (events are stream positions); CUDA streams come
+ * with the cuda backend.  One thread enqueues on a stream at a time.
+ */
+typedef struct cgr_stream cgr_stream;
+typedef struct cgr_event cgr_event;
+typedef struct cgr_future cgr_future;
+
+enum cgr_device_kind {
+	CGR_DEVICE_NONE = -1,
+	CGR_DEVICE_SIM = -2, /* >= 0: a CUDA device index */
+};
+
+/* priority: a hint; lower is more urgent, as in CUDA.  Returns 0,
+ * -EINVAL, -ENOMEM, -EAGAIN (no thread). */
+int cgr_stream_create(cgr_ctx *ctx, int device, int priority,
+		      cgr_stream **out);
+/* Waits (up to 1 s) for queued work, then frees.  NULL is a no-op. */
+void cgr_stream_destroy(cgr_stream *s);
+/* Waits until all work enqueued so far ran.  0, -ETIMEDOUT, or the sticky
+ * error of the stream's device. */
+int cgr_stream_synchronize(cgr_stream *s, int64_t timeout_ns);
+/* Enqueues fn(arg) on the stream (CUDA's cudaLaunchHostFunc). */
+int cgr_stream_launch_host(cgr_stream *s, void (*fn)(void *arg), void *arg);
+/* Enqueues a copy of n bytes (host memory for the sim device). */
+int cgr_stream_memcpy_async(cgr_stream *s, void *dst, const void *src,
+			    size_t n);
+
+int cgr_event_create(cgr_ctx *ctx, cgr_event **out);
+void cgr_event_destroy(cgr_event *e);
+/* Captures the stream's current position; the event completes when the
+ * stream passes it.  An event never recorded never completes. */
+int cgr_event_record(cgr_event *e, cgr_stream *s);
+/* 1 completed, 0 not yet (or never recorded), negative: device error. */
+int cgr_event_query(cgr_event *e);
+/* Work enqueued on s after this waits for e's current record; never
+ * blocks the caller. */
+int cgr_stream_wait_event(cgr_stream *s, cgr_event *e);
+
+/* Futures returned by asynchronous operations (collectives, ...). */
+/* 1 done (0 result), 0 pending, negative: the operation's error. Never
+ * blocks. */
+int cgr_future_test(cgr_future *f);
+/* Waits up to timeout_ns: 0, -ETIMEDOUT, or the operation's error. */
+int cgr_future_wait(cgr_future *f, int64_t timeout_ns);
+/* Work enqueued on s afterwards waits for f (device side, no blocking). */
+int cgr_future_stream_wait(cgr_future *f, cgr_stream *s);
+/* Gives the future back; it must not be used afterwards. */
+void cgr_future_release(cgr_future *f);
+
+/* ------------------------------------------------------------------ */
+/* Communicators and collectives                                      */
+/* ------------------------------------------------------------------ */
+
+typedef struct cgr_comm cgr_comm;
+
+typedef enum cgr_dtype {
+	CGR_INT8 = 0,
+	CGR_UINT8,
+	CGR_INT16,
+	CGR_UINT16,
+	CGR_INT32,
+	CGR_UINT32,
+	CGR_INT64,
+	CGR_UINT64,
+	CGR_FLOAT16,
+	CGR_BFLOAT16,
+	CGR_FLOAT32,
+	CGR_FLOAT64,
+	CGR_DTYPE_COUNT
+} cgr_dtype;
+
+typedef enum cgr_redop {
+	CGR_SUM = 0,
+	CGR_PROD,
+	CGR_MIN,
+	CGR_MAX,
+	CGR_AVG,
+	CGR_REDOP_COUNT
+} cgr_redop;
+
+enum cgr_backend {
+	CGR_BACKEND_AUTO = 0,
+	CGR_BACKEND_CPU = 1,  /* shared memory among ranks of one host */
+	CGR_BACKEND_NCCL = 2,
+};
+
+/* Bytes of one element, 0 for an unknown dtype. */
+size_t cgr_dtype_size(cgr_dtype dt);
+
+/*
+ * Creates a communicator of n ranks.  members (may be NULL) binds rank i
+ * to worker members[i]; without members, any n threads may drive the ranks
+ * (one thread per rank at a time).  Returns 0, -EINVAL, -ENOMEM,
+ * -EOPNOTSUPP (backend not built).
+ */
+int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
+		    int backend, cgr_comm **out);
+/* Fails every pending and future operation with -ECANCELED and wakes every
+ * waiter.  Any thread.  Idempotent. */
+int cgr_comm_abort(cgr_comm *c);
+/* Frees the communicator; no operation may be pending.  NULL is a no-op. */
+void cgr_comm_destroy(cgr_comm *c);
+int cgr_comm_size(const cgr_comm *c);
+/* The message of the last failed operation on this rank ("" if none). */
+const char *cgr_comm_errmsg(const cgr_comm *c, int rank);
+
+/*
+ * Collectives, NCCL's argument order and semantics: counts are elements;
+ * in place when send == recv (allgather: send == recv + rank * count;
+ * reducescatter: send == recv ... as NCCL).  Every rank calls the same
+ * operations in the same order.  Each call is enqueued on stream s (NULL:
+ * run on the calling thread, returning when done) and yields a future in
+ * *out (may be NULL when s is NULL).  Before data moves the ranks agree on
+ * count, dtype, op and root: a mismatch fails the operation on every rank
+ * with CGR_EMISMATCH and cgr_comm_errmsg names the ranks and what differed.
+ */
+int cgr_allreduce(cgr_comm *c, int rank, const void *send, void *recv,
+		  size_t count, cgr_dtype dt, cgr_redop op, cgr_stream *s,
+		  cgr_future **out);
+/* recv holds nranks * sendcount elements, rank r's at r * sendcount. */
+int cgr_allgather(cgr_comm *c, int rank, const void *send, void *recv,
+		  size_t sendcount, cgr_dtype dt, cgr_stream *s,
+		  cgr_future **out);
+/* send holds nranks * recvcount elements; rank r gets block r reduced. */
+int cgr_reducescatter(cgr_comm *c, int rank, const void *send, void *recv,
+		      size_t recvcount, cgr_dtype dt, cgr_redop op,
+		      cgr_stream *s, cgr_future **out);
+/* recv is used on the root only. */
+int cgr_reduce(cgr_comm *c, int rank, const void *send, void *recv,
+	       size_t count, cgr_dtype dt, cgr_redop op, int root,
+	       cgr_stream *s, cgr_future **out);
+/* send is used on the root only. */
+int cgr_broadcast(cgr_comm *c, int rank, const void *send, void *recv,
+		  size_t count, cgr_dtype dt, int root, cgr_stream *s,
+		  cgr_future **out);
+/* The root's recv holds nranks * sendcount elements. */
+int cgr_gather(cgr_comm *c, int rank, const void *send, void *recv,
+	       size_t sendcount, cgr_dtype dt, int root, cgr_stream *s,
+	       cgr_future **out);
+/* The root's send holds nranks * recvcount elements. */
+int cgr_scatter(cgr_comm *c, int rank, const void *send, void *recv,
+		size_t recvcount, cgr_dtype dt, int root, cgr_stream *s,
+		cgr_future **out);
+/* send and recv hold nranks * count elements; block j goes to rank j. */
+int cgr_alltoall(cgr_comm *c, int rank, const void *send, void *recv,
+		 size_t count, cgr_dtype dt, cgr_stream *s, cgr_future **out);
+/* Point to point; matched in call order per (sender, receiver) pair. */
+int cgr_send(cgr_comm *c, int rank, const void *buf, size_t count,
+	     cgr_dtype dt, int peer, cgr_stream *s, cgr_future **out);
+int cgr_recv(cgr_comm *c, int rank, void *buf, size_t count, cgr_dtype dt,
+	     int peer, cgr_stream *s, cgr_future **out);
+/*
+ * Group: operations this rank calls between start and end are fused into
+ * one (sends and receives of a group never deadlock each other, whatever
+ * their order).  Inside a group the per-call futures complete together;
+ * cgr_group_end's *out (may be NULL) completes when all of them did.
+ */
+int cgr_group_start(cgr_comm *c, int rank);
+int cgr_group_end(cgr_comm *c, int rank, cgr_future **out);
+
+/* ------------------------------------------------------------------ */
+/* Collective nodes                                                   */
+/* ------------------------------------------------------------------ */
+
+enum cgr_coll_kind {
+	CGR_COLL_ALLREDUCE = 1,
+	CGR_COLL_ALLGATHER,
+	CGR_COLL_REDUCESCATTER,
+	CGR_COLL_REDUCE,
+	CGR_COLL_BROADCAST,
+	CGR_COLL_GATHER,
+	CGR_COLL_SCATTER,
+	CGR_COLL_ALLTOALL,
+};
+
+typedef struct cgr_coll_params {
+	size_t size;
+	const char *name;     /* copied; used in messages */
+	int kind;	      /* enum cgr_coll_kind */
+	cgr_redop op;	      /* reducing kinds */
+	int root;	      /* rank (index in members) for rooted kinds */
+	cgr_comm *comm;	      /* NULL: one made at compile per member set */
+	int static_shape;     /* agree on the first execution only */
+	size_t max_out_bytes; /* per output; 0: the compile default */
+} cgr_coll_params;
+#define CGR_COLL_PARAMS_INIT \
+	{ sizeof(cgr_coll_params), NULL, 0, CGR_SUM, 0, NULL, 0, 0 }
+
+/*
+ * A collective node over n distinct workers; rank i is members[i].  Values
+ * are CPU tensors (or bytes, taken as a 1-D uint8 tensor), NCCL's shapes:
+ *  - allreduce, allgather, reducescatter, reduce, gather, alltoall: nin ==
+ *    n, in[i] is rank i's contribution;  broadcast, scatter: nin == 1, the
+ *    root's value.
+ *  - allreduce, allgather, reducescatter, broadcast, scatter, alltoall:
+ *    nout == n, out[i] lives on rank i;  reduce, gather: nout == 1, on the
+ *    root.
+ *  - allgather and gather concatenate along dimension 0; reducescatter,
+ *    scatter and alltoall split dimension 0 (it must divide by n).
+ * Before data moves, the members agree on dtype, shape and error state: a
+ * mismatch, or an error value at any member, makes every output of that
+ * execution an error value naming the ranks and what differed.  Returns 0,
+ * -EINVAL, -ENOMEM.
+ */
+int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
+			 cgr_worker *const *members, size_t n,
+			 cgr_node *const *in, size_t nin, cgr_node **out,
+			 size_t nout);
+
+/* Allreduce of in[0..n), task outputs on n distinct workers (the
+ * members, in that order).  out[i] is on in[i]'s worker. */
+int cgr_graph_allreduce(cgr_graph *g, cgr_node *const *in, size_t n,
+			cgr_redop op, cgr_comm *comm, cgr_node **out);
 
 /* ------------------------------------------------------------------ */
 /* Inside a task (worker thread only)                                 */

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "graph/internal.h"
+#include "graph/comm_weak.h"
 
 #define CGR__DEF_INFLIGHT 8u
 #define CGR__MAX_INFLIGHT 4096u
@@ -63,11 +64,22 @@ void *cgr__c_alloc(struct cgr_compiled *c, size_t size, size_t align)
 	return p;
 }
 
+char *cgr__c_strdup(struct cgr_compiled *c, const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *d = cgr__c_alloc(c, n, 16);
+	if (d != NULL)
+		memcpy(d, s, n);
+	return d;
+}
+
 static void cgr__compiled_free(struct cgr_compiled *c)
 {
 	struct cgr__arena *a = &c->ctx->arena;
 	cgr_ctx *ctx = c->ctx;
 
+	for (size_t i = 0; i < c->ncomms; i++)
+		cgr_comm_destroy(c->comms[i]);
 	for (size_t i = 0; i < c->nallocs; i++)
 		cgr__free(a, c->allocs[i], c->alloc_sizes[i], 64);
 	cgr__free(a, c->allocs, c->allocs_cap * sizeof(void *), 16);
@@ -85,8 +97,30 @@ void cgr__compiled_unref(struct cgr_compiled *c)
 
 /* ---- validation --------------------------------------------------- */
 
+static int cgr__check_worker(cgr_graph *g, struct cgr__task *t,
+			     cgr_worker *w)
+{
+	if (w->destroyed || w->abandoned)
+		return cgr__graph_fail(g, CGR_EWORKERGONE,
+				       "%s %s is bound to worker %s, which was "
+				       "%s",
+				       cgr__coll_name(t->coll), t->name,
+				       w->name,
+				       w->abandoned ? "abandoned" :
+						      "destroyed");
+	if (w->busy_with != NULL && !w->busy_with->torn_down)
+		return cgr__graph_fail(g, -EBUSY,
+				       "%s %s: worker %s already serves "
+				       "another compiled graph",
+				       cgr__coll_name(t->coll), t->name,
+				       w->name);
+	return 0;
+}
+
 static int cgr__check_tasks(cgr_graph *g)
 {
+	int ret;
+
 	for (struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
 		for (size_t i = 0; i < t->nin; i++)
 			if (t->in[i] == NULL)
@@ -94,18 +128,17 @@ static int cgr__check_tasks(cgr_graph *g)
 						       "input %zu of task %s "
 						       "is not set",
 						       i, t->name);
-		if (t->w->destroyed || t->w->abandoned)
-			return cgr__graph_fail(
-				g, CGR_EWORKERGONE,
-				"task %s is bound to worker %s, which was %s",
-				t->name, t->w->name,
-				t->w->abandoned ? "abandoned" : "destroyed");
-		if (t->w->busy_with != NULL && !t->w->busy_with->torn_down)
-			return cgr__graph_fail(
-				g, -EBUSY,
-				"task %s: worker %s already serves another "
-				"compiled graph",
-				t->name, t->w->name);
+		if (!t->coll) {
+			ret = cgr__check_worker(g, t, t->w);
+			if (ret < 0)
+				return ret;
+			continue;
+		}
+		for (size_t i = 0; i < t->nmembers; i++) {
+			ret = cgr__check_worker(g, t, t->members[i]);
+			if (ret < 0)
+				return ret;
+		}
 	}
 	return 0;
 }
@@ -298,12 +331,17 @@ struct cgr__lower {
 	size_t nch, chcap;
 };
 
+static size_t cgr__cap_round(size_t cap)
+{
+	return CGR__ALIGN_UP(cap < CGR__MIN_VALUE_BYTES ? CGR__MIN_VALUE_BYTES :
+							  cap,
+			     64);
+}
+
 static int cgr__port_init(struct cgr_compiled *c, struct cgr__port *p,
 			  size_t cap, uint32_t nslots, const char *name)
 {
-	cap = CGR__ALIGN_UP(cap < CGR__MIN_VALUE_BYTES ? CGR__MIN_VALUE_BYTES :
-							 cap,
-			    64);
+	cap = cgr__cap_round(cap);
 	p->cap = cap;
 	p->slot_bytes = CGR__SLOT_HDR + cap;
 	p->nslots = nslots;
@@ -330,7 +368,8 @@ static int cgr__chan_get(struct cgr__lower *L, unsigned port, cgr_worker *w)
 static cgr_worker *cgr__port_owner(struct cgr__lower *L, cgr_node *n)
 {
 	(void)L;
-	return n->kind == CGR__NODE_TASK ? n->task->w : NULL;
+	return n->kind == CGR__NODE_TASK ? cgr__out_worker(n->task, n->port) :
+					   NULL;
 }
 
 /* Expanded input count of t: CGR_INPUT_ALL stands for every argument. */
@@ -416,15 +455,16 @@ static int cgr__lower(struct cgr__lower *L)
 		struct cgr__task *t = L->order[k];
 		for (size_t i = 0; i < t->nin; i++) {
 			cgr_node *n = t->in[i];
+			cgr_worker *cw = cgr__in_worker(t, i);
 			if (n->kind == CGR__NODE_CONST ||
-			    cgr__port_owner(L, n) == t->w)
+			    cgr__port_owner(L, n) == cw)
 				continue;
 			if (n->kind == CGR__NODE_INPUT &&
 			    n->index == CGR_INPUT_ALL) {
 				for (unsigned a = 0; a < c->nargs; a++)
-					cgr__chan_get(L, a, t->w);
+					cgr__chan_get(L, a, cw);
 			} else {
-				cgr__chan_get(L, L->node_port[n->id], t->w);
+				cgr__chan_get(L, L->node_port[n->id], cw);
 			}
 		}
 	}
@@ -499,19 +539,105 @@ static int cgr__lower(struct cgr__lower *L)
 	return 0;
 }
 
-/* Builds the program of worker w: its tasks in global order. */
+/* Adds a READ for (port -> w) unless this program already reads it. */
+static int cgr__add_read(struct cgr__lower *L, struct cgr__prog *p,
+			 bool *read, unsigned port, cgr_worker *w)
+{
+	int ch = cgr__chan_get(L, port, w);
+
+	if (ch < 0)
+		return ch;
+	if (read[ch])
+		return 0;
+	read[ch] = true;
+	p->ops[p->nops].kind = CGR__OP_READ;
+	p->ops[p->nops].chan = (unsigned)ch;
+	p->nops++;
+	return 0;
+}
+
+/* Adds a WRITE to every ring fed by an output of t that w produces. */
+static int cgr__add_write(struct cgr_compiled *c, struct cgr__prog *p,
+			  struct cgr__lower *L, struct cgr__task *t,
+			  cgr_worker *w)
+{
+	size_t nw = 0;
+	struct cgr__op *op;
+
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t ch = 0; ch < c->nchans; ch++)
+			for (size_t o = 0; o < t->nout; o++) {
+				if (cgr__out_worker(t, o) != w ||
+				    c->chans[ch].port !=
+					    L->node_port[t->out[o]->id])
+					continue;
+				if (pass == 0)
+					nw++;
+				else
+					op->chans[op->nchans++] = (unsigned)ch;
+			}
+		if (pass == 0) {
+			if (nw == 0)
+				return 0;
+			op = &p->ops[p->nops++];
+			op->kind = CGR__OP_WRITE;
+			op->chans = cgr__c_alloc(c, nw * sizeof(unsigned), 64);
+			if (op->chans == NULL)
+				return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+/* The communicator for collective t: the user's, or one per member set. */
+static int cgr__coll_comm(struct cgr_compiled *c, struct cgr__task *t,
+			  cgr_comm **out)
+{
+	cgr_comm *comm = t->cp.comm;
+	int ret;
+
+	if (comm == NULL) {
+		for (size_t i = 0; i < c->ncomms && comm == NULL; i++) {
+			struct cgr__task *u = c->comm_owner[i];
+			if (u->nmembers == t->nmembers &&
+			    memcmp(u->members, t->members,
+				   t->nmembers * sizeof(*t->members)) == 0)
+				comm = c->comms[i];
+		}
+		if (comm == NULL) {
+			ret = cgr_comm_create(c->ctx, t->members, t->nmembers,
+					      CGR_BACKEND_CPU, &comm);
+			if (ret < 0)
+				return ret;
+			c->comm_owner[c->ncomms] = t;
+			c->comms[c->ncomms++] = comm;
+		}
+	}
+	for (size_t i = 0; i < c->nused_comms; i++)
+		if (c->used_comms[i] == comm) {
+			*out = comm;
+			return 0;
+		}
+	c->used_comms[c->nused_comms++] = comm;
+	*out = comm;
+	return 0;
+}
+
+/* Builds the program of worker w: its share of every task, in the global
+ * order, so that all members meet at each collective in the same order. */
 static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 			   cgr_worker *w)
 {
 	struct cgr_compiled *c = L->c;
-	size_t ntasks = 0, nops = 0, k = 0;
+	size_t ntasks = 0, k = 0;
 	bool *read;
+	int ret;
 
 	for (unsigned i = 0; i < L->g->ntasks; i++)
-		if (L->order[i]->w == w)
+		if (cgr__task_rank(L->order[i], w) >= 0)
 			ntasks++;
 	/* Upper bound on operations: every channel read once, plus one
-	 * COMPUTE and one WRITE per task. */
+	 * COMPUTE or COLL and one WRITE per task. */
 	p->ops = cgr__c_alloc(c, (c->nchans + 2 * ntasks + 1) * sizeof(*p->ops),
 			      64);
 	p->tcs = cgr__c_alloc(c, (ntasks + 1) * sizeof(*p->tcs), 64);
@@ -522,26 +648,80 @@ static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 	p->w = w;
 	for (unsigned i = 0; i < L->g->ntasks; i++) {
 		struct cgr__task *t = L->order[i];
-		struct cgr_task_ctx *tc;
-		size_t nin, j = 0;
+		int rank = cgr__task_rank(t, w);
 
-		if (t->w != w)
+		if (rank < 0)
 			continue;
-		tc = &p->tcs[k++];
-		nin = cgr__nin_expanded(c, t);
+		if (t->coll) {
+			struct cgr__coll_rt *cr;
+			for (size_t a = 0; a < t->nin; a++) {
+				cgr_node *n = t->in[a];
+				if (cgr__in_worker(t, a) != w ||
+				    n->kind == CGR__NODE_CONST ||
+				    cgr__port_owner(L, n) == w)
+					continue;
+				ret = cgr__add_read(L, p, read,
+						    L->node_port[n->id], w);
+				if (ret < 0)
+					return ret;
+			}
+			cr = cgr__c_alloc(c, sizeof(*cr), 64);
+			if (cr == NULL)
+				return -ENOMEM;
+			cr->c = c;
+			cr->task = t;
+			cr->w = w;
+			cr->rank = rank;
+			cr->n = (int)t->nmembers;
+			cr->name = cgr__c_strdup(c, t->name);
+			cr->kind = t->coll;
+			cr->op = t->cp.op;
+			cr->root = t->cp.root;
+			cr->static_shape = t->cp.static_shape != 0;
+			cr->board = t->board;
+			cr->cap = cgr__cap_round(t->max_out_bytes ?
+							 t->max_out_bytes :
+							 c->p.max_value_bytes);
+			if (cr->name == NULL)
+				return -ENOMEM;
+			cr->in_port = CGR__NO_PORT;
+			cr->out_port = CGR__NO_PORT;
+			for (size_t a = 0; a < t->nin; a++)
+				if (cgr__in_worker(t, a) == w)
+					cr->in_port = L->node_port[t->in[a]->id];
+			for (size_t o = 0; o < t->nout; o++)
+				if (cgr__out_worker(t, o) == w)
+					cr->out_port =
+						L->node_port[t->out[o]->id];
+			ret = cgr__coll_comm(c, t, &cr->comm);
+			if (ret < 0)
+				return ret;
+			cr->cached = cgr__c_alloc(
+				c, t->nmembers * CGR__AGREE_SIZE, 64);
+			if (cr->cached == NULL)
+				return -ENOMEM;
+			p->ops[p->nops].kind = CGR__OP_COLL;
+			p->ops[p->nops].coll = cr;
+			p->nops++;
+			ret = cgr__add_write(c, p, L, t, w);
+			if (ret < 0)
+				return ret;
+			continue;
+		}
+
+		struct cgr_task_ctx *tc = &p->tcs[k++];
+		size_t nin = cgr__nin_expanded(c, t), j = 0;
 		tc->c = c;
 		tc->task = t;
 		tc->w = w;
-		tc->name = cgr__c_alloc(c, strlen(t->name) + 1, 64);
+		tc->name = cgr__c_strdup(c, t->name);
 		tc->in_ports = cgr__c_alloc(c, (nin + 1) * sizeof(unsigned), 64);
 		tc->out_ports = cgr__c_alloc(c, t->nout * sizeof(unsigned), 64);
 		tc->inv = cgr__c_alloc(c, (nin + 1) * sizeof(cgr_value), 64);
 		tc->outv = cgr__c_alloc(c, t->nout * sizeof(cgr_value), 64);
 		if (tc->name == NULL || tc->in_ports == NULL ||
-		    tc->out_ports == NULL || tc->inv == NULL ||
-		    tc->outv == NULL)
+		    tc->out_ports == NULL || tc->inv == NULL || tc->outv == NULL)
 			return -ENOMEM;
-		memcpy(tc->name, t->name, strlen(t->name) + 1);
 		tc->nin = nin;
 		tc->nout = t->nout;
 		tc->fn = t->fn;
@@ -560,43 +740,20 @@ static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 				if (n->kind == CGR__NODE_CONST ||
 				    cgr__port_owner(L, n) == w)
 					continue;
-				int ch = cgr__chan_get(L, q, w);
-				if (ch < 0)
-					return ch;
-				if (read[ch])
-					continue;
-				read[ch] = true;
-				p->ops[nops].kind = CGR__OP_READ;
-				p->ops[nops].chan = (unsigned)ch;
-				nops++;
+				ret = cgr__add_read(L, p, read, q, w);
+				if (ret < 0)
+					return ret;
 			}
 		}
-		p->ops[nops].kind = CGR__OP_COMPUTE;
-		p->ops[nops].tc = tc;
-		nops++;
-		/* WRITE to every ring fed by this task's outputs. */
-		size_t nw = 0;
 		for (size_t o = 0; o < t->nout; o++)
 			tc->out_ports[o] = L->node_port[t->out[o]->id];
-		for (size_t ch = 0; ch < c->nchans; ch++)
-			for (size_t o = 0; o < t->nout; o++)
-				if (c->chans[ch].port == tc->out_ports[o])
-					nw++;
-		if (nw > 0) {
-			struct cgr__op *op = &p->ops[nops++];
-			op->kind = CGR__OP_WRITE;
-			op->chans = cgr__c_alloc(c, nw * sizeof(unsigned), 64);
-			if (op->chans == NULL)
-				return -ENOMEM;
-			for (size_t ch = 0; ch < c->nchans; ch++)
-				for (size_t o = 0; o < t->nout; o++)
-					if (c->chans[ch].port ==
-					    tc->out_ports[o])
-						op->chans[op->nchans++] =
-							(unsigned)ch;
-		}
+		p->ops[p->nops].kind = CGR__OP_COMPUTE;
+		p->ops[p->nops].tc = tc;
+		p->nops++;
+		ret = cgr__add_write(c, p, L, t, w);
+		if (ret < 0)
+			return ret;
 	}
-	p->nops = nops;
 	p->ntcs = k;
 	cgr__future_init(&p->left);
 	p->left_gen = cgr__future_arm(&p->left);
@@ -647,7 +804,7 @@ int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
 	if (ret < 0)
 		goto fail;
 	order = cgr__c_alloc(c, (g->ntasks + 1) * sizeof(*order), 64);
-	ws = cgr__c_alloc(c, (g->ntasks + 1) * sizeof(*ws), 64);
+	ws = cgr__c_alloc(c, (g->ctx->nworkers + 1) * sizeof(*ws), 64);
 	if (order == NULL || ws == NULL) {
 		ret = -ENOMEM;
 		goto fail;
@@ -668,12 +825,36 @@ int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
 	if (ret < 0)
 		goto fail_mem;
 	for (unsigned i = 0; i < g->ntasks; i++) {
-		size_t j;
-		for (j = 0; j < nw; j++)
-			if (ws[j] == order[i]->w)
-				break;
-		if (j == nw)
-			ws[nw++] = order[i]->w;
+		struct cgr__task *t = order[i];
+		size_t nm = t->coll ? t->nmembers : 1;
+		for (size_t m = 0; m < nm; m++) {
+			cgr_worker *w = t->coll ? t->members[m] : t->w;
+			size_t j;
+			for (j = 0; j < nw; j++)
+				if (ws[j] == w)
+					break;
+			if (j == nw)
+				ws[nw++] = w;
+		}
+		if (t->coll) {
+			size_t bs = cgr__coll_board_size(t->nmembers,
+							 c->nslots);
+			t->board = cgr__c_alloc(c, bs, 64);
+			if (t->board == NULL) {
+				ret = -ENOMEM;
+				goto fail_mem;
+			}
+			cgr__coll_board_init(t->board, t->nmembers, c->nslots,
+					     t->members);
+		}
+	}
+	c->comms = cgr__c_alloc(c, (g->ntasks + 1) * sizeof(cgr_comm *), 64);
+	c->comm_owner = cgr__c_alloc(c, (g->ntasks + 1) * sizeof(void *), 64);
+	c->used_comms = cgr__c_alloc(c, (g->ntasks + 1) * sizeof(cgr_comm *),
+				     64);
+	if (c->comms == NULL || c->comm_owner == NULL || c->used_comms == NULL) {
+		ret = -ENOMEM;
+		goto fail_mem;
 	}
 	c->progs = cgr__c_alloc(c, (nw + 1) * sizeof(*c->progs), 64);
 	c->arrived = cgr__c_alloc(c, c->nslots * sizeof(uint32_t), 64);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "graph/internal.h"
+#include "graph/comm_weak.h"
 
 static inline uint32_t cgr__slot(const struct cgr_compiled *c, uint64_t seq)
 {
@@ -185,6 +186,10 @@ int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
 	atomic_store_explicit(&c->stop, 1, memory_order_release);
 	for (size_t i = 0; i < c->nprogs; i++)
 		cgr__bell_ring_force(&c->progs[i].w->bell);
+	/* T2: then abort the communicators, so that a member waiting inside
+	 * a collective for a member that already left returns. */
+	for (size_t i = 0; i < c->nused_comms; i++)
+		cgr_comm_abort(c->used_comms[i]);
 	for (size_t i = 0; i < c->nprogs; i++) {
 		struct cgr__prog *p = &c->progs[i];
 		cgr_worker *w = p->w;

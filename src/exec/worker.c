@@ -146,6 +146,14 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 			case CGR__OP_COMPUTE:
 				cgr__task_run(op->tc, seq);
 				break;
+			case CGR__OP_COLL:
+				atomic_store_explicit(&w->current_task,
+						      op->coll->name,
+						      memory_order_relaxed);
+				cgr__coll_run(op->coll, seq, r);
+				atomic_store_explicit(&w->current_task, NULL,
+						      memory_order_relaxed);
+				break;
 			case CGR__OP_WRITE: {
 				struct cgr__msg m = { seq };
 				for (size_t k = 0; k < op->nchans; k++) {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "graph/internal.h"
+#include "graph/comm_weak.h"
 
 int cgr__graph_fail(cgr_graph *g, int err, const char *fmt, ...)
 {
@@ -49,6 +50,7 @@ static void cgr__task_free(cgr_graph *g, struct cgr__task *t)
 	cgr__strfree(a, t->name);
 	cgr__free(a, t->in, t->nin * sizeof(*t->in), 16);
 	cgr__free(a, t->out, t->nout * sizeof(*t->out), 16);
+	cgr__free(a, t->members, t->nmembers * sizeof(*t->members), 16);
 	cgr__free(a, t, sizeof(*t), 16);
 }
 
@@ -258,4 +260,165 @@ int cgr_graph_output(cgr_graph *g, cgr_node *const *outs, size_t n)
 const char *cgr_node_name(const cgr_node *n)
 {
 	return n != NULL ? n->name : "";
+}
+
+/* ---- collective nodes --------------------------------------------- */
+
+const char *cgr__coll_name(int kind)
+{
+	static const char *const names[] = {
+		"task",	     "allreduce", "allgather", "reducescatter",
+		"reduce",    "broadcast", "gather",	   "scatter",
+		"alltoall",
+	};
+	return kind >= 0 && kind <= CGR_COLL_ALLTOALL ? names[kind] : "?";
+}
+
+int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
+			 cgr_worker *const *members, size_t n,
+			 cgr_node *const *in, size_t nin, cgr_node **out,
+			 size_t nout)
+{
+	struct cgr__arena *a;
+	struct cgr__task *task;
+	cgr_coll_params cp;
+	size_t want_in, want_out;
+	bool rooted, reducing;
+	char buf[64];
+
+	if (g == NULL || p == NULL || p->size < sizeof(size_t) ||
+	    members == NULL || n == 0 || n > 1024 || in == NULL ||
+	    out == NULL)
+		return -EINVAL;
+	CGR__PARAMS_COPY(cp, p, ((cgr_coll_params)CGR_COLL_PARAMS_INIT));
+	if (cp.kind < CGR_COLL_ALLREDUCE || cp.kind > CGR_COLL_ALLTOALL)
+		return cgr__graph_fail(g, -EINVAL, "unknown collective kind %d",
+				       cp.kind);
+	if (g->compiled)
+		return cgr__graph_fail(g, CGR_ECOMPILED,
+				       "graph already compiled");
+	rooted = cp.kind == CGR_COLL_REDUCE || cp.kind == CGR_COLL_BROADCAST ||
+		 cp.kind == CGR_COLL_GATHER || cp.kind == CGR_COLL_SCATTER;
+	reducing = cp.kind == CGR_COLL_ALLREDUCE ||
+		   cp.kind == CGR_COLL_REDUCESCATTER ||
+		   cp.kind == CGR_COLL_REDUCE;
+	want_in = (cp.kind == CGR_COLL_BROADCAST ||
+		   cp.kind == CGR_COLL_SCATTER) ?
+			  1 :
+			  n;
+	want_out = (cp.kind == CGR_COLL_REDUCE || cp.kind == CGR_COLL_GATHER) ?
+			   1 :
+			   n;
+	if (cp.name == NULL) {
+		snprintf(buf, sizeof(buf), "%s%u", cgr__coll_name(cp.kind),
+			 g->ntasks);
+		cp.name = buf;
+	}
+	if (nin != want_in || nout != want_out)
+		return cgr__graph_fail(g, -EINVAL,
+				       "%s %s: takes %zu inputs and %zu outputs "
+				       "for %zu members, not %zu and %zu",
+				       cgr__coll_name(cp.kind), cp.name,
+				       want_in, want_out, n, nin, nout);
+	if (rooted && (cp.root < 0 || (size_t)cp.root >= n))
+		return cgr__graph_fail(g, -EINVAL, "%s: root %d out of range",
+				       cp.name, cp.root);
+	if (reducing && ((int)cp.op < 0 || cp.op >= CGR_REDOP_COUNT))
+		return cgr__graph_fail(g, -EINVAL, "%s: unknown reduction %d",
+				       cp.name, (int)cp.op);
+	for (size_t i = 0; i < n; i++) {
+		if (members[i] == NULL || members[i]->ctx != g->ctx)
+			return cgr__graph_fail(g, -EINVAL,
+					       "%s: member %zu is not a worker "
+					       "of this context",
+					       cp.name, i);
+		for (size_t j = 0; j < i; j++)
+			if (members[j] == members[i])
+				return cgr__graph_fail(
+					g, -EINVAL,
+					"%s: ranks %zu and %zu are both worker "
+					"%s; members must be distinct",
+					cp.name, j, i, members[i]->name);
+	}
+	if (cp.comm != NULL && cgr_comm_size(cp.comm) != (int)n)
+		return cgr__graph_fail(g, -EINVAL,
+				       "%s: communicator has %d ranks, not %zu",
+				       cp.name, cgr_comm_size(cp.comm), n);
+	for (size_t i = 0; i < nin; i++) {
+		if (in[i] == NULL || in[i]->g != g)
+			return cgr__graph_fail(g, -EINVAL,
+					       "%s: input %zu is not a node of "
+					       "this graph",
+					       cp.name, i);
+		if (in[i]->kind == CGR__NODE_INPUT &&
+		    in[i]->index == CGR_INPUT_ALL)
+			return cgr__graph_fail(g, -EINVAL,
+					       "%s: input[*] cannot feed a "
+					       "collective",
+					       cp.name);
+	}
+
+	a = &g->ctx->arena;
+	task = cgr__alloc(a, sizeof(*task), 16);
+	if (task == NULL)
+		return -ENOMEM;
+	task->id = g->ntasks;
+	task->coll = cp.kind;
+	task->name = cgr__strdup(a, cp.name);
+	cp.name = NULL; /* the copy lives in task->name */
+	task->cp = cp;
+	task->max_out_bytes = cp.max_out_bytes;
+	task->nin = nin;
+	task->nout = nout;
+	task->nmembers = n;
+	task->in = cgr__alloc(a, nin * sizeof(*task->in), 16);
+	task->out = cgr__alloc(a, nout * sizeof(*task->out), 16);
+	task->members = cgr__alloc(a, n * sizeof(*task->members), 16);
+	if (task->name == NULL || task->in == NULL || task->out == NULL ||
+	    task->members == NULL) {
+		cgr__task_free(g, task);
+		return -ENOMEM;
+	}
+	memcpy(task->in, in, nin * sizeof(*in));
+	memcpy(task->members, members, n * sizeof(*members));
+	*g->tasks_tail = task;
+	g->tasks_tail = &task->next;
+	g->ntasks++;
+	for (size_t i = 0; i < nout; i++) {
+		cgr_node *nd = cgr__node_new(g, CGR__NODE_TASK);
+		if (nd == NULL)
+			return -ENOMEM;
+		nd->task = task;
+		nd->port = i;
+		snprintf(nd->name, sizeof(nd->name), "%s#%zu", task->name,
+			 want_out == 1 ? (size_t)cp.root : i);
+		task->out[i] = nd;
+	}
+	for (size_t i = 0; i < nout; i++)
+		out[i] = task->out[i];
+	return 0;
+}
+
+int cgr_graph_allreduce(cgr_graph *g, cgr_node *const *in, size_t n,
+			cgr_redop op, cgr_comm *comm, cgr_node **out)
+{
+	cgr_coll_params p = CGR_COLL_PARAMS_INIT;
+	cgr_worker *m[1024];
+
+	if (g == NULL || in == NULL || n == 0 || n > 1024)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		if (in[i] == NULL || in[i]->kind != CGR__NODE_TASK ||
+		    in[i]->task->coll)
+			return cgr__graph_fail(g, -EINVAL,
+					       "allreduce: input %zu must be a "
+					       "task output (its worker is the "
+					       "member)",
+					       i);
+		m[i] = in[i]->task->w;
+	}
+	p.kind = CGR_COLL_ALLREDUCE;
+	p.op = op;
+	p.comm = comm;
+	return cgr_graph_collective(g, &p, m, n, in, n, out, n);
 }

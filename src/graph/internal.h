@@ -107,6 +107,13 @@ struct cgr_node {
 
 struct cgr__task {
 	unsigned id; /* bind order */
+	/* Collectives: coll is the kind (enum cgr_coll_kind), 0 for a plain
+	 * task; members[rank] run it together, w is NULL. */
+	int coll;
+	cgr_coll_params cp;
+	cgr_worker **members;
+	size_t nmembers;
+	struct cgr__coll_board *board; /* compile scratch */
 	char *name;
 	cgr_task_fn fn;
 	void *arg;
@@ -135,6 +142,39 @@ struct cgr_graph {
 
 int cgr__graph_fail(cgr_graph *g, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* The worker that consumes input i / produces output o of task t. */
+static inline cgr_worker *cgr__in_worker(const struct cgr__task *t, size_t i)
+{
+	if (!t->coll)
+		return t->w;
+	if (t->coll == CGR_COLL_BROADCAST || t->coll == CGR_COLL_SCATTER)
+		return t->members[t->cp.root];
+	return t->members[i];
+}
+
+static inline cgr_worker *cgr__out_worker(const struct cgr__task *t, size_t o)
+{
+	if (!t->coll)
+		return t->w;
+	if (t->coll == CGR_COLL_REDUCE || t->coll == CGR_COLL_GATHER)
+		return t->members[t->cp.root];
+	return t->members[o];
+}
+
+/* The rank of w in t (0 for a plain task on w), or -1. */
+static inline int cgr__task_rank(const struct cgr__task *t,
+				 const cgr_worker *w)
+{
+	if (!t->coll)
+		return t->w == w ? 0 : -1;
+	for (size_t i = 0; i < t->nmembers; i++)
+		if (t->members[i] == w)
+			return (int)i;
+	return -1;
+}
+
+const char *cgr__coll_name(int kind);
 
 /* ---- compiled graphs ----------------------------------------------- */
 
@@ -193,11 +233,12 @@ enum cgr__op_kind {
 	CGR__OP_READ = 1,
 	CGR__OP_COMPUTE = 2,
 	CGR__OP_WRITE = 3,
+	CGR__OP_COLL = 4,
 };
 
 struct cgr_task_ctx {
 	struct cgr_compiled *c;
-	struct cgr__task *task; /* graph task (names, fn) */
+	struct cgr__task *task; /* compile time only: the graph may be gone */
 	cgr_worker *w;
 	uint64_t seq;
 	unsigned *in_ports; /* nin_expanded */
@@ -212,8 +253,34 @@ struct cgr_task_ctx {
 	cgr_task_fn fn;
 };
 
+/* One member's share of a collective: see exec/coll.c. */
+/* A member's description of its input for one execution (exec/coll.c). */
+struct cgr__agree;
+#define CGR__AGREE_SIZE 256
+
+struct cgr__coll_rt {
+	struct cgr_compiled *c;
+	struct cgr__task *task; /* compile time only: the graph may be gone */
+	int kind;		/* enum cgr_coll_kind */
+	cgr_redop op;
+	int root;
+	bool static_shape;
+	cgr_worker *w;
+	int rank, n;
+	cgr_comm *comm;
+	unsigned in_port;  /* CGR__NO_PORT: none on this member */
+	unsigned out_port; /* CGR__NO_PORT: none on this member */
+	struct cgr__coll_board *board; /* shared by the members */
+	struct cgr__agree *cached;     /* static shapes: the first agreement */
+	bool have_cached;
+	size_t cap; /* data capacity of the outputs, the same on every member */
+	char *name;
+};
+#define CGR__NO_PORT 0xffffffffu
+
 struct cgr__op {
 	int kind;
+	struct cgr__coll_rt *coll; /* COLL */
 	unsigned chan;		/* READ */
 	struct cgr_task_ctx *tc; /* COMPUTE */
 	unsigned *chans;	/* WRITE: rings fed by this task's outputs */
@@ -268,6 +335,14 @@ struct cgr_compiled {
 	int teardown_result;
 	struct cgr_compiled *next; /* ctx's list */
 
+	/* Communicators created for collectives, freed with the graph. */
+	cgr_comm **comms;
+	struct cgr__task **comm_owner; /* the collective each was made for */
+	size_t ncomms;
+	/* Every communicator the graph uses: teardown aborts them. */
+	cgr_comm **used_comms;
+	size_t nused_comms;
+
 	/* Memory this graph allocated, freed in one place. */
 	void **allocs;
 	size_t *alloc_sizes;
@@ -276,9 +351,17 @@ struct cgr_compiled {
 
 /* compile/ */
 void *cgr__c_alloc(struct cgr_compiled *c, size_t size, size_t align);
+char *cgr__c_strdup(struct cgr_compiled *c, const char *s);
 void cgr__compiled_unref(struct cgr_compiled *c);
 
 /* exec/ */
+/* Runs member cr's share of a collective for execution seq. */
+void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
+		   struct cgr_reactor *r);
+/* Bytes of shared agreement state for a collective of n members. */
+size_t cgr__coll_board_size(size_t n, uint32_t nslots);
+void cgr__coll_board_init(struct cgr__coll_board *b, size_t n,
+			  uint32_t nslots, cgr_worker *const *members);
 void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 		     struct cgr_reactor *r);
 /* Stores v into slot h of capacity cap; returns 0 or an error value is

@@ -1,0 +1,551 @@
+/*
+ * exec/coll.c: a worker's share of a collective node.
+ *
+ * Agreement first: each member posts a description of its input (value
+ * kind, dtype, shape, or its error) on the collective's board for this
+ * execution, rings the other members, and waits until all have posted.
+ * Every member then runs the same comparison over the same descriptions,
+ * so all of them reach the same verdict: either an error value on every
+ * output (naming the ranks and what differed), or the communicator call,
+ * with counts and output shapes derived identically everywhere.  Nobody
+ * can be left waiting inside the communicator for a member that decided
+ * otherwise.
+ *
+ * The board has one description per member per buffer slot, plus a
+ * per-member "done" sequence: a member does not overwrite slot s until
+ * every member finished comparing the execution that used it before.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "graph/internal.h"
+#include "graph/comm_weak.h"
+
+struct cgr__agree {
+	_Atomic uint64_t seq; /* execution + 1 once posted */
+	int32_t kind;	      /* value kind; CGR_VALUE_NONE: no input here */
+	int32_t code;	      /* error value: its code */
+	int32_t dtype;	      /* cgr_dtype, -1 if none */
+	int32_t ndim;
+	int64_t shape[CGR_MAX_NDIM];
+	char msg[CGR__AGREE_SIZE - 24 - 8 * CGR_MAX_NDIM];
+};
+_Static_assert(sizeof(struct cgr__agree) == CGR__AGREE_SIZE,
+	       "agreement record size");
+
+struct cgr__coll_board {
+	uint32_t n, nslots;
+	struct cgr_bell **bells; /* each member worker's doorbell */
+	/* followed by done[n] (a line each), then agree[nslots][n] */
+};
+
+struct cgr__done {
+	_Atomic uint64_t seq;
+	char pad[CGR_CACHELINE - 8];
+};
+
+static size_t cgr__board_hdr(size_t n)
+{
+	return CGR__ALIGN_UP(sizeof(struct cgr__coll_board), 64) +
+	       CGR__ALIGN_UP(n * sizeof(struct cgr_bell *), 64);
+}
+
+size_t cgr__coll_board_size(size_t n, uint32_t nslots)
+{
+	return cgr__board_hdr(n) + n * sizeof(struct cgr__done) +
+	       (size_t)nslots * n * sizeof(struct cgr__agree);
+}
+
+static struct cgr__done *cgr__board_done(struct cgr__coll_board *b)
+{
+	return (struct cgr__done *)((unsigned char *)b + cgr__board_hdr(b->n));
+}
+
+static struct cgr__agree *cgr__board_slot(struct cgr__coll_board *b,
+					  uint64_t seq)
+{
+	unsigned char *base = (unsigned char *)cgr__board_done(b) +
+			      b->n * sizeof(struct cgr__done);
+	return (struct cgr__agree *)(base + (size_t)(seq & (b->nslots - 1)) *
+						    b->n *
+						    sizeof(struct cgr__agree));
+}
+
+void cgr__coll_board_init(struct cgr__coll_board *b, size_t n,
+			  uint32_t nslots, cgr_worker *const *members)
+{
+	struct cgr__done *d;
+
+	b->n = (uint32_t)n;
+	b->nslots = nslots;
+	b->bells = (struct cgr_bell **)((unsigned char *)b +
+					CGR__ALIGN_UP(sizeof(*b), 64));
+	for (size_t i = 0; i < n; i++)
+		b->bells[i] = &members[i]->bell;
+	d = cgr__board_done(b);
+	for (size_t i = 0; i < n; i++)
+		atomic_init(&d[i].seq, 0);
+	for (uint32_t s = 0; s < nslots; s++) {
+		struct cgr__agree *a = cgr__board_slot(b, s);
+		for (size_t i = 0; i < n; i++)
+			atomic_init(&a[i].seq, 0);
+	}
+}
+
+/* ---- dtypes ------------------------------------------------------- */
+
+static int cgr__dl_dtype(DLDataType t)
+{
+	if (t.lanes != 1)
+		return -1;
+	switch (t.code) {
+	case kDLInt:
+		return t.bits == 8    ? CGR_INT8 :
+		       t.bits == 16 ? CGR_INT16 :
+		       t.bits == 32 ? CGR_INT32 :
+		       t.bits == 64 ? CGR_INT64 :
+				      -1;
+	case kDLUInt:
+		return t.bits == 8    ? CGR_UINT8 :
+		       t.bits == 16 ? CGR_UINT16 :
+		       t.bits == 32 ? CGR_UINT32 :
+		       t.bits == 64 ? CGR_UINT64 :
+				      -1;
+	case kDLFloat:
+		return t.bits == 16   ? CGR_FLOAT16 :
+		       t.bits == 32 ? CGR_FLOAT32 :
+		       t.bits == 64 ? CGR_FLOAT64 :
+				      -1;
+	case kDLBfloat:
+		return t.bits == 16 ? CGR_BFLOAT16 : -1;
+	default:
+		return -1;
+	}
+}
+
+static DLDataType cgr__to_dl(int dt)
+{
+	static const struct {
+		uint8_t code, bits;
+	} map[CGR_DTYPE_COUNT] = {
+		[CGR_INT8] = { kDLInt, 8 },	 [CGR_UINT8] = { kDLUInt, 8 },
+		[CGR_INT16] = { kDLInt, 16 },	 [CGR_UINT16] = { kDLUInt, 16 },
+		[CGR_INT32] = { kDLInt, 32 },	 [CGR_UINT32] = { kDLUInt, 32 },
+		[CGR_INT64] = { kDLInt, 64 },	 [CGR_UINT64] = { kDLUInt, 64 },
+		[CGR_FLOAT16] = { kDLFloat, 16 }, [CGR_BFLOAT16] = { kDLBfloat, 16 },
+		[CGR_FLOAT32] = { kDLFloat, 32 }, [CGR_FLOAT64] = { kDLFloat, 64 },
+	};
+	DLDataType t = { map[dt].code, map[dt].bits, 1 };
+	return t;
+}
+
+static const char *cgr__dtype_name(int dt)
+{
+	static const char *const n[CGR_DTYPE_COUNT] = {
+		"int8",	  "uint8",  "int16",   "uint16",   "int32",	  "uint32",
+		"int64",  "uint64", "float16", "bfloat16", "float32", "float64",
+	};
+	return dt >= 0 && dt < CGR_DTYPE_COUNT ? n[dt] : "?";
+}
+
+/* ---- describing and comparing ------------------------------------- */
+
+static void cgr__describe(struct cgr__agree *a, const cgr_value *v, bool has)
+{
+	a->kind = has ? v->kind : CGR_VALUE_NONE;
+	a->code = 0;
+	a->dtype = -1;
+	a->ndim = 0;
+	a->msg[0] = 0;
+	if (!has)
+		return;
+	switch (v->kind) {
+	case CGR_VALUE_ERROR:
+		a->code = v->code;
+		snprintf(a->msg, sizeof(a->msg), "%s", v->u.error.msg);
+		break;
+	case CGR_VALUE_BYTES:
+		a->dtype = CGR_UINT8;
+		a->ndim = 1;
+		a->shape[0] = (int64_t)v->u.bytes.len;
+		break;
+	case CGR_VALUE_TENSOR:
+		a->dtype = cgr__dl_dtype(v->u.tensor.dtype);
+		a->ndim = v->u.tensor.ndim;
+		for (int i = 0; i < a->ndim; i++)
+			a->shape[i] = v->u.tensor.shape[i];
+		break;
+	default:
+		break;
+	}
+}
+
+static int cgr__fmt_shape(char *buf, size_t len, const struct cgr__agree *a)
+{
+	size_t off = 0;
+
+	if (a->kind == CGR_VALUE_NONE)
+		return snprintf(buf, len, "nothing");
+	off += (size_t)snprintf(buf, len, "%s[", a->kind == CGR_VALUE_BYTES ?
+							 "bytes" :
+							 "");
+	for (int i = 0; i < a->ndim && off < len; i++)
+		off += (size_t)snprintf(buf + off, len - off, "%s%lld",
+					i ? "," : "", (long long)a->shape[i]);
+	if (off < len)
+		off += (size_t)snprintf(buf + off, len - off, "] %s",
+					cgr__dtype_name(a->dtype));
+	return (int)off;
+}
+
+static bool cgr__same_shape(const struct cgr__agree *a,
+			    const struct cgr__agree *b)
+{
+	if (a->kind != b->kind || a->dtype != b->dtype || a->ndim != b->ndim)
+		return false;
+	for (int i = 0; i < a->ndim; i++)
+		if (a->shape[i] != b->shape[i])
+			return false;
+	return true;
+}
+
+struct cgr__verdict {
+	int err;
+	char msg[640];
+	struct cgr__agree out; /* the output's description */
+	size_t count;	       /* elements for the communicator call */
+	size_t in_bytes, out_bytes;
+};
+
+static bool cgr__has_input(int kind, int rank, int root)
+{
+	if (kind == CGR_COLL_BROADCAST || kind == CGR_COLL_SCATTER)
+		return rank == root;
+	return true;
+}
+
+/*
+ * The verdict every member reaches from the same n descriptions.  cap is
+ * the data capacity of the collective's output buffers.
+ */
+static void cgr__judge(const struct cgr__coll_rt *cr, uint64_t seq,
+		       const struct cgr__agree *d, size_t cap,
+		       struct cgr__verdict *v)
+{
+	const int n = cr->n, kind = cr->kind;
+	const struct cgr__agree *ref = NULL;
+	char pre[120], sa[120], sb[120];
+	size_t nelem = 1, esz;
+
+	memset(v, 0, sizeof(*v));
+	snprintf(pre, sizeof(pre), "%s %s (execution %llu)",
+		 cgr__coll_name(kind), cr->name, (unsigned long long)seq);
+	for (int r = 0; r < n; r++)
+		if (d[r].kind == CGR_VALUE_ERROR) {
+			v->err = d[r].code ? d[r].code : CGR_ETASK;
+			snprintf(v->msg, sizeof(v->msg),
+				 "%s: rank %d contributed an error value: %s",
+				 pre, r, d[r].msg);
+			return;
+		}
+	for (int r = 0; r < n; r++) {
+		if (!cgr__has_input(kind, r, cr->root))
+			continue;
+		if ((d[r].kind != CGR_VALUE_BYTES &&
+		     d[r].kind != CGR_VALUE_TENSOR) ||
+		    d[r].dtype < 0) {
+			v->err = CGR_EBADVALUE;
+			snprintf(v->msg, sizeof(v->msg),
+				 "%s: rank %d has no tensor of a supported "
+				 "dtype (value kind %d)",
+				 pre, r, d[r].kind);
+			return;
+		}
+		if (ref == NULL) {
+			ref = &d[r];
+			continue;
+		}
+		if (!cgr__same_shape(ref, &d[r])) {
+			int r0 = (int)(ref - d);
+			cgr__fmt_shape(sa, sizeof(sa), ref);
+			cgr__fmt_shape(sb, sizeof(sb), &d[r]);
+			v->err = CGR_EMISMATCH;
+			snprintf(v->msg, sizeof(v->msg),
+				 "%s: %s mismatch: rank %d has %s, rank %d "
+				 "has %s",
+				 pre,
+				 ref->dtype != d[r].dtype ? "dtype" : "shape",
+				 r0, sa, r, sb);
+			return;
+		}
+	}
+	v->out = *ref;
+	for (int i = 0; i < ref->ndim; i++)
+		nelem *= (size_t)ref->shape[i];
+	esz = cgr_dtype_size((cgr_dtype)ref->dtype);
+	v->in_bytes = nelem * esz;
+	v->count = nelem;
+	if (kind == CGR_COLL_ALLGATHER || kind == CGR_COLL_GATHER) {
+		if (v->out.ndim == 0) {
+			v->out.ndim = 1;
+			v->out.shape[0] = 1;
+		}
+		v->out.shape[0] *= n;
+		v->out_bytes = v->in_bytes * (size_t)n;
+	} else if (kind == CGR_COLL_REDUCESCATTER ||
+		   kind == CGR_COLL_SCATTER || kind == CGR_COLL_ALLTOALL) {
+		if (ref->ndim == 0 || ref->shape[0] % n != 0) {
+			v->err = -EINVAL;
+			snprintf(v->msg, sizeof(v->msg),
+				 "%s: dimension 0 (%lld) does not divide by "
+				 "%d ranks",
+				 pre, ref->ndim ? (long long)ref->shape[0] : 0LL,
+				 n);
+			return;
+		}
+		v->count = nelem / (size_t)n;
+		if (kind != CGR_COLL_ALLTOALL) {
+			v->out.shape[0] /= n;
+			v->out_bytes = v->in_bytes / (size_t)n;
+		} else {
+			v->out_bytes = v->in_bytes;
+		}
+	} else {
+		v->out_bytes = v->in_bytes;
+	}
+	if (v->out_bytes > cap) {
+		v->err = CGR_ETOOBIG;
+		snprintf(v->msg, sizeof(v->msg),
+			 "%s: result of %zu bytes exceeds the %zu-byte output "
+			 "buffer (set max_out_bytes)",
+			 pre, v->out_bytes, cap);
+	}
+}
+
+/* ---- running ------------------------------------------------------ */
+
+struct cgr__posted {
+	struct cgr__agree *slot;
+	int n;
+	uint64_t want;
+};
+
+static bool cgr__all_posted(void *arg)
+{
+	struct cgr__posted *p = arg;
+	for (int r = 0; r < p->n; r++)
+		/* A1: pairs with the release store of each member's post. */
+		if (atomic_load_explicit(&p->slot[r].seq,
+					 memory_order_acquire) != p->want)
+			return false;
+	return true;
+}
+
+struct cgr__drained {
+	struct cgr__done *done;
+	int n;
+	uint64_t floor;
+};
+
+static bool cgr__all_done(void *arg)
+{
+	struct cgr__drained *p = arg;
+	for (int r = 0; r < p->n; r++)
+		if (atomic_load_explicit(&p->done[r].seq,
+					 memory_order_acquire) < p->floor)
+			return false;
+	return true;
+}
+
+static void cgr__ring_members(struct cgr__coll_board *b, int self)
+{
+	for (uint32_t r = 0; r < b->n; r++)
+		if ((int)r != self)
+			cgr__bell_ring(b->bells[r]);
+}
+
+static void cgr__coll_fail(struct cgr__coll_rt *cr, uint64_t seq, int err,
+			   const char *msg)
+{
+	struct cgr__port *p;
+
+	if (cr->out_port == CGR__NO_PORT)
+		return;
+	p = &cr->c->ports[cr->out_port];
+	cgr__value_store_error(cgr__port_slot(p, seq), p->cap, err, msg);
+}
+
+/* Posts this member's description and waits for everybody's.  Returns
+ * 0, or -ECANCELED at teardown. */
+static int cgr__agree_all(struct cgr__coll_rt *cr, uint64_t seq,
+			  const struct cgr__agree *mine, struct cgr__agree *all,
+			  struct cgr_reactor *r)
+{
+	struct cgr_compiled *c = cr->c;
+	struct cgr__coll_board *b = cr->board;
+	struct cgr__done *done = cgr__board_done(b);
+	struct cgr__agree *slot = cgr__board_slot(b, seq);
+	int ret;
+
+	/* The slot's previous execution must be compared by everybody. */
+	if (seq >= b->nslots) {
+		struct cgr__drained dr = { done, cr->n, seq + 1 - b->nslots };
+		ret = cgr__reactor_wait(r, &cr->w->bell, cgr__all_done, &dr,
+					&c->stop, c->p.wait_mode, c->p.spin_ns,
+					CGR_FOREVER);
+		if (ret < 0)
+			return ret;
+	}
+	memcpy((char *)&slot[cr->rank] + sizeof(slot->seq),
+	       (const char *)mine + sizeof(mine->seq),
+	       sizeof(*mine) - sizeof(mine->seq));
+	/* R1: publishes the description; pairs with A1. */
+	atomic_store_explicit(&slot[cr->rank].seq, seq + 1,
+			      memory_order_release);
+	cgr__ring_members(b, cr->rank);
+	struct cgr__posted po = { slot, cr->n, seq + 1 };
+	ret = cgr__reactor_wait(r, &cr->w->bell, cgr__all_posted, &po,
+				&c->stop, c->p.wait_mode, c->p.spin_ns,
+				CGR_FOREVER);
+	if (ret < 0)
+		return ret;
+	memcpy(all, slot, (size_t)cr->n * sizeof(*all));
+	atomic_store_explicit(&done[cr->rank].seq, seq + 1,
+			      memory_order_release);
+	cgr__ring_members(b, cr->rank);
+	return 0;
+}
+
+static int cgr__coll_call(struct cgr__coll_rt *cr, const void *in, void *out,
+			  size_t count, cgr_dtype dt)
+{
+	cgr_comm *m = cr->comm;
+	const int rk = cr->rank, root = cr->root;
+	const bool is_root = rk == root;
+
+	switch (cr->kind) {
+	case CGR_COLL_ALLREDUCE:
+		return cgr_allreduce(m, rk, in, out, count, dt, cr->op, NULL,
+				     NULL);
+	case CGR_COLL_ALLGATHER:
+		return cgr_allgather(m, rk, in, out, count, dt, NULL, NULL);
+	case CGR_COLL_REDUCESCATTER:
+		return cgr_reducescatter(m, rk, in, out, count, dt, cr->op,
+					 NULL, NULL);
+	case CGR_COLL_REDUCE:
+		return cgr_reduce(m, rk, in, is_root ? out : NULL, count, dt,
+				  cr->op, root, NULL, NULL);
+	case CGR_COLL_BROADCAST:
+		return cgr_broadcast(m, rk, is_root ? in : NULL, out, count, dt,
+				     root, NULL, NULL);
+	case CGR_COLL_GATHER:
+		return cgr_gather(m, rk, in, is_root ? out : NULL, count, dt,
+				  root, NULL, NULL);
+	case CGR_COLL_SCATTER:
+		return cgr_scatter(m, rk, is_root ? in : NULL, out, count, dt,
+				   root, NULL, NULL);
+	case CGR_COLL_ALLTOALL:
+		return cgr_alltoall(m, rk, in, out, count, dt, NULL, NULL);
+	default:
+		return -EINVAL;
+	}
+}
+
+void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
+		   struct cgr_reactor *r)
+{
+	struct cgr_compiled *c = cr->c;
+	struct cgr__agree mine, *all = cr->cached;
+	struct cgr__verdict v;
+	cgr_value in;
+	const void *src = NULL;
+	void *dst = NULL;
+	struct cgr__slot_hdr *oh = NULL;
+	int ret;
+
+	memset(&in, 0, sizeof(in));
+	if (cr->in_port != CGR__NO_PORT)
+		cgr__value_load(cgr__port_slot(&c->ports[cr->in_port], seq),
+				&in);
+	cgr__describe(&mine, &in, cr->in_port != CGR__NO_PORT);
+	bool changed = false;
+	if (!cr->static_shape || !cr->have_cached) {
+		ret = cgr__agree_all(cr, seq, &mine, all, r);
+		if (ret < 0)
+			return; /* teardown */
+		cr->have_cached = true;
+	} else {
+		/* Static shapes: the first agreement holds for everybody; only
+		 * this member's own change is visible here. */
+		changed = !cgr__same_shape(&mine, &all[cr->rank]) ||
+			  mine.kind == CGR_VALUE_ERROR;
+	}
+	cgr__judge(cr, seq, all, cr->cap, &v);
+	if (v.err != 0) {
+		cgr__coll_fail(cr, seq, v.err, v.msg);
+		return;
+	}
+	size_t count = v.count;
+	if (changed && cgr__has_input(cr->kind, cr->rank, cr->root)) {
+		/* Still take part, with the count this member really has: the
+		 * communicator's own check fails everybody on a different
+		 * count, and no result can overflow its buffer. */
+		size_t ne = mine.kind == CGR_VALUE_ERROR ? 0 : 1;
+		for (int i = 0; i < mine.ndim; i++)
+			ne *= (size_t)mine.shape[i];
+		if (cr->kind == CGR_COLL_REDUCESCATTER ||
+		    cr->kind == CGR_COLL_SCATTER || cr->kind == CGR_COLL_ALLTOALL)
+			ne /= (size_t)cr->n;
+		count = ne == v.count ? ne : (ne < v.count ? ne : 0);
+	}
+	if (cr->in_port != CGR__NO_PORT)
+		src = in.kind == CGR_VALUE_TENSOR ? in.u.tensor.data :
+						    in.u.bytes.data;
+	if (cr->out_port != CGR__NO_PORT) {
+		oh = cgr__port_slot(&c->ports[cr->out_port], seq);
+		dst = cgr__slot_data(oh);
+	}
+	ret = cgr__coll_call(cr, src, dst, count, (cgr_dtype)v.out.dtype);
+	if (ret == 0 && changed) {
+		char msg[400], sa[120], sb[120];
+		cgr__fmt_shape(sa, sizeof(sa), &all[cr->rank]);
+		cgr__fmt_shape(sb, sizeof(sb), &mine);
+		snprintf(msg, sizeof(msg),
+			 "%s %s (execution %llu): rank %d changed its static "
+			 "shape from %s to %s",
+			 cgr__coll_name(cr->kind), cr->name,
+			 (unsigned long long)seq, cr->rank, sa, sb);
+		cgr__coll_fail(cr, seq, CGR_EMISMATCH, msg);
+		return;
+	}
+	if (ret < 0) {
+		char msg[400];
+		const char *why = cgr_comm_errmsg(cr->comm, cr->rank);
+		snprintf(msg, sizeof(msg), "%s %s (execution %llu): %s",
+			 cgr__coll_name(cr->kind), cr->name,
+			 (unsigned long long)seq,
+			 why != NULL && *why ? why : cgr_strerror(ret));
+		cgr__coll_fail(cr, seq, ret, msg);
+		return;
+	}
+	if (oh == NULL)
+		return;
+	oh->code = 0;
+	oh->len = v.out_bytes;
+	if (v.out.kind == CGR_VALUE_BYTES) {
+		oh->kind = CGR_VALUE_BYTES;
+		oh->ndim = 0;
+		return;
+	}
+	DLDataType dl = cgr__to_dl(v.out.dtype);
+	oh->kind = CGR_VALUE_TENSOR;
+	oh->ndim = v.out.ndim;
+	oh->dt_code = dl.code;
+	oh->dt_bits = dl.bits;
+	oh->dt_lanes = 1;
+	oh->dev_type = kDLCPU;
+	oh->dev_id = 0;
+	for (int i = 0; i < v.out.ndim; i++)
+		oh->shape[i] = v.out.shape[i];
+}
