@@ -321,6 +321,7 @@ static int cgr__params(cgr_compile_params *p, const cgr_compile_params *in)
 }
 
 struct cgr__lower {
+	bool plan_only; /* no communicators: the programs are only checked */
 	cgr_graph *g;
 	struct cgr_compiled *c;
 	struct cgr__task **order;
@@ -693,9 +694,11 @@ static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 				if (cgr__out_worker(t, o) == w)
 					cr->out_port =
 						L->node_port[t->out[o]->id];
-			ret = cgr__coll_comm(c, t, &cr->comm);
-			if (ret < 0)
-				return ret;
+			if (!L->plan_only) {
+				ret = cgr__coll_comm(c, t, &cr->comm);
+				if (ret < 0)
+					return ret;
+			}
 			cr->cached = cgr__c_alloc(
 				c, t->nmembers * CGR__AGREE_SIZE, 64);
 			if (cr->cached == NULL)
@@ -761,8 +764,181 @@ static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 	return 0;
 }
 
-int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
-		      cgr_compiled **out)
+/* ---- schedule verification ---------------------------------------- */
+
+/*
+ * Runs the programs abstractly for two executions: READ takes a message
+ * its ring holds, WRITE adds one, COLL waits until every member reached
+ * the same collective of the same execution.  The driver has put both
+ * executions' arguments in and always drains.  If the programs get stuck,
+ * follows "waits for" from a stuck worker until one repeats and names that
+ * cycle.  Returns 0 or CGR_EDEADLOCK with msg filled.
+ */
+#define CGR__VERIFY_EXECS 2
+
+static size_t cgr__chan_writer(const struct cgr_compiled *c, unsigned ch)
+{
+	for (size_t i = 0; i < c->nprogs; i++) {
+		const struct cgr__prog *p = &c->progs[i];
+		for (size_t k = 0; k < p->nops; k++)
+			if (p->ops[k].kind == CGR__OP_WRITE)
+				for (size_t j = 0; j < p->ops[k].nchans; j++)
+					if (p->ops[k].chans[j] == ch)
+						return i;
+	}
+	return SIZE_MAX; /* the driver */
+}
+
+int cgr__verify(struct cgr_compiled *c, char *msg, size_t len)
+{
+	struct cgr__arena *a = &c->ctx->arena;
+	size_t np = c->nprogs, total, done = 0;
+	size_t *pc = cgr__alloc(a, (np + 1) * sizeof(size_t), 16);
+	uint64_t *have = cgr__alloc(a, (c->nchans + 1) * sizeof(uint64_t), 16);
+	int ret = 0;
+
+	if (pc == NULL || have == NULL) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (size_t ch = 0; ch < c->nchans; ch++)
+		if (cgr__chan_writer(c, ch) == SIZE_MAX)
+			have[ch] = CGR__VERIFY_EXECS;
+	total = 0;
+	for (size_t i = 0; i < np; i++)
+		total += c->progs[i].nops * CGR__VERIFY_EXECS;
+	for (;;) {
+		bool progress = false;
+		for (size_t i = 0; i < np; i++) {
+			struct cgr__prog *p = &c->progs[i];
+			while (pc[i] < p->nops * CGR__VERIFY_EXECS) {
+				struct cgr__op *op = &p->ops[pc[i] % p->nops];
+				size_t ex = pc[i] / p->nops, at = 0;
+				if (op->kind == CGR__OP_READ) {
+					if (have[op->chan] == 0)
+						break;
+					have[op->chan]--;
+				} else if (op->kind == CGR__OP_WRITE) {
+					for (size_t j = 0; j < op->nchans; j++)
+						have[op->chans[j]]++;
+				} else if (op->kind == CGR__OP_COLL) {
+					/* Everybody at this collective? */
+					for (size_t q = 0; q < np; q++) {
+						struct cgr__prog *o =
+							&c->progs[q];
+						struct cgr__op *oo;
+						if (pc[q] >= o->nops *
+								     CGR__VERIFY_EXECS)
+							continue;
+						oo = &o->ops[pc[q] % o->nops];
+						if (oo->kind == CGR__OP_COLL &&
+						    oo->coll->board ==
+							    op->coll->board &&
+						    pc[q] / o->nops == ex)
+							at++;
+					}
+					if (at < (size_t)op->coll->n)
+						break;
+					for (size_t q = 0; q < np; q++) {
+						struct cgr__prog *o =
+							&c->progs[q];
+						struct cgr__op *oo;
+						if (q == i ||
+						    pc[q] >= o->nops *
+								     CGR__VERIFY_EXECS)
+							continue;
+						oo = &o->ops[pc[q] % o->nops];
+						if (oo->kind == CGR__OP_COLL &&
+						    oo->coll->board ==
+							    op->coll->board &&
+						    pc[q] / o->nops == ex) {
+							pc[q]++;
+							done++;
+						}
+					}
+				}
+				pc[i]++;
+				done++;
+				progress = true;
+			}
+		}
+		if (done >= total)
+			goto out;
+		if (!progress)
+			break;
+	}
+
+	/* Stuck: walk "waits for" edges from a stuck program. */
+	size_t cur = 0, steps = 0, off = 0;
+	int *seen = cgr__alloc(a, (np + 1) * sizeof(int), 16);
+	if (seen == NULL) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	while (pc[cur] >= c->progs[cur].nops * CGR__VERIFY_EXECS)
+		cur++;
+	for (size_t i = 0; i < np; i++)
+		seen[i] = -1;
+	struct {
+		size_t who, next;
+		const char *why;
+		const char *what;
+	} path[64];
+	size_t npath = 0;
+	while (seen[cur] < 0 && npath < 64) {
+		struct cgr__prog *p = &c->progs[cur];
+		struct cgr__op *op = &p->ops[pc[cur] % p->nops];
+		size_t next = cur;
+		seen[cur] = (int)npath;
+		path[npath].who = cur;
+		if (op->kind == CGR__OP_READ) {
+			next = cgr__chan_writer(c, op->chan);
+			path[npath].why = "a value of";
+			path[npath].what = c->ports[c->chans[op->chan].port].name;
+		} else {
+			for (size_t q = 0; q < np; q++) {
+				struct cgr__op *oo;
+				if (pc[q] >= c->progs[q].nops *
+						     CGR__VERIFY_EXECS)
+					continue;
+				oo = &c->progs[q].ops[pc[q] %
+						       c->progs[q].nops];
+				if (cgr__coll_member(op->coll, c->progs[q].w) &&
+				    !(oo->kind == CGR__OP_COLL &&
+				      oo->coll->board == op->coll->board)) {
+					next = q;
+					break;
+				}
+			}
+			path[npath].why = cgr__coll_name(op->coll->kind);
+			path[npath].what = op->coll->name;
+		}
+		path[npath].next = next;
+		npath++;
+		if (next == SIZE_MAX || next == cur)
+			break;
+		cur = next;
+		steps++;
+	}
+	off = (size_t)snprintf(msg, len, "schedule would deadlock: ");
+	size_t from = seen[cur] >= 0 ? (size_t)seen[cur] : 0;
+	for (size_t k = from; k < npath && off < len; k++)
+		off += (size_t)snprintf(
+			msg + off, len - off, "%s%s waits for %s (%s %s)",
+			k > from ? ", " : "", c->progs[path[k].who].w->name,
+			path[k].next == SIZE_MAX ? "the driver" :
+						   c->progs[path[k].next].w->name,
+			path[k].why, path[k].what);
+	cgr__free(a, seen, (np + 1) * sizeof(int), 16);
+	ret = CGR_EDEADLOCK;
+out:
+	cgr__free(a, pc, (np + 1) * sizeof(size_t), 16);
+	cgr__free(a, have, (c->nchans + 1) * sizeof(uint64_t), 16);
+	return ret;
+}
+
+static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
+			bool plan_only, cgr_compiled **out)
 {
 	struct cgr__lower L;
 	struct cgr_compiled *c;
@@ -818,6 +994,7 @@ int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
 		goto fail;
 
 	memset(&L, 0, sizeof(L));
+	L.plan_only = plan_only;
 	L.g = g;
 	L.c = c;
 	L.order = order;
@@ -870,11 +1047,59 @@ int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
 			goto fail_mem;
 	}
 
+	ret = cgr__verify(c, g->errmsg, sizeof(g->errmsg));
+	if (ret < 0) {
+		cgr__info(&g->ctx->log, "graph: %s", g->errmsg);
+		goto fail;
+	}
+	*out = c;
+	return 0;
+
+fail_mem:
+	if (ret == -ENOMEM)
+		cgr__graph_fail(g, ret, "out of memory compiling the graph");
+fail:
+	cgr__compiled_unref(c);
+	return ret;
+}
+
+int cgr__graph_plan(cgr_graph *g, const cgr_compile_params *p,
+		    cgr_compiled **out)
+{
+	if (g == NULL || out == NULL)
+		return -EINVAL;
+	if (g->compiled)
+		return cgr__graph_fail(g, CGR_ECOMPILED,
+				       "graph was already compiled");
+	return cgr__compile(g, p, true, out);
+}
+
+void cgr__plan_free(cgr_compiled *c)
+{
+	if (c != NULL)
+		cgr__compiled_unref(c);
+}
+
+int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
+		      cgr_compiled **out)
+{
+	cgr_compiled *c;
+	int ret;
+
+	if (g == NULL || out == NULL)
+		return -EINVAL;
+	if (g->compiled)
+		return cgr__graph_fail(g, CGR_ECOMPILED,
+				       "graph was already compiled");
+	ret = cgr__compile(g, prm, false, &c);
+	if (ret < 0)
+		return ret;
+	size_t nw = c->nprogs;
 	/* Start: each worker holds a reference while it runs its program. */
 	g->compiled = true;
 	atomic_fetch_add(&c->refs, (uint32_t)nw);
 	for (size_t i = 0; i < nw; i++) {
-		cgr_worker *w = ws[i];
+		cgr_worker *w = c->progs[i].w;
 		w->busy_with = c;
 		atomic_store_explicit(&w->prog, &c->progs[i],
 				      memory_order_relaxed);
@@ -889,12 +1114,6 @@ int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
 	*out = c;
 	return 0;
 
-fail_mem:
-	if (ret == -ENOMEM)
-		cgr__graph_fail(g, ret, "out of memory compiling the graph");
-fail:
-	cgr__compiled_unref(c);
-	return ret;
 }
 
 size_t cgr_compiled_noutputs(const cgr_compiled *c)

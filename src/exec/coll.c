@@ -549,3 +549,11 @@ void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 	for (int i = 0; i < v.out.ndim; i++)
 		oh->shape[i] = v.out.shape[i];
 }
+
+bool cgr__coll_member(const struct cgr__coll_rt *cr, const cgr_worker *w)
+{
+	for (uint32_t r = 0; r < cr->board->n; r++)
+		if (cr->board->bells[r] == &w->bell)
+			return true;
+	return false;
+}

@@ -358,6 +358,14 @@ void cgr__compiled_unref(struct cgr_compiled *c);
 /* Runs member cr's share of a collective for execution seq. */
 void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 		   struct cgr_reactor *r);
+bool cgr__coll_member(const struct cgr__coll_rt *cr, const cgr_worker *w);
+/* Checks that the programs of c cannot deadlock (compile/compile.c). */
+int cgr__verify(struct cgr_compiled *c, char *msg, size_t len);
+/* Validates and lowers g without starting anything or creating
+ * communicators, for schedule tests; free with cgr__plan_free. */
+int cgr__graph_plan(cgr_graph *g, const cgr_compile_params *p,
+		    cgr_compiled **out);
+void cgr__plan_free(cgr_compiled *c);
 /* Bytes of shared agreement state for a collective of n members. */
 size_t cgr__coll_board_size(size_t n, uint32_t nslots);
 void cgr__coll_board_init(struct cgr__coll_board *b, size_t n,

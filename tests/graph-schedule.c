@@ -1,0 +1,460 @@
+/*
+ * tests/graph-schedule.c: the compiler's schedules never deadlock.
+ *
+ * 1e4 random small graphs (tasks and collectives over 2-4 workers, some
+ * with a late-bound back edge) are lowered without running.  A graph with
+ * a cycle must be rejected with CGR_ECYCLE (checked by the test's own DFS);
+ * every accepted graph's per-worker programs are explored exhaustively
+ * over every interleaving of two executions (a brute-force state search):
+ * no reachable state may be stuck.  Then mutations: swapping two
+ * collectives in one worker's program must make the compiler's verifier
+ * report CGR_EDEADLOCK naming the workers of the cycle.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include <cgr.h>
+
+#include "graph/internal.h"
+#include "tap.h"
+
+static int nop(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
+	       cgr_value *out, size_t nout)
+{
+	(void)tc, (void)st, (void)in, (void)nin, (void)out, (void)nout;
+	return 0;
+}
+
+/* ---- brute force over interleavings -------------------------------- */
+
+#define MAXP 8
+#define MAXC 64
+#define EXECS 2
+
+struct state {
+	uint16_t pc[MAXP];
+	uint8_t have[MAXC];
+};
+
+struct bf {
+	struct cgr_compiled *c;
+	struct state *seen;
+	size_t nseen, cap;
+	long explored;
+	int stuck;
+};
+
+static size_t end_of(const struct cgr_compiled *c, size_t i)
+{
+	return c->progs[i].nops * EXECS;
+}
+
+static bool seen_before(struct bf *b, const struct state *s)
+{
+	for (size_t i = 0; i < b->nseen; i++)
+		if (memcmp(&b->seen[i], s, sizeof(*s)) == 0)
+			return true;
+	if (b->nseen == b->cap) {
+		b->cap = b->cap ? b->cap * 2 : 1024;
+		b->seen = realloc(b->seen, b->cap * sizeof(*s));
+	}
+	b->seen[b->nseen++] = *s;
+	return false;
+}
+
+static void explore(struct bf *b, struct state *s)
+{
+	struct cgr_compiled *c = b->c;
+	bool any = false, finished = true;
+
+	if (b->stuck || seen_before(b, s))
+		return;
+	b->explored++;
+	for (size_t i = 0; i < c->nprogs; i++) {
+		struct cgr__prog *p = &c->progs[i];
+		struct state n;
+		if (s->pc[i] >= end_of(c, i))
+			continue;
+		finished = false;
+		struct cgr__op *op = &p->ops[s->pc[i] % p->nops];
+		size_t ex = s->pc[i] / p->nops;
+		n = *s;
+		if (op->kind == CGR__OP_READ) {
+			if (s->have[op->chan] == 0)
+				continue;
+			n.have[op->chan]--;
+		} else if (op->kind == CGR__OP_WRITE) {
+			for (size_t j = 0; j < op->nchans; j++)
+				n.have[op->chans[j]]++;
+		} else if (op->kind == CGR__OP_COLL) {
+			/* A joint step of every member, taken from the
+			 * lowest-numbered member only. */
+			int at = 0;
+			bool lowest = true;
+			for (size_t q = 0; q < c->nprogs; q++) {
+				struct cgr__prog *o = &c->progs[q];
+				struct cgr__op *oo;
+				if (s->pc[q] >= end_of(c, q))
+					continue;
+				oo = &o->ops[s->pc[q] % o->nops];
+				if (oo->kind == CGR__OP_COLL &&
+				    oo->coll->board == op->coll->board &&
+				    s->pc[q] / o->nops == ex) {
+					at++;
+					if (q < i)
+						lowest = false;
+				}
+			}
+			if (at < op->coll->n || !lowest)
+				continue;
+			for (size_t q = 0; q < c->nprogs; q++) {
+				struct cgr__prog *o = &c->progs[q];
+				struct cgr__op *oo;
+				if (q == i || s->pc[q] >= end_of(c, q))
+					continue;
+				oo = &o->ops[s->pc[q] % o->nops];
+				if (oo->kind == CGR__OP_COLL &&
+				    oo->coll->board == op->coll->board &&
+				    s->pc[q] / o->nops == ex)
+					n.pc[q]++;
+			}
+		}
+		n.pc[i]++;
+		any = true;
+		explore(b, &n);
+	}
+	if (!finished && !any)
+		b->stuck = 1;
+}
+
+/* ---- random graphs -------------------------------------------------- */
+
+struct rg {
+	int nnodes;
+	cgr_node *nodes[32];
+	int task_of[32];     /* node -> task index, -1 for inputs/consts */
+	int deps[16][8];     /* task -> producer tasks */
+	int ndeps[16];
+	int ntasks;
+	bool consumed[32];
+};
+
+static bool has_cycle_from(struct rg *r, int t, int *mark)
+{
+	if (mark[t] == 1)
+		return true;
+	if (mark[t] == 2)
+		return false;
+	mark[t] = 1;
+	for (int i = 0; i < r->ndeps[t]; i++)
+		if (has_cycle_from(r, r->deps[t][i], mark))
+			return true;
+	mark[t] = 2;
+	return false;
+}
+
+static bool has_cycle(struct rg *r)
+{
+	int mark[16] = { 0 };
+	for (int t = 0; t < r->ntasks; t++)
+		if (has_cycle_from(r, t, mark))
+			return true;
+	return false;
+}
+
+static void add_node(struct rg *r, cgr_node *n, int task)
+{
+	r->task_of[r->nnodes] = task;
+	r->consumed[r->nnodes] = false;
+	r->nodes[r->nnodes++] = n;
+}
+
+static int pick(struct rg *r)
+{
+	int i = (int)(t_rand() % (uint64_t)r->nnodes);
+	r->consumed[i] = true;
+	return i;
+}
+
+/* Builds one random graph in g.  Returns whether it has a cycle. */
+static bool random_graph(cgr_graph *g, cgr_worker **W, int nw, struct rg *r)
+{
+	cgr_node *in;
+	int ntasks = 1 + (int)(t_rand() % 6);
+	bool back = false;
+	cgr_node *late = NULL;
+	int late_task = -1;
+
+	memset(r, 0, sizeof(*r));
+	cgr_graph_input(g, 0, &in);
+	add_node(r, in, -1);
+	for (int k = 0; k < ntasks; k++) {
+		int t = r->ntasks++;
+		bool coll = nw >= 2 && t_rand() % 3 == 0;
+		if (!coll) {
+			cgr_task_desc d = CGR_TASK_DESC_INIT;
+			cgr_node *ins[3], *outs[2];
+			int nin = 1 + (int)(t_rand() % 3);
+			int nout = 1 + (int)(t_rand() % 2);
+			d.fn = nop;
+			for (int i = 0; i < nin; i++) {
+				int j = pick(r);
+				ins[i] = r->nodes[j];
+				if (r->task_of[j] >= 0)
+					r->deps[t][r->ndeps[t]++] =
+						r->task_of[j];
+			}
+			/* Sometimes leave input 0 to bind later. */
+			if (k > 0 && late == NULL && t_rand() % 8 == 0) {
+				ins[0] = NULL;
+				late_task = t;
+			}
+			cgr_graph_task(g, W[t_rand() % (uint64_t)nw], &d, ins,
+				       (size_t)nin, outs, (size_t)nout);
+			if (late_task == t && late == NULL)
+				late = outs[0];
+			for (int o = 0; o < nout; o++)
+				add_node(r, outs[o], t);
+		} else {
+			cgr_coll_params p = CGR_COLL_PARAMS_INIT;
+			cgr_worker *m[4];
+			cgr_node *ins[4], *outs[4];
+			int n = 2 + (int)(t_rand() % (uint64_t)(nw - 1));
+			int perm[4] = { 0, 1, 2, 3 };
+			for (int i = 3; i > 0; i--) {
+				int j = (int)(t_rand() % (uint64_t)(i + 1));
+				int x = perm[i];
+				perm[i] = perm[j], perm[j] = x;
+			}
+			int used = 0;
+			for (int i = 0; i < 4 && used < n; i++)
+				if (perm[i] < nw)
+					m[used++] = W[perm[i]];
+			p.kind = 1 + (int)(t_rand() % CGR_COLL_ALLTOALL);
+			p.root = (int)(t_rand() % (uint64_t)n);
+			int nin = (p.kind == CGR_COLL_BROADCAST ||
+				   p.kind == CGR_COLL_SCATTER) ?
+					  1 :
+					  n;
+			int nout = (p.kind == CGR_COLL_REDUCE ||
+				    p.kind == CGR_COLL_GATHER) ?
+					   1 :
+					   n;
+			for (int i = 0; i < nin; i++) {
+				int j = pick(r);
+				ins[i] = r->nodes[j];
+				if (r->task_of[j] >= 0)
+					r->deps[t][r->ndeps[t]++] =
+						r->task_of[j];
+			}
+			cgr_graph_collective(g, &p, m, (size_t)n, ins,
+					     (size_t)nin, outs, (size_t)nout);
+			for (int o = 0; o < nout; o++)
+				add_node(r, outs[o], t);
+		}
+	}
+	if (late != NULL) {
+		/* Bind the hole: usually to an earlier node, sometimes to a
+		 * later one (a back edge, which may close a cycle). */
+		int j;
+		if (t_rand() % 2 == 0) {
+			j = r->nnodes - 1;
+			back = true;
+		} else {
+			j = 0;
+		}
+		r->consumed[j] = true;
+		cgr_node_set_input(late, 0, r->nodes[j]);
+		if (r->task_of[j] >= 0)
+			r->deps[late_task][r->ndeps[late_task]++] =
+				r->task_of[j];
+	}
+	(void)back;
+	/* Outputs: every node nobody consumes (so every task reaches one). */
+	cgr_node *outs[32];
+	size_t no = 0;
+	for (int i = 0; i < r->nnodes; i++)
+		if (!r->consumed[i] && r->task_of[i] >= 0)
+			outs[no++] = r->nodes[i];
+	if (no == 0)
+		outs[no++] = r->nodes[r->nnodes - 1];
+	cgr_graph_output(g, outs, no);
+	return has_cycle(r);
+}
+
+static void test_random(cgr_ctx *ctx, cgr_worker **W)
+{
+	long n = t_scale(10000), accepted = 0, cycles = 0, rejected_ok = 0,
+	     bad = 0, other = 0, states = 0;
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+
+	pp.max_inflight = 2;
+	pp.max_value_bytes = 256;
+	for (long it = 0; it < n; it++) {
+		cgr_graph *g;
+		cgr_compiled *c = NULL;
+		struct rg r;
+		int nw = 2 + (int)(t_rand() % 3);
+		bool cyc;
+		int ret;
+
+		cgr_graph_create(ctx, &g);
+		cyc = random_graph(g, W, nw, &r);
+		ret = cgr__graph_plan(g, &pp, &c);
+		if (cyc) {
+			cycles++;
+			if (ret == CGR_ECYCLE)
+				rejected_ok++;
+			else
+				bad++;
+		} else if (ret == 0) {
+			struct bf b = { c, NULL, 0, 0, 0, 0 };
+			struct state s0;
+			memset(&s0, 0, sizeof(s0));
+			if (c->nprogs > MAXP || c->nchans > MAXC) {
+				other++;
+			} else {
+				for (size_t ch = 0; ch < c->nchans; ch++) {
+					bool driver = true;
+					for (size_t i = 0; i < c->nprogs; i++)
+						for (size_t k = 0;
+						     k < c->progs[i].nops; k++) {
+							struct cgr__op *op =
+								&c->progs[i].ops[k];
+							if (op->kind !=
+							    CGR__OP_WRITE)
+								continue;
+							for (size_t j = 0;
+							     j < op->nchans;
+							     j++)
+								if (op->chans[j] ==
+								    ch)
+									driver = false;
+						}
+					if (driver)
+						s0.have[ch] = EXECS;
+				}
+				explore(&b, &s0);
+				accepted++;
+				states += b.explored;
+				if (b.stuck) {
+					bad++;
+					t_diag("stuck schedule, iteration %ld",
+					       it);
+				}
+			}
+			free(b.seen);
+		} else if (ret == CGR_EUNUSEDARG || ret == CGR_EUNREACHABLE) {
+			other++; /* legitimately rejected shapes */
+		} else {
+			bad++;
+			t_diag("iteration %ld: %s: %s", it, cgr_err_name(ret),
+			       cgr_graph_errmsg(g));
+		}
+		cgr__plan_free(c);
+		cgr_graph_destroy(g);
+	}
+	t_is(bad, 0,
+	     "%ld random graphs: %ld accepted and explored (%ld states), "
+	     "%ld/%ld cycles rejected, %ld other",
+	     n, accepted, states, rejected_ok, cycles, other);
+	t_ok(accepted > n / 2, "most random graphs were accepted (%ld)",
+	     accepted);
+	t_ok(cycles > 0 && rejected_ok == cycles,
+	     "every cyclic graph was rejected with CGR_ECYCLE");
+}
+
+/* Two allreduces on the same two workers; swapping them on one worker
+ * must be caught by the verifier, naming both workers. */
+static void test_mutation(cgr_ctx *ctx, cgr_worker **W)
+{
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x, *a[2], *b[2], *ra[2], *rb[2], *outs[4];
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	char msg[512];
+
+	d.fn = nop;
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int i = 0; i < 2; i++) {
+		cgr_graph_task(g, W[i], &d, &x, 1, &a[i], 1);
+		cgr_graph_task(g, W[i], &d, &x, 1, &b[i], 1);
+	}
+	cgr_graph_allreduce(g, a, 2, CGR_SUM, NULL, ra);
+	cgr_graph_allreduce(g, b, 2, CGR_SUM, NULL, rb);
+	outs[0] = ra[0], outs[1] = ra[1], outs[2] = rb[0], outs[3] = rb[1];
+	cgr_graph_output(g, outs, 4);
+	t_is(cgr__graph_plan(g, NULL, &c), 0, "two allreduces plan");
+	t_is(cgr__verify(c, msg, sizeof(msg)), 0,
+	     "the compiled order verifies");
+	/* Swap the two COLL ops of worker 0's program. */
+	struct cgr__prog *p = &c->progs[0];
+	size_t k1 = SIZE_MAX, k2 = SIZE_MAX;
+	for (size_t k = 0; k < p->nops; k++)
+		if (p->ops[k].kind == CGR__OP_COLL) {
+			if (k1 == SIZE_MAX)
+				k1 = k;
+			else
+				k2 = k;
+		}
+	t_ok(k1 != SIZE_MAX && k2 != SIZE_MAX, "worker 0 has two collectives");
+	struct cgr__op tmp = p->ops[k1];
+	p->ops[k1] = p->ops[k2];
+	p->ops[k2] = tmp;
+	t_is(cgr__verify(c, msg, sizeof(msg)), CGR_EDEADLOCK,
+	     "inconsistent collective order: %s", msg);
+	t_ok(strstr(msg, W[0]->name) && strstr(msg, W[1]->name) &&
+		     strstr(msg, "allreduce"),
+	     "the message names both workers and the collectives");
+	cgr__plan_free(c);
+	cgr_graph_destroy(g);
+
+	/* A READ moved before the WRITE that feeds it (same worker pair). */
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	cgr_node *p0, *q1, *p1, *q0;
+	cgr_graph_task(g, W[0], &d, &x, 1, &p0, 1);
+	cgr_graph_task(g, W[1], &d, &p0, 1, &q1, 1);
+	cgr_graph_task(g, W[1], &d, &x, 1, &p1, 1);
+	cgr_node *two[2] = { p1, q1 };
+	cgr_graph_task(g, W[0], &d, two, 2, &q0, 1);
+	cgr_graph_output(g, &q0, 1);
+	t_is(cgr__graph_plan(g, NULL, &c), 0,
+	     "two workers that each read from the other: scheduled safely");
+	t_is(cgr__verify(c, msg, sizeof(msg)), 0, "and verified");
+	/* Put worker 0's reads first: it now waits for worker 1, which
+	 * waits for worker 0's first value. */
+	p = &c->progs[0];
+	for (size_t k = 0; k < p->nops; k++)
+		if (p->ops[k].kind == CGR__OP_READ && k > 0) {
+			struct cgr__op r = p->ops[k];
+			memmove(&p->ops[1], &p->ops[0], k * sizeof(r));
+			p->ops[0] = r;
+			break;
+		}
+	t_is(cgr__verify(c, msg, sizeof(msg)), CGR_EDEADLOCK,
+	     "read hoisted above its producer's write: %s", msg);
+	cgr__plan_free(c);
+	cgr_graph_destroy(g);
+}
+
+int main(int argc, char **argv)
+{
+	cgr_ctx *ctx;
+	cgr_worker *W[4];
+
+	t_init(argc, argv, 120);
+	cgr_ctx_create(NULL, &ctx);
+	for (int i = 0; i < 4; i++) {
+		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+		char name[8];
+		snprintf(name, sizeof(name), "w%d", i);
+		wp.name = name;
+		cgr_worker_create(ctx, &wp, &W[i]);
+	}
+	test_mutation(ctx, W);
+	test_random(ctx, W);
+	cgr_ctx_destroy(ctx);
+	return t_done();
+}
