@@ -1,0 +1,477 @@
+/*
+ * device/device.c: the backend-independent half of the device layer:
+ * the device table and sticky errors, the public stream and event calls
+ * (argument checks, then the backend's ops), and futures.
+ *
+ * The device table is process-wide only because struct cgr_ctx has no
+ * slot for it yet (graph/ owns that struct).  It maps (context, index) to
+ * a device and nothing else, so contexts never see each other's devices;
+ * moving the list head into struct cgr_ctx changes cgr__device_get only.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "device/device.h"
+
+static pthread_mutex_t cgr__devtab_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct cgr__device *cgr__devtab;
+
+static const struct cgr__device_ops *cgr__backend(int index)
+{
+	if (index == CGR_DEVICE_SIM)
+		return &cgr__sim_ops;
+	return NULL;
+}
+
+/* A reference unless the count already reached 0 (the device is dying and
+ * its last holder is about to unlink it). */
+static bool cgr__device_tryref(struct cgr__device *dev)
+{
+	uint32_t n = atomic_load_explicit(&dev->refs, memory_order_relaxed);
+
+	while (n != 0)
+		if (atomic_compare_exchange_weak_explicit(
+			&dev->refs, &n, n + 1, memory_order_relaxed,
+			memory_order_relaxed))
+			return true;
+	return false;
+}
+
+int cgr__device_get(cgr_ctx *ctx, int index, struct cgr__device **out)
+{
+	const struct cgr__device_ops *ops;
+	struct cgr__device *dev;
+	int ret = 0;
+
+	if (ctx == NULL || out == NULL)
+		return -EINVAL;
+	if (index >= 0)
+		return -ENODEV; /* CUDA device: no cuda backend in this build */
+	ops = cgr__backend(index);
+	if (ops == NULL)
+		return -EINVAL;
+	pthread_mutex_lock(&cgr__devtab_lock);
+	for (dev = cgr__devtab; dev != NULL; dev = dev->next)
+		if (dev->ctx == ctx && dev->index == index &&
+		    cgr__device_tryref(dev))
+			goto found;
+	dev = cgr__alloc(cgr__ctx_arena(ctx), sizeof(*dev), CGR_CACHELINE);
+	if (dev == NULL) {
+		ret = -ENOMEM;
+		goto found;
+	}
+	dev->ops = ops;
+	dev->ctx = ctx;
+	dev->arena = cgr__ctx_arena(ctx);
+	dev->log = cgr__ctx_logger(ctx);
+	dev->index = index;
+	atomic_init(&dev->err, 0);
+	atomic_init(&dev->refs, 1);
+	pthread_mutex_init(&dev->lock, NULL);
+	dev->streams = NULL;
+	cgr__ctx_ref(ctx);
+	dev->next = cgr__devtab;
+	cgr__devtab = dev;
+found:
+	pthread_mutex_unlock(&cgr__devtab_lock);
+	if (ret == 0)
+		*out = dev;
+	return ret;
+}
+
+void cgr__device_put(struct cgr__device *dev)
+{
+	struct cgr__device **pp;
+	cgr_ctx *ctx;
+
+	/* Acq_rel: the last holder sees every other holder's writes. */
+	if (atomic_fetch_sub_explicit(&dev->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	pthread_mutex_lock(&cgr__devtab_lock);
+	for (pp = &cgr__devtab; *pp != NULL; pp = &(*pp)->next)
+		if (*pp == dev) {
+			*pp = dev->next;
+			break;
+		}
+	pthread_mutex_unlock(&cgr__devtab_lock);
+	ctx = dev->ctx;
+	pthread_mutex_destroy(&dev->lock);
+	cgr__free(dev->arena, dev, sizeof(*dev), CGR_CACHELINE);
+	cgr__ctx_put(ctx);
+}
+
+void cgr__device_fail(struct cgr__device *dev, int err, const char *why)
+{
+	int32_t zero = 0;
+
+	if (err >= 0)
+		err = CGR_EDEVICE;
+	/* F0: release: whoever reads the error (acquire, in
+	 * cgr__device_error) sees what the failer did before. */
+	if (!atomic_compare_exchange_strong_explicit(&dev->err, &zero, err,
+						     memory_order_seq_cst,
+						     memory_order_relaxed)) {
+		cgr__info(dev->log, "device %d: already failed; also: %s",
+			  dev->index, why != NULL ? why : "(no reason)");
+		return;
+	}
+	cgr__err(dev->log, "device %d failed (%s): %s", dev->index,
+		 cgr_err_name(err), why != NULL ? why : "(no reason)");
+	dev->ops->wake_all(dev);
+}
+
+/* ---- streams ------------------------------------------------------- */
+
+int cgr__stream_create_on(struct cgr__device *dev, int priority,
+			  cgr_stream **out)
+{
+	cgr_stream *s;
+	int ret;
+
+	if (dev == NULL || out == NULL)
+		return -EINVAL;
+	s = cgr__alloc(dev->arena, sizeof(*s), CGR_CACHELINE);
+	if (s == NULL)
+		return -ENOMEM;
+	atomic_fetch_add_explicit(&dev->refs, 1, memory_order_relaxed);
+	s->dev = dev;
+	s->priority = priority;
+	atomic_init(&s->refs, 1);
+	ret = dev->ops->stream_init(s);
+	if (ret < 0) {
+		cgr__free(dev->arena, s, sizeof(*s), CGR_CACHELINE);
+		cgr__device_put(dev);
+		return ret;
+	}
+	pthread_mutex_lock(&dev->lock);
+	s->prev = NULL;
+	s->next = dev->streams;
+	if (dev->streams != NULL)
+		dev->streams->prev = s;
+	dev->streams = s;
+	pthread_mutex_unlock(&dev->lock);
+	*out = s;
+	return 0;
+}
+
+void cgr__stream_put(cgr_stream *s)
+{
+	struct cgr__device *dev = s->dev;
+
+	if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	pthread_mutex_lock(&dev->lock);
+	if (s->prev != NULL)
+		s->prev->next = s->next;
+	else
+		dev->streams = s->next;
+	if (s->next != NULL)
+		s->next->prev = s->prev;
+	pthread_mutex_unlock(&dev->lock);
+	dev->ops->stream_free(s);
+	cgr__free(dev->arena, s, sizeof(*s), CGR_CACHELINE);
+	cgr__device_put(dev);
+}
+
+int cgr__stream_enqueue(cgr_stream *s, const struct cgr__sop *op)
+{
+	if (s == NULL || op == NULL)
+		return -EINVAL;
+	return s->dev->ops->enqueue(s, op);
+}
+
+int cgr_stream_create(cgr_ctx *ctx, int device, int priority,
+		      cgr_stream **out)
+{
+	struct cgr__device *dev;
+	int ret;
+
+	if (ctx == NULL || out == NULL)
+		return -EINVAL;
+	ret = cgr__device_get(ctx, device, &dev);
+	if (ret < 0)
+		return ret;
+	ret = cgr__stream_create_on(dev, priority, out);
+	cgr__device_put(dev);
+	return ret;
+}
+
+void cgr_stream_destroy(cgr_stream *s)
+{
+	if (s == NULL)
+		return;
+	s->dev->ops->stream_fini(s, cgr__deadline(1000000000));
+	cgr__stream_put(s);
+}
+
+int cgr_stream_synchronize(cgr_stream *s, int64_t timeout_ns)
+{
+	if (s == NULL)
+		return -EINVAL;
+	if (timeout_ns < 0)
+		timeout_ns = CGR_FOREVER;
+	return s->dev->ops->synchronize(s, cgr__deadline(timeout_ns));
+}
+
+int cgr_stream_launch_host(cgr_stream *s, void (*fn)(void *arg), void *arg)
+{
+	struct cgr__sop op = { .kind = CGR__SOP_HOST };
+	int err;
+
+	if (s == NULL || fn == NULL)
+		return -EINVAL;
+	err = cgr__device_error(s->dev);
+	if (err)
+		return err;
+	op.u.host.fn = fn;
+	op.u.host.arg = arg;
+	return s->dev->ops->enqueue(s, &op);
+}
+
+int cgr_stream_memcpy_async(cgr_stream *s, void *dst, const void *src,
+			    size_t n)
+{
+	struct cgr__sop op = { .kind = CGR__SOP_COPY };
+	int err;
+
+	if (s == NULL || (n != 0 && (dst == NULL || src == NULL)))
+		return -EINVAL;
+	err = cgr__device_error(s->dev);
+	if (err)
+		return err;
+	op.u.copy.dst = dst;
+	op.u.copy.src = src;
+	op.u.copy.n = n;
+	return s->dev->ops->enqueue(s, &op);
+}
+
+/* ---- events -------------------------------------------------------- */
+
+int cgr_event_create(cgr_ctx *ctx, cgr_event **out)
+{
+	cgr_event *e;
+
+	if (ctx == NULL || out == NULL)
+		return -EINVAL;
+	e = cgr__alloc(cgr__ctx_arena(ctx), sizeof(*e), CGR_CACHELINE);
+	if (e == NULL)
+		return -ENOMEM;
+	cgr__ctx_ref(ctx);
+	e->ctx = ctx;
+	e->arena = cgr__ctx_arena(ctx);
+	atomic_flag_clear(&e->lock);
+	e->ops = NULL;
+	e->s = NULL;
+	e->pos = 0;
+	e->gen = 0;
+	*out = e;
+	return 0;
+}
+
+void cgr_event_destroy(cgr_event *e)
+{
+	cgr_ctx *ctx;
+
+	if (e == NULL)
+		return;
+	if (e->s != NULL)
+		cgr__stream_put(e->s);
+	ctx = e->ctx;
+	cgr__free(e->arena, e, sizeof(*e), CGR_CACHELINE);
+	cgr__ctx_put(ctx);
+}
+
+int cgr_event_record(cgr_event *e, cgr_stream *s)
+{
+	int err;
+
+	if (e == NULL || s == NULL)
+		return -EINVAL;
+	err = cgr__device_error(s->dev);
+	if (err)
+		return err;
+	cgr__event_lock(e);
+	if (e->ops == NULL)
+		e->ops = s->dev->ops;
+	else if (e->ops != s->dev->ops)
+		err = -EINVAL;
+	cgr__event_unlock(e);
+	if (err)
+		return err;
+	return s->dev->ops->event_record(e, s);
+}
+
+int cgr_event_query(cgr_event *e)
+{
+	const struct cgr__device_ops *ops;
+
+	if (e == NULL)
+		return -EINVAL;
+	cgr__event_lock(e);
+	ops = e->ops;
+	cgr__event_unlock(e);
+	/* Never recorded: never complete. */
+	return ops == NULL ? 0 : ops->event_query(e);
+}
+
+int cgr_stream_wait_event(cgr_stream *s, cgr_event *e)
+{
+	int err;
+
+	if (s == NULL || e == NULL)
+		return -EINVAL;
+	err = cgr__device_error(s->dev);
+	if (err)
+		return err;
+	return s->dev->ops->stream_wait_event(s, e);
+}
+
+/* ---- futures ------------------------------------------------------- */
+
+int cgr__dfuture_create(cgr_ctx *ctx, cgr_stream *s,
+			struct cgr__dfuture **out)
+{
+	struct cgr__dfuture *df;
+
+	df = cgr__alloc(cgr__ctx_arena(ctx), sizeof(*df), CGR_CACHELINE);
+	if (df == NULL)
+		return -ENOMEM;
+	cgr__future_init(&df->f);
+	df->gen = cgr__future_arm(&df->f);
+	df->magic = CGR__DFUTURE_MAGIC;
+	atomic_init(&df->refs, 2);
+	cgr__bell_init(&df->bell);
+	df->s = s;
+	if (s != NULL)
+		cgr__stream_ref(s);
+	cgr__ctx_ref(ctx);
+	df->ctx = ctx;
+	df->arena = cgr__ctx_arena(ctx);
+	*out = df;
+	return 0;
+}
+
+void cgr__dfuture_put(struct cgr__dfuture *df)
+{
+	cgr_ctx *ctx;
+
+	if (atomic_fetch_sub_explicit(&df->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	if (df->s != NULL)
+		cgr__stream_put(df->s);
+	ctx = df->ctx;
+	df->magic = 0;
+	cgr__free(df->arena, df, sizeof(*df), CGR_CACHELINE);
+	cgr__ctx_put(ctx);
+}
+
+void cgr__dfuture_complete(struct cgr__dfuture *df, int result)
+{
+	if (result > 0)
+		result = 0;
+	/* The future's C2 (release) publishes the completer's writes. */
+	cgr__future_complete(&df->f, df->gen, result);
+	/* Waiters park on the bound stream's position bell, or on the
+	 * future's own bell (the ring's fence pairs with their prepare). */
+	if (df->s != NULL)
+		cgr__bell_ring(&df->s->pbell);
+	else
+		cgr__bell_ring(&df->bell);
+	cgr__dfuture_put(df);
+}
+
+int cgr__dfuture_test(struct cgr__dfuture *df, int *result)
+{
+	int res = 0, t;
+
+	t = cgr__future_test(&df->f, df->gen, &res);
+	if (t == 1) {
+		*result = res;
+		return 1;
+	}
+	if (df->s != NULL) {
+		int err = cgr__device_error(df->s->dev);
+		if (err) {
+			*result = err;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+struct cgr__dfuture *cgr__dfuture_of(cgr_future *f)
+{
+	struct cgr__dfuture *df = (struct cgr__dfuture *)f;
+
+	if (f == NULL || df->magic != CGR__DFUTURE_MAGIC)
+		return NULL;
+	return df;
+}
+
+int cgr_future_test(cgr_future *f)
+{
+	struct cgr__dfuture *df = cgr__dfuture_of(f);
+	int res;
+
+	if (df == NULL)
+		return -EINVAL;
+	if (!cgr__dfuture_test(df, &res))
+		return 0;
+	return res == 0 ? 1 : res;
+}
+
+static bool cgr__dfuture_ready(void *arg)
+{
+	int res;
+	return cgr__dfuture_test(arg, &res) != 0;
+}
+
+int cgr_future_wait(cgr_future *f, int64_t timeout_ns)
+{
+	struct cgr__dfuture *df = cgr__dfuture_of(f);
+	int64_t deadline;
+	int res;
+
+	if (df == NULL)
+		return -EINVAL;
+	if (timeout_ns < 0)
+		timeout_ns = 10000000000; /* the 10 s default of cgr.h */
+	deadline = cgr__deadline(timeout_ns);
+	if (df->s != NULL)
+		return df->s->dev->ops->future_wait(df, deadline);
+	cgr__reactor_wait(NULL, &df->bell, cgr__dfuture_ready, df, NULL,
+			  CGR_WAIT_ADAPTIVE, 20000, deadline);
+	if (cgr__dfuture_test(df, &res))
+		return res;
+	return -ETIMEDOUT;
+}
+
+int cgr_future_stream_wait(cgr_future *f, cgr_stream *s)
+{
+	struct cgr__dfuture *df = cgr__dfuture_of(f);
+	struct cgr__sop op = { .kind = CGR__SOP_WAITF };
+	int err, res, ret;
+
+	if (df == NULL || s == NULL)
+		return -EINVAL;
+	err = cgr__device_error(s->dev);
+	if (err)
+		return err;
+	if (cgr__future_test(&df->f, df->gen, &res) == 1)
+		return 0; /* already complete: nothing to wait for */
+	cgr__dfuture_ref(df);
+	op.u.waitf.f = df;
+	ret = s->dev->ops->enqueue(s, &op);
+	if (ret < 0)
+		cgr__dfuture_put(df);
+	return ret;
+}
+
+void cgr_future_release(cgr_future *f)
+{
+	struct cgr__dfuture *df = cgr__dfuture_of(f);
+
+	if (df != NULL)
+		cgr__dfuture_put(df);
+}

@@ -1,0 +1,419 @@
+/*
+ * device/sim.c: the simulated device.  Each stream is an executor thread
+ * that runs its queue in order; a stream's position is the number of
+ * operations it executed; an event is a (stream, position) pair.
+ *
+ * Waking: the enqueuer rings the stream's bell after publishing, and the
+ * executor parks on it when the queue is empty (spin 20 us, then sleep:
+ * an idle stream costs no CPU).  The executor rings the stream's position
+ * bell (pbell) after each operation; synchronize, future waits, other
+ * executors waiting for this stream's position and an enqueuer waiting for
+ * queue space park there.  A device failure rings every bell of the
+ * device.  Executor waits also re-check every CGR__STOP_POLL_NS, so a
+ * stream being destroyed leaves any wait, even one parked on another
+ * device's bell.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "device/device.h"
+#include "reactor/reactor.h"
+
+#define CGR__SIM_SPIN_NS 20000
+#define CGR__SIM_MASK (CGR__SIM_QUEUE - 1)
+_Static_assert((CGR__SIM_QUEUE & CGR__SIM_MASK) == 0,
+	       "the sim queue is a power of two");
+
+/* Waits (spin, then park on b) until ready(arg), re-checking every
+ * CGR__STOP_POLL_NS whether the executor of s must stop.  0, or the
+ * stop/device error that ended the wait. */
+static int cgr__sim_exec_wait(cgr_stream *s, struct cgr_bell *b,
+			      cgr__ready_fn ready, void *arg)
+{
+	for (;;) {
+		int err = cgr__device_error(s->dev);
+		if (err)
+			return err;
+		err = cgr__stream_stopping(s);
+		if (err)
+			return err;
+		if (cgr__reactor_wait(NULL, b, ready, arg, NULL,
+				      CGR_WAIT_ADAPTIVE, CGR__SIM_SPIN_NS,
+				      cgr__deadline(CGR__STOP_POLL_NS)) == 0)
+			return 0;
+	}
+}
+
+struct cgr__sim_posw {
+	cgr_stream *waiter; /* its device error and stop end the wait */
+	cgr_stream *t;
+	uint64_t pos;
+};
+
+static bool cgr__sim_pos_ready(void *arg)
+{
+	struct cgr__sim_posw *w = arg;
+
+	/* P1: acquire: pairs with the executor's release of done (X1):
+	 * the target's work up to pos is visible to us. */
+	return atomic_load_explicit(&w->t->done, memory_order_acquire) >=
+		       w->pos ||
+	       cgr__device_error(w->waiter->dev) != 0 ||
+	       atomic_load_explicit(&w->waiter->stop, memory_order_relaxed);
+}
+
+struct cgr__sim_futw {
+	cgr_stream *waiter;
+	struct cgr__dfuture *f;
+};
+
+static bool cgr__sim_fut_ready(void *arg)
+{
+	struct cgr__sim_futw *w = arg;
+	int res;
+
+	return cgr__dfuture_test(w->f, &res) != 0 ||
+	       cgr__device_error(w->waiter->dev) != 0 ||
+	       atomic_load_explicit(&w->waiter->stop, memory_order_relaxed);
+}
+
+static void cgr__sim_run(cgr_stream *s, struct cgr__sop *op)
+{
+	int err = cgr__device_error(s->dev);
+
+	if (err == 0)
+		err = cgr__stream_stopping(s);
+	switch (op->kind) {
+	case CGR__SOP_HOST:
+		if (err == 0)
+			op->u.host.fn(op->u.host.arg);
+		break;
+	case CGR__SOP_COPY:
+		if (err == 0 && op->u.copy.n != 0)
+			memmove(op->u.copy.dst, op->u.copy.src, op->u.copy.n);
+		break;
+	case CGR__SOP_WAIT:
+		if (err == 0) {
+			struct cgr__sim_posw w = { s, op->u.wait.s,
+						   op->u.wait.pos };
+			cgr__sim_exec_wait(s, &op->u.wait.s->pbell,
+					   cgr__sim_pos_ready, &w);
+		}
+		cgr__stream_put(op->u.wait.s);
+		break;
+	case CGR__SOP_WAITF:
+		if (err == 0) {
+			struct cgr__sim_futw w = { s, op->u.waitf.f };
+			struct cgr__dfuture *f = op->u.waitf.f;
+			cgr__sim_exec_wait(s, f->s != NULL ? &f->s->pbell :
+							     &f->bell,
+					   cgr__sim_fut_ready, &w);
+		}
+		cgr__dfuture_put(op->u.waitf.f);
+		break;
+	case CGR__SOP_CALL:
+		op->u.call.fn(op->u.call.arg, s, err);
+		break;
+	default:
+		break;
+	}
+}
+
+static bool cgr__sim_has_work(void *arg)
+{
+	cgr_stream *s = arg;
+
+	return atomic_load_explicit(&s->enq, memory_order_acquire) !=
+		       atomic_load_explicit(&s->done, memory_order_relaxed) ||
+	       atomic_load_explicit(&s->stop, memory_order_acquire);
+}
+
+static void *cgr__sim_main(void *arg)
+{
+	cgr_stream *s = arg;
+
+	pthread_setname_np(pthread_self(), "cgr:stream");
+	for (;;) {
+		uint64_t d = atomic_load_explicit(&s->done,
+						  memory_order_relaxed);
+		struct cgr__sop op;
+
+		/* E1: acquire: pairs with the enqueuer's release of enq (Q1):
+		 * the slot's contents are visible. */
+		if (atomic_load_explicit(&s->enq, memory_order_acquire) == d) {
+			if (atomic_load_explicit(&s->stop,
+						 memory_order_acquire))
+				break;
+			cgr__reactor_wait(NULL, &s->bell, cgr__sim_has_work, s,
+					  NULL, CGR_WAIT_ADAPTIVE,
+					  CGR__SIM_SPIN_NS, CGR_FOREVER);
+			continue;
+		}
+		op = s->q[d & CGR__SIM_MASK];
+		cgr__sim_run(s, &op);
+		/* X1: release: the operation's effects (and the slot being
+		 * free) are visible to whoever reads this position: P1, the
+		 * enqueuer's space check Q0, synchronize S1. */
+		atomic_store_explicit(&s->done, d + 1, memory_order_release);
+		cgr__bell_ring(&s->pbell);
+	}
+	/* X2: pairs with the destroyer's acquire of exited. */
+	atomic_store_explicit(&s->exited, 1, memory_order_release);
+	cgr__bell_ring_force(&s->pbell);
+	cgr__stream_put(s);
+	return NULL;
+}
+
+static int cgr__sim_stream_init(cgr_stream *s)
+{
+	int ret;
+
+	s->q = cgr__alloc(s->dev->arena, sizeof(*s->q) * CGR__SIM_QUEUE,
+			  CGR_CACHELINE);
+	if (s->q == NULL)
+		return -ENOMEM;
+	atomic_init(&s->enq, 0);
+	atomic_init(&s->done, 0);
+	cgr__bell_init(&s->bell);
+	cgr__bell_init(&s->pbell);
+	atomic_init(&s->stop, 0);
+	atomic_init(&s->exited, 0);
+	/* The executor's reference, dropped when it returns. */
+	cgr__stream_ref(s);
+	ret = -pthread_create(&s->thread, NULL, cgr__sim_main, s);
+	if (ret < 0) {
+		atomic_fetch_sub(&s->refs, 1);
+		cgr__free(s->dev->arena, s->q, sizeof(*s->q) * CGR__SIM_QUEUE,
+			  CGR_CACHELINE);
+		return ret == -EAGAIN ? -EAGAIN : ret;
+	}
+	return 0;
+}
+
+static void cgr__sim_stream_free(cgr_stream *s)
+{
+	cgr__free(s->dev->arena, s->q, sizeof(*s->q) * CGR__SIM_QUEUE,
+		  CGR_CACHELINE);
+}
+
+static bool cgr__sim_drained(void *arg)
+{
+	cgr_stream *s = arg;
+
+	return atomic_load_explicit(&s->done, memory_order_acquire) >=
+	       atomic_load_explicit(&s->enq, memory_order_relaxed);
+}
+
+static bool cgr__sim_exited(void *arg)
+{
+	cgr_stream *s = arg;
+
+	return atomic_load_explicit(&s->exited, memory_order_acquire) != 0;
+}
+
+static void cgr__sim_stream_fini(cgr_stream *s, int64_t deadline)
+{
+	int64_t grace;
+
+	cgr__reactor_wait(NULL, &s->pbell, cgr__sim_drained, s, NULL,
+			  CGR_WAIT_BLOCK, 0, deadline);
+	/* Whatever is left is dropped: the executor completes it with
+	 * -ECANCELED without running it, and leaves every wait within
+	 * CGR__STOP_POLL_NS. */
+	atomic_store_explicit(&s->stop, 1, memory_order_seq_cst);
+	cgr__bell_ring_force(&s->bell);
+	cgr__bell_ring_force(&s->pbell);
+	grace = cgr__now_ns() > deadline ? cgr__now_ns() : deadline;
+	grace += 4 * (int64_t)CGR__STOP_POLL_NS;
+	if (cgr__reactor_wait(NULL, &s->pbell, cgr__sim_exited, s, NULL,
+			      CGR_WAIT_BLOCK, 0, grace) == 0) {
+		pthread_join(s->thread, NULL);
+		return;
+	}
+	/* Stuck in a host function: abandon it.  The thread holds its own
+	 * reference and frees the stream when it returns. */
+	cgr__warn(s->dev->log,
+		  "stream destroyed while its executor is stuck in a host "
+		  "function: thread abandoned");
+	pthread_detach(s->thread);
+}
+
+static bool cgr__sim_has_space(void *arg)
+{
+	cgr_stream *s = arg;
+
+	/* Q0: acquire: pairs with X1: the slot was consumed. */
+	return atomic_load_explicit(&s->enq, memory_order_relaxed) -
+		       atomic_load_explicit(&s->done, memory_order_acquire) <
+		       CGR__SIM_QUEUE ||
+	       atomic_load_explicit(&s->stop, memory_order_relaxed);
+}
+
+static int cgr__sim_enqueue(cgr_stream *s, const struct cgr__sop *op)
+{
+	uint64_t e = atomic_load_explicit(&s->enq, memory_order_relaxed);
+
+	if (atomic_load_explicit(&s->stop, memory_order_relaxed))
+		return -ECANCELED;
+	if (e - atomic_load_explicit(&s->done, memory_order_acquire) >=
+	    CGR__SIM_QUEUE) {
+		/* Full: block like CUDA's launch queue does. */
+		cgr__reactor_wait(NULL, &s->pbell, cgr__sim_has_space, s, NULL,
+				  CGR_WAIT_ADAPTIVE, CGR__SIM_SPIN_NS,
+				  CGR_FOREVER);
+		if (atomic_load_explicit(&s->stop, memory_order_relaxed))
+			return -ECANCELED;
+	}
+	s->q[e & CGR__SIM_MASK] = *op;
+	/* Q1: release: publishes the slot; pairs with E1. */
+	atomic_store_explicit(&s->enq, e + 1, memory_order_release);
+	cgr__bell_ring(&s->bell);
+	return 0;
+}
+
+struct cgr__sim_syncw {
+	cgr_stream *s;
+	uint64_t target;
+};
+
+static bool cgr__sim_sync_ready(void *arg)
+{
+	struct cgr__sim_syncw *w = arg;
+
+	/* S1: acquire: pairs with X1. */
+	return atomic_load_explicit(&w->s->done, memory_order_acquire) >=
+		       w->target ||
+	       cgr__device_error(w->s->dev) != 0;
+}
+
+static int cgr__sim_synchronize(cgr_stream *s, int64_t deadline)
+{
+	struct cgr__sim_syncw w = {
+		s, atomic_load_explicit(&s->enq, memory_order_relaxed)
+	};
+	int ret, err;
+
+	ret = cgr__reactor_wait(NULL, &s->pbell, cgr__sim_sync_ready, &w,
+				NULL, CGR_WAIT_ADAPTIVE, CGR__SIM_SPIN_NS,
+				deadline);
+	err = cgr__device_error(s->dev);
+	if (err)
+		return err;
+	return ret;
+}
+
+static int cgr__sim_event_record(cgr_event *e, cgr_stream *s)
+{
+	cgr_stream *old;
+
+	cgr__stream_ref(s);
+	cgr__event_lock(e);
+	old = e->s;
+	e->s = s;
+	/* The enqueuing thread records: enq is its own count. */
+	e->pos = atomic_load_explicit(&s->enq, memory_order_relaxed);
+	e->gen++;
+	cgr__event_unlock(e);
+	if (old != NULL)
+		cgr__stream_put(old);
+	return 0;
+}
+
+/* The event's current (stream, position) with a reference on the stream,
+ * or NULL if never recorded. */
+static cgr_stream *cgr__sim_event_get(cgr_event *e, uint64_t *pos)
+{
+	cgr_stream *s;
+
+	cgr__event_lock(e);
+	s = e->s;
+	*pos = e->pos;
+	if (s != NULL)
+		cgr__stream_ref(s);
+	cgr__event_unlock(e);
+	return s;
+}
+
+static int cgr__sim_event_query(cgr_event *e)
+{
+	uint64_t pos;
+	cgr_stream *s = cgr__sim_event_get(e, &pos);
+	int ret;
+
+	if (s == NULL)
+		return 0;
+	ret = cgr__device_error(s->dev);
+	if (ret == 0)
+		ret = atomic_load_explicit(&s->done, memory_order_acquire) >=
+		      pos;
+	cgr__stream_put(s);
+	return ret;
+}
+
+static int cgr__sim_stream_wait_event(cgr_stream *s, cgr_event *e)
+{
+	struct cgr__sop op = { .kind = CGR__SOP_WAIT };
+	uint64_t pos;
+	cgr_stream *t = cgr__sim_event_get(e, &pos);
+	int ret;
+
+	/* Never recorded: nothing to wait for (as cudaStreamWaitEvent). On
+	 * the same stream, or already passed: order holds by itself. */
+	if (t == NULL)
+		return 0;
+	if (t == s ||
+	    atomic_load_explicit(&t->done, memory_order_acquire) >= pos) {
+		cgr__stream_put(t);
+		return 0;
+	}
+	op.u.wait.s = t;
+	op.u.wait.pos = pos;
+	ret = cgr__sim_enqueue(s, &op);
+	if (ret < 0)
+		cgr__stream_put(t);
+	return ret;
+}
+
+static bool cgr__sim_future_ready(void *arg)
+{
+	int res;
+	return cgr__dfuture_test(arg, &res) != 0;
+}
+
+static int cgr__sim_future_wait(struct cgr__dfuture *df, int64_t deadline)
+{
+	int res;
+
+	cgr__reactor_wait(NULL, &df->s->pbell, cgr__sim_future_ready, df,
+			  NULL, CGR_WAIT_ADAPTIVE, CGR__SIM_SPIN_NS, deadline);
+	if (cgr__dfuture_test(df, &res))
+		return res;
+	return -ETIMEDOUT;
+}
+
+static void cgr__sim_wake_all(struct cgr__device *dev)
+{
+	cgr_stream *s;
+
+	pthread_mutex_lock(&dev->lock);
+	for (s = dev->streams; s != NULL; s = s->next) {
+		cgr__bell_ring_force(&s->bell);
+		cgr__bell_ring_force(&s->pbell);
+	}
+	pthread_mutex_unlock(&dev->lock);
+}
+
+const struct cgr__device_ops cgr__sim_ops = {
+	.name = "sim",
+	.stream_init = cgr__sim_stream_init,
+	.stream_fini = cgr__sim_stream_fini,
+	.stream_free = cgr__sim_stream_free,
+	.enqueue = cgr__sim_enqueue,
+	.synchronize = cgr__sim_synchronize,
+	.event_record = cgr__sim_event_record,
+	.event_query = cgr__sim_event_query,
+	.stream_wait_event = cgr__sim_stream_wait_event,
+	.future_wait = cgr__sim_future_wait,
+	.wake_all = cgr__sim_wake_all,
+};

@@ -1,0 +1,510 @@
+/*
+ * tests/device-stream.c: sim streams, events and futures with CUDA's
+ * semantics: in-order execution, cross-stream dependencies through events
+ * (checked with real data), synchronize with deadlines, never-recorded and
+ * re-recorded events, device-side waits that never block the host, the
+ * sticky device error, destroy with queued or stuck work, and idle
+ * executors that use no CPU.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sys/resource.h>
+
+#include "tap.h"
+#include "device/device.h"
+
+static cgr_ctx *ctx;
+
+/* ---- helpers ------------------------------------------------------- */
+
+struct gate {
+	_Atomic int open;
+	_Atomic int entered;
+};
+
+static void gate_fn(void *arg)
+{
+	struct gate *g = arg;
+	atomic_store(&g->entered, 1);
+	while (!atomic_load(&g->open))
+		usleep(200);
+}
+
+static void inc_fn(void *arg)
+{
+	atomic_fetch_add((_Atomic int *)arg, 1);
+}
+
+struct seqlog {
+	int n;
+	int v[4096];
+};
+
+struct seqarg {
+	struct seqlog *log;
+	int value;
+};
+
+static void seq_fn(void *arg)
+{
+	struct seqarg *a = arg;
+	a->log->v[a->log->n++] = a->value;
+}
+
+static int64_t ms_since(int64_t t0)
+{
+	return (cgr__now_ns() - t0) / 1000000;
+}
+
+static int wait_flag(_Atomic int *f, int want, int64_t ms)
+{
+	int64_t t0 = cgr__now_ns();
+	while (atomic_load(f) != want) {
+		if (ms_since(t0) > ms)
+			return 0;
+		usleep(100);
+	}
+	return 1;
+}
+
+/* A CALL op that completes a future with a given result. */
+struct complete_arg {
+	struct cgr__dfuture *f;
+	int result;
+	_Atomic int ran_err;
+};
+
+static int complete_fn(void *arg, cgr_stream *s, int err)
+{
+	struct complete_arg *a = arg;
+	(void)s;
+	atomic_store(&a->ran_err, err ? err : 1);
+	cgr__dfuture_complete(a->f, err ? err : a->result);
+	return 0;
+}
+
+static cgr_future *future_on(cgr_stream *s, struct complete_arg *a, int res)
+{
+	struct cgr__sop op = { .kind = CGR__SOP_CALL };
+
+	if (cgr__dfuture_create(ctx, s, &a->f) != 0)
+		return NULL;
+	a->result = res;
+	atomic_store(&a->ran_err, 0);
+	op.u.call.fn = complete_fn;
+	op.u.call.arg = a;
+	cgr__dfuture_ref(a->f); /* keep the handle valid for the caller */
+	if (cgr__stream_enqueue(s, &op) != 0)
+		return NULL;
+	return cgr__dfuture_pub(a->f);
+}
+
+/* ---- tests --------------------------------------------------------- */
+
+static void test_order(void)
+{
+	static struct seqlog log;
+	static struct seqarg args[4096];
+	static unsigned char src[4096], dst[4096];
+	cgr_stream *s;
+	int n = (int)t_scale(4000), ok = 1;
+
+	t_is(cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &s), 0, "create");
+	for (int i = 0; i < 4096; i++)
+		src[i] = (unsigned char)(i * 7);
+	log.n = 0;
+	for (int i = 0; i < n; i++) {
+		args[i].log = &log;
+		args[i].value = i;
+		if (cgr_stream_launch_host(s, seq_fn, &args[i]) != 0)
+			ok = 0;
+		if (i % 97 == 0 &&
+		    cgr_stream_memcpy_async(s, dst + (i % 4000), src + (i % 4000),
+					    96) != 0)
+			ok = 0;
+	}
+	t_ok(ok, "%d host functions and copies enqueued (queue wraps)", n);
+	t_is(cgr_stream_synchronize(s, 5000000000), 0, "synchronize");
+	for (int i = 0; i < n && ok; i++)
+		if (log.v[i] != i)
+			ok = 0;
+	t_ok(ok && log.n == n, "they ran in enqueue order");
+	ok = 1;
+	for (int i = 0; i < n; i += 97)
+		if (memcmp(dst + (i % 4000), src + (i % 4000), 96) != 0)
+			ok = 0;
+	t_ok(ok, "copies landed");
+	cgr_stream_destroy(s);
+}
+
+/* Two streams hand a buffer back and forth through events: A fills it
+ * with round r's pattern, B waits for A's event and copies it out, A waits
+ * for B's event before overwriting.  Any missing dependency shows up as a
+ * torn copy. */
+#define PP 4096
+struct pp {
+	unsigned char buf[PP], out[64][PP];
+	int round;
+};
+
+static void pp_fill(void *arg)
+{
+	struct pp *p = arg;
+	memset(p->buf, p->round & 0xff, PP / 2);
+	usleep(50); /* widen the window for a missing dependency */
+	memset(p->buf + PP / 2, p->round & 0xff, PP / 2);
+	p->round++;
+}
+
+static void test_events_data(void)
+{
+	static struct pp p;
+	cgr_stream *a, *b;
+	cgr_event *ea, *eb;
+	int rounds = (int)t_scale(64), ok = 1;
+
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &a);
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, -1, &b);
+	cgr_event_create(ctx, &ea);
+	cgr_event_create(ctx, &eb);
+	p.round = 0;
+	for (int r = 0; r < rounds; r++) {
+		if (r > 0)
+			cgr_stream_wait_event(a, eb);
+		cgr_stream_launch_host(a, pp_fill, &p);
+		cgr_event_record(ea, a);
+		cgr_stream_wait_event(b, ea);
+		cgr_stream_memcpy_async(b, p.out[r % 64], p.buf, PP);
+		cgr_event_record(eb, b);
+	}
+	t_is(cgr_stream_synchronize(b, 10000000000), 0, "B synchronized");
+	t_is(cgr_stream_synchronize(a, 10000000000), 0, "A synchronized");
+	for (int r = rounds > 64 ? rounds - 64 : 0; r < rounds; r++)
+		for (int i = 0; i < PP; i++)
+			if (p.out[r % 64][i] != (unsigned char)r) {
+				ok = 0;
+				break;
+			}
+	t_ok(ok, "%d rounds A->B->A through events: every copy whole", rounds);
+	t_is(cgr_event_query(ea), 1, "A's event complete");
+	cgr_event_destroy(ea);
+	cgr_event_destroy(eb);
+	cgr_stream_destroy(a);
+	cgr_stream_destroy(b);
+}
+
+static void test_sync_and_nowait(void)
+{
+	struct gate g = { 0, 0 };
+	_Atomic int after = 0;
+	cgr_stream *a, *b;
+	cgr_event *e;
+	int64_t t0;
+
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &a);
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &b);
+	cgr_event_create(ctx, &e);
+	cgr_stream_launch_host(a, gate_fn, &g);
+	cgr_event_record(e, a);
+	t_is(cgr_stream_synchronize(a, 20000000), -ETIMEDOUT,
+	     "synchronize times out while work is blocked");
+	t_is(cgr_stream_synchronize(a, 0), -ETIMEDOUT, "timeout 0 polls");
+	t_is(cgr_event_query(e), 0, "event behind blocked work: not done");
+	t0 = cgr__now_ns();
+	t_is(cgr_stream_wait_event(b, e), 0, "stream_wait_event");
+	cgr_stream_launch_host(b, inc_fn, (void *)&after);
+	t_ok(ms_since(t0) < 100, "stream_wait_event did not block the host");
+	usleep(30000);
+	t_is(atomic_load(&after), 0, "B's later work waits for A's event");
+	atomic_store(&g.open, 1);
+	t_is(cgr_stream_synchronize(b, 5000000000), 0, "B synchronized");
+	t_is(atomic_load(&after), 1, "...and ran once A passed the event");
+	t_is(cgr_event_query(e), 1, "event complete");
+	t_is(cgr_stream_synchronize(a, 5000000000), 0, "A synchronized");
+	cgr_event_destroy(e);
+	cgr_stream_destroy(a);
+	cgr_stream_destroy(b);
+}
+
+static void test_never_recorded(void)
+{
+	_Atomic int ran = 0;
+	cgr_stream *s;
+	cgr_event *e;
+
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &s);
+	cgr_event_create(ctx, &e);
+	t_is(cgr_event_query(e), 0, "never-recorded event: not complete");
+	usleep(20000);
+	t_is(cgr_event_query(e), 0, "...and never completes");
+	t_is(cgr_stream_wait_event(s, e), 0,
+	     "waiting for it is a no-op (cudaStreamWaitEvent semantics)");
+	cgr_stream_launch_host(s, inc_fn, (void *)&ran);
+	t_is(cgr_stream_synchronize(s, 2000000000), 0,
+	     "the stream is not blocked by it");
+	t_is(atomic_load(&ran), 1, "later work ran");
+	t_is(cgr_event_query(e), 0, "still not complete");
+	cgr_event_destroy(e);
+	cgr_stream_destroy(s);
+}
+
+/* B waits for e's record on blocked A; e is then re-recorded on idle C and
+ * completes at once; B must keep waiting for the record it captured. */
+static void test_rerecord(void)
+{
+	struct gate g = { 0, 0 };
+	_Atomic int bran = 0;
+	cgr_stream *a, *b, *c;
+	cgr_event *e;
+
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &a);
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &b);
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &c);
+	cgr_event_create(ctx, &e);
+	cgr_stream_launch_host(a, gate_fn, &g);
+	cgr_event_record(e, a);
+	cgr_stream_wait_event(b, e);
+	cgr_stream_launch_host(b, inc_fn, (void *)&bran);
+	cgr_event_record(e, c);
+	cgr_stream_synchronize(c, 1000000000);
+	t_is(cgr_event_query(e), 1, "query reports the newest record");
+	usleep(30000);
+	t_is(atomic_load(&bran), 0,
+	     "a waiter of the older record does not see the newer one");
+	atomic_store(&g.open, 1);
+	t_ok(wait_flag(&bran, 1, 5000), "it proceeds once A passes");
+	/* Re-record on A after more work: query follows the new position. */
+	atomic_store(&g.open, 0);
+	cgr_stream_launch_host(a, gate_fn, &g);
+	cgr_event_record(e, a);
+	t_is(cgr_event_query(e), 0, "re-recorded behind new work: pending");
+	atomic_store(&g.open, 1);
+	cgr_stream_synchronize(a, 5000000000);
+	t_is(cgr_event_query(e), 1, "complete once passed");
+	cgr_event_destroy(e);
+	cgr_stream_destroy(a);
+	cgr_stream_destroy(b);
+	cgr_stream_destroy(c);
+}
+
+static void test_futures(void)
+{
+	struct gate g = { 0, 0 };
+	struct complete_arg ca, cb;
+	_Atomic int bran = 0;
+	cgr_stream *a, *b;
+	cgr_future *fa, *fb;
+
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &a);
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &b);
+	cgr_stream_launch_host(a, gate_fn, &g);
+	fa = future_on(a, &ca, 0);
+	fb = future_on(b, &cb, -EIO);
+	t_ok(fa != NULL && fb != NULL, "futures on streams");
+	t_is(cgr_future_test(fa), 0, "pending behind blocked work");
+	t_is(cgr_future_wait(fa, 10000000), -ETIMEDOUT, "wait times out");
+	t_is(cgr_future_stream_wait(fa, b), 0, "future_stream_wait");
+	cgr_stream_launch_host(b, inc_fn, (void *)&bran);
+	t_is(cgr_future_wait(fb, 2000000000), -EIO,
+	     "a failed operation's future reports its error");
+	usleep(20000);
+	t_is(atomic_load(&bran), 0, "B waits for A's future on the device");
+	atomic_store(&g.open, 1);
+	t_is(cgr_future_wait(fa, 2000000000), 0, "A's future completes");
+	t_is(cgr_future_test(fa), 1, "test: 1 once done");
+	t_is(cgr_future_test(fb), -EIO, "test: the error once failed");
+	t_ok(wait_flag(&bran, 1, 5000), "B proceeds");
+	t_is(cgr_future_stream_wait(fa, b), 0,
+	     "waiting for a complete future is a no-op");
+	cgr_future_release(fa);
+	cgr_future_release(fb);
+	cgr__dfuture_put(ca.f);
+	cgr__dfuture_put(cb.f);
+	cgr_stream_destroy(a);
+	cgr_stream_destroy(b);
+}
+
+static void test_sticky(void)
+{
+	struct gate g = { 0, 0 };
+	struct complete_arg ca, cb;
+	_Atomic int ran = 0;
+	cgr_ctx *c2, *saved;
+	cgr_stream *a, *b;
+	cgr_event *e;
+	cgr_future *fa, *fb;
+	int64_t t0;
+
+	cgr_ctx_create(NULL, &c2);
+	cgr_stream_create(c2, CGR_DEVICE_SIM, 0, &a);
+	cgr_stream_create(c2, CGR_DEVICE_SIM, 0, &b);
+	cgr_event_create(c2, &e);
+	saved = ctx;
+	ctx = c2;
+	cgr_stream_launch_host(a, gate_fn, &g);
+	fa = future_on(a, &ca, 0);
+	cgr_stream_launch_host(a, inc_fn, (void *)&ran);
+	cgr_event_record(e, a);
+	cgr_stream_wait_event(b, e);
+	fb = future_on(b, &cb, 0);
+	ctx = saved;
+	wait_flag(&g.entered, 1, 2000);
+	t0 = cgr__now_ns();
+	cgr__device_fail(a->dev, CGR_EDEVICE, "test: injected failure");
+	t_is(cgr_future_wait(fa, 2000000000), CGR_EDEVICE,
+	     "pending future fails with CGR_EDEVICE");
+	t_is(cgr_future_wait(fb, 2000000000), CGR_EDEVICE,
+	     "...on every stream of the device");
+	t_ok(ms_since(t0) < 500, "promptly (%lld ms)", (long long)ms_since(t0));
+	t_is(cgr_stream_synchronize(b, 2000000000), CGR_EDEVICE,
+	     "synchronize returns the sticky error");
+	t_is(cgr_event_query(e), CGR_EDEVICE, "event query too");
+	t_is(cgr_stream_launch_host(b, inc_fn, (void *)&ran), CGR_EDEVICE,
+	     "new work is refused");
+	atomic_store(&g.open, 1);
+	usleep(20000);
+	t_is(atomic_load(&ran), 0, "queued work behind the failure never ran");
+	t_ok(atomic_load(&cb.ran_err) == CGR_EDEVICE ||
+		     atomic_load(&cb.ran_err) == 0,
+	     "internal work is told the device error");
+	cgr__device_fail(a->dev, -EIO, "second failure");
+	t_is(cgr_stream_synchronize(a, 2000000000), CGR_EDEVICE,
+	     "the first failure sticks");
+	cgr_future_release(fa);
+	cgr_future_release(fb);
+	cgr__dfuture_put(ca.f);
+	cgr__dfuture_put(cb.f);
+	cgr_event_destroy(e);
+	cgr_stream_destroy(a);
+	cgr_stream_destroy(b);
+	cgr_ctx_destroy(c2);
+}
+
+static void test_destroy(void)
+{
+	struct gate g = { 0, 0 }, g2 = { 0, 0 };
+	_Atomic int n = 0;
+	cgr_stream *s, *a;
+	cgr_event *e;
+	int64_t t0;
+	int k = (int)t_scale(500);
+
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &s);
+	for (int i = 0; i < k; i++)
+		cgr_stream_launch_host(s, inc_fn, (void *)&n);
+	cgr_stream_destroy(s);
+	t_is(atomic_load(&n), k, "destroy runs queued work first");
+
+	/* A stream blocked on an event that will not complete within the
+	 * second destroy waits: its remaining work is dropped. */
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &a);
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &s);
+	cgr_event_create(ctx, &e);
+	cgr_stream_launch_host(a, gate_fn, &g);
+	cgr_event_record(e, a);
+	cgr_stream_wait_event(s, e);
+	atomic_store(&n, 0);
+	cgr_stream_launch_host(s, inc_fn, (void *)&n);
+	t0 = cgr__now_ns();
+	cgr_stream_destroy(s);
+	t_ok(ms_since(t0) >= 900 && ms_since(t0) < 1500,
+	     "destroy of a blocked stream gives up after ~1 s (%lld ms)",
+	     (long long)ms_since(t0));
+	t_is(atomic_load(&n), 0, "its remaining work was dropped");
+	atomic_store(&g.open, 1);
+	cgr_event_destroy(e);
+	cgr_stream_destroy(a);
+
+	/* Stuck in a host function: the executor is abandoned and frees the
+	 * stream itself when the function returns. */
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &s);
+	cgr_stream_launch_host(s, gate_fn, &g2);
+	cgr_stream_launch_host(s, inc_fn, (void *)&n);
+	t0 = cgr__now_ns();
+	cgr_stream_destroy(s);
+	t_ok(ms_since(t0) < 1500, "destroy of a stuck stream returns (%lld ms)",
+	     (long long)ms_since(t0));
+	atomic_store(&g2.open, 1);
+	usleep(50000);
+	t_is(atomic_load(&n), 0, "work behind the stuck function was dropped");
+}
+
+static double cpu_ms(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_utime.tv_sec * 1e3 + ru.ru_utime.tv_usec / 1e3 +
+	       ru.ru_stime.tv_sec * 1e3 + ru.ru_stime.tv_usec / 1e3;
+}
+
+static void test_idle_cpu(void)
+{
+	cgr_stream *s[4];
+	_Atomic int n = 0;
+	double c0, c1;
+
+	for (int i = 0; i < 4; i++) {
+		cgr_stream_create(ctx, CGR_DEVICE_SIM, i - 2, &s[i]);
+		cgr_stream_launch_host(s[i], inc_fn, (void *)&n);
+		cgr_stream_synchronize(s[i], 2000000000);
+	}
+	usleep(10000);
+	c0 = cpu_ms();
+	usleep(300000);
+	c1 = cpu_ms();
+	t_ok(c1 - c0 < 15, "4 idle streams used %.2f ms of CPU in 300 ms",
+	     c1 - c0);
+	for (int i = 0; i < 4; i++)
+		cgr_stream_destroy(s[i]);
+}
+
+static void test_args(void)
+{
+	cgr_stream *s;
+	cgr_event *e;
+
+	t_is(cgr_stream_create(ctx, CGR_DEVICE_NONE, 0, &s), -EINVAL,
+	     "CGR_DEVICE_NONE refused");
+	t_is(cgr_stream_create(ctx, 0, 0, &s), -ENODEV,
+	     "a CUDA index without the cuda backend: -ENODEV");
+	t_is(cgr_stream_create(NULL, CGR_DEVICE_SIM, 0, &s), -EINVAL,
+	     "NULL ctx");
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &s);
+	cgr_event_create(ctx, &e);
+	t_is(cgr_stream_launch_host(s, NULL, NULL), -EINVAL, "NULL fn");
+	t_is(cgr_stream_memcpy_async(s, NULL, NULL, 1), -EINVAL, "NULL copy");
+	t_is(cgr_stream_memcpy_async(s, NULL, NULL, 0), 0, "empty copy");
+	t_is(cgr_future_test(NULL), -EINVAL, "future_test(NULL)");
+	cgr_stream_destroy(NULL);
+	cgr_event_destroy(e);
+	cgr_stream_destroy(s);
+}
+
+int main(int argc, char **argv)
+{
+	size_t b0, b1, n0, n1;
+
+	t_init(argc, argv, 60);
+	if (cgr_ctx_create(NULL, &ctx) != 0) {
+		printf("Bail out! no context\n");
+		return 1;
+	}
+	cgr_ctx_memory(ctx, &b0, &n0);
+	test_args();
+	test_order();
+	test_events_data();
+	test_sync_and_nowait();
+	test_never_recorded();
+	test_rerecord();
+	test_futures();
+	test_sticky();
+	test_destroy();
+	test_idle_cpu();
+	usleep(20000);
+	cgr_ctx_memory(ctx, &b1, &n1);
+	t_ok(b1 == b0 && n1 == n0,
+	     "every stream, event and future freed (%zu -> %zu bytes)", b0,
+	     b1);
+	cgr_ctx_destroy(ctx);
+	return t_done();
+}
