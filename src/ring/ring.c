@@ -347,31 +347,6 @@ int cgr_ring_dequeue(struct cgr_ring *r, void *msg)
 	return 0;
 }
 
-/* How many of the n slots from the consumer's position hold a message,
- * with an acquire (A1) on the last one counted. */
-static unsigned cgr__ring_full_run(const struct cgr_ring *r, unsigned n)
-{
-	uint64_t pos = r->pos;
-	unsigned k;
-
-	/*
-	 * A1: pairs with R1.  The producer publishes in position order, so
-	 * if the last slot wanted is full they all are, and this acquire
-	 * covers every message before it.
-	 */
-	if (atomic_load_explicit(cgr__ring_seq(cgr__ring_slot(r, pos + n - 1)),
-				 memory_order_acquire) == pos + n)
-		return n;
-	for (k = 0; k < n - 1; k++) {
-		/* A1: as above, slot by slot. */
-		if (atomic_load_explicit(
-			cgr__ring_seq(cgr__ring_slot(r, pos + k)),
-			memory_order_acquire) != pos + k + 1)
-			break;
-	}
-	return k;
-}
-
 static void cgr__ring_take(struct cgr_ring *r, unsigned char *dst, unsigned k)
 {
 	uint64_t pos = r->pos;
@@ -388,15 +363,33 @@ static void cgr__ring_take(struct cgr_ring *r, unsigned char *dst, unsigned k)
 
 unsigned cgr_ring_dequeue_burst(struct cgr_ring *r, void *msgs, unsigned n)
 {
+	unsigned char *dst = msgs;
+	uint64_t pos = r->pos;
 	unsigned k;
 
 	if (r->role != CGR_RING_CONSUMER || n == 0)
 		return 0;
 	if (n > r->mask + 1u)
 		n = r->mask + 1u;
-	k = cgr__ring_full_run(r, n);
-	if (k != 0)
-		cgr__ring_take(r, msgs, k);
+	/*
+	 * One pass, in order: each slot's line is read once for its sequence
+	 * and payload.  (Probing the last slot first would pull a line the
+	 * producer is about to write whenever the burst is not all there.)
+	 */
+	for (k = 0; k < n; k++, dst += r->esize) {
+		unsigned char *slot = cgr__ring_slot(r, pos + k);
+		/* A1: pairs with R1: the message is in the slot. */
+		if (atomic_load_explicit(cgr__ring_seq(slot),
+					 memory_order_acquire) != pos + k + 1)
+			break;
+		cgr__ring_copy(dst, slot + CGR_RING_SLOT_HDR, r->esize);
+	}
+	if (k != 0) {
+		r->pos = pos + k;
+		/* R2: frees the k slots at once; pairs with A2. */
+		atomic_store_explicit(&r->sh->cons_pos, pos + k,
+				      memory_order_release);
+	}
 	return k;
 }
 
@@ -404,7 +397,9 @@ unsigned cgr_ring_dequeue_bulk(struct cgr_ring *r, void *msgs, unsigned n)
 {
 	if (r->role != CGR_RING_CONSUMER || n == 0 || n > r->mask + 1u)
 		return 0;
-	/* A1: pairs with R1 (see cgr__ring_full_run). */
+	/* A1: pairs with R1.  The producer publishes in position order, so
+	 * if the last slot wanted is full they all are, and this acquire
+	 * covers every message before it. */
 	if (atomic_load_explicit(
 		cgr__ring_seq(cgr__ring_slot(r, r->pos + n - 1)),
 		memory_order_acquire) != r->pos + n)
