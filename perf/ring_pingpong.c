@@ -647,6 +647,18 @@ static double over_windows(const double *row)
 	return perf_median(v, (size_t)plan.windows);
 }
 
+/* Median over the windows of a's window median over b's: both ran in the
+ * same window, so a machine that drifts between windows cancels out. */
+static double ratio_windows(const double *a, const double *b)
+{
+	double v[64];
+	int w;
+
+	for (w = 0; w < plan.windows; w++)
+		v[w] = b[w] > 0 ? a[w] / b[w] : 0;
+	return perf_median(v, (size_t)plan.windows);
+}
+
 static unsigned msg_bytes(int impl)
 {
 	return impl == CGR ? CGR_MSG : impl == FLOOR ? 8 : LINE_MSG;
@@ -654,30 +666,34 @@ static unsigned msg_bytes(int impl)
 
 static void report(const char *name, const struct results *res, int json)
 {
-	double floor_rtt = over_windows(res->rtt[FLOOR]);
-	char wins[64 * 16];
-	int impl, m;
+	char wins[64 * 16], vs[128];
+	int impl, m, o;
 
 	if (!json) {
 		printf("\n%s: round trip (ns); per window the median of %ld, "
-		       "then the median over %d windows\n",
+		       "then the median over %d windows; ratios are medians "
+		       "of per-window ratios\n",
 		       name, plan.iters, plan.windows);
 		printf("  %-6s %8s %8s %8s %8s  %s\n", "impl", "p50", "mean",
 		       "p99", "x floor", "window medians");
 		for (impl = 0; impl < NIMPL; impl++) {
-			double med;
-
 			if (!have[impl])
 				continue;
-			med = over_windows(res->rtt[impl]);
-			printf(
-			    "  %-6s %8.1f %8.1f %8.1f %8.2f  %s\n",
-			    impl_name[impl], med,
-			    over_windows(res->rtt_mean[impl]),
-			    over_windows(res->rtt_p99[impl]), med / floor_rtt,
-			    perf_json_array(wins, sizeof(wins), res->rtt[impl],
-					    (size_t)plan.windows, 0));
+			printf("  %-6s %8.1f %8.1f %8.1f %8.2f  %s\n",
+			       impl_name[impl], over_windows(res->rtt[impl]),
+			       over_windows(res->rtt_mean[impl]),
+			       over_windows(res->rtt_p99[impl]),
+			       ratio_windows(res->rtt[impl], res->rtt[FLOOR]),
+			       perf_json_array(wins, sizeof(wins),
+					       res->rtt[impl],
+					       (size_t)plan.windows, 0));
 		}
+		for (o = CK; o < NIMPL; o++)
+			if (have[o])
+				printf(
+				    "  cgr / %s round trip: %.2f\n",
+				    impl_name[o],
+				    ratio_windows(res->rtt[CGR], res->rtt[o]));
 		printf("%s: one-way throughput (Mmsg/s), median of %d "
 		       "windows of %ld messages\n  %-6s %8s %8s\n",
 		       name, plan.windows, plan.tput_n, "impl", "single",
@@ -693,15 +709,23 @@ static void report(const char *name, const struct results *res, int json)
 		}
 	}
 	for (impl = 0; impl < NIMPL; impl++) {
-		double med;
+		size_t off = 0;
 
 		if (!have[impl])
 			continue;
-		med = over_windows(res->rtt[impl]);
-		perf_json(BENCH, name, impl_name[impl], "rtt_p50", med, "ns",
-			  "\"ratio_to_floor\":%.3f,\"rtt_mean\":%.1f,"
+		vs[0] = 0;
+		for (o = CK; impl == CGR && o < NIMPL; o++)
+			if (have[o])
+				off += (size_t)snprintf(
+				    vs + off, sizeof(vs) - off,
+				    ",\"ratio_to_%s\":%.3f", impl_name[o],
+				    ratio_windows(res->rtt[CGR], res->rtt[o]));
+		perf_json(BENCH, name, impl_name[impl], "rtt_p50",
+			  over_windows(res->rtt[impl]), "ns",
+			  "\"ratio_to_floor\":%.3f%s,\"rtt_mean\":%.1f,"
 			  "\"rtt_p99\":%.1f,\"msg_bytes\":%u,\"windows\":%s",
-			  med / floor_rtt, over_windows(res->rtt_mean[impl]),
+			  ratio_windows(res->rtt[impl], res->rtt[FLOOR]), vs,
+			  over_windows(res->rtt_mean[impl]),
 			  over_windows(res->rtt_p99[impl]), msg_bytes(impl),
 			  perf_json_array(wins, sizeof(wins), res->rtt[impl],
 					  (size_t)plan.windows, 1));
