@@ -1,0 +1,455 @@
+/*
+ * comm/comm.c: the backend-independent half of communicators: creation,
+ * the public collective and point-to-point calls (each fills a descriptor
+ * and goes through cgr__comm_coll), argument checks, and names.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/comm.h"
+
+#define CGR__MAX_RANKS 256
+
+size_t cgr_dtype_size(cgr_dtype dt)
+{
+	static const unsigned char sz[CGR_DTYPE_COUNT] = {
+		[CGR_INT8] = 1,	   [CGR_UINT8] = 1,    [CGR_INT16] = 2,
+		[CGR_UINT16] = 2,  [CGR_INT32] = 4,    [CGR_UINT32] = 4,
+		[CGR_INT64] = 8,   [CGR_UINT64] = 8,   [CGR_FLOAT16] = 2,
+		[CGR_BFLOAT16] = 2, [CGR_FLOAT32] = 4, [CGR_FLOAT64] = 8,
+	};
+
+	if ((int)dt < 0 || dt >= CGR_DTYPE_COUNT)
+		return 0;
+	return sz[dt];
+}
+
+const char *cgr__dtype_name(int dt)
+{
+	static const char *const names[CGR_DTYPE_COUNT] = {
+		"int8",	   "uint8",    "int16",	  "uint16",
+		"int32",   "uint32",   "int64",	  "uint64",
+		"float16", "bfloat16", "float32", "float64",
+	};
+
+	return dt >= 0 && dt < CGR_DTYPE_COUNT ? names[dt] : "?dtype";
+}
+
+const char *cgr__redop_name(int op)
+{
+	static const char *const names[CGR_REDOP_COUNT] = { "sum", "prod",
+							    "min", "max",
+							    "avg" };
+
+	return op >= 0 && op < CGR_REDOP_COUNT ? names[op] : "?op";
+}
+
+const char *cgr__coll_kind_name(int kind)
+{
+	static const char *const names[CGR__COLL_KIND_END] = {
+		[CGR__COLL_ALLREDUCE] = "allreduce",
+		[CGR__COLL_ALLGATHER] = "allgather",
+		[CGR__COLL_REDUCESCATTER] = "reducescatter",
+		[CGR__COLL_REDUCE] = "reduce",
+		[CGR__COLL_BROADCAST] = "broadcast",
+		[CGR__COLL_GATHER] = "gather",
+		[CGR__COLL_SCATTER] = "scatter",
+		[CGR__COLL_ALLTOALL] = "alltoall",
+		[CGR__COLL_SEND] = "send",
+		[CGR__COLL_RECV] = "recv",
+	};
+
+	return kind > 0 && kind < CGR__COLL_KIND_END ? names[kind] : "?op";
+}
+
+/* ---- communicators ------------------------------------------------- */
+
+int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
+		    int backend, cgr_comm **out)
+{
+	cgr_comm *c;
+	int ret;
+
+	if (ctx == NULL || out == NULL || n == 0 || n > CGR__MAX_RANKS)
+		return -EINVAL;
+	if (members != NULL)
+		for (size_t i = 0; i < n; i++) {
+			if (members[i] == NULL)
+				return -EINVAL;
+			for (size_t j = 0; j < i; j++)
+				if (members[j] == members[i])
+					return -EINVAL;
+		}
+	switch (backend) {
+	case CGR_BACKEND_AUTO:
+	case CGR_BACKEND_CPU:
+		ret = cgr__cpu_comm_create(ctx, (int)n, &c);
+		break;
+	case CGR_BACKEND_NCCL:
+		return -EOPNOTSUPP; /* not built: no NCCL backend yet */
+	default:
+		return -EINVAL;
+	}
+	if (ret < 0)
+		return ret;
+	c->ctx = ctx;
+	c->arena = cgr__ctx_arena(ctx);
+	c->log = cgr__ctx_logger(ctx);
+	c->n = (int)n;
+	c->backend = CGR_BACKEND_CPU;
+	c->members = NULL;
+	if (members != NULL) {
+		c->members = cgr__alloc(c->arena, n * sizeof(*members), 16);
+		if (c->members == NULL) {
+			c->ops->destroy(c);
+			return -ENOMEM;
+		}
+		memcpy(c->members, members, n * sizeof(*members));
+	}
+	cgr__ctx_ref(ctx);
+	*out = c;
+	return 0;
+}
+
+int cgr_comm_abort(cgr_comm *c)
+{
+	if (c == NULL)
+		return -EINVAL;
+	return c->ops->abort(c);
+}
+
+void cgr_comm_destroy(cgr_comm *c)
+{
+	cgr_ctx *ctx;
+
+	if (c == NULL)
+		return;
+	ctx = c->ctx;
+	if (c->members != NULL)
+		cgr__free(c->arena, c->members, (size_t)c->n * sizeof(*c->members),
+			  16);
+	c->ops->destroy(c);
+	cgr__ctx_put(ctx);
+}
+
+int cgr_comm_size(const cgr_comm *c)
+{
+	return c == NULL ? -EINVAL : c->n;
+}
+
+const char *cgr_comm_errmsg(const cgr_comm *c, int rank)
+{
+	if (c == NULL || rank < 0 || rank >= c->n)
+		return "";
+	return c->ops->errmsg(c, rank);
+}
+
+/* ---- argument checks ----------------------------------------------- */
+
+static bool cgr__overlap(const void *a, size_t la, const void *b, size_t lb)
+{
+	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+
+	if (la == 0 || lb == 0)
+		return false;
+	return x < y + lb && y < x + la;
+}
+
+/* In place exactly (`in` == `at`), or disjoint. */
+static bool cgr__inplace_ok(const void *a, size_t la, const void *b,
+			    size_t lb, const void *at)
+{
+	return a == at || !cgr__overlap(a, la, b, lb);
+}
+
+static bool cgr__rooted(int kind)
+{
+	return kind == CGR__COLL_REDUCE || kind == CGR__COLL_BROADCAST ||
+	       kind == CGR__COLL_GATHER || kind == CGR__COLL_SCATTER;
+}
+
+static bool cgr__reduction(int kind)
+{
+	return kind == CGR__COLL_ALLREDUCE ||
+	       kind == CGR__COLL_REDUCESCATTER || kind == CGR__COLL_REDUCE;
+}
+
+/*
+ * Checks what only this rank can see.  Returns 0, or -EINVAL with why
+ * filled in: the caller then poisons the operation so that every rank
+ * fails, not only this one.
+ */
+static int cgr__desc_check(const cgr_comm *c, int rank,
+			   const struct cgr__coll_desc *d, char *why,
+			   size_t len)
+{
+	size_t es = cgr_dtype_size(d->dtype), n = (size_t)c->n, b, nb;
+	const char *s = d->send;
+	char *r = d->recv;
+	bool root = d->root == rank;
+
+	if (es == 0) {
+		snprintf(why, len, "unknown dtype %d", (int)d->dtype);
+		return -EINVAL;
+	}
+	if (cgr__reduction(d->kind) &&
+	    ((int)d->op < 0 || d->op >= CGR_REDOP_COUNT)) {
+		snprintf(why, len, "unknown reduction op %d", (int)d->op);
+		return -EINVAL;
+	}
+	if (cgr__rooted(d->kind) && (d->root < 0 || d->root >= c->n)) {
+		snprintf(why, len, "root %d out of range [0, %d)", d->root,
+			 c->n);
+		return -EINVAL;
+	}
+	if (d->count > SIZE_MAX / es / n) {
+		snprintf(why, len, "count %zu too large", d->count);
+		return -EINVAL;
+	}
+	if (d->count == 0)
+		return 0;
+	b = d->count * es;
+	nb = b * n;
+#define CGR__NEED(cond, ...)                          \
+	do {                                          \
+		if (!(cond)) {                        \
+			snprintf(why, len, __VA_ARGS__); \
+			return -EINVAL;               \
+		}                                     \
+	} while (0)
+	switch (d->kind) {
+	case CGR__COLL_ALLREDUCE:
+		CGR__NEED(s && r, "NULL buffer");
+		CGR__NEED(cgr__inplace_ok(s, b, r, b, r),
+			  "send and recv overlap but are not in place");
+		break;
+	case CGR__COLL_ALLGATHER:
+		CGR__NEED(s && r, "NULL buffer");
+		CGR__NEED(cgr__inplace_ok(s, b, r, nb, r + (size_t)rank * b),
+			  "send overlaps recv but is not recv + rank * "
+			  "sendcount (in place)");
+		break;
+	case CGR__COLL_REDUCESCATTER:
+		CGR__NEED(s && r, "NULL buffer");
+		CGR__NEED(cgr__inplace_ok(r, b, s, nb, s + (size_t)rank * b),
+			  "recv overlaps send but is not send + rank * "
+			  "recvcount (in place)");
+		break;
+	case CGR__COLL_REDUCE:
+		CGR__NEED(s, "NULL send buffer");
+		CGR__NEED(!root || r, "NULL recv buffer on the root");
+		CGR__NEED(!root || cgr__inplace_ok(s, b, r, b, r),
+			  "send and recv overlap but are not in place");
+		break;
+	case CGR__COLL_BROADCAST:
+		CGR__NEED(r, "NULL recv buffer");
+		CGR__NEED(!root || s, "NULL send buffer on the root");
+		CGR__NEED(!root || cgr__inplace_ok(s, b, r, b, r),
+			  "send and recv overlap but are not in place");
+		break;
+	case CGR__COLL_GATHER:
+		CGR__NEED(s, "NULL send buffer");
+		CGR__NEED(!root || r, "NULL recv buffer on the root");
+		CGR__NEED(!root || cgr__inplace_ok(s, b, r, nb,
+						   r + (size_t)rank * b),
+			  "send overlaps recv but is not recv + root * "
+			  "sendcount (in place)");
+		break;
+	case CGR__COLL_SCATTER:
+		CGR__NEED(r, "NULL recv buffer");
+		CGR__NEED(!root || s, "NULL send buffer on the root");
+		CGR__NEED(!root || cgr__inplace_ok(r, b, s, nb,
+						   s + (size_t)rank * b),
+			  "recv overlaps send but is not send + root * "
+			  "recvcount (in place)");
+		break;
+	case CGR__COLL_ALLTOALL:
+		CGR__NEED(s && r, "NULL buffer");
+		CGR__NEED(!cgr__overlap(s, nb, r, nb),
+			  "send and recv overlap (alltoall is never in place)");
+		break;
+	case CGR__COLL_SEND:
+		CGR__NEED(s, "NULL buffer");
+		break;
+	case CGR__COLL_RECV:
+		CGR__NEED(r, "NULL buffer");
+		break;
+	default:
+		break;
+	}
+#undef CGR__NEED
+	return 0;
+}
+
+int cgr__comm_coll(cgr_comm *c, int rank, const struct cgr__coll_desc *d,
+		   cgr_stream *s, cgr_future **out)
+{
+	struct cgr__coll_desc p;
+	cgr__comm_op_fn fn = NULL;
+	char why[128];
+	char msg[160];
+	int ret;
+
+	if (c == NULL || d == NULL || rank < 0 || rank >= c->n)
+		return -EINVAL;
+	switch (d->kind) {
+	case CGR__COLL_ALLREDUCE:
+		fn = c->ops->allreduce;
+		break;
+	case CGR__COLL_ALLGATHER:
+		fn = c->ops->allgather;
+		break;
+	case CGR__COLL_REDUCESCATTER:
+		fn = c->ops->reducescatter;
+		break;
+	case CGR__COLL_REDUCE:
+		fn = c->ops->reduce;
+		break;
+	case CGR__COLL_BROADCAST:
+		fn = c->ops->broadcast;
+		break;
+	case CGR__COLL_GATHER:
+		fn = c->ops->gather;
+		break;
+	case CGR__COLL_SCATTER:
+		fn = c->ops->scatter;
+		break;
+	case CGR__COLL_ALLTOALL:
+		fn = c->ops->alltoall;
+		break;
+	case CGR__COLL_SEND:
+		fn = c->ops->send;
+		break;
+	case CGR__COLL_RECV:
+		fn = c->ops->recv;
+		break;
+	default:
+		return -EINVAL;
+	}
+	if ((d->kind == CGR__COLL_SEND || d->kind == CGR__COLL_RECV) &&
+	    (d->root < 0 || d->root >= c->n))
+		return -EINVAL; /* no peer to tell */
+	ret = cgr__desc_check(c, rank, d, why, sizeof(why));
+	if (ret == 0)
+		return fn(c, rank, d, s, out);
+	/* Poison this rank's share so the peers fail too, then report. */
+	p = *d;
+	snprintf(msg, sizeof(msg), "invalid arguments: %s", why);
+	if (p.poison == 0) {
+		p.poison = ret;
+		p.poison_msg = msg;
+	}
+	fn(c, rank, &p, s, NULL);
+	return ret;
+}
+
+/* ---- public calls -------------------------------------------------- */
+
+#define CGR__DESC(k, sb, rb, n, dt, o, rt)                                 \
+	(struct cgr__coll_desc)                                             \
+	{                                                                   \
+		.kind = (k), .send = (sb), .recv = (rb), .count = (n),      \
+		.dtype = (dt), .op = (o), .root = (rt)                      \
+	}
+
+int cgr_allreduce(cgr_comm *c, int rank, const void *send, void *recv,
+		  size_t count, cgr_dtype dt, cgr_redop op, cgr_stream *s,
+		  cgr_future **out)
+{
+	struct cgr__coll_desc d =
+		CGR__DESC(CGR__COLL_ALLREDUCE, send, recv, count, dt, op, 0);
+	return cgr__comm_coll(c, rank, &d, s, out);
+}
+
+int cgr_allgather(cgr_comm *c, int rank, const void *send, void *recv,
+		  size_t sendcount, cgr_dtype dt, cgr_stream *s,
+		  cgr_future **out)
+{
+	struct cgr__coll_desc d = CGR__DESC(CGR__COLL_ALLGATHER, send, recv,
+					    sendcount, dt, CGR_SUM, 0);
+	return cgr__comm_coll(c, rank, &d, s, out);
+}
+
+int cgr_reducescatter(cgr_comm *c, int rank, const void *send, void *recv,
+		      size_t recvcount, cgr_dtype dt, cgr_redop op,
+		      cgr_stream *s, cgr_future **out)
+{
+	struct cgr__coll_desc d = CGR__DESC(CGR__COLL_REDUCESCATTER, send,
+					    recv, recvcount, dt, op, 0);
+	return cgr__comm_coll(c, rank, &d, s, out);
+}
+
+int cgr_reduce(cgr_comm *c, int rank, const void *send, void *recv,
+	       size_t count, cgr_dtype dt, cgr_redop op, int root,
+	       cgr_stream *s, cgr_future **out)
+{
+	struct cgr__coll_desc d =
+		CGR__DESC(CGR__COLL_REDUCE, send, recv, count, dt, op, root);
+	return cgr__comm_coll(c, rank, &d, s, out);
+}
+
+int cgr_broadcast(cgr_comm *c, int rank, const void *send, void *recv,
+		  size_t count, cgr_dtype dt, int root, cgr_stream *s,
+		  cgr_future **out)
+{
+	struct cgr__coll_desc d = CGR__DESC(CGR__COLL_BROADCAST, send, recv,
+					    count, dt, CGR_SUM, root);
+	return cgr__comm_coll(c, rank, &d, s, out);
+}
+
+int cgr_gather(cgr_comm *c, int rank, const void *send, void *recv,
+	       size_t sendcount, cgr_dtype dt, int root, cgr_stream *s,
+	       cgr_future **out)
+{
+	struct cgr__coll_desc d = CGR__DESC(CGR__COLL_GATHER, send, recv,
+					    sendcount, dt, CGR_SUM, root);
+	return cgr__comm_coll(c, rank, &d, s, out);
+}
+
+int cgr_scatter(cgr_comm *c, int rank, const void *send, void *recv,
+		size_t recvcount, cgr_dtype dt, int root, cgr_stream *s,
+		cgr_future **out)
+{
+	struct cgr__coll_desc d = CGR__DESC(CGR__COLL_SCATTER, send, recv,
+					    recvcount, dt, CGR_SUM, root);
+	return cgr__comm_coll(c, rank, &d, s, out);
+}
+
+int cgr_alltoall(cgr_comm *c, int rank, const void *send, void *recv,
+		 size_t count, cgr_dtype dt, cgr_stream *s, cgr_future **out)
+{
+	struct cgr__coll_desc d = CGR__DESC(CGR__COLL_ALLTOALL, send, recv,
+					    count, dt, CGR_SUM, 0);
+	return cgr__comm_coll(c, rank, &d, s, out);
+}
+
+int cgr_send(cgr_comm *c, int rank, const void *buf, size_t count,
+	     cgr_dtype dt, int peer, cgr_stream *s, cgr_future **out)
+{
+	struct cgr__coll_desc d =
+		CGR__DESC(CGR__COLL_SEND, buf, NULL, count, dt, CGR_SUM, peer);
+	return cgr__comm_coll(c, rank, &d, s, out);
+}
+
+int cgr_recv(cgr_comm *c, int rank, void *buf, size_t count, cgr_dtype dt,
+	     int peer, cgr_stream *s, cgr_future **out)
+{
+	struct cgr__coll_desc d =
+		CGR__DESC(CGR__COLL_RECV, NULL, buf, count, dt, CGR_SUM, peer);
+	return cgr__comm_coll(c, rank, &d, s, out);
+}
+
+int cgr_group_start(cgr_comm *c, int rank)
+{
+	if (c == NULL || rank < 0 || rank >= c->n)
+		return -EINVAL;
+	return c->ops->group_start(c, rank);
+}
+
+int cgr_group_end(cgr_comm *c, int rank, cgr_future **out)
+{
+	if (c == NULL || rank < 0 || rank >= c->n)
+		return -EINVAL;
+	return c->ops->group_end(c, rank, out);
+}

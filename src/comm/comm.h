@@ -1,0 +1,141 @@
+/*
+ * comm/comm.h: communicators: the one interface every backend implements
+ * (struct cgr__comm_ops), and the descriptor-based entry point the graph
+ * layer uses (cgr__comm_coll).
+ *
+ * Every operation of a rank, collective or point to point, is described by
+ * a struct cgr__coll_desc.  The public calls of cgr.h (cgr_allreduce, ...,
+ * cgr_send, cgr_recv) only fill one in and call cgr__comm_coll; the graph
+ * layer calls cgr__comm_coll directly when it needs what the public calls
+ * cannot say: the 64-byte `meta` blob the ranks must agree on (a tensor's
+ * shape, say), a `poison` (this rank has no valid data: an upstream task
+ * failed), or a deadline.
+ *
+ * Agreement: before any data moves, every rank posts its descriptor and
+ * reads everybody else's.  If a rank is poisoned, the operation fails on
+ * every rank with the poison code of the lowest poisoned rank; otherwise
+ * if kind, count, dtype, op (reductions), root (rooted collectives) or
+ * meta differ, it fails on every rank with CGR_EMISMATCH.  Either way
+ * cgr_comm_errmsg names the ranks and what differed, e.g.
+ * "allreduce #12: rank 0 count 100, rank 2 count 99", and the communicator
+ * stays usable for the next operation.  Point-to-point pairs agree on
+ * count and dtype the same way.
+ *
+ * Invalid arguments that only one rank can see (a NULL buffer, a bad
+ * overlap, an unknown dtype, a root out of range) are not a silent hang
+ * for the others: the bad rank's call returns -EINVAL at once and posts a
+ * poisoned descriptor in its place, so every peer fails with -EINVAL too.
+ * Only a NULL communicator, a rank out of range, an unknown kind or (for
+ * send/recv) a peer out of range return -EINVAL with no effect at all.
+ */
+#ifndef CGR_COMM_H
+#define CGR_COMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "device/device.h"
+
+enum cgr__coll_kind {
+	CGR__COLL_ALLREDUCE = 1,
+	CGR__COLL_ALLGATHER,
+	CGR__COLL_REDUCESCATTER,
+	CGR__COLL_REDUCE,
+	CGR__COLL_BROADCAST,
+	CGR__COLL_GATHER,
+	CGR__COLL_SCATTER,
+	CGR__COLL_ALLTOALL,
+	CGR__COLL_SEND,
+	CGR__COLL_RECV,
+	CGR__COLL_KIND_END
+};
+
+#define CGR__COLL_META 64
+
+/*
+ * One rank's operation.  Fields mean what the matching public call's
+ * arguments mean (count is that call's count: allgather's sendcount,
+ * reducescatter's recvcount, ...).  send/recv: `send` is the send buffer,
+ * `recv` the receive buffer, `root` the peer.
+ */
+struct cgr__coll_desc {
+	int kind;		/* enum cgr__coll_kind */
+	const void *send;
+	void *recv;
+	size_t count;
+	cgr_dtype dtype;
+	cgr_redop op;		/* reductions only */
+	int root;		/* rooted collectives; the peer of send/recv */
+	/* Absolute CLOCK_MONOTONIC deadline for this rank's waits; 0: none.
+	 * Expiry fails the operation with -ETIMEDOUT and aborts the
+	 * communicator: the ranks' operation sequences no longer line up
+	 * (NCCL's rule: abort after a timeout). */
+	int64_t deadline;
+	/* 0, or a negative code: this rank has no valid data.  Every rank's
+	 * operation then fails with the code of the lowest poisoned rank;
+	 * nobody's buffers are touched. */
+	int poison;
+	const char *poison_msg; /* copied (up to 127 bytes); may be NULL */
+	bool has_meta;		/* compare meta too */
+	unsigned char meta[CGR__COLL_META];
+};
+
+/*
+ * The graph layer's entry point: rank `rank` of c issues operation *d,
+ * copied before return.  Stream ordering, futures and groups behave as in
+ * the public calls: on stream s (NULL: run on the calling thread and
+ * return the operation's result), *out (may be NULL) receives a future;
+ * between cgr_group_start and cgr_group_end the operation joins the group.
+ * Returns 0, the operation's error (s == NULL), -EINVAL (see above),
+ * -ENOMEM, or -ECANCELED after an abort.  Thread: the rank's thread.
+ */
+int cgr__comm_coll(cgr_comm *c, int rank, const struct cgr__coll_desc *d,
+		   cgr_stream *s, cgr_future **out);
+
+/* Names used in messages ("allreduce", "float16", "sum"). */
+const char *cgr__coll_kind_name(int kind);
+const char *cgr__dtype_name(int dt);
+const char *cgr__redop_name(int op);
+
+/* ---- the backend interface ------------------------------------------ */
+
+typedef int (*cgr__comm_op_fn)(cgr_comm *c, int rank,
+			       const struct cgr__coll_desc *d, cgr_stream *s,
+			       cgr_future **out);
+
+/*
+ * One entry per operation kind (cgr__comm_coll dispatches on d->kind, so a
+ * backend may map each to its library's own call: ncclSend, ncclAllReduce,
+ * ...), plus groups and lifecycle.  Arguments are validated before the
+ * entries are called; descriptors with d->poison set still go through the
+ * entry (the backend must agree on the poison with the peers).
+ */
+struct cgr__comm_ops {
+	const char *name;
+	cgr__comm_op_fn send, recv;
+	cgr__comm_op_fn allreduce, allgather, reducescatter, reduce;
+	cgr__comm_op_fn broadcast, gather, scatter, alltoall;
+	int (*group_start)(cgr_comm *c, int rank);
+	int (*group_end)(cgr_comm *c, int rank, cgr_future **out);
+	int (*abort)(cgr_comm *c);
+	void (*destroy)(cgr_comm *c);
+	const char *(*errmsg)(const cgr_comm *c, int rank);
+};
+
+/* The backend-independent head of every communicator. */
+struct cgr_comm {
+	const struct cgr__comm_ops *ops;
+	cgr_ctx *ctx; /* referenced */
+	struct cgr__arena *arena;
+	const struct cgr__logger *log;
+	int n;
+	int backend; /* enum cgr_backend */
+	cgr_worker **members; /* n entries, or NULL */
+};
+
+/* The CPU (shared memory) backend: fills *out with a communicator of n
+ * ranks whose head the caller completes (comm.c). */
+int cgr__cpu_comm_create(cgr_ctx *ctx, int n, cgr_comm **out);
+
+#endif

@@ -1,0 +1,1338 @@
+/*
+ * comm/cpu.c: the CPU backend: ranks are threads of one process and move
+ * data through shared memory, reading and writing each other's buffers
+ * directly (no staging copies).
+ *
+ * Issue and execution.  A rank's calls become records (a call, or a whole
+ * group) in a ring of CGR__NREC per rank.  A record runs on the stream it
+ * was issued on (a CGR__SOP_CALL on the stream's executor) or on the
+ * calling thread (s == NULL).  Records of one rank execute strictly in
+ * issue order, whatever stream they are on: a record waits until the
+ * rank's previous one finished (`done`).  That keeps each rank's sequence
+ * of collectives, which is what matches operations across ranks.
+ *
+ * Collectives.  The k-th collective of every rank is collective #k.  A
+ * rank writes its descriptor into pub[rank].d[k % 2] and publishes stage
+ * 4k+1; once every rank reached 4k+1 each rank reads all descriptors and
+ * reaches the same verdict on its own (poison, then mismatch).  Data then
+ * moves, and stage 4k+2 says "done with everybody's buffers"; a rank
+ * returns only when nobody will touch its buffers again.  Two descriptor
+ * slots suffice: a rank writes d[(k+1) % 2] only after everybody posted
+ * #k, hence after everybody read the descriptors of #k-1.
+ *
+ * Algorithms (n ranks, element counts split into n cache-line aligned
+ * chunks): allreduce: rank r reduces chunk r from every rank's send
+ * buffer into its own recv buffer, then pushes that chunk into every
+ * peer's recv buffer: each byte is read once and written once per rank,
+ * two barriers in all.  Under CGR__SMALL_BYTES each rank reduces the whole
+ * vector into its scratch instead (no chunking, one pass).  reducescatter:
+ * rank r reduces block r.  reduce: as allreduce, chunks pushed to the
+ * root only; small: the root reduces alone.  allgather and gather: each
+ * rank pushes its block.  broadcast and scatter: each rank pulls.
+ * alltoall: rank r pulls block r of every send buffer.
+ *
+ * In place.  A reduction's destination may alias only the first source
+ * (reduce.h), so the rank whose recv may alias a send buffer lists that
+ * send buffer first.  Pushes into a peer's recv chunk r happen after rank
+ * r read chunk r everywhere, and nobody else reads chunk r.
+ *
+ * Point to point.  Sender s to receiver d has a ring of CGR__P2P_SLOTS
+ * message slots; `sent` and `taken` count messages.  The sender fills a
+ * slot (its buffer's address) and bumps `sent`; the receiver copies
+ * straight from the sender's buffer, writes a status and bumps `taken`;
+ * the sender completes when its message was taken.  A group runs its
+ * collectives in call order, then drives all its sends and receives in one
+ * progress loop, so a group's sends and receives never block each other.
+ *
+ * Waiting.  Every wait spins briefly, then parks on the communicator's
+ * bell (rung by every stage change, message and record completion), with
+ * the abort flag as cancel word.  Waits on a stream executor wake at least
+ * every CGR__STOP_POLL_NS to notice that the stream is being destroyed.
+ *
+ * Abort.  Sets the flag and wakes everybody: every wait ends with
+ * -ECANCELED, every later operation fails at once.  A timed-out wait, or
+ * a stream destroyed under a pending operation, aborts the communicator:
+ * the ranks' sequences no longer line up.  Before returning from an
+ * aborted operation a rank waits until no rank is still copying (`movers`),
+ * so no buffer is touched after its owner got its error back.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "comm/comm.h"
+#include "comm/reduce.h"
+#include "reactor/reactor.h"
+
+#define CGR__NREC 64	       /* records in flight per rank */
+#define CGR__P2P_SLOTS 8       /* messages in flight per (sender, receiver) */
+#define CGR__SMALL_BYTES 4096  /* allreduce/reduce latency path below this */
+#define CGR__COMM_SPIN_NS 30000
+#define CGR__MSG 128
+
+/* ---- shared state -------------------------------------------------- */
+
+/* A rank's descriptor for one collective, as its peers read it. */
+struct cgr__cdesc {
+	int32_t kind, dtype, op, root;
+	int32_t poison;
+	bool has_meta;
+	size_t count;
+	const void *send;
+	void *recv;
+	unsigned char meta[CGR__COLL_META];
+	char msg[CGR__MSG];
+};
+
+struct cgr__rpub {
+	_Atomic uint64_t stage; /* 4k+1 posted #k, 4k+2 done with #k */
+	struct cgr__cdesc d[2];
+} cgr__aligned;
+
+struct cgr__slot {
+	/* Written by the sender before `sent` (release). */
+	const void *buf;
+	size_t count;
+	int32_t dtype;
+	int32_t poison;
+	const char *msg; /* the sender's poison message; valid until taken */
+	/* Written by the receiver before `taken` (release). */
+	int32_t status;
+	int32_t rdtype;
+	size_t rcount;
+};
+
+struct cgr__pair {
+	_Atomic uint64_t sent cgr__aligned;
+	_Atomic uint64_t taken;
+	struct cgr__slot slot[CGR__P2P_SLOTS];
+};
+
+/* ---- per rank ------------------------------------------------------ */
+
+struct cgr__item {
+	struct cgr__coll_desc d; /* d.poison_msg points to msg */
+	char msg[CGR__MSG];
+	struct cgr__dfuture *fut; /* may be NULL */
+	int result;
+	/* p2p progress: message index on its pair, phase 0 (not posted /
+	 * not received), 1 (posted, not taken), 2 (done). */
+	uint64_t idx;
+	int phase;
+};
+
+struct cgr__cpu;
+
+struct cgr__rec {
+	struct cgr__cpu *c;
+	int rank;
+	uint64_t k;
+	struct cgr__item *items; /* &one, or an array of cap (a group) */
+	size_t nitems, cap;
+	struct cgr__item one;
+	struct cgr__dfuture **gfuts; /* group_end futures (array of gfcap) */
+	size_t ngfuts, gfcap;
+	int64_t deadline;
+};
+
+struct cgr__rank {
+	/* Issuing side: the rank's thread. */
+	uint64_t issued;
+	int gdepth;
+	struct cgr__item *gitems;
+	size_t gn, gcap;
+	struct cgr__dfuture **gfuts;
+	size_t gfn, gfcap;
+	cgr_stream *gstream;
+	bool gstream_set;
+	/* Executing side: one record at a time, in issue order. */
+	_Atomic uint64_t done cgr__aligned;
+	uint64_t coll_seq;
+	uint64_t *sidx, *ridx; /* per peer: messages sent / received */
+	char errmsg[256];
+	unsigned char scratch[CGR__SMALL_BYTES] cgr__aligned;
+	struct cgr__rec recs[CGR__NREC];
+};
+
+struct cgr__cpu {
+	struct cgr_comm base;
+	_Atomic uint32_t aborted;
+	_Atomic int32_t movers; /* ranks copying between buffers now */
+	struct cgr_bell bell cgr__aligned;
+	struct cgr__rpub *pub;	 /* n */
+	struct cgr__pair *pairs; /* n * n: [sender * n + receiver] */
+	struct cgr__rank *ranks; /* n */
+};
+
+static inline struct cgr__cpu *cgr__cpu_of(cgr_comm *c)
+{
+	return (struct cgr__cpu *)c;
+}
+
+static int cgr__cpu_abort(cgr_comm *cc)
+{
+	struct cgr__cpu *c = cgr__cpu_of(cc);
+
+	/* A0: seq_cst: pairs with the re-check in cgr__move_begin. */
+	if (atomic_exchange_explicit(&c->aborted, 1, memory_order_seq_cst) ==
+	    0)
+		cgr__info(c->base.log, "communicator aborted");
+	cgr__bell_ring_force(&c->bell);
+	return 0;
+}
+
+static inline bool cgr__aborted(struct cgr__cpu *c)
+{
+	return atomic_load_explicit(&c->aborted, memory_order_acquire) != 0;
+}
+
+/* ---- waiting ------------------------------------------------------- */
+
+struct cgr__wctx {
+	struct cgr__cpu *c;
+	int rank;
+	cgr_stream *s;	  /* executor's stream, or NULL (inline) */
+	int64_t deadline; /* CGR_FOREVER: none */
+	bool stopped;	  /* the stream is being destroyed */
+	bool failed;	  /* errmsg already written for this record */
+};
+
+static int cgr__fail(struct cgr__wctx *w, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int cgr__fail(struct cgr__wctx *w, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!w->failed) {
+		va_start(ap, fmt);
+		vsnprintf(w->c->ranks[w->rank].errmsg,
+			  sizeof(w->c->ranks[w->rank].errmsg), fmt, ap);
+		va_end(ap);
+		w->failed = true;
+	}
+	return code;
+}
+
+/*
+ * Waits until ready(arg).  0, -ECANCELED (abort, or the stream is being
+ * destroyed: w->stopped), -ETIMEDOUT (w->deadline).
+ */
+static int cgr__cwait(struct cgr__wctx *w, cgr__ready_fn ready, void *arg,
+		      bool abortable)
+{
+	struct cgr__cpu *c = w->c;
+
+	for (;;) {
+		int64_t now, dl = w->deadline;
+		int ret;
+
+		if (abortable && cgr__aborted(c))
+			return ready(arg) ? 0 : -ECANCELED;
+		if (w->s != NULL && cgr__stream_stopping(w->s)) {
+			w->stopped = true;
+			if (abortable)
+				return -ECANCELED;
+			/* Not abortable (in-order wait): abort the comm so
+			 * that what we wait for fails fast, keep waiting. */
+			cgr__cpu_abort(&c->base);
+		}
+		now = cgr__now_ns();
+		if (now >= dl)
+			return ready(arg) ? 0 : -ETIMEDOUT;
+		if (w->s != NULL && dl - now > CGR__STOP_POLL_NS)
+			dl = now + CGR__STOP_POLL_NS;
+		ret = cgr__reactor_wait(NULL, &c->bell, ready, arg,
+					abortable ? &c->aborted : NULL,
+					CGR_WAIT_ADAPTIVE, CGR__COMM_SPIN_NS,
+					dl);
+		if (ret == 0)
+			return 0;
+	}
+}
+
+static inline void cgr__publish(struct cgr__cpu *c, int r, uint64_t stage)
+{
+	/* P0: release: our descriptor (stage 4k+1) or our writes into the
+	 * peers' buffers and our last reads of theirs (4k+2) happen before;
+	 * pairs with the acquire in cgr__stage_ready. */
+	atomic_store_explicit(&c->pub[r].stage, stage, memory_order_release);
+	cgr__bell_ring(&c->bell);
+}
+
+struct cgr__stagew {
+	struct cgr__cpu *c;
+	uint64_t target;
+	int only; /* -1: every rank; else that rank */
+};
+
+static bool cgr__stage_ready(void *arg)
+{
+	struct cgr__stagew *sw = arg;
+	struct cgr__cpu *c = sw->c;
+
+	if (sw->only >= 0)
+		return atomic_load_explicit(&c->pub[sw->only].stage,
+					    memory_order_acquire) >=
+		       sw->target;
+	for (int j = 0; j < c->base.n; j++)
+		if (atomic_load_explicit(&c->pub[j].stage,
+					 memory_order_acquire) < sw->target)
+			return false;
+	return true;
+}
+
+/* "ranks 1, 3" that have not reached target. */
+static void cgr__missing(struct cgr__cpu *c, uint64_t target, int only,
+			 char *buf, size_t len)
+{
+	size_t o = 0;
+	int cnt = 0;
+
+	buf[0] = '\0';
+	for (int j = 0; j < c->base.n && o + 16 < len; j++) {
+		if (only >= 0 && j != only)
+			continue;
+		if (atomic_load_explicit(&c->pub[j].stage,
+					 memory_order_relaxed) >= target)
+			continue;
+		o += (size_t)snprintf(buf + o, len - o, "%s%d",
+				      cnt++ ? ", " : "", j);
+	}
+	if (cnt == 0)
+		snprintf(buf, len, "none");
+}
+
+static inline bool cgr__move_begin(struct cgr__cpu *c)
+{
+	/* M0: seq_cst increment, then re-check the abort flag (pairs with
+	 * A0): an aborted rank that read movers == 0 in cgr__bail is sure
+	 * every later mover sees the flag and backs off. */
+	atomic_fetch_add_explicit(&c->movers, 1, memory_order_seq_cst);
+	if (atomic_load_explicit(&c->aborted, memory_order_seq_cst)) {
+		atomic_fetch_sub_explicit(&c->movers, 1, memory_order_release);
+		return false;
+	}
+	return true;
+}
+
+static inline void cgr__move_end(struct cgr__cpu *c)
+{
+	atomic_fetch_sub_explicit(&c->movers, 1, memory_order_release);
+}
+
+/*
+ * An operation ends early (ret: -ECANCELED or -ETIMEDOUT).  A timeout or
+ * a stream being destroyed aborts the communicator (the sequences no
+ * longer line up).  Then wait until nobody copies any more, so that our
+ * buffers are ours again when we return.
+ */
+static int cgr__bail(struct cgr__wctx *w, int ret)
+{
+	struct cgr__cpu *c = w->c;
+	unsigned i = 0;
+
+	if (ret == -ETIMEDOUT || w->stopped) {
+		if (!cgr__aborted(c))
+			cgr__warn(c->base.log,
+				  "rank %d: %s: aborting the communicator",
+				  w->rank,
+				  ret == -ETIMEDOUT ?
+					  "operation timed out" :
+					  "stream destroyed with an operation "
+					  "pending");
+		cgr__cpu_abort(&c->base);
+		if (ret != -ETIMEDOUT)
+			ret = -ECANCELED;
+	}
+	/* Copies in progress are bounded (no waits inside them). */
+	while (atomic_load_explicit(&c->movers, memory_order_acquire) != 0)
+		if ((++i & 63) == 0)
+			sched_yield();
+		else
+			cgr__cpu_relax();
+	return ret;
+}
+
+/* Waits for stage target of every rank (only < 0) or of rank `only`. */
+static int cgr__stage_wait(struct cgr__wctx *w, uint64_t target, int only,
+			   const char *kind, uint64_t k)
+{
+	struct cgr__stagew sw = { w->c, target, only };
+	char miss[96];
+	int ret;
+
+	ret = cgr__cwait(w, cgr__stage_ready, &sw, true);
+	if (ret == 0)
+		return 0;
+	cgr__missing(w->c, target, only, miss, sizeof(miss));
+	ret = cgr__bail(w, ret);
+	return cgr__fail(w, ret, "%s #%llu: %s while waiting for rank%s %s",
+			 kind, (unsigned long long)k,
+			 ret == -ETIMEDOUT ? "timed out" : "aborted",
+			 strchr(miss, ',') ? "s" : "", miss);
+}
+
+/* ---- collectives --------------------------------------------------- */
+
+static bool cgr__is_reduction(int kind)
+{
+	return kind == CGR__COLL_ALLREDUCE ||
+	       kind == CGR__COLL_REDUCESCATTER || kind == CGR__COLL_REDUCE;
+}
+
+static bool cgr__is_rooted(int kind)
+{
+	return kind == CGR__COLL_REDUCE || kind == CGR__COLL_BROADCAST ||
+	       kind == CGR__COLL_GATHER || kind == CGR__COLL_SCATTER;
+}
+
+/* Appends ", rank j <field>" for every rank whose field differs from
+ * rank 0's, after "rank 0 <field>". */
+#define CGR__DIFF(field, fmtv)                                              \
+	do {                                                                \
+		bool differ = false;                                        \
+		for (int j = 1; j < n; j++)                                 \
+			if (D(j)->field != D(0)->field)                     \
+				differ = true;                              \
+		if (!differ)                                                \
+			break;                                              \
+		o = snprintf(m, sizeof(m), "rank 0 " #field " ");           \
+		o += snprintf(m + o, sizeof(m) - (size_t)o, "%s",           \
+			      fmtv(D(0)->field, v0, sizeof(v0)));           \
+		for (int j = 1; j < n && o < (int)sizeof(m) - 32; j++)      \
+			if (D(j)->field != D(0)->field)                     \
+				o += snprintf(m + o, sizeof(m) - (size_t)o,  \
+					      ", rank %d " #field " %s", j, \
+					      fmtv(D(j)->field, v0,         \
+						   sizeof(v0)));            \
+		return cgr__fail(w, CGR_EMISMATCH, "%s #%llu: %s", name,    \
+				 (unsigned long long)k, m);                 \
+	} while (0)
+
+static const char *cgr__fmt_u(size_t v, char *b, size_t l)
+{
+	snprintf(b, l, "%zu", v);
+	return b;
+}
+
+static const char *cgr__fmt_i(int v, char *b, size_t l)
+{
+	snprintf(b, l, "%d", v);
+	return b;
+}
+
+static const char *cgr__fmt_dt(int v, char *b, size_t l)
+{
+	(void)b;
+	(void)l;
+	return cgr__dtype_name(v);
+}
+
+static const char *cgr__fmt_op(int v, char *b, size_t l)
+{
+	(void)b;
+	(void)l;
+	return cgr__redop_name(v);
+}
+
+/* Every rank runs this on the same descriptors and reaches the same
+ * verdict: 0, the poison of the lowest poisoned rank, or CGR_EMISMATCH. */
+static int cgr__agree(struct cgr__wctx *w, uint64_t k)
+{
+	struct cgr__cpu *c = w->c;
+	int n = c->base.n;
+	const char *name;
+	char m[200], v0[32];
+	int o;
+
+#define D(j) (&c->pub[(j)].d[k & 1])
+	for (int j = 0; j < n; j++)
+		if (D(j)->poison != 0)
+			return cgr__fail(w, D(j)->poison,
+					 "%s #%llu: rank %d failed before the "
+					 "operation (%s)%s%s",
+					 cgr__coll_kind_name(D(j)->kind),
+					 (unsigned long long)k, j,
+					 cgr_err_name(D(j)->poison),
+					 D(j)->msg[0] ? ": " : "", D(j)->msg);
+	for (int j = 1; j < n; j++)
+		if (D(j)->kind != D(0)->kind) {
+			o = snprintf(m, sizeof(m), "rank 0 %s",
+				     cgr__coll_kind_name(D(0)->kind));
+			for (int i = 1; i < n && o < (int)sizeof(m) - 32; i++)
+				if (D(i)->kind != D(0)->kind)
+					o += snprintf(
+						m + o, sizeof(m) - (size_t)o,
+						", rank %d %s", i,
+						cgr__coll_kind_name(D(i)->kind));
+			return cgr__fail(w, CGR_EMISMATCH,
+					 "collective #%llu: %s",
+					 (unsigned long long)k, m);
+		}
+	name = cgr__coll_kind_name(D(0)->kind);
+	CGR__DIFF(count, cgr__fmt_u);
+	CGR__DIFF(dtype, cgr__fmt_dt);
+	if (cgr__is_reduction(D(0)->kind))
+		CGR__DIFF(op, cgr__fmt_op);
+	if (cgr__is_rooted(D(0)->kind))
+		CGR__DIFF(root, cgr__fmt_i);
+	for (int j = 1; j < n; j++) {
+		if (D(j)->has_meta == D(0)->has_meta &&
+		    (!D(0)->has_meta ||
+		     memcmp(D(j)->meta, D(0)->meta, CGR__COLL_META) == 0))
+			continue;
+		if (D(j)->has_meta != D(0)->has_meta)
+			return cgr__fail(w, CGR_EMISMATCH,
+					 "%s #%llu: rank 0 %s meta, rank %d "
+					 "%s",
+					 name, (unsigned long long)k,
+					 D(0)->has_meta ? "has" : "has no", j,
+					 D(j)->has_meta ? "has" : "has none");
+		for (o = 0; D(j)->meta[o] == D(0)->meta[o]; o++)
+			;
+		return cgr__fail(w, CGR_EMISMATCH,
+				 "%s #%llu: rank 0 meta differs from rank %d "
+				 "(first at byte %d: %u vs %u)",
+				 name, (unsigned long long)k, j, o,
+				 D(0)->meta[o], D(j)->meta[o]);
+	}
+#undef D
+	return 0;
+}
+
+/* Chunk r of count elements among n ranks: cache-line aligned bounds. */
+static void cgr__chunk(size_t count, size_t es, int n, int r, size_t *off,
+		       size_t *len)
+{
+	size_t per = (count + (size_t)n - 1) / (size_t)n;
+	size_t align = es < CGR_CACHELINE ? CGR_CACHELINE / es : 1;
+	size_t lo, hi;
+
+	per = (per + align - 1) / align * align;
+	lo = per * (size_t)r;
+	hi = lo + per;
+	if (lo > count)
+		lo = count;
+	if (hi > count)
+		hi = count;
+	*off = lo;
+	*len = hi - lo;
+}
+
+static inline void cgr__copy(void *dst, const void *src, size_t n)
+{
+	if (n != 0 && dst != src)
+		memcpy(dst, src, n);
+}
+
+/* Moves the data of collective #k (agreed), then the final barrier. */
+static int cgr__move(struct cgr__wctx *w, uint64_t k)
+{
+	struct cgr__cpu *c = w->c;
+	struct cgr__rank *rk = &c->ranks[w->rank];
+	const struct cgr__cdesc *me = &c->pub[w->rank].d[k & 1];
+	const void *srcs[256];
+	const char *name = cgr__coll_kind_name(me->kind);
+	int n = c->base.n, r = w->rank, root = me->root, ns = 0;
+	size_t es = cgr_dtype_size(me->dtype), cnt = me->count, b = cnt * es;
+	size_t off, len;
+	uint64_t done = 4 * k + 2;
+	int wait_for = -1; /* -1 all, -2 nobody, else that rank */
+	bool small;
+
+#define S(j) ((const char *)c->pub[(j)].d[k & 1].send)
+#define R(j) ((char *)c->pub[(j)].d[k & 1].recv)
+	if (cnt == 0)
+		return 0;
+	if (!cgr__move_begin(c))
+		return cgr__fail(w, cgr__bail(w, -ECANCELED),
+				 "%s #%llu: aborted", name,
+				 (unsigned long long)k);
+	small = b <= CGR__SMALL_BYTES || cnt < (size_t)n;
+	switch (me->kind) {
+	case CGR__COLL_ALLREDUCE:
+		if (small) {
+			/* Whole vector into scratch; copied to recv after
+			 * the barrier (recv may be our send, still read). */
+			srcs[ns++] = S(r);
+			for (int j = 0; j < n; j++)
+				if (j != r)
+					srcs[ns++] = S(j);
+			cgr__reduce(rk->scratch, srcs, ns, cnt, me->dtype,
+				    me->op, n);
+			break;
+		}
+		cgr__chunk(cnt, es, n, r, &off, &len);
+		if (len == 0)
+			break;
+		srcs[ns++] = S(r) + off * es;
+		for (int j = 0; j < n; j++)
+			if (j != r)
+				srcs[ns++] = S(j) + off * es;
+		cgr__reduce(R(r) + off * es, srcs, ns, len, me->dtype, me->op,
+			    n);
+		for (int j = 0; j < n; j++)
+			if (j != r)
+				cgr__copy(R(j) + off * es, R(r) + off * es,
+					  len * es);
+		break;
+	case CGR__COLL_REDUCESCATTER:
+		srcs[ns++] = S(r) + (size_t)r * b;
+		for (int j = 0; j < n; j++)
+			if (j != r)
+				srcs[ns++] = S(j) + (size_t)r * b;
+		cgr__reduce(R(r), srcs, ns, cnt, me->dtype, me->op, n);
+		break;
+	case CGR__COLL_REDUCE:
+		if (small) {
+			if (r == root) {
+				srcs[ns++] = S(root);
+				for (int j = 0; j < n; j++)
+					if (j != root)
+						srcs[ns++] = S(j);
+				cgr__reduce(R(root), srcs, ns, cnt, me->dtype,
+					    me->op, n);
+				wait_for = -2;
+			} else {
+				wait_for = root; /* until it read our send */
+			}
+			break;
+		}
+		cgr__chunk(cnt, es, n, r, &off, &len);
+		if (len == 0)
+			break;
+		srcs[ns++] = S(root) + off * es;
+		for (int j = 0; j < n; j++)
+			if (j != root)
+				srcs[ns++] = S(j) + off * es;
+		cgr__reduce(R(root) + off * es, srcs, ns, len, me->dtype,
+			    me->op, n);
+		break;
+	case CGR__COLL_ALLGATHER:
+		for (int j = 0; j < n; j++)
+			cgr__copy(R(j) + (size_t)r * b, S(r), b);
+		break;
+	case CGR__COLL_BROADCAST:
+		cgr__copy(R(r), S(root), b);
+		wait_for = r == root ? -1 : -2;
+		break;
+	case CGR__COLL_GATHER:
+		cgr__copy(R(root) + (size_t)r * b, S(r), b);
+		wait_for = r == root ? -1 : -2;
+		break;
+	case CGR__COLL_SCATTER:
+		cgr__copy(R(r), S(root) + (size_t)r * b, b);
+		wait_for = r == root ? -1 : -2;
+		break;
+	case CGR__COLL_ALLTOALL:
+		for (int j = 0; j < n; j++)
+			cgr__copy(R(r) + (size_t)j * b, S(j) + (size_t)r * b,
+				  b);
+		break;
+	default:
+		break;
+	}
+	cgr__move_end(c);
+	cgr__publish(c, r, done);
+	if (n > 1 && wait_for != -2) {
+		int ret = cgr__stage_wait(w, done, wait_for, name, k);
+		if (ret)
+			return ret;
+	}
+	if (me->kind == CGR__COLL_ALLREDUCE && small)
+		cgr__copy(R(r), rk->scratch, b);
+#undef S
+#undef R
+	return 0;
+}
+
+static int cgr__coll(struct cgr__wctx *w, struct cgr__item *it)
+{
+	struct cgr__cpu *c = w->c;
+	struct cgr__rank *rk = &c->ranks[w->rank];
+	uint64_t k = ++rk->coll_seq;
+	struct cgr__cdesc *me = &c->pub[w->rank].d[k & 1];
+	const struct cgr__coll_desc *d = &it->d;
+	int ret;
+
+	me->kind = d->kind;
+	me->dtype = (int32_t)d->dtype;
+	me->op = (int32_t)d->op;
+	me->root = d->root;
+	me->count = d->count;
+	me->send = d->send;
+	me->recv = d->recv;
+	me->poison = d->poison;
+	me->has_meta = d->has_meta;
+	if (d->has_meta)
+		memcpy(me->meta, d->meta, CGR__COLL_META);
+	snprintf(me->msg, sizeof(me->msg), "%s",
+		 d->poison && d->poison_msg ? d->poison_msg : "");
+	cgr__publish(c, w->rank, 4 * k + 1);
+	if (cgr__aborted(c))
+		return cgr__fail(w, cgr__bail(w, -ECANCELED),
+				 "%s #%llu: aborted",
+				 cgr__coll_kind_name(d->kind),
+				 (unsigned long long)k);
+	if (c->base.n > 1) {
+		ret = cgr__stage_wait(w, 4 * k + 1, -1,
+				      cgr__coll_kind_name(d->kind), k);
+		if (ret)
+			return ret;
+	}
+	ret = cgr__agree(w, k);
+	if (ret)
+		return ret;
+	return cgr__move(w, k);
+}
+
+/* ---- point to point ------------------------------------------------ */
+
+struct cgr__p2pw {
+	struct cgr__cpu *c;
+	int rank;
+	struct cgr__item *items;
+	size_t nitems;
+};
+
+static inline bool cgr__is_p2p(int kind)
+{
+	return kind == CGR__COLL_SEND || kind == CGR__COLL_RECV;
+}
+
+/* Could item it make progress now? */
+static bool cgr__p2p_can(struct cgr__cpu *c, int r, struct cgr__item *it)
+{
+	int n = c->base.n, peer = it->d.root;
+
+	if (it->phase == 2)
+		return false;
+	if (it->d.kind == CGR__COLL_SEND) {
+		struct cgr__pair *p = &c->pairs[(size_t)r * n + peer];
+		uint64_t taken = atomic_load_explicit(&p->taken,
+						      memory_order_acquire);
+		if (it->phase == 0)
+			return it->idx - taken < CGR__P2P_SLOTS;
+		return taken > it->idx;
+	}
+	return atomic_load_explicit(&c->pairs[(size_t)peer * n + r].sent,
+				    memory_order_acquire) > it->idx;
+}
+
+static bool cgr__p2p_ready(void *arg)
+{
+	struct cgr__p2pw *pw = arg;
+
+	for (size_t i = 0; i < pw->nitems; i++)
+		if (cgr__is_p2p(pw->items[i].d.kind) &&
+		    cgr__p2p_can(pw->c, pw->rank, &pw->items[i]))
+			return true;
+	return false;
+}
+
+/* One step of item it, if it can progress.  Returns true if it did. */
+static bool cgr__p2p_step(struct cgr__wctx *w, struct cgr__item *it)
+{
+	struct cgr__cpu *c = w->c;
+	int n = c->base.n, r = w->rank, peer = it->d.root;
+	size_t es = cgr_dtype_size(it->d.dtype);
+
+	if (!cgr__p2p_can(c, r, it))
+		return false;
+	if (it->d.kind == CGR__COLL_SEND) {
+		struct cgr__pair *p = &c->pairs[(size_t)r * n + peer];
+		struct cgr__slot *sl = &p->slot[it->idx % CGR__P2P_SLOTS];
+
+		if (it->phase == 0) {
+			sl->buf = it->d.send;
+			sl->count = it->d.count;
+			sl->dtype = (int32_t)it->d.dtype;
+			sl->poison = it->d.poison;
+			sl->msg = it->msg;
+			/* S0: release: the slot; pairs with the receiver's
+			 * acquire of sent (cgr__p2p_can). */
+			atomic_store_explicit(&p->sent, it->idx + 1,
+					      memory_order_release);
+			cgr__bell_ring(&c->bell);
+			it->phase = 1;
+			return true;
+		}
+		/* Taken (acquire in cgr__p2p_can): the status is ours. */
+		it->phase = 2;
+		if (sl->status == CGR_EMISMATCH)
+			it->result = cgr__fail(
+				w, CGR_EMISMATCH,
+				"send #%llu to rank %d: rank %d sends %zu %s, "
+				"rank %d receives %zu %s",
+				(unsigned long long)it->idx + 1, peer, r,
+				it->d.count, cgr__dtype_name(it->d.dtype), peer,
+				sl->rcount, cgr__dtype_name(sl->rdtype));
+		else if (it->d.poison)
+			it->result = cgr__fail(w, it->d.poison,
+					       "send #%llu to rank %d: %s",
+					       (unsigned long long)it->idx + 1,
+					       peer, it->msg);
+		else if (sl->status)
+			it->result = cgr__fail(
+				w, sl->status,
+				"send #%llu to rank %d: rank %d failed before "
+				"the operation (%s)",
+				(unsigned long long)it->idx + 1, peer, peer,
+				cgr_err_name(sl->status));
+		return true;
+	} else {
+		struct cgr__pair *p = &c->pairs[(size_t)peer * n + r];
+		struct cgr__slot *sl = &p->slot[it->idx % CGR__P2P_SLOTS];
+		int st = 0;
+
+		if (sl->poison) {
+			st = sl->poison;
+			it->result = cgr__fail(
+				w, st,
+				"recv #%llu from rank %d: rank %d failed "
+				"before the operation (%s)%s%s",
+				(unsigned long long)it->idx + 1, peer, peer,
+				cgr_err_name(st), sl->msg[0] ? ": " : "",
+				sl->msg);
+		} else if (it->d.poison) {
+			st = it->d.poison;
+			it->result = cgr__fail(w, st, "recv #%llu from rank %d: %s",
+					       (unsigned long long)it->idx + 1,
+					       peer, it->msg);
+		} else if (sl->dtype != (int32_t)it->d.dtype ||
+			   sl->count != it->d.count) {
+			st = CGR_EMISMATCH;
+			it->result = cgr__fail(
+				w, st,
+				"recv #%llu from rank %d: rank %d sends %zu %s, "
+				"rank %d receives %zu %s",
+				(unsigned long long)it->idx + 1, peer, peer,
+				sl->count, cgr__dtype_name(sl->dtype), r,
+				it->d.count, cgr__dtype_name(it->d.dtype));
+		} else if (it->d.count != 0) {
+			if (!cgr__move_begin(c))
+				return false; /* aborted: the wait reports it */
+			cgr__copy(it->d.recv, sl->buf, it->d.count * es);
+			cgr__move_end(c);
+		}
+		sl->status = st;
+		sl->rcount = it->d.count;
+		sl->rdtype = (int32_t)it->d.dtype;
+		/* T0: release: our copy out of the sender's buffer and the
+		 * status; pairs with the sender's acquire of taken. */
+		atomic_store_explicit(&p->taken, it->idx + 1,
+				      memory_order_release);
+		cgr__bell_ring(&c->bell);
+		it->phase = 2;
+		return true;
+	}
+}
+
+static void cgr__p2p(struct cgr__wctx *w, struct cgr__item *items,
+		     size_t nitems)
+{
+	struct cgr__cpu *c = w->c;
+	struct cgr__rank *rk = &c->ranks[w->rank];
+	struct cgr__p2pw pw = { c, w->rank, items, nitems };
+
+	/* Message indices per pair, in call order. */
+	for (size_t i = 0; i < nitems; i++) {
+		struct cgr__item *it = &items[i];
+		if (!cgr__is_p2p(it->d.kind))
+			continue;
+		it->phase = 0;
+		it->idx = it->d.kind == CGR__COLL_SEND ?
+				  rk->sidx[it->d.root]++ :
+				  rk->ridx[it->d.root]++;
+	}
+	for (;;) {
+		bool progress = false, pending = false;
+		int ret = -ECANCELED;
+
+		if (cgr__aborted(c))
+			goto fail;
+		for (size_t i = 0; i < nitems; i++) {
+			struct cgr__item *it = &items[i];
+			if (!cgr__is_p2p(it->d.kind) || it->phase == 2)
+				continue;
+			if (cgr__p2p_step(w, it))
+				progress = true;
+			if (it->phase != 2)
+				pending = true;
+		}
+		if (!pending)
+			return;
+		if (progress)
+			continue;
+		ret = cgr__cwait(w, cgr__p2p_ready, &pw, true);
+		if (ret == 0)
+			continue;
+fail:
+		ret = cgr__bail(w, ret);
+		for (size_t i = 0; i < nitems; i++) {
+			struct cgr__item *it = &items[i];
+			if (!cgr__is_p2p(it->d.kind) || it->phase == 2)
+				continue;
+			it->phase = 2;
+			it->result = cgr__fail(
+				w, ret, "%s #%llu %s rank %d: %s",
+				cgr__coll_kind_name(it->d.kind),
+				(unsigned long long)it->idx + 1,
+				it->d.kind == CGR__COLL_SEND ? "to" : "from",
+				it->d.root,
+				ret == -ETIMEDOUT ? "timed out" : "aborted");
+		}
+		return;
+	}
+}
+
+/* ---- records ------------------------------------------------------- */
+
+struct cgr__donew {
+	struct cgr__rank *rk;
+	uint64_t k;
+};
+
+static bool cgr__done_ready(void *arg)
+{
+	struct cgr__donew *dw = arg;
+
+	/* D1: acquire: pairs with D0: the previous record's effects on the
+	 * rank's execution state are visible. */
+	return atomic_load_explicit(&dw->rk->done, memory_order_acquire) ==
+	       dw->k;
+}
+
+static void cgr__rec_free_arrays(struct cgr__cpu *c, struct cgr__rec *rec)
+{
+	if (rec->cap != 0)
+		cgr__free(c->base.arena, rec->items,
+			  rec->cap * sizeof(*rec->items), CGR_CACHELINE);
+	if (rec->gfcap != 0)
+		cgr__free(c->base.arena, rec->gfuts,
+			  rec->gfcap * sizeof(*rec->gfuts), 16);
+	rec->cap = rec->gfcap = 0;
+}
+
+/*
+ * Runs a record: the CGR__SOP_CALL function, or called inline.  err: 0;
+ * a device error (the operations are poisoned so peers fail too);
+ * -ECANCELED with s set: the stream is being destroyed (abort).
+ */
+static int cgr__cpu_exec(void *arg, cgr_stream *s, int err)
+{
+	struct cgr__rec *rec = arg;
+	struct cgr__cpu *c = rec->c;
+	struct cgr__rank *rk = &c->ranks[rec->rank];
+	struct cgr__wctx w = { c, rec->rank, s, rec->deadline, false, false };
+	struct cgr__donew dw = { rk, rec->k };
+	int res = 0;
+
+	if (!cgr__done_ready(&dw)) {
+		/* No deadline here: the order must hold whatever happens
+		 * (an abort makes the previous record end fast). */
+		struct cgr__wctx wo = w;
+		wo.deadline = CGR_FOREVER;
+		cgr__cwait(&wo, cgr__done_ready, &dw, false);
+	}
+	if (s != NULL && err == -ECANCELED) {
+		w.stopped = true;
+		cgr__bail(&w, -ECANCELED);
+	} else if (err != 0) {
+		for (size_t i = 0; i < rec->nitems; i++)
+			if (rec->items[i].d.poison == 0) {
+				rec->items[i].d.poison = err;
+				snprintf(rec->items[i].msg, CGR__MSG,
+					 "device error: %s",
+					 cgr_strerror(err));
+			}
+	}
+	for (size_t i = 0; i < rec->nitems; i++) {
+		struct cgr__item *it = &rec->items[i];
+		it->result = 0;
+		if (cgr__is_p2p(it->d.kind))
+			continue;
+		if (cgr__aborted(c))
+			it->result = cgr__fail(
+				&w, -ECANCELED, "%s: communicator aborted",
+				cgr__coll_kind_name(it->d.kind));
+		else
+			it->result = cgr__coll(&w, it);
+	}
+	for (size_t i = 0; i < rec->nitems; i++)
+		if (cgr__is_p2p(rec->items[i].d.kind)) {
+			cgr__p2p(&w, rec->items, rec->nitems);
+			break;
+		}
+	for (size_t i = 0; i < rec->nitems; i++) {
+		struct cgr__item *it = &rec->items[i];
+		if (it->result && res == 0)
+			res = it->result;
+		if (it->fut != NULL)
+			cgr__dfuture_complete(it->fut, it->result);
+	}
+	for (size_t i = 0; i < rec->ngfuts; i++)
+		cgr__dfuture_complete(rec->gfuts[i], res);
+	cgr__rec_free_arrays(c, rec);
+	/* D0: release: the record slot is free and this rank's execution
+	 * state is handed to its next record; pairs with D1 and with the
+	 * issuer's space check. */
+	atomic_store_explicit(&rk->done, rec->k + 1, memory_order_release);
+	cgr__bell_ring(&c->bell);
+	return res;
+}
+
+static bool cgr__space_ready(void *arg)
+{
+	struct cgr__donew *dw = arg;
+
+	return dw->k - atomic_load_explicit(&dw->rk->done,
+					    memory_order_acquire) <
+	       CGR__NREC;
+}
+
+/*
+ * Issues a record of nitems items (items is the group's array of cap,
+ * moved into the record, or one item copied when cap == 0).  Runs it on s
+ * or inline; returns the inline result or 0.
+ */
+static int cgr__issue(struct cgr__cpu *c, int r, struct cgr__item *items,
+		      size_t nitems, size_t cap, struct cgr__dfuture **gf,
+		      size_t ngf, size_t gfcap, cgr_stream *s)
+{
+	struct cgr__rank *rk = &c->ranks[r];
+	struct cgr__donew dw = { rk, rk->issued };
+	struct cgr__rec *rec;
+	struct cgr__sop op = { .kind = CGR__SOP_CALL };
+	int ret = 0;
+
+	if (!cgr__space_ready(&dw))
+		cgr__reactor_wait(NULL, &c->bell, cgr__space_ready, &dw, NULL,
+				  CGR_WAIT_ADAPTIVE, CGR__COMM_SPIN_NS,
+				  CGR_FOREVER);
+	rec = &rk->recs[rk->issued % CGR__NREC];
+	rec->c = c;
+	rec->rank = r;
+	rec->k = rk->issued++;
+	if (cap == 0) {
+		if (nitems != 0)
+			rec->one = items[0];
+		rec->items = &rec->one;
+	} else {
+		rec->items = items;
+	}
+	rec->nitems = nitems;
+	rec->cap = cap;
+	rec->gfuts = gf;
+	rec->ngfuts = ngf;
+	rec->gfcap = gfcap;
+	rec->deadline = CGR_FOREVER;
+	for (size_t i = 0; i < nitems; i++) {
+		struct cgr__item *it = &rec->items[i];
+		it->d.poison_msg = it->msg;
+		if (it->d.deadline > 0 && it->d.deadline < rec->deadline)
+			rec->deadline = it->d.deadline;
+	}
+	if (s != NULL) {
+		op.u.call.fn = cgr__cpu_exec;
+		op.u.call.arg = rec;
+		ret = cgr__stream_enqueue(s, &op);
+		if (ret == 0)
+			return 0;
+	}
+	return cgr__cpu_exec(rec, NULL, ret);
+}
+
+static void cgr__item_fill(struct cgr__item *it,
+			   const struct cgr__coll_desc *d)
+{
+	it->d = *d;
+	snprintf(it->msg, sizeof(it->msg), "%s",
+		 d->poison && d->poison_msg ? d->poison_msg : "");
+	it->d.poison_msg = it->msg;
+	it->fut = NULL;
+	it->result = 0;
+}
+
+static int cgr__group_grow(struct cgr__cpu *c, struct cgr__rank *rk)
+{
+	size_t cap = rk->gcap ? rk->gcap * 2 : 8;
+	struct cgr__item *a;
+
+	a = cgr__alloc(c->base.arena, cap * sizeof(*a), CGR_CACHELINE);
+	if (a == NULL)
+		return -ENOMEM;
+	if (rk->gn)
+		memcpy(a, rk->gitems, rk->gn * sizeof(*a));
+	if (rk->gcap)
+		cgr__free(c->base.arena, rk->gitems,
+			  rk->gcap * sizeof(*rk->gitems), CGR_CACHELINE);
+	rk->gitems = a;
+	rk->gcap = cap;
+	return 0;
+}
+
+static int cgr__cpu_op(cgr_comm *cc, int r, const struct cgr__coll_desc *d,
+		       cgr_stream *s, cgr_future **out)
+{
+	struct cgr__cpu *c = cgr__cpu_of(cc);
+	struct cgr__rank *rk = &c->ranks[r];
+	struct cgr__dfuture *df = NULL;
+	struct cgr__item it;
+	int ret;
+
+	if (cgr__is_p2p(d->kind) && d->root == r && rk->gdepth == 0)
+		return -EINVAL; /* would wait for itself: needs a group */
+	if (rk->gdepth > 0) {
+		struct cgr__item *gi;
+		struct cgr__coll_desc p = *d;
+
+		if (!rk->gstream_set) {
+			rk->gstream = s;
+			rk->gstream_set = true;
+		} else if (s != rk->gstream && p.poison == 0) {
+			p.poison = -EINVAL;
+			p.poison_msg = "invalid arguments: operations of one "
+				       "group on different streams";
+			out = NULL;
+		}
+		if (rk->gn == rk->gcap && cgr__group_grow(c, rk) < 0)
+			return -ENOMEM;
+		if (out != NULL) {
+			ret = cgr__dfuture_create(c->base.ctx, rk->gstream, &df);
+			if (ret < 0)
+				return ret;
+		}
+		gi = &rk->gitems[rk->gn++];
+		cgr__item_fill(gi, &p);
+		gi->fut = df;
+		if (df != NULL)
+			*out = cgr__dfuture_pub(df);
+		return p.poison != d->poison ? -EINVAL : 0;
+	}
+	cgr__item_fill(&it, d);
+	if (s != NULL && out != NULL) {
+		ret = cgr__dfuture_create(c->base.ctx, s, &df);
+		if (ret < 0)
+			return ret;
+		it.fut = df;
+	}
+	ret = cgr__issue(c, r, &it, 1, 0, NULL, 0, 0, s);
+	if (s != NULL) {
+		if (df != NULL)
+			*out = cgr__dfuture_pub(df);
+		return 0;
+	}
+	if (ret == 0 && out != NULL) {
+		/* Inline and done: a completed future. */
+		if (cgr__dfuture_create(c->base.ctx, NULL, &df) < 0)
+			return -ENOMEM;
+		cgr__dfuture_complete(df, 0);
+		*out = cgr__dfuture_pub(df);
+	}
+	return ret;
+}
+
+static int cgr__cpu_group_start(cgr_comm *cc, int r)
+{
+	struct cgr__rank *rk = &cgr__cpu_of(cc)->ranks[r];
+
+	if (rk->gdepth++ == 0) {
+		rk->gn = 0;
+		rk->gfn = 0;
+		rk->gstream = NULL;
+		rk->gstream_set = false;
+	}
+	return 0;
+}
+
+static int cgr__cpu_group_end(cgr_comm *cc, int r, cgr_future **out)
+{
+	struct cgr__cpu *c = cgr__cpu_of(cc);
+	struct cgr__rank *rk = &c->ranks[r];
+	struct cgr__dfuture *df = NULL;
+	cgr_stream *s;
+	int ret;
+
+	if (rk->gdepth == 0)
+		return -EINVAL;
+	if (out != NULL) {
+		/* The outermost end's future is bound to the group's
+		 * stream; a nested end's is not (the stream may not be
+		 * known yet). */
+		ret = cgr__dfuture_create(
+			c->base.ctx, rk->gdepth == 1 ? rk->gstream : NULL, &df);
+		if (ret < 0)
+			return ret;
+		if (rk->gfn == rk->gfcap) {
+			size_t cap = rk->gfcap ? rk->gfcap * 2 : 4;
+			struct cgr__dfuture **a =
+				cgr__alloc(c->base.arena, cap * sizeof(*a), 16);
+			if (a == NULL) {
+				cgr__dfuture_put(df);
+				cgr__dfuture_put(df);
+				return -ENOMEM;
+			}
+			if (rk->gfn)
+				memcpy(a, rk->gfuts, rk->gfn * sizeof(*a));
+			if (rk->gfcap)
+				cgr__free(c->base.arena, rk->gfuts,
+					  rk->gfcap * sizeof(*a), 16);
+			rk->gfuts = a;
+			rk->gfcap = cap;
+		}
+		rk->gfuts[rk->gfn++] = df;
+	}
+	if (--rk->gdepth > 0) {
+		if (df != NULL)
+			*out = cgr__dfuture_pub(df);
+		return 0;
+	}
+	s = rk->gstream;
+	ret = cgr__issue(c, r, rk->gitems, rk->gn, rk->gcap, rk->gfuts,
+			 rk->gfn, rk->gfcap, s);
+	/* The arrays moved into the record. */
+	rk->gitems = NULL;
+	rk->gn = rk->gcap = 0;
+	rk->gfuts = NULL;
+	rk->gfn = rk->gfcap = 0;
+	if (df != NULL) {
+		/* Inline and failed: the caller gets the error instead. */
+		if (s == NULL && ret != 0)
+			cgr__dfuture_put(df);
+		else
+			*out = cgr__dfuture_pub(df);
+	}
+	return s != NULL ? 0 : ret;
+}
+
+static const char *cgr__cpu_errmsg(const cgr_comm *cc, int r)
+{
+	return ((const struct cgr__cpu *)cc)->ranks[r].errmsg;
+}
+
+static bool cgr__all_done(void *arg)
+{
+	struct cgr__cpu *c = arg;
+
+	for (int r = 0; r < c->base.n; r++)
+		if (atomic_load_explicit(&c->ranks[r].done,
+					 memory_order_acquire) !=
+		    c->ranks[r].issued)
+			return false;
+	return true;
+}
+
+static void cgr__cpu_destroy(cgr_comm *cc)
+{
+	struct cgr__cpu *c = cgr__cpu_of(cc);
+	struct cgr__arena *a = c->base.arena;
+	size_t n = (size_t)c->base.n;
+
+	if (!cgr__all_done(c)) {
+		cgr__warn(c->base.log,
+			  "communicator destroyed with operations pending: "
+			  "aborting them");
+		cgr__cpu_abort(cc);
+		if (cgr__reactor_wait(NULL, &c->bell, cgr__all_done, c, NULL,
+				      CGR_WAIT_BLOCK, 0,
+				      cgr__deadline(1000000000)) != 0) {
+			cgr__err(c->base.log,
+				 "communicator: pending operations did not "
+				 "finish; its memory is leaked");
+			return;
+		}
+	}
+	for (size_t r = 0; r < n; r++) {
+		struct cgr__rank *rk = &c->ranks[r];
+		/* A group never ended: its futures (the callers hold
+		 * them) fail. */
+		for (size_t i = 0; i < rk->gn; i++)
+			if (rk->gitems[i].fut != NULL)
+				cgr__dfuture_complete(rk->gitems[i].fut,
+						      -ECANCELED);
+		if (rk->gcap)
+			cgr__free(a, rk->gitems, rk->gcap * sizeof(*rk->gitems),
+				  CGR_CACHELINE);
+		for (size_t i = 0; i < rk->gfn; i++)
+			cgr__dfuture_complete(rk->gfuts[i], -ECANCELED);
+		if (rk->gfcap)
+			cgr__free(a, rk->gfuts, rk->gfcap * sizeof(*rk->gfuts),
+				  16);
+		cgr__free(a, rk->sidx, 2 * n * sizeof(uint64_t), 16);
+	}
+	cgr__free(a, c->ranks, n * sizeof(*c->ranks), CGR_CACHELINE);
+	cgr__free(a, c->pairs, n * n * sizeof(*c->pairs), CGR_CACHELINE);
+	cgr__free(a, c->pub, n * sizeof(*c->pub), CGR_CACHELINE);
+	cgr__free(a, c, sizeof(*c), CGR_CACHELINE);
+}
+
+static const struct cgr__comm_ops cgr__cpu_ops = {
+	.name = "cpu",
+	.send = cgr__cpu_op,
+	.recv = cgr__cpu_op,
+	.allreduce = cgr__cpu_op,
+	.allgather = cgr__cpu_op,
+	.reducescatter = cgr__cpu_op,
+	.reduce = cgr__cpu_op,
+	.broadcast = cgr__cpu_op,
+	.gather = cgr__cpu_op,
+	.scatter = cgr__cpu_op,
+	.alltoall = cgr__cpu_op,
+	.group_start = cgr__cpu_group_start,
+	.group_end = cgr__cpu_group_end,
+	.abort = cgr__cpu_abort,
+	.destroy = cgr__cpu_destroy,
+	.errmsg = cgr__cpu_errmsg,
+};
+
+int cgr__cpu_comm_create(cgr_ctx *ctx, int n, cgr_comm **out)
+{
+	struct cgr__arena *a = cgr__ctx_arena(ctx);
+	struct cgr__cpu *c;
+	size_t nn = (size_t)n;
+
+	c = cgr__alloc(a, sizeof(*c), CGR_CACHELINE);
+	if (c == NULL)
+		return -ENOMEM;
+	c->base.ops = &cgr__cpu_ops;
+	c->base.arena = a;
+	c->base.log = cgr__ctx_logger(ctx);
+	c->base.ctx = ctx;
+	c->base.n = n;
+	atomic_init(&c->aborted, 0);
+	atomic_init(&c->movers, 0);
+	cgr__bell_init(&c->bell);
+	c->pub = cgr__alloc(a, nn * sizeof(*c->pub), CGR_CACHELINE);
+	c->pairs = cgr__alloc(a, nn * nn * sizeof(*c->pairs), CGR_CACHELINE);
+	c->ranks = cgr__alloc(a, nn * sizeof(*c->ranks), CGR_CACHELINE);
+	if (c->pub == NULL || c->pairs == NULL || c->ranks == NULL)
+		goto nomem;
+	for (size_t r = 0; r < nn; r++) {
+		atomic_init(&c->pub[r].stage, 0);
+		atomic_init(&c->ranks[r].done, 0);
+		/* sidx and ridx share one allocation. */
+		c->ranks[r].sidx = cgr__alloc(a, 2 * nn * sizeof(uint64_t), 16);
+		if (c->ranks[r].sidx == NULL)
+			goto nomem;
+		c->ranks[r].ridx = c->ranks[r].sidx + nn;
+	}
+	for (size_t i = 0; i < nn * nn; i++) {
+		atomic_init(&c->pairs[i].sent, 0);
+		atomic_init(&c->pairs[i].taken, 0);
+	}
+	*out = &c->base;
+	return 0;
+nomem:
+	if (c->ranks != NULL)
+		for (size_t r = 0; r < nn; r++)
+			cgr__free(a, c->ranks[r].sidx, 2 * nn * sizeof(uint64_t),
+				  16);
+	cgr__free(a, c->ranks, nn * sizeof(*c->ranks), CGR_CACHELINE);
+	cgr__free(a, c->pairs, nn * nn * sizeof(*c->pairs), CGR_CACHELINE);
+	cgr__free(a, c->pub, nn * sizeof(*c->pub), CGR_CACHELINE);
+	cgr__free(a, c, sizeof(*c), CGR_CACHELINE);
+	return -ENOMEM;
+}
