@@ -388,7 +388,17 @@ size_t cgr_compiled_nargs(const cgr_compiled *c);
  * A stream runs operations in order, asynchronously to the thread that
  * enqueues them, with CUDA's semantics.  CGR_DEVICE_SIM streams run on an
  * executor thread each (events are stream positions); CUDA streams come
- * with the cuda backend.  One thread enqueues on a stream at a time.
+ * with the cuda backend.  One thread enqueues on a stream at a time; an
+ * idle stream's thread sleeps (no CPU).  Enqueueing blocks only while 1024
+ * operations are already queued (as CUDA's launch queue).
+ *
+ * A device (CGR_DEVICE_SIM of one context, or a CUDA index) can fail for
+ * good: the sticky error.  Every later call on its streams and events
+ * returns it, queued work is dropped, and every pending future of an
+ * operation on its streams completes with it (CGR_EDEVICE).
+ *
+ * Streams, events, futures and communicators hold a reference on their
+ * context: they may be destroyed or released after cgr_ctx_destroy.
  */
 typedef struct cgr_stream cgr_stream;
 typedef struct cgr_event cgr_event;
@@ -400,40 +410,53 @@ enum cgr_device_kind {
 };
 
 /* priority: a hint; lower is more urgent, as in CUDA.  Returns 0,
- * -EINVAL, -ENOMEM, -EAGAIN (no thread). */
+ * -EINVAL (CGR_DEVICE_NONE, bad arguments), -ENODEV (a CUDA index: the
+ * cuda backend is not built), -ENOMEM, -EAGAIN (no thread). */
 int cgr_stream_create(cgr_ctx *ctx, int device, int priority,
 		      cgr_stream **out);
-/* Waits (up to 1 s) for queued work, then frees.  NULL is a no-op. */
+/* Waits (up to 1 s) for queued work, then drops what is left (it never
+ * runs; internal work such as a pending collective fails with -ECANCELED
+ * and aborts its communicator) and frees.  A thread stuck in a host
+ * function is abandoned (it frees the stream when the function returns).
+ * Returns within about 1.1 s.  NULL is a no-op. */
 void cgr_stream_destroy(cgr_stream *s);
 /* Waits until all work enqueued so far ran.  0, -ETIMEDOUT, or the sticky
- * error of the stream's device. */
+ * error of the stream's device.  Negative timeout: no deadline. */
 int cgr_stream_synchronize(cgr_stream *s, int64_t timeout_ns);
-/* Enqueues fn(arg) on the stream (CUDA's cudaLaunchHostFunc). */
+/* Enqueues fn(arg) on the stream (CUDA's cudaLaunchHostFunc).  0,
+ * -EINVAL, or the sticky error. */
 int cgr_stream_launch_host(cgr_stream *s, void (*fn)(void *arg), void *arg);
-/* Enqueues a copy of n bytes (host memory for the sim device). */
+/* Enqueues a copy of n bytes (host memory for the sim device; overlapping
+ * ranges are allowed). */
 int cgr_stream_memcpy_async(cgr_stream *s, void *dst, const void *src,
 			    size_t n);
 
 int cgr_event_create(cgr_ctx *ctx, cgr_event **out);
 void cgr_event_destroy(cgr_event *e);
 /* Captures the stream's current position; the event completes when the
- * stream passes it.  An event never recorded never completes. */
+ * stream passes it.  An event never recorded never completes.  Recording
+ * again moves the event; waits enqueued before keep the record they saw. */
 int cgr_event_record(cgr_event *e, cgr_stream *s);
 /* 1 completed, 0 not yet (or never recorded), negative: device error. */
 int cgr_event_query(cgr_event *e);
 /* Work enqueued on s after this waits for e's current record; never
- * blocks the caller. */
+ * blocks the caller.  An event never recorded has no record to wait for:
+ * a no-op, as cudaStreamWaitEvent. */
 int cgr_stream_wait_event(cgr_stream *s, cgr_event *e);
 
-/* Futures returned by asynchronous operations (collectives, ...). */
+/* Futures returned by asynchronous operations (collectives, ...).  Any
+ * thread may test or wait; the holder releases it once. */
 /* 1 done (0 result), 0 pending, negative: the operation's error. Never
- * blocks. */
+ * blocks.  -EINVAL if f is not a future of this layer. */
 int cgr_future_test(cgr_future *f);
-/* Waits up to timeout_ns: 0, -ETIMEDOUT, or the operation's error. */
+/* Waits up to timeout_ns (negative: 10 s): 0, -ETIMEDOUT, or the
+ * operation's error. */
 int cgr_future_wait(cgr_future *f, int64_t timeout_ns);
-/* Work enqueued on s afterwards waits for f (device side, no blocking). */
+/* Work enqueued on s afterwards waits for f (device side, no blocking);
+ * a no-op if f is already complete.  f may be released meanwhile. */
 int cgr_future_stream_wait(cgr_future *f, cgr_stream *s);
-/* Gives the future back; it must not be used afterwards. */
+/* Gives the future back, pending or not; it must not be used
+ * afterwards.  NULL is a no-op. */
 void cgr_future_release(cgr_future *f);
 
 /* ------------------------------------------------------------------ */
@@ -477,17 +500,20 @@ enum cgr_backend {
 size_t cgr_dtype_size(cgr_dtype dt);
 
 /*
- * Creates a communicator of n ranks.  members (may be NULL) binds rank i
- * to worker members[i]; without members, any n threads may drive the ranks
- * (one thread per rank at a time).  Returns 0, -EINVAL, -ENOMEM,
- * -EOPNOTSUPP (backend not built).
+ * Creates a communicator of n ranks (at most 256).  members (may be NULL)
+ * binds rank i to worker members[i] (distinct, non-NULL); without members,
+ * any n threads may drive the ranks (one thread per rank at a time).
+ * CGR_BACKEND_AUTO picks CPU.  Returns 0, -EINVAL, -ENOMEM, -EOPNOTSUPP
+ * (backend not built: NCCL in this version).
  */
 int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 		    int backend, cgr_comm **out);
 /* Fails every pending and future operation with -ECANCELED and wakes every
  * waiter.  Any thread.  Idempotent. */
 int cgr_comm_abort(cgr_comm *c);
-/* Frees the communicator; no operation may be pending.  NULL is a no-op. */
+/* Frees the communicator; no operation may be pending (if one is, the
+ * communicator is aborted first and waited for up to 1 s).  NULL is a
+ * no-op. */
 void cgr_comm_destroy(cgr_comm *c);
 int cgr_comm_size(const cgr_comm *c);
 /* The message of the last failed operation on this rank ("" if none). */
@@ -495,13 +521,28 @@ const char *cgr_comm_errmsg(const cgr_comm *c, int rank);
 
 /*
  * Collectives, NCCL's argument order and semantics: counts are elements;
- * in place when send == recv (allgather: send == recv + rank * count;
- * reducescatter: send == recv ... as NCCL).  Every rank calls the same
- * operations in the same order.  Each call is enqueued on stream s (NULL:
- * run on the calling thread, returning when done) and yields a future in
- * *out (may be NULL when s is NULL).  Before data moves the ranks agree on
- * count, dtype, op and root: a mismatch fails the operation on every rank
- * with CGR_EMISMATCH and cgr_comm_errmsg names the ranks and what differed.
+ * in place when send == recv (allreduce, reduce and broadcast on the
+ * root); allgather: send == recv + rank * sendcount; reducescatter:
+ * recv == send + rank * recvcount; gather on the root: send == recv +
+ * root * sendcount; scatter on the root: recv == send + root * recvcount.
+ * alltoall is never in place.  Any other overlap is -EINVAL.  CGR_AVG sums
+ * then divides by the number of ranks (integer division for integers);
+ * float16 and bfloat16 reduce in float and round to nearest even.
+ *
+ * Every rank calls the same operations in the same order; a rank's
+ * operations run in call order even across streams.  Each call is
+ * enqueued on stream s (NULL: run on the calling thread, returning the
+ * operation's result when done) and yields a future in *out (may be NULL;
+ * with s NULL it is already complete).  Before data moves the ranks agree
+ * on count, dtype, op and root: a mismatch fails the operation on every
+ * rank with CGR_EMISMATCH and cgr_comm_errmsg names the ranks and what
+ * differed; the communicator stays usable.  Invalid arguments seen by one
+ * rank (NULL buffer, bad overlap, unknown dtype, op or root) return
+ * -EINVAL on that rank at once and fail the operation on every peer with
+ * -EINVAL too, never leaving them waiting; only a NULL c or a rank (or
+ * peer) out of range returns -EINVAL with no effect.  A stream whose
+ * device failed makes the operation fail with the sticky error on every
+ * rank.  After cgr_comm_abort every operation fails with -ECANCELED.
  */
 int cgr_allreduce(cgr_comm *c, int rank, const void *send, void *recv,
 		  size_t count, cgr_dtype dt, cgr_redop op, cgr_stream *s,
@@ -533,7 +574,11 @@ int cgr_scatter(cgr_comm *c, int rank, const void *send, void *recv,
 /* send and recv hold nranks * count elements; block j goes to rank j. */
 int cgr_alltoall(cgr_comm *c, int rank, const void *send, void *recv,
 		 size_t count, cgr_dtype dt, cgr_stream *s, cgr_future **out);
-/* Point to point; matched in call order per (sender, receiver) pair. */
+/* Point to point; matched in call order per (sender, receiver) pair.  A
+ * send completes once the receiver copied the data (rendezvous).  Counts
+ * and dtypes of a matched pair must agree (else CGR_EMISMATCH on both
+ * sides).  Sending to or receiving from oneself needs a group (-EINVAL
+ * outside one). */
 int cgr_send(cgr_comm *c, int rank, const void *buf, size_t count,
 	     cgr_dtype dt, int peer, cgr_stream *s, cgr_future **out);
 int cgr_recv(cgr_comm *c, int rank, void *buf, size_t count, cgr_dtype dt,
@@ -541,8 +586,13 @@ int cgr_recv(cgr_comm *c, int rank, void *buf, size_t count, cgr_dtype dt,
 /*
  * Group: operations this rank calls between start and end are fused into
  * one (sends and receives of a group never deadlock each other, whatever
- * their order).  Inside a group the per-call futures complete together;
- * cgr_group_end's *out (may be NULL) completes when all of them did.
+ * their order; collectives of the group run first, in call order).
+ * Groups nest; the outermost end issues them.  All operations of a group
+ * use the same stream (or all NULL): a call on another stream fails with
+ * -EINVAL (and the group fails on the peers too).  Inside a group the
+ * per-call futures complete together; cgr_group_end's *out (may be NULL)
+ * completes when all of them did, with the first error.  With s NULL the
+ * outermost cgr_group_end runs the group and returns its first error.
  */
 int cgr_group_start(cgr_comm *c, int rank);
 int cgr_group_end(cgr_comm *c, int rank, cgr_future **out);

@@ -20,15 +20,21 @@
  * slots suffice: a rank writes d[(k+1) % 2] only after everybody posted
  * #k, hence after everybody read the descriptors of #k-1.
  *
- * Algorithms (n ranks, element counts split into n cache-line aligned
- * chunks): allreduce: rank r reduces chunk r from every rank's send
- * buffer into its own recv buffer, then pushes that chunk into every
+ * Small operations (what a rank contributes fits CGR__EAGER bytes) are
+ * eager: each rank copies its contribution into its own staging slot of
+ * the communicator (pub[rank].eager[k % 2]) before it posts #k, and after
+ * the one barrier every rank computes its result from the slots.  User
+ * buffers are never shared, so there is no second barrier: latency is one
+ * arrival.  Slot k % 2 is rewritten by #k+2, which starts after everybody
+ * posted #k+1, hence after everybody finished reading #k's slots.
+ *
+ * Large operations (n ranks, element counts split into n cache-line
+ * aligned chunks): allreduce: rank r reduces chunk r from every rank's
+ * send buffer into its own recv buffer, then pushes that chunk into every
  * peer's recv buffer: each byte is read once and written once per rank,
- * two barriers in all.  Under CGR__SMALL_BYTES each rank reduces the whole
- * vector into its scratch instead (no chunking, one pass).  reducescatter:
- * rank r reduces block r.  reduce: as allreduce, chunks pushed to the
- * root only; small: the root reduces alone.  allgather and gather: each
- * rank pushes its block.  broadcast and scatter: each rank pulls.
+ * two barriers in all.  reducescatter: rank r reduces block r.  reduce:
+ * as allreduce, chunks pushed to the root only.  allgather and gather:
+ * each rank pushes its block.  broadcast and scatter: each rank pulls.
  * alltoall: rank r pulls block r of every send buffer.
  *
  * In place.  A reduction's destination may alias only the first source
@@ -68,7 +74,7 @@
 
 #define CGR__NREC 64	       /* records in flight per rank */
 #define CGR__P2P_SLOTS 8       /* messages in flight per (sender, receiver) */
-#define CGR__SMALL_BYTES 4096  /* allreduce/reduce latency path below this */
+#define CGR__EAGER 4096	       /* staged (one-barrier) path up to this */
 #define CGR__COMM_SPIN_NS 30000
 #define CGR__MSG 128
 
@@ -89,6 +95,8 @@ struct cgr__cdesc {
 struct cgr__rpub {
 	_Atomic uint64_t stage; /* 4k+1 posted #k, 4k+2 done with #k */
 	struct cgr__cdesc d[2];
+	/* Staged contributions of eager collectives #k, at k % 2. */
+	unsigned char eager[2][CGR__EAGER] cgr__aligned;
 } cgr__aligned;
 
 struct cgr__slot {
@@ -152,7 +160,6 @@ struct cgr__rank {
 	uint64_t coll_seq;
 	uint64_t *sidx, *ridx; /* per peer: messages sent / received */
 	char errmsg[256];
-	unsigned char scratch[CGR__SMALL_BYTES] cgr__aligned;
 	struct cgr__rec recs[CGR__NREC];
 };
 
@@ -527,11 +534,96 @@ static inline void cgr__copy(void *dst, const void *src, size_t n)
 		memcpy(dst, src, n);
 }
 
+/*
+ * Whether collective kind of count elements (es bytes each) among n ranks
+ * is eager, and what this rank stages then (*src, *len; len 0: nothing).
+ * Every rank decides alike from the agreed values.
+ */
+static bool cgr__eager(const struct cgr__coll_desc *d, int n, int rank,
+		       const void **src, size_t *len)
+{
+	size_t es = cgr_dtype_size(d->dtype), b = d->count * es;
+	size_t nb = b * (size_t)n;
+
+	*src = d->send;
+	*len = b;
+	switch (d->kind) {
+	case CGR__COLL_ALLREDUCE:
+	case CGR__COLL_REDUCE:
+	case CGR__COLL_ALLGATHER:
+	case CGR__COLL_GATHER:
+		return b <= CGR__EAGER;
+	case CGR__COLL_BROADCAST:
+		if (rank != d->root)
+			*len = 0;
+		return b <= CGR__EAGER;
+	case CGR__COLL_SCATTER:
+		*len = rank == d->root ? nb : 0;
+		return nb <= CGR__EAGER;
+	case CGR__COLL_REDUCESCATTER:
+	case CGR__COLL_ALLTOALL:
+		*len = nb;
+		return nb <= CGR__EAGER;
+	default:
+		return false;
+	}
+}
+
+/* An eager collective #k: results from the staging slots; no barrier. */
+static void cgr__move_eager(struct cgr__wctx *w, uint64_t k)
+{
+	struct cgr__cpu *c = w->c;
+	const struct cgr__cdesc *me = &c->pub[w->rank].d[k & 1];
+	const void *srcs[256];
+	int n = c->base.n, r = w->rank, root = me->root;
+	size_t b = me->count * cgr_dtype_size(me->dtype);
+	char *rb = me->recv;
+
+#define E(j) ((const unsigned char *)c->pub[(j)].eager[k & 1])
+	switch (me->kind) {
+	case CGR__COLL_ALLREDUCE:
+	case CGR__COLL_REDUCESCATTER:
+		for (int j = 0; j < n; j++)
+			srcs[j] = E(j) + (me->kind == CGR__COLL_ALLREDUCE ?
+						  0 :
+						  (size_t)r * b);
+		cgr__reduce(rb, srcs, n, me->count, me->dtype, me->op, n);
+		break;
+	case CGR__COLL_REDUCE:
+		if (r != root)
+			break;
+		for (int j = 0; j < n; j++)
+			srcs[j] = E(j);
+		cgr__reduce(rb, srcs, n, me->count, me->dtype, me->op, n);
+		break;
+	case CGR__COLL_GATHER:
+		if (r != root)
+			break;
+		/* fall through */
+	case CGR__COLL_ALLGATHER:
+		for (int j = 0; j < n; j++)
+			cgr__copy(rb + (size_t)j * b, E(j), b);
+		break;
+	case CGR__COLL_BROADCAST:
+		cgr__copy(rb, E(root), b);
+		break;
+	case CGR__COLL_SCATTER:
+		cgr__copy(rb, E(root) + (size_t)r * b, b);
+		break;
+	case CGR__COLL_ALLTOALL:
+		for (int j = 0; j < n; j++)
+			cgr__copy(rb + (size_t)j * b, E(j) + (size_t)r * b, b);
+		break;
+	default:
+		break;
+	}
+#undef E
+}
+
 /* Moves the data of collective #k (agreed), then the final barrier. */
 static int cgr__move(struct cgr__wctx *w, uint64_t k)
 {
 	struct cgr__cpu *c = w->c;
-	struct cgr__rank *rk = &c->ranks[w->rank];
 	const struct cgr__cdesc *me = &c->pub[w->rank].d[k & 1];
 	const void *srcs[256];
 	const char *name = cgr__coll_kind_name(me->kind);
@@ -540,7 +632,6 @@ static int cgr__move(struct cgr__wctx *w, uint64_t k)
 	size_t off, len;
 	uint64_t done = 4 * k + 2;
 	int wait_for = -1; /* -1 all, -2 nobody, else that rank */
-	bool small;
 
 #define S(j) ((const char *)c->pub[(j)].d[k & 1].send)
 #define R(j) ((char *)c->pub[(j)].d[k & 1].recv)
@@ -550,20 +641,8 @@ static int cgr__move(struct cgr__wctx *w, uint64_t k)
 		return cgr__fail(w, cgr__bail(w, -ECANCELED),
 				 "%s #%llu: aborted", name,
 				 (unsigned long long)k);
-	small = b <= CGR__SMALL_BYTES || cnt < (size_t)n;
 	switch (me->kind) {
 	case CGR__COLL_ALLREDUCE:
-		if (small) {
-			/* Whole vector into scratch; copied to recv after
-			 * the barrier (recv may be our send, still read). */
-			srcs[ns++] = S(r);
-			for (int j = 0; j < n; j++)
-				if (j != r)
-					srcs[ns++] = S(j);
-			cgr__reduce(rk->scratch, srcs, ns, cnt, me->dtype,
-				    me->op, n);
-			break;
-		}
 		cgr__chunk(cnt, es, n, r, &off, &len);
 		if (len == 0)
 			break;
@@ -586,20 +665,6 @@ static int cgr__move(struct cgr__wctx *w, uint64_t k)
 		cgr__reduce(R(r), srcs, ns, cnt, me->dtype, me->op, n);
 		break;
 	case CGR__COLL_REDUCE:
-		if (small) {
-			if (r == root) {
-				srcs[ns++] = S(root);
-				for (int j = 0; j < n; j++)
-					if (j != root)
-						srcs[ns++] = S(j);
-				cgr__reduce(R(root), srcs, ns, cnt, me->dtype,
-					    me->op, n);
-				wait_for = -2;
-			} else {
-				wait_for = root; /* until it read our send */
-			}
-			break;
-		}
 		cgr__chunk(cnt, es, n, r, &off, &len);
 		if (len == 0)
 			break;
@@ -641,8 +706,6 @@ static int cgr__move(struct cgr__wctx *w, uint64_t k)
 		if (ret)
 			return ret;
 	}
-	if (me->kind == CGR__COLL_ALLREDUCE && small)
-		cgr__copy(R(r), rk->scratch, b);
 #undef S
 #undef R
 	return 0;
@@ -655,6 +718,9 @@ static int cgr__coll(struct cgr__wctx *w, struct cgr__item *it)
 	uint64_t k = ++rk->coll_seq;
 	struct cgr__cdesc *me = &c->pub[w->rank].d[k & 1];
 	const struct cgr__coll_desc *d = &it->d;
+	const void *src;
+	size_t len;
+	bool eager = false;
 	int ret;
 
 	me->kind = d->kind;
@@ -670,6 +736,11 @@ static int cgr__coll(struct cgr__wctx *w, struct cgr__item *it)
 		memcpy(me->meta, d->meta, CGR__COLL_META);
 	snprintf(me->msg, sizeof(me->msg), "%s",
 		 d->poison && d->poison_msg ? d->poison_msg : "");
+	if (d->poison == 0 && d->count != 0 &&
+	    cgr__eager(d, c->base.n, w->rank, &src, &len)) {
+		eager = true;
+		cgr__copy(c->pub[w->rank].eager[k & 1], src, len);
+	}
 	cgr__publish(c, w->rank, 4 * k + 1);
 	if (cgr__aborted(c))
 		return cgr__fail(w, cgr__bail(w, -ECANCELED),
@@ -685,6 +756,10 @@ static int cgr__coll(struct cgr__wctx *w, struct cgr__item *it)
 	ret = cgr__agree(w, k);
 	if (ret)
 		return ret;
+	if (eager) {
+		cgr__move_eager(w, k);
+		return 0;
+	}
 	return cgr__move(w, k);
 }
 
