@@ -75,6 +75,7 @@
 #define CGR__NREC 64	       /* records in flight per rank */
 #define CGR__P2P_SLOTS 8       /* messages in flight per (sender, receiver) */
 #define CGR__EAGER 4096	       /* staged (one-barrier) path up to this */
+#define CGR__PUSH_BLOCK 32768  /* allreduce: reduce, then push, per block */
 #define CGR__COMM_SPIN_NS 30000
 #define CGR__MSG 128
 
@@ -643,19 +644,25 @@ static int cgr__move(struct cgr__wctx *w, uint64_t k)
 				 (unsigned long long)k);
 	switch (me->kind) {
 	case CGR__COLL_ALLREDUCE:
+		/* Block by block, so that each reduced block is pushed to
+		 * the peers while it is still in cache. */
 		cgr__chunk(cnt, es, n, r, &off, &len);
-		if (len == 0)
-			break;
-		srcs[ns++] = S(r) + off * es;
-		for (int j = 0; j < n; j++)
-			if (j != r)
-				srcs[ns++] = S(j) + off * es;
-		cgr__reduce(R(r) + off * es, srcs, ns, len, me->dtype, me->op,
-			    n);
-		for (int j = 0; j < n; j++)
-			if (j != r)
-				cgr__copy(R(j) + off * es, R(r) + off * es,
-					  len * es);
+		for (size_t o = off, m; o < off + len; o += m) {
+			m = off + len - o;
+			if (m > CGR__PUSH_BLOCK / es)
+				m = CGR__PUSH_BLOCK / es;
+			ns = 0;
+			srcs[ns++] = S(r) + o * es;
+			for (int j = 0; j < n; j++)
+				if (j != r)
+					srcs[ns++] = S(j) + o * es;
+			cgr__reduce(R(r) + o * es, srcs, ns, m, me->dtype,
+				    me->op, n);
+			for (int j = 0; j < n; j++)
+				if (j != r)
+					cgr__copy(R(j) + o * es, R(r) + o * es,
+						  m * es);
+		}
 		break;
 	case CGR__COLL_REDUCESCATTER:
 		srcs[ns++] = S(r) + (size_t)r * b;
