@@ -20,7 +20,6 @@
 #include <string.h>
 
 #include "graph/internal.h"
-#include "graph/comm_weak.h"
 
 #define CGR__DEF_INFLIGHT 8u
 #define CGR__MAX_INFLIGHT 4096u

@@ -20,7 +20,6 @@
 #include <string.h>
 
 #include "graph/internal.h"
-#include "graph/comm_weak.h"
 
 struct cgr__agree {
 	_Atomic uint64_t seq; /* execution + 1 once posted */

@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "graph/internal.h"
-#include "graph/comm_weak.h"
 
 static inline uint32_t cgr__slot(const struct cgr_compiled *c, uint64_t seq)
 {

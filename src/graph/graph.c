@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "graph/internal.h"
-#include "graph/comm_weak.h"
 
 int cgr__graph_fail(cgr_graph *g, int err, const char *fmt, ...)
 {

@@ -1,0 +1,594 @@
+/*
+ * tests/graph-coll.c: collective nodes inside compiled graphs.
+ *
+ * Every collective kind over 1 to 4 members, checked element by element
+ * over many executions; a shape or dtype mismatch on one member and an
+ * error value on one member turn that execution's outputs into error
+ * values on every member (naming the ranks), and the next execution is
+ * fine; teardown while members wait for a stuck one returns; schedules:
+ * DDP-style two allreduces, a three-worker cyclic exchange, and 1F1B
+ * pipelines of 2x2 and 4x8, all checked over 1e3 executions.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include <cgr.h>
+
+#include "tap.h"
+
+static cgr_ctx *ctx;
+static cgr_worker *W[4];
+
+/* A task: reads u64 x and emits an int64 tensor [rows, 3] with
+ * element (i, j) = x * 7 + rank * 1000 + i * 3 + j.  arg: struct fill. */
+struct fill {
+	int rank;
+	int rows;
+	int bad_exec; /* on this x: emit 1 row more (-1: never) */
+	int err_exec; /* on this x: fail (-1: never) */
+};
+
+static int fill_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	const struct fill *f = cgr_task_arg(tc);
+	uint64_t x;
+	int rows = f->rows;
+	(void)st, (void)nin, (void)nout;
+	memcpy(&x, in[0].u.bytes.data, 8);
+	if ((int)x == f->err_exec) {
+		cgr_task_set_error(tc, -EIO, "rank %d refuses %d", f->rank,
+				   (int)x);
+		return -1;
+	}
+	if ((int)x == f->bad_exec)
+		rows++;
+	int64_t *o = cgr_task_output_buffer(tc, 0, (size_t)rows * 3 * 8);
+	for (int i = 0; i < rows * 3; i++)
+		o[i] = (int64_t)x * 7 + f->rank * 1000 + i;
+	static __thread int64_t shape[2];
+	shape[0] = rows;
+	shape[1] = 3;
+	out[0].kind = CGR_VALUE_TENSOR;
+	memset(&out[0].u.tensor, 0, sizeof(DLTensor));
+	out[0].u.tensor.data = o;
+	out[0].u.tensor.device.device_type = kDLCPU;
+	out[0].u.tensor.ndim = 2;
+	out[0].u.tensor.shape = shape;
+	out[0].u.tensor.dtype.code = kDLInt;
+	out[0].u.tensor.dtype.bits = 64;
+	out[0].u.tensor.dtype.lanes = 1;
+	return 0;
+}
+
+static int64_t elem(uint64_t x, int rank, int i)
+{
+	return (int64_t)x * 7 + rank * 1000 + i;
+}
+
+/* Expected element e of output o of the collective for input x. */
+static int64_t expect(int kind, int n, int root, int rows, uint64_t x, int o,
+		      int e)
+{
+	int per = rows * 3; /* elements per contribution */
+	int64_t s = 0;
+	switch (kind) {
+	case CGR_COLL_ALLREDUCE:
+	case CGR_COLL_REDUCE:
+		for (int r = 0; r < n; r++)
+			s += elem(x, r, e);
+		return s;
+	case CGR_COLL_ALLGATHER:
+	case CGR_COLL_GATHER:
+		return elem(x, e / per, e % per);
+	case CGR_COLL_REDUCESCATTER:
+		for (int r = 0; r < n; r++)
+			s += elem(x, r, o * (per / n) + e);
+		return s;
+	case CGR_COLL_BROADCAST:
+		return elem(x, root, e);
+	case CGR_COLL_SCATTER:
+		return elem(x, root, o * (per / n) + e);
+	case CGR_COLL_ALLTOALL:
+		/* block j of rank o's output came from rank j's block o */
+		return elem(x, e / (per / n), o * (per / n) + e % (per / n));
+	}
+	return 0;
+}
+
+static void check_kind(int kind, int n, int root, long iters)
+{
+	static struct fill f[4];
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x, *ins[4], *outs[4];
+	cgr_coll_params p = CGR_COLL_PARAMS_INIT;
+	int rows = 2 * n, nout, nin;
+	long bad = 0;
+	char what[64];
+
+	snprintf(what, sizeof(what), "%s n=%d root=%d", kind == 1 ? "allreduce" :
+		 kind == 2 ? "allgather" : kind == 3 ? "reducescatter" :
+		 kind == 4 ? "reduce" : kind == 5 ? "broadcast" :
+		 kind == 6 ? "gather" : kind == 7 ? "scatter" : "alltoall",
+		 n, root);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int r = 0; r < n; r++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		f[r] = (struct fill){ r, rows, -1, -1 };
+		d.name = "fill", d.fn = fill_fn, d.arg = &f[r];
+		cgr_graph_task(g, W[r], &d, &x, 1, &ins[r], 1);
+	}
+	p.kind = kind;
+	p.root = root;
+	p.name = "coll";
+	nin = (kind == CGR_COLL_BROADCAST || kind == CGR_COLL_SCATTER) ? 1 : n;
+	nout = (kind == CGR_COLL_REDUCE || kind == CGR_COLL_GATHER) ? 1 : n;
+	cgr_node *cin[4];
+	for (int i = 0; i < nin; i++)
+		cin[i] = nin == 1 ? ins[root] : ins[i];
+	int ret = cgr_graph_collective(g, &p, W, (size_t)n, cin, (size_t)nin,
+				       outs, (size_t)nout);
+	/* Fill tasks not feeding the collective still need an output. */
+	cgr_node *gout[8];
+	size_t ng = 0;
+	for (int i = 0; i < nout; i++)
+		gout[ng++] = outs[i];
+	if (nin == 1)
+		for (int r = 0; r < n; r++)
+			if (r != root)
+				gout[ng++] = ins[r];
+	cgr_graph_output(g, gout, ng);
+	ret = ret ? ret : cgr_graph_compile(g, NULL, &c);
+	if (ret != 0) {
+		t_ok(0, "%s compiles: %s", what, cgr_graph_errmsg(g));
+		cgr_graph_destroy(g);
+		return;
+	}
+	cgr_graph_destroy(g);
+	for (long it = 0; it < iters; it++) {
+		uint64_t xv = (uint64_t)it + 1;
+		cgr_value a = cgr_value_bytes(&xv, 8), o[8];
+		cgr_ref ref;
+		if (cgr_execute(c, &a, 1, &ref) != 0 ||
+		    cgr_ref_get(c, ref, -1, o, ng) != 0) {
+			bad++;
+			continue;
+		}
+		for (int k = 0; k < nout; k++) {
+			const DLTensor *t = &o[k].u.tensor;
+			int per = rows * 3;
+			int want = (kind == CGR_COLL_ALLGATHER ||
+				    kind == CGR_COLL_GATHER) ?
+					   per * n :
+				   (kind == CGR_COLL_REDUCESCATTER ||
+				    kind == CGR_COLL_SCATTER) ?
+					   per / n :
+					   per;
+			if (o[k].kind != CGR_VALUE_TENSOR ||
+			    cgr_tensor_nbytes(t) != (size_t)want * 8) {
+				if (bad++ < 3)
+					t_diag("%s out %d: kind %d %s", what, k,
+					       o[k].kind,
+					       o[k].kind == CGR_VALUE_ERROR ?
+						       o[k].u.error.msg :
+						       "");
+				continue;
+			}
+			int oi = nout == 1 ? root : k;
+			for (int e = 0; e < want; e++)
+				if (((const int64_t *)t->data)[e] !=
+				    expect(kind, n, root, rows, xv, oi, e))
+					bad++;
+		}
+		cgr_ref_release(c, ref);
+	}
+	t_is(bad, 0, "%s: %ld executions bit-exact", what, iters);
+	cgr_compiled_destroy(c);
+}
+
+/* Mismatch on one member, then an error value on one member. */
+static void check_errors(void)
+{
+	static struct fill f[3];
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x, *ins[3], *outs[3];
+	cgr_coll_params p = CGR_COLL_PARAMS_INIT;
+	int good = 0, mism = 0, errv = 0;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int r = 0; r < 3; r++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		f[r] = (struct fill){ r, 6, r == 2 ? 5 : -1, r == 1 ? 9 : -1 };
+		d.name = "fill", d.fn = fill_fn, d.arg = &f[r];
+		cgr_graph_task(g, W[r], &d, &x, 1, &ins[r], 1);
+	}
+	p.kind = CGR_COLL_ALLREDUCE;
+	p.name = "ar";
+	cgr_graph_collective(g, &p, W, 3, ins, 3, outs, 3);
+	cgr_graph_output(g, outs, 3);
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "compile 3-rank allreduce");
+	cgr_graph_destroy(g);
+	for (int it = 1; it <= 12; it++) {
+		uint64_t xv = (uint64_t)it;
+		cgr_value a = cgr_value_bytes(&xv, 8), o[3];
+		cgr_ref ref;
+		cgr_execute(c, &a, 1, &ref);
+		if (cgr_ref_get(c, ref, -1, o, 3) != 0)
+			continue;
+		if (it == 5) {
+			for (int k = 0; k < 3; k++)
+				mism += o[k].kind == CGR_VALUE_ERROR &&
+					o[k].code == CGR_EMISMATCH &&
+					strstr(o[k].u.error.msg, "rank 2") &&
+					strstr(o[k].u.error.msg, "[7,3]") &&
+					strstr(o[k].u.error.msg, "[6,3]");
+			if (mism != 3)
+				t_diag("mismatch: %s",
+				       o[0].kind == CGR_VALUE_ERROR ?
+					       o[0].u.error.msg :
+					       "(no error)");
+		} else if (it == 9) {
+			for (int k = 0; k < 3; k++)
+				errv += o[k].kind == CGR_VALUE_ERROR &&
+					o[k].code == -EIO &&
+					strstr(o[k].u.error.msg, "rank 1") &&
+					strstr(o[k].u.error.msg, "refuses");
+		} else {
+			int ok = 1;
+			for (int k = 0; k < 3; k++)
+				ok &= o[k].kind == CGR_VALUE_TENSOR &&
+				      ((const int64_t *)o[k].u.tensor.data)[4] ==
+					      expect(CGR_COLL_ALLREDUCE, 3, 0, 6,
+						     xv, k, 4);
+			good += ok;
+		}
+		cgr_ref_release(c, ref);
+	}
+	t_is(mism, 3, "shape mismatch on rank 2: error value on all 3 "
+		      "members naming the ranks and shapes");
+	t_is(errv, 3, "error value on rank 1: reaches all 3 members");
+	t_is(good, 10, "every other execution is correct");
+	cgr_compiled_destroy(c);
+}
+
+static _Atomic int gate, entered;
+
+static int gated_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		    size_t nin, cgr_value *out, size_t nout)
+{
+	atomic_store(&entered, 1);
+	while (!atomic_load(&gate))
+		;
+	return fill_fn(tc, st, in, nin, out, nout);
+}
+
+static void check_teardown(void)
+{
+	static struct fill f[3];
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x, *ins[3], *outs[3];
+	cgr_ref ref;
+	uint64_t xv = 1;
+	cgr_value a = cgr_value_bytes(&xv, 8);
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int r = 0; r < 3; r++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		f[r] = (struct fill){ r, 3, -1, -1 };
+		d.name = r == 2 ? "gated" : "fill";
+		d.fn = r == 2 ? gated_fn : fill_fn;
+		d.arg = &f[r];
+		cgr_graph_task(g, W[r], &d, &x, 1, &ins[r], 1);
+	}
+	cgr_graph_allreduce(g, ins, 3, CGR_SUM, NULL, outs);
+	cgr_graph_output(g, outs, 3);
+	cgr_graph_compile(g, NULL, &c);
+	cgr_graph_destroy(g);
+	atomic_store(&gate, 0);
+	cgr_execute(c, &a, 1, &ref);
+	while (!atomic_load(&entered))
+		;
+	int ret = cgr_compiled_teardown(c, 200 * 1000000);
+	t_is(ret, CGR_ESTUCK,
+	     "teardown while 2 members wait in a collective for a stuck "
+	     "third: the stuck one is reported, the others return");
+	atomic_store(&gate, 1);
+	cgr_compiled_destroy(c);
+}
+
+/* DDP: two allreduces per step over 2 workers, then an update. */
+static int grad_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	static __thread int64_t g[2][8];
+	static __thread int64_t shape[1] = { 8 };
+	const struct fill *f = cgr_task_arg(tc);
+	uint64_t x;
+	(void)st, (void)nin;
+	memcpy(&x, in[0].u.bytes.data, 8);
+	for (size_t k = 0; k < nout; k++) {
+		for (int i = 0; i < 8; i++)
+			g[k][i] = (int64_t)(x * (k + 1)) + f->rank * 10 + i;
+		out[k].kind = CGR_VALUE_TENSOR;
+		memset(&out[k].u.tensor, 0, sizeof(DLTensor));
+		out[k].u.tensor.data = g[k];
+		out[k].u.tensor.device.device_type = kDLCPU;
+		out[k].u.tensor.ndim = 1;
+		out[k].u.tensor.shape = shape;
+		out[k].u.tensor.dtype.code = kDLInt;
+		out[k].u.tensor.dtype.bits = 64;
+		out[k].u.tensor.dtype.lanes = 1;
+	}
+	return 0;
+}
+
+static int sum_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		  size_t nin, cgr_value *out, size_t nout)
+{
+	static __thread int64_t s;
+	(void)tc, (void)st, (void)nout;
+	s = 0;
+	for (size_t k = 0; k < nin; k++) {
+		if (in[k].kind == CGR_VALUE_TENSOR) {
+			size_t n = cgr_tensor_nbytes(&in[k].u.tensor) / 8;
+			for (size_t i = 0; i < n; i++)
+				s += ((const int64_t *)in[k].u.tensor.data)[i];
+		} else {
+			int64_t v;
+			memcpy(&v, in[k].u.bytes.data, 8);
+			s += v;
+		}
+	}
+	out[0] = cgr_value_bytes(&s, 8);
+	return 0;
+}
+
+static void check_ddp(long iters)
+{
+	static struct fill f[2] = { { 0, 0, -1, -1 }, { 1, 0, -1, -1 } };
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x, *gr[2][2], *ra[2], *rb[2], *up[2];
+	long bad = 0;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int r = 0; r < 2; r++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		cgr_node *o[2];
+		d.name = "backward", d.fn = grad_fn, d.arg = &f[r];
+		cgr_graph_task(g, W[r], &d, &x, 1, o, 2);
+		gr[0][r] = o[0], gr[1][r] = o[1];
+	}
+	cgr_graph_allreduce(g, gr[0], 2, CGR_SUM, NULL, ra);
+	cgr_graph_allreduce(g, gr[1], 2, CGR_SUM, NULL, rb);
+	for (int r = 0; r < 2; r++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		cgr_node *two[2] = { ra[r], rb[r] };
+		d.name = "update", d.fn = sum_fn;
+		cgr_graph_task(g, W[r], &d, two, 2, &up[r], 1);
+	}
+	cgr_graph_output(g, up, 2);
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "DDP graph compiles");
+	cgr_graph_destroy(g);
+	for (long it = 0; it < iters; it++) {
+		uint64_t xv = (uint64_t)it;
+		cgr_value a = cgr_value_bytes(&xv, 8), o[2];
+		cgr_ref ref;
+		int64_t want = 0;
+		for (int k = 0; k < 2; k++)
+			for (int r = 0; r < 2; r++)
+				for (int i = 0; i < 8; i++)
+					want += (int64_t)(xv * (uint64_t)(k + 1)) +
+						r * 10 + i;
+		if (cgr_execute(c, &a, 1, &ref) || cgr_ref_get(c, ref, -1, o, 2)) {
+			bad++;
+			continue;
+		}
+		for (int r = 0; r < 2; r++) {
+			int64_t v = 0;
+			if (o[r].kind == CGR_VALUE_BYTES)
+				memcpy(&v, o[r].u.bytes.data, 8);
+			bad += v != want;
+		}
+		cgr_ref_release(c, ref);
+	}
+	t_is(bad, 0, "DDP two allreduces: %ld steps correct", iters);
+	cgr_compiled_destroy(c);
+}
+
+/* u64 -> u64 * mul + add */
+struct aff {
+	uint64_t mul, add;
+};
+
+static int aff_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		  size_t nin, cgr_value *out, size_t nout)
+{
+	const struct aff *a = cgr_task_arg(tc);
+	uint64_t s = 0, v, *o = cgr_task_output_buffer(tc, 0, 8);
+	(void)st, (void)nout;
+	for (size_t i = 0; i < nin; i++) {
+		memcpy(&v, in[i].u.bytes.data, 8);
+		s += v;
+	}
+	*o = s * a->mul + a->add;
+	out[0] = cgr_value_bytes(o, 8);
+	return 0;
+}
+
+static cgr_node *aff(cgr_graph *g, cgr_worker *w, const char *name,
+		     struct aff *a, cgr_node **in, size_t nin)
+{
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_node *n;
+	d.name = name, d.fn = aff_fn, d.arg = a;
+	cgr_graph_task(g, w, &d, in, nin, &n, 1);
+	return n;
+}
+
+static void check_cyclic(long iters)
+{
+	static struct aff a[3] = { { 2, 1 }, { 3, 2 }, { 5, 3 } }, id = { 1, 0 };
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x, *p[3], *q[3];
+	long bad = 0;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int i = 0; i < 3; i++)
+		p[i] = aff(g, W[i], "send", &a[i], &x, 1);
+	/* Worker i receives from worker i-1 (cyclic exchange). */
+	for (int i = 0; i < 3; i++) {
+		cgr_node *two[2] = { p[(i + 2) % 3], p[i] };
+		q[i] = aff(g, W[i], "recv", &id, two, 2);
+	}
+	cgr_graph_output(g, q, 3);
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "cyclic exchange compiles");
+	cgr_graph_destroy(g);
+	for (long it = 0; it < iters; it++) {
+		uint64_t xv = (uint64_t)it, v;
+		cgr_value arg = cgr_value_bytes(&xv, 8), o[3];
+		cgr_ref ref;
+		if (cgr_execute(c, &arg, 1, &ref) ||
+		    cgr_ref_get(c, ref, -1, o, 3)) {
+			bad++;
+			continue;
+		}
+		for (int i = 0; i < 3; i++) {
+			int j = (i + 2) % 3;
+			memcpy(&v, o[i].u.bytes.data, 8);
+			bad += v != xv * a[j].mul + a[j].add + xv * a[i].mul +
+					    a[i].add;
+		}
+		cgr_ref_release(c, ref);
+	}
+	t_is(bad, 0, "three-worker cyclic exchange: %ld executions", iters);
+	cgr_compiled_destroy(c);
+}
+
+/*
+ * 1F1B: S stages on S workers, M microbatches.  F(s,m) = F(s-1,m) * 3 + s,
+ * B(s,m) = B(s+1,m) * 2 + F(s,m) (B(S-1,m) from F(S-1,m)).  Tasks are
+ * bound per worker in 1F1B order: S-s-1 warm-up forwards, then alternate.
+ * Outputs: B(0,m) for every m.
+ */
+static void check_1f1b(int S, int M, long iters)
+{
+	static struct aff fw = { 3, 0 }, bw = { 1, 0 };
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x[8], *F[4][8], *B[4][8];
+	long bad = 0;
+	int fi[4] = { 0 }, bi[4] = { 0 };
+
+	(void)fw, (void)bw;
+	cgr_graph_create(ctx, &g);
+	for (int m = 0; m < M; m++)
+		cgr_graph_input(g, m, &x[m]);
+	/* Bind in a global order that keeps each worker's 1F1B order. */
+	static struct aff fa[4], ba[4];
+	for (int s = 0; s < S; s++) {
+		fa[s] = (struct aff){ 3, (uint64_t)s };
+		ba[s] = (struct aff){ 1, 0 };
+	}
+	int done = 0, total = 2 * S * M;
+	while (done < total) {
+		for (int s = 0; s < S; s++) {
+			int warm = S - s - 1;
+			bool want_f = fi[s] < M &&
+				      (fi[s] < warm + 1 + bi[s] || bi[s] >= M);
+			if (want_f) {
+				int m = fi[s];
+				if (s > 0 && fi[s - 1] <= m)
+					continue; /* input not bound yet */
+				cgr_node *in = s == 0 ? x[m] : F[s - 1][m];
+				F[s][m] = aff(g, W[s], "F", &fa[s], &in, 1);
+				fi[s]++, done++;
+			} else if (bi[s] < M) {
+				int m = bi[s];
+				if (fi[s] <= m || (s < S - 1 && bi[s + 1] <= m))
+					continue;
+				cgr_node *in2[2] = { F[s][m],
+						     s < S - 1 ? B[s + 1][m] :
+								 F[s][m] };
+				B[s][m] = aff(g, W[s], "B", &ba[s], in2, 2);
+				bi[s]++, done++;
+			}
+		}
+	}
+	cgr_graph_output(g, B[0], (size_t)M);
+	int ret = cgr_graph_compile(g, NULL, &c);
+	t_is(ret, 0, "1F1B %dx%d compiles: %s", S, M, cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	if (ret != 0)
+		return;
+	for (long it = 0; it < iters; it++) {
+		uint64_t xv[8];
+		cgr_value args[8], o[8];
+		cgr_ref ref;
+		for (int m = 0; m < M; m++) {
+			xv[m] = (uint64_t)(it * 10 + m);
+			args[m] = cgr_value_bytes(&xv[m], 8);
+		}
+		if (cgr_execute(c, args, (size_t)M, &ref) ||
+		    cgr_ref_get(c, ref, -1, o, (size_t)M)) {
+			bad++;
+			continue;
+		}
+		for (int m = 0; m < M; m++) {
+			uint64_t f[4], b, v;
+			for (int s = 0; s < S; s++)
+				f[s] = (s ? f[s - 1] : xv[m]) * 3 + (uint64_t)s;
+			b = f[S - 1] + f[S - 1];
+			for (int s = S - 2; s >= 0; s--)
+				b = f[s] + b;
+			memcpy(&v, o[m].u.bytes.data, 8);
+			bad += v != b;
+		}
+		cgr_ref_release(c, ref);
+	}
+	t_is(bad, 0, "1F1B %dx%d: %ld executions correct", S, M, iters);
+	cgr_compiled_destroy(c);
+}
+
+int main(int argc, char **argv)
+{
+	long it = t_scale(200);
+
+	t_init(argc, argv, 240);
+	cgr_ctx_create(NULL, &ctx);
+	for (int i = 0; i < 4; i++) {
+		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+		char name[8];
+		snprintf(name, sizeof(name), "w%d", i);
+		wp.name = name;
+		cgr_worker_create(ctx, &wp, &W[i]);
+	}
+	for (int kind = CGR_COLL_ALLREDUCE; kind <= CGR_COLL_ALLTOALL; kind++)
+		for (int n = 1; n <= 4; n++) {
+			bool rooted = kind == CGR_COLL_REDUCE ||
+				      kind == CGR_COLL_BROADCAST ||
+				      kind == CGR_COLL_GATHER ||
+				      kind == CGR_COLL_SCATTER;
+			for (int root = 0; root < (rooted ? n : 1); root++)
+				check_kind(kind, n, root, it / 4 + 1);
+		}
+	check_errors();
+	check_ddp(t_scale(1000));
+	check_cyclic(t_scale(1000));
+	check_1f1b(2, 2, t_scale(1000));
+	check_1f1b(4, 8, t_scale(1000));
+	check_teardown();
+	cgr_ctx_destroy(ctx);
+	return t_done();
+}
