@@ -520,6 +520,34 @@ static int p2p_mismatch(int r, void *arg)
 	return 0;
 }
 
+/* In one group, more messages to one peer than it has slots, one of them
+ * mismatched: exactly that message fails, on both sides. */
+static int group_one_bad(int r, void *arg)
+{
+	int32_t a[12][8] = { { 0 } };
+	cgr_future *f[12];
+	int *bad = arg, peer = 1 - r;
+
+	if (r > 1)
+		return 0;
+	cgr_group_start(comm, r);
+	for (int m = 0; m < 12; m++)
+		if (r == 0)
+			cgr_send(comm, r, a[m], m == 10 ? 5 : 4, CGR_INT32,
+				 peer, NULL, &f[m]);
+		else
+			cgr_recv(comm, r, a[m], 4, CGR_INT32, peer, NULL,
+				 &f[m]);
+	cgr_group_end(comm, r, NULL);
+	for (int m = 0; m < 12; m++) {
+		int want = m == 10 ? CGR_EMISMATCH : 1;
+		if (cgr_future_test(f[m]) != want)
+			bad[r]++;
+		cgr_future_release(f[m]);
+	}
+	return 0;
+}
+
 static int group_two_streams(int r, void *arg)
 {
 	cgr_stream **s = arg;
@@ -565,6 +593,13 @@ static void test_p2p(void)
 	     "send 10 / recv 12: CGR_EMISMATCH on both sides");
 	t_ok(all_msg(2, -1, "rank 0 sends 10 int32", "rank 1 receives 12 int32"),
 	     "\"%s\"", cgr_comm_errmsg(comm, 1));
+	{
+		int bad[2] = { 0, 0 };
+		run(2, -1, group_one_bad, bad, ret, NULL);
+		t_ok(bad[0] == 0 && bad[1] == 0,
+		     "12 messages in one group, the 11th mismatched: only it "
+		     "fails, on both sides");
+	}
 	run(2, -1, group_two_streams, s, ret, NULL);
 	t_ok(ret[0] == -EINVAL && ret[1] == -EINVAL,
 	     "a group spread over two streams fails on both sides "

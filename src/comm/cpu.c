@@ -78,6 +78,7 @@
 #define CGR__PUSH_BLOCK 32768  /* allreduce: reduce, then push, per block */
 #define CGR__COMM_SPIN_NS 30000
 #define CGR__MSG 128
+#define CGR__IDX_WORDS(n) ((2 + CGR__P2P_SLOTS) * (n)) /* sidx ridx sfree */
 
 /* ---- shared state -------------------------------------------------- */
 
@@ -138,11 +139,17 @@ struct cgr__rec {
 	struct cgr__cpu *c;
 	int rank;
 	uint64_t k;
-	struct cgr__item *items; /* &one, or an array of cap (a group) */
-	size_t nitems, cap;
+	struct cgr__item *items; /* &one, or arr (a group) */
+	size_t nitems;
 	struct cgr__item one;
-	struct cgr__dfuture **gfuts; /* group_end futures (array of gfcap) */
-	size_t ngfuts, gfcap;
+	struct cgr__dfuture **gfuts; /* group_end futures */
+	size_t ngfuts;
+	/* Arrays this slot keeps for groups, grown when too small: once warm
+	 * a group allocates nothing. */
+	struct cgr__item *arr;
+	size_t arrcap;
+	struct cgr__dfuture **gfarr;
+	size_t gfarrcap;
 	int64_t deadline;
 };
 
@@ -160,6 +167,10 @@ struct cgr__rank {
 	_Atomic uint64_t done cgr__aligned;
 	uint64_t coll_seq;
 	uint64_t *sidx, *ridx; /* per peer: messages sent / received */
+	/* Per peer and slot: the message that may use the slot next.  A
+	 * send reuses a slot only after it read the status of the slot's
+	 * previous message (the receiver writes the status into the slot). */
+	uint64_t *sfree;
 	char errmsg[256];
 	struct cgr__rec recs[CGR__NREC];
 };
@@ -784,6 +795,13 @@ static inline bool cgr__is_p2p(int kind)
 	return kind == CGR__COLL_SEND || kind == CGR__COLL_RECV;
 }
 
+static inline uint64_t *cgr__sfree(struct cgr__cpu *c, int r, int peer,
+				   uint64_t idx)
+{
+	return &c->ranks[r].sfree[(size_t)peer * CGR__P2P_SLOTS +
+				  idx % CGR__P2P_SLOTS];
+}
+
 /* Could item it make progress now? */
 static bool cgr__p2p_can(struct cgr__cpu *c, int r, struct cgr__item *it)
 {
@@ -793,11 +811,12 @@ static bool cgr__p2p_can(struct cgr__cpu *c, int r, struct cgr__item *it)
 		return false;
 	if (it->d.kind == CGR__COLL_SEND) {
 		struct cgr__pair *p = &c->pairs[(size_t)r * n + peer];
-		uint64_t taken = atomic_load_explicit(&p->taken,
-						      memory_order_acquire);
+
+		/* A free slot implies the receiver took its last message. */
 		if (it->phase == 0)
-			return it->idx - taken < CGR__P2P_SLOTS;
-		return taken > it->idx;
+			return *cgr__sfree(c, r, peer, it->idx) == it->idx;
+		return atomic_load_explicit(&p->taken, memory_order_acquire) >
+		       it->idx;
 	}
 	return atomic_load_explicit(&c->pairs[(size_t)peer * n + r].sent,
 				    memory_order_acquire) > it->idx;
@@ -841,8 +860,11 @@ static bool cgr__p2p_step(struct cgr__wctx *w, struct cgr__item *it)
 			it->phase = 1;
 			return true;
 		}
-		/* Taken (acquire in cgr__p2p_can): the status is ours. */
+		/* Taken (acquire in cgr__p2p_can): the status is ours, and
+		 * once read the slot may take the message CGR__P2P_SLOTS
+		 * later. */
 		it->phase = 2;
+		*cgr__sfree(c, r, peer, it->idx) = it->idx + CGR__P2P_SLOTS;
 		if (sl->status == CGR_EMISMATCH)
 			it->result = cgr__fail(
 				w, CGR_EMISMATCH,
@@ -987,15 +1009,25 @@ static bool cgr__done_ready(void *arg)
 	       dw->k;
 }
 
-static void cgr__rec_free_arrays(struct cgr__cpu *c, struct cgr__rec *rec)
+/* Grows *arr (of *cap elements of size es) to hold n; 0 or -ENOMEM. */
+static int cgr__grow(struct cgr__arena *a, void **arr, size_t *cap, size_t n,
+		     size_t es, size_t align)
 {
-	if (rec->cap != 0)
-		cgr__free(c->base.arena, rec->items,
-			  rec->cap * sizeof(*rec->items), CGR_CACHELINE);
-	if (rec->gfcap != 0)
-		cgr__free(c->base.arena, rec->gfuts,
-			  rec->gfcap * sizeof(*rec->gfuts), 16);
-	rec->cap = rec->gfcap = 0;
+	size_t nc = *cap ? *cap : 4;
+	void *p;
+
+	if (n <= *cap)
+		return 0;
+	while (nc < n)
+		nc *= 2;
+	p = cgr__alloc(a, nc * es, align);
+	if (p == NULL)
+		return -ENOMEM;
+	if (*cap)
+		cgr__free(a, *arr, *cap * es, align);
+	*arr = p;
+	*cap = nc;
+	return 0;
 }
 
 /*
@@ -1057,7 +1089,6 @@ static int cgr__cpu_exec(void *arg, cgr_stream *s, int err)
 	}
 	for (size_t i = 0; i < rec->ngfuts; i++)
 		cgr__dfuture_complete(rec->gfuts[i], res);
-	cgr__rec_free_arrays(c, rec);
 	/* D0: release: the record slot is free and this rank's execution
 	 * state is handed to its next record; pairs with D1 and with the
 	 * issuer's space check. */
@@ -1076,42 +1107,67 @@ static bool cgr__space_ready(void *arg)
 }
 
 /*
- * Issues a record of nitems items (items is the group's array of cap,
- * moved into the record, or one item copied when cap == 0).  Runs it on s
- * or inline; returns the inline result or 0.
+ * Issues a record: nitems items (copied) and the group_end futures gf.
+ * Runs it on s or inline; returns the inline result or 0.
  */
 static int cgr__issue(struct cgr__cpu *c, int r, struct cgr__item *items,
-		      size_t nitems, size_t cap, struct cgr__dfuture **gf,
-		      size_t ngf, size_t gfcap, cgr_stream *s)
+		      size_t nitems, struct cgr__dfuture **gf, size_t ngf,
+		      cgr_stream *s)
 {
 	struct cgr__rank *rk = &c->ranks[r];
 	struct cgr__donew dw = { rk, rk->issued };
+	struct cgr__arena *a = c->base.arena;
 	struct cgr__rec *rec;
 	struct cgr__sop op = { .kind = CGR__SOP_CALL };
 	int ret = 0;
 
+	/* D2: acquire (in cgr__space_ready): the slot's last run is over. */
 	if (!cgr__space_ready(&dw))
 		cgr__reactor_wait(NULL, &c->bell, cgr__space_ready, &dw, NULL,
 				  CGR_WAIT_ADAPTIVE, CGR__COMM_SPIN_NS,
 				  CGR_FOREVER);
 	rec = &rk->recs[rk->issued % CGR__NREC];
+	rec->items = &rec->one;
+	rec->nitems = nitems;
+	if (nitems == 1) {
+		rec->one = items[0];
+	} else if (nitems > 1) {
+		if (cgr__grow(a, (void **)&rec->arr, &rec->arrcap, nitems,
+			      sizeof(*rec->arr), CGR_CACHELINE) == 0) {
+			memcpy(rec->arr, items, nitems * sizeof(*items));
+			rec->items = rec->arr;
+		} else {
+			/* Out of memory: the group still takes its turn, as
+			 * one poisoned operation, so the peers fail too. */
+			for (size_t i = 0; i < nitems; i++)
+				if (items[i].fut != NULL)
+					cgr__dfuture_complete(items[i].fut,
+							      -ENOMEM);
+			rec->one = items[0];
+			rec->one.fut = NULL;
+			rec->one.d.poison = -ENOMEM;
+			snprintf(rec->one.msg, CGR__MSG, "out of memory");
+			rec->nitems = 1;
+		}
+	}
+	rec->gfuts = rec->gfarr;
+	rec->ngfuts = 0;
+	if (ngf != 0) {
+		if (cgr__grow(a, (void **)&rec->gfarr, &rec->gfarrcap, ngf,
+			      sizeof(*gf), 16) == 0) {
+			memcpy(rec->gfarr, gf, ngf * sizeof(*gf));
+			rec->gfuts = rec->gfarr;
+			rec->ngfuts = ngf;
+		} else {
+			for (size_t i = 0; i < ngf; i++)
+				cgr__dfuture_complete(gf[i], -ENOMEM);
+		}
+	}
 	rec->c = c;
 	rec->rank = r;
 	rec->k = rk->issued++;
-	if (cap == 0) {
-		if (nitems != 0)
-			rec->one = items[0];
-		rec->items = &rec->one;
-	} else {
-		rec->items = items;
-	}
-	rec->nitems = nitems;
-	rec->cap = cap;
-	rec->gfuts = gf;
-	rec->ngfuts = ngf;
-	rec->gfcap = gfcap;
 	rec->deadline = CGR_FOREVER;
-	for (size_t i = 0; i < nitems; i++) {
+	for (size_t i = 0; i < rec->nitems; i++) {
 		struct cgr__item *it = &rec->items[i];
 		it->d.poison_msg = it->msg;
 		if (it->d.deadline > 0 && it->d.deadline < rec->deadline)
@@ -1141,17 +1197,18 @@ static void cgr__item_fill(struct cgr__item *it,
 static int cgr__group_grow(struct cgr__cpu *c, struct cgr__rank *rk)
 {
 	size_t cap = rk->gcap ? rk->gcap * 2 : 8;
-	struct cgr__item *a;
+	struct cgr__item *p;
 
-	a = cgr__alloc(c->base.arena, cap * sizeof(*a), CGR_CACHELINE);
-	if (a == NULL)
+	/* The group's items so far are kept: copied over. */
+	p = cgr__alloc(c->base.arena, cap * sizeof(*p), CGR_CACHELINE);
+	if (p == NULL)
 		return -ENOMEM;
 	if (rk->gn)
-		memcpy(a, rk->gitems, rk->gn * sizeof(*a));
+		memcpy(p, rk->gitems, rk->gn * sizeof(*p));
 	if (rk->gcap)
 		cgr__free(c->base.arena, rk->gitems,
-			  rk->gcap * sizeof(*rk->gitems), CGR_CACHELINE);
-	rk->gitems = a;
+			  rk->gcap * sizeof(*p), CGR_CACHELINE);
+	rk->gitems = p;
 	rk->gcap = cap;
 	return 0;
 }
@@ -1201,7 +1258,7 @@ static int cgr__cpu_op(cgr_comm *cc, int r, const struct cgr__coll_desc *d,
 			return ret;
 		it.fut = df;
 	}
-	ret = cgr__issue(c, r, &it, 1, 0, NULL, 0, 0, s);
+	ret = cgr__issue(c, r, &it, 1, NULL, 0, s);
 	if (s != NULL) {
 		if (df != NULL)
 			*out = cgr__dfuture_pub(df);
@@ -1230,64 +1287,74 @@ static int cgr__cpu_group_start(cgr_comm *cc, int r)
 	return 0;
 }
 
+/* Room for one more group_end future; 0 or -ENOMEM. */
+static int cgr__gfuts_grow(struct cgr__cpu *c, struct cgr__rank *rk)
+{
+	size_t cap = rk->gfcap ? rk->gfcap * 2 : 4;
+	struct cgr__dfuture **p;
+
+	if (rk->gfn < rk->gfcap)
+		return 0;
+	p = cgr__alloc(c->base.arena, cap * sizeof(*p), 16);
+	if (p == NULL)
+		return -ENOMEM;
+	if (rk->gfn)
+		memcpy(p, rk->gfuts, rk->gfn * sizeof(*p));
+	if (rk->gfcap)
+		cgr__free(c->base.arena, rk->gfuts, rk->gfcap * sizeof(*p), 16);
+	rk->gfuts = p;
+	rk->gfcap = cap;
+	return 0;
+}
+
 static int cgr__cpu_group_end(cgr_comm *cc, int r, cgr_future **out)
 {
 	struct cgr__cpu *c = cgr__cpu_of(cc);
 	struct cgr__rank *rk = &c->ranks[r];
 	struct cgr__dfuture *df = NULL;
+	bool nomem = false;
 	cgr_stream *s;
 	int ret;
 
 	if (rk->gdepth == 0)
 		return -EINVAL;
+	/* The outermost end's future is bound to the group's stream; a
+	 * nested end's is not (the stream may not be known yet).  Without
+	 * memory for it the group still runs (the peers expect it); the
+	 * caller gets -ENOMEM and no future. */
 	if (out != NULL) {
-		/* The outermost end's future is bound to the group's
-		 * stream; a nested end's is not (the stream may not be
-		 * known yet). */
-		ret = cgr__dfuture_create(
-			c->base.ctx, rk->gdepth == 1 ? rk->gstream : NULL, &df);
-		if (ret < 0)
-			return ret;
-		if (rk->gfn == rk->gfcap) {
-			size_t cap = rk->gfcap ? rk->gfcap * 2 : 4;
-			struct cgr__dfuture **a =
-				cgr__alloc(c->base.arena, cap * sizeof(*a), 16);
-			if (a == NULL) {
-				cgr__dfuture_put(df);
-				cgr__dfuture_put(df);
-				return -ENOMEM;
-			}
-			if (rk->gfn)
-				memcpy(a, rk->gfuts, rk->gfn * sizeof(*a));
-			if (rk->gfcap)
-				cgr__free(c->base.arena, rk->gfuts,
-					  rk->gfcap * sizeof(*a), 16);
-			rk->gfuts = a;
-			rk->gfcap = cap;
+		if (cgr__dfuture_create(c->base.ctx,
+					rk->gdepth == 1 ? rk->gstream : NULL,
+					&df) < 0) {
+			nomem = true;
+		} else if (cgr__gfuts_grow(c, rk) < 0) {
+			cgr__dfuture_put(df);
+			cgr__dfuture_put(df);
+			df = NULL;
+			nomem = true;
+		} else {
+			rk->gfuts[rk->gfn++] = df;
 		}
-		rk->gfuts[rk->gfn++] = df;
 	}
 	if (--rk->gdepth > 0) {
 		if (df != NULL)
 			*out = cgr__dfuture_pub(df);
-		return 0;
+		return nomem ? -ENOMEM : 0;
 	}
 	s = rk->gstream;
-	ret = cgr__issue(c, r, rk->gitems, rk->gn, rk->gcap, rk->gfuts,
-			 rk->gfn, rk->gfcap, s);
-	/* The arrays moved into the record. */
-	rk->gitems = NULL;
-	rk->gn = rk->gcap = 0;
-	rk->gfuts = NULL;
-	rk->gfn = rk->gfcap = 0;
+	ret = cgr__issue(c, r, rk->gitems, rk->gn, rk->gfuts, rk->gfn, s);
+	rk->gn = 0;
+	rk->gfn = 0;
+	if (s != NULL)
+		ret = 0;
 	if (df != NULL) {
 		/* Inline and failed: the caller gets the error instead. */
-		if (s == NULL && ret != 0)
+		if (ret != 0)
 			cgr__dfuture_put(df);
 		else
 			*out = cgr__dfuture_pub(df);
 	}
-	return s != NULL ? 0 : ret;
+	return ret ? ret : nomem ? -ENOMEM : 0;
 }
 
 static const char *cgr__cpu_errmsg(const cgr_comm *cc, int r)
@@ -1343,7 +1410,18 @@ static void cgr__cpu_destroy(cgr_comm *cc)
 		if (rk->gfcap)
 			cgr__free(a, rk->gfuts, rk->gfcap * sizeof(*rk->gfuts),
 				  16);
-		cgr__free(a, rk->sidx, 2 * n * sizeof(uint64_t), 16);
+		cgr__free(a, rk->sidx, CGR__IDX_WORDS(n) * 8, 16);
+		for (size_t i = 0; i < CGR__NREC; i++) {
+			struct cgr__rec *rec = &rk->recs[i];
+			if (rec->arrcap)
+				cgr__free(a, rec->arr,
+					  rec->arrcap * sizeof(*rec->arr),
+					  CGR_CACHELINE);
+			if (rec->gfarrcap)
+				cgr__free(a, rec->gfarr,
+					  rec->gfarrcap * sizeof(*rec->gfarr),
+					  16);
+		}
 	}
 	cgr__free(a, c->ranks, n * sizeof(*c->ranks), CGR_CACHELINE);
 	cgr__free(a, c->pairs, n * n * sizeof(*c->pairs), CGR_CACHELINE);
@@ -1395,11 +1473,14 @@ int cgr__cpu_comm_create(cgr_ctx *ctx, int n, cgr_comm **out)
 	for (size_t r = 0; r < nn; r++) {
 		atomic_init(&c->pub[r].stage, 0);
 		atomic_init(&c->ranks[r].done, 0);
-		/* sidx and ridx share one allocation. */
-		c->ranks[r].sidx = cgr__alloc(a, 2 * nn * sizeof(uint64_t), 16);
+		/* sidx, ridx and sfree share one allocation. */
+		c->ranks[r].sidx = cgr__alloc(a, CGR__IDX_WORDS(nn) * 8, 16);
 		if (c->ranks[r].sidx == NULL)
 			goto nomem;
 		c->ranks[r].ridx = c->ranks[r].sidx + nn;
+		c->ranks[r].sfree = c->ranks[r].ridx + nn;
+		for (size_t i = 0; i < nn * CGR__P2P_SLOTS; i++)
+			c->ranks[r].sfree[i] = i % CGR__P2P_SLOTS;
 	}
 	for (size_t i = 0; i < nn * nn; i++) {
 		atomic_init(&c->pairs[i].sent, 0);
@@ -1410,7 +1491,7 @@ int cgr__cpu_comm_create(cgr_ctx *ctx, int n, cgr_comm **out)
 nomem:
 	if (c->ranks != NULL)
 		for (size_t r = 0; r < nn; r++)
-			cgr__free(a, c->ranks[r].sidx, 2 * nn * sizeof(uint64_t),
+			cgr__free(a, c->ranks[r].sidx, CGR__IDX_WORDS(nn) * 8,
 				  16);
 	cgr__free(a, c->ranks, nn * sizeof(*c->ranks), CGR_CACHELINE);
 	cgr__free(a, c->pairs, nn * nn * sizeof(*c->pairs), CGR_CACHELINE);
