@@ -295,6 +295,28 @@ int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
 /* Sets input i of the task that produces node n to src. */
 int cgr_node_set_input(cgr_node *n, size_t i, cgr_node *src);
 
+enum cgr_transport {
+	CGR_TRANSPORT_AUTO = 0,	  /* host for CPU values */
+	CGR_TRANSPORT_HOST = 1,	  /* shared-memory buffer + ring */
+	CGR_TRANSPORT_DEVICE = 2, /* payload over a communicator */
+};
+
+enum cgr_edge_flags {
+	/* The value's shape and dtype never change: they are agreed on the
+	 * first execution only; a later change is an error value. */
+	CGR_EDGE_STATIC_SHAPE = 1u << 0,
+};
+
+/*
+ * How the value of task output n travels to tasks on other workers.  With
+ * CGR_TRANSPORT_DEVICE the payload moves through a communicator of the
+ * producer and its readers, sent once for all of them (a broadcast); shape
+ * and dtype are agreed over host memory first.  The value must be a tensor
+ * (or bytes) and have at least one reader on another worker (compile says
+ * which node otherwise).  Graph outputs always travel by host.
+ */
+int cgr_node_set_transport(cgr_node *n, int transport, unsigned flags);
+
 /* Declares the graph's outputs (once).  Returns 0, -EINVAL, -EALREADY. */
 int cgr_graph_output(cgr_graph *g, cgr_node *const *outs, size_t n);
 

@@ -561,6 +561,84 @@ static void check_1f1b(int S, int M, long iters)
 	cgr_compiled_destroy(c);
 }
 
+/* A tensor edge with the device transport: sent once to three readers. */
+static void check_device_edge(unsigned flags, long iters)
+{
+	static struct fill f = { 0, 4, -1, -1 };
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x, *v, *s[4];
+	long bad = 0, errs = 0;
+
+	f.bad_exec = (flags & CGR_EDGE_STATIC_SHAPE) ? 5 : -1;
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	d.name = "make", d.fn = fill_fn, d.arg = &f;
+	cgr_graph_task(g, W[0], &d, &x, 1, &v, 1);
+	t_is(cgr_node_set_transport(v, CGR_TRANSPORT_DEVICE, flags), 0,
+	     "device transport on make");
+	for (int r = 0; r < 4; r++) {
+		cgr_task_desc e = CGR_TASK_DESC_INIT;
+		e.name = "sum", e.fn = sum_fn;
+		cgr_graph_task(g, W[r], &e, &v, 1, &s[r], 1);
+	}
+	cgr_graph_output(g, s, 4);
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "device edge compiles: %s",
+	     cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	for (long it = 1; it <= iters; it++) {
+		uint64_t xv = (uint64_t)it;
+		cgr_value a = cgr_value_bytes(&xv, 8), o[4];
+		cgr_ref ref;
+		int rows = (int)it == f.bad_exec ? 5 : 4;
+		int64_t want = 0;
+		for (int i = 0; i < rows * 3; i++)
+			want += elem(xv, 0, i);
+		if (cgr_execute(c, &a, 1, &ref) || cgr_ref_get(c, ref, -1, o, 4)) {
+			bad++;
+			continue;
+		}
+		for (int r = 0; r < 4; r++) {
+			int64_t got = 0;
+			if ((int)it == f.bad_exec && r > 0) {
+				errs += o[r].kind == CGR_VALUE_ERROR;
+				continue;
+			}
+			if (o[r].kind == CGR_VALUE_BYTES)
+				memcpy(&got, o[r].u.bytes.data, 8);
+			else if (bad < 3)
+				t_diag("exec %ld reader %d: %s", it, r,
+				       o[r].kind == CGR_VALUE_ERROR ?
+					       o[r].u.error.msg :
+					       "?");
+			bad += got != want;
+		}
+		cgr_ref_release(c, ref);
+	}
+	t_is(bad, 0, "device edge%s: %ld executions, every reader correct",
+	     flags ? " (static shape)" : "", iters);
+	if (flags)
+		t_is(errs, 3, "a changed static shape is an error value at the "
+			      "3 remote readers");
+	cgr_compiled_destroy(c);
+
+	/* No reader on another worker: rejected, naming the node. */
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	cgr_graph_task(g, W[1], &d, &x, 1, &v, 1);
+	cgr_node_set_transport(v, CGR_TRANSPORT_DEVICE, 0);
+	cgr_task_desc e = CGR_TASK_DESC_INIT;
+	e.name = "local", e.fn = sum_fn;
+	cgr_graph_task(g, W[1], &e, &v, 1, &s[0], 1);
+	cgr_graph_output(g, s, 1);
+	t_is(cgr_graph_compile(g, NULL, &c), -EINVAL,
+	     "device edge within one worker: %s", cgr_graph_errmsg(g));
+	t_ok(strstr(cgr_graph_errmsg(g), "make") != NULL,
+	     "the message names the node");
+	cgr_graph_destroy(g);
+}
+
 int main(int argc, char **argv)
 {
 	long it = t_scale(200);
@@ -584,6 +662,8 @@ int main(int argc, char **argv)
 				check_kind(kind, n, root, it / 4 + 1);
 		}
 	check_errors();
+	check_device_edge(0, t_scale(500));
+	check_device_edge(CGR_EDGE_STATIC_SHAPE, 12);
 	check_ddp(t_scale(1000));
 	check_cyclic(t_scale(1000));
 	check_1f1b(2, 2, t_scale(1000));

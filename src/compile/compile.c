@@ -690,7 +690,8 @@ static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 				if (cgr__in_worker(t, a) == w)
 					cr->in_port = L->node_port[t->in[a]->id];
 			for (size_t o = 0; o < t->nout; o++)
-				if (cgr__out_worker(t, o) == w)
+				if (cgr__out_worker(t, o) == w &&
+				    !(t->edge && (int)o == t->cp.root))
 					cr->out_port =
 						L->node_port[t->out[o]->id];
 			if (!L->plan_only) {
@@ -976,6 +977,8 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 		c->nslots <<= 1;
 
 	ret = cgr__check_tasks(g);
+	if (ret == 0)
+		ret = cgr__graph_lower_edges(g);
 	if (ret < 0)
 		goto fail;
 	order = cgr__c_alloc(c, (g->ntasks + 1) * sizeof(*order), 64);

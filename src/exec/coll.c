@@ -436,6 +436,9 @@ static int cgr__coll_call(struct cgr__coll_rt *cr, const void *in, void *out,
 		return cgr_reduce(m, rk, in, is_root ? out : NULL, count, dt,
 				  cr->op, root, NULL, NULL);
 	case CGR_COLL_BROADCAST:
+		/* A device edge's root keeps no copy: in place. */
+		if (is_root && out == NULL)
+			out = (void *)in;
 		return cgr_broadcast(m, rk, is_root ? in : NULL, out, count, dt,
 				     root, NULL, NULL);
 	case CGR_COLL_GATHER:

@@ -421,3 +421,93 @@ int cgr_graph_allreduce(cgr_graph *g, cgr_node *const *in, size_t n,
 	p.comm = comm;
 	return cgr_graph_collective(g, &p, m, n, in, n, out, n);
 }
+
+/* ---- device-transport edges --------------------------------------- */
+
+int cgr_node_set_transport(cgr_node *n, int transport, unsigned flags)
+{
+	if (n == NULL || transport < CGR_TRANSPORT_AUTO ||
+	    transport > CGR_TRANSPORT_DEVICE ||
+	    (flags & ~(unsigned)CGR_EDGE_STATIC_SHAPE))
+		return -EINVAL;
+	if (n->kind != CGR__NODE_TASK)
+		return cgr__graph_fail(n->g, -EINVAL,
+				       "%s: only task outputs have a transport",
+				       n->name);
+	if (n->g->compiled)
+		return cgr__graph_fail(n->g, CGR_ECOMPILED,
+				       "graph already compiled");
+	n->transport = transport;
+	n->edge_flags = flags;
+	return 0;
+}
+
+/*
+ * Each task output with the device transport becomes a broadcast from its
+ * producer to the workers that read it, and those readers read the
+ * broadcast's copy instead: one send for every reader, scheduled with all
+ * of them like any collective.
+ */
+int cgr__graph_lower_edges(cgr_graph *g)
+{
+	unsigned nnodes = g->nnodes;
+	cgr_node *n = g->nodes;
+
+	for (unsigned k = 0; k < nnodes && n != NULL; k++, n = n->next) {
+		cgr_worker *m[1024], *p;
+		cgr_node *outs[1024];
+		size_t nm = 1;
+		cgr_coll_params cp = CGR_COLL_PARAMS_INIT;
+		char name[80];
+		int ret;
+
+		if (n->kind != CGR__NODE_TASK ||
+		    n->transport != CGR_TRANSPORT_DEVICE || n->edge_lowered)
+			continue;
+		p = cgr__out_worker(n->task, n->port);
+		m[0] = p;
+		for (struct cgr__task *t = g->tasks; t != NULL; t = t->next)
+			for (size_t i = 0; i < t->nin; i++) {
+				cgr_worker *w;
+				size_t j;
+				if (t->in[i] != n)
+					continue;
+				w = cgr__in_worker(t, i);
+				for (j = 0; j < nm; j++)
+					if (m[j] == w)
+						break;
+				if (j == nm && nm < 1024)
+					m[nm++] = w;
+			}
+		if (nm == 1)
+			return cgr__graph_fail(g, -EINVAL,
+					       "%s has the device transport but "
+					       "no reader on another worker "
+					       "than %s",
+					       n->name, p->name);
+		snprintf(name, sizeof(name), "%s->device", n->name);
+		cp.name = name;
+		cp.kind = CGR_COLL_BROADCAST;
+		cp.root = 0;
+		cp.static_shape = (n->edge_flags & CGR_EDGE_STATIC_SHAPE) != 0;
+		cp.max_out_bytes = n->task->max_out_bytes;
+		ret = cgr_graph_collective(g, &cp, m, nm, &n, 1, outs, nm);
+		if (ret < 0)
+			return ret;
+		struct cgr__task *bc = g->tasks;
+		while (bc->next != NULL)
+			bc = bc->next; /* the broadcast just added */
+		bc->edge = true;
+		for (struct cgr__task *t = g->tasks; t != bc; t = t->next)
+			for (size_t i = 0; i < t->nin; i++) {
+				if (t->in[i] != n)
+					continue;
+				cgr_worker *w = cgr__in_worker(t, i);
+				for (size_t j = 1; j < nm; j++)
+					if (m[j] == w)
+						t->in[i] = outs[j];
+			}
+		n->edge_lowered = true;
+	}
+	return 0;
+}

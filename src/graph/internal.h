@@ -101,6 +101,9 @@ struct cgr_node {
 	void *cdata;		/* CONST: owned data */
 	size_t cdata_len;
 	char name[64];
+	int transport;	     /* enum cgr_transport */
+	unsigned edge_flags; /* enum cgr_edge_flags */
+	bool edge_lowered;   /* compile made its broadcast already */
 	cgr_graph *g;
 	struct cgr_node *next; /* graph's list */
 };
@@ -114,6 +117,7 @@ struct cgr__task {
 	cgr_worker **members;
 	size_t nmembers;
 	struct cgr__coll_board *board; /* compile scratch */
+	bool edge; /* a device-transport edge: the root keeps no output */
 	char *name;
 	cgr_task_fn fn;
 	void *arg;
@@ -175,6 +179,8 @@ static inline int cgr__task_rank(const struct cgr__task *t,
 }
 
 const char *cgr__coll_name(int kind);
+/* Turns device-transport edges into broadcasts (graph/graph.c). */
+int cgr__graph_lower_edges(cgr_graph *g);
 
 /* ---- compiled graphs ----------------------------------------------- */
 
