@@ -10,14 +10,15 @@
 # round by round so that no implementation always goes first).  In its
 # window each program checks one warm-up result per case, calibrates, and
 # reports the median of 3 samples; every number in the table is the median
-# of those over the rounds.  A peer that is not built or not installed is skipped with a
-# note.  Then it prints a PASS/MISS line per target (it never fails on a
+# of those over the rounds.  A peer that is not built or not installed is
+# skipped with a note.  Then it prints a PASS/MISS line per target (it never fails on a
 # MISS) and one JSON line per result (medians; `grep '^{'`).
 #
-# Defaults: 5 rounds of the full sweep (8 B..64 MiB, 10 sizes, 10 ms per
-# sample; about 2.5 minutes); --quick: 1 round of 6 sizes, 3 ms per sample
-# (about 20 s).  builddir defaults to
-# the current directory if it holds perf/collective_bw, else build/.
+# Defaults: 4 rounds of the full sweep (8 B..64 MiB, 10 sizes, 10 ms per
+# sample; about 2 minutes on an idle machine, more when the cores are
+# shared); --quick: 1 round of 6 sizes, 3 ms per sample (about 20 s).
+# builddir defaults to the current directory if it holds
+# perf/collective_bw, else build/.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 bdir="" quick="" json=0 rounds="" tms=""
@@ -42,7 +43,7 @@ if [ -z "$bdir" ]; then
 	fi
 fi
 bin=$bdir/perf
-[ -n "$rounds" ] || { [ -n "$quick" ] && rounds=1 || rounds=5; }
+[ -n "$rounds" ] || { [ -n "$quick" ] && rounds=1 || rounds=4; }
 targ=()
 [ -n "$tms" ] && targ=(-t "$tms")
 limit=300 # seconds for one program run; a hang is reported, not waited on
@@ -162,9 +163,10 @@ END {
 		print "memory); gloo: allreduce only, threads over TCP on 127.0.0.1.  Ranks are pinned to CPUs when"
 		print "there are at least as many CPUs as ranks (2 ranks), unpinned with 4 ranks on 2 cores."
 		print "bound (allreduce only): an allreduce of S bytes on n ranks must read the n inputs and write"
-		print "the n outputs at least once, 2nS bytes of traffic, the same as n concurrent S-byte memcpys"
-		print "(one per rank, same threads); bound_us is that memcpy time measured in the same run, and"
-		print "the bound algbw = S / bound_us.  Below L2 sizes it leaves out the synchronisation."
+		print "the n outputs at least once, 2nS bytes of traffic, the same as n concurrent S-byte copies"
+		print "(one per rank, same threads); bound_us is the time of those copies measured in the same"
+		print "run, the faster of glibc memcpy and a streaming-store copy at each size; the bound algbw"
+		print "= S / bound_us.  At small sizes it is only the copy, without any synchronisation."
 		print "x_ompi = openmpi time / cgr time (above 1: cgr faster); x_bound = bound time / cgr time."
 		for (ci = 1; ci <= nc; ci++) {
 			c = coll[ci]
