@@ -643,9 +643,11 @@ typedef struct cgr_coll_params {
 	cgr_comm *comm;	      /* NULL: one made at compile per member set */
 	int static_shape;     /* agree on the first execution only */
 	size_t max_out_bytes; /* per output; 0: the compile default */
+	size_t ntensors;      /* allreduce, allgather: tensors per member,
+				 fused into one operation; 0 or 1: one */
 } cgr_coll_params;
 #define CGR_COLL_PARAMS_INIT \
-	{ sizeof(cgr_coll_params), NULL, 0, CGR_SUM, 0, NULL, 0, 0 }
+	{ sizeof(cgr_coll_params), NULL, 0, CGR_SUM, 0, NULL, 0, 0, 0 }
 
 /*
  * A collective node over n distinct workers; rank i is members[i].  Values
@@ -658,6 +660,9 @@ typedef struct cgr_coll_params {
  *    root.
  *  - allgather and gather concatenate along dimension 0; reducescatter,
  *    scatter and alltoall split dimension 0 (it must divide by n).
+ *  - Buckets: allreduce and allgather with ntensors = k > 1 take k tensors
+ *    per member (in[r * k + j] is rank r's tensor j; out likewise), of one
+ *    dtype, and move them all in one fused operation.
  * Before data moves, the members agree on dtype, shape and error state: a
  * mismatch, or an error value at any member, makes every output of that
  * execution an error value naming the ranks and what differed.  Returns 0,

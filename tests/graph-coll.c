@@ -561,6 +561,120 @@ static void check_1f1b(int S, int M, long iters)
 	cgr_compiled_destroy(c);
 }
 
+/* Three outputs: tensor j has j + 1 rows of 3; element i of tensor j is
+ * elem(x, rank, i) + 100 * j.  On x == bad_exec tensor 1 has one row
+ * more. */
+static int fill3_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		    size_t nin, cgr_value *out, size_t nout)
+{
+	const struct fill *f = cgr_task_arg(tc);
+	static __thread int64_t shape[3][2];
+	uint64_t x;
+	(void)st, (void)nin;
+	memcpy(&x, in[0].u.bytes.data, 8);
+	for (size_t j = 0; j < nout; j++) {
+		int rows = (int)j + 1 + ((int)x == f->bad_exec && j == 1);
+		int64_t *o = cgr_task_output_buffer(tc, j, (size_t)rows * 24);
+		for (int i = 0; i < rows * 3; i++)
+			o[i] = elem(x, f->rank, i) + 100 * (int64_t)j;
+		shape[j][0] = rows;
+		shape[j][1] = 3;
+		out[j].kind = CGR_VALUE_TENSOR;
+		memset(&out[j].u.tensor, 0, sizeof(DLTensor));
+		out[j].u.tensor.data = o;
+		out[j].u.tensor.device.device_type = kDLCPU;
+		out[j].u.tensor.ndim = 2;
+		out[j].u.tensor.shape = shape[j];
+		out[j].u.tensor.dtype.code = kDLInt;
+		out[j].u.tensor.dtype.bits = 64;
+		out[j].u.tensor.dtype.lanes = 1;
+	}
+	return 0;
+}
+
+/* Buckets: 3 tensors per member fused into one allreduce / allgather. */
+static void check_bucket(int kind, long iters)
+{
+	static struct fill f[3];
+	const int n = 3, k = 3;
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x, *ins[9], *outs[9];
+	cgr_coll_params p = CGR_COLL_PARAMS_INIT;
+	long bad = 0, errs = 0;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int r = 0; r < n; r++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		f[r] = (struct fill){ r, 0, r == 1 ? 4 : -1, -1 };
+		d.name = "fill3", d.fn = fill3_fn, d.arg = &f[r];
+		cgr_graph_task(g, W[r], &d, &x, 1, &ins[r * k], (size_t)k);
+	}
+	p.kind = kind;
+	p.name = "bucket";
+	p.ntensors = (size_t)k;
+	t_is(cgr_graph_collective(g, &p, W, (size_t)n, ins, (size_t)(n * k),
+				  outs, (size_t)(n * k)),
+	     0, "bucketed %s node", kind == CGR_COLL_ALLREDUCE ? "allreduce" :
+							      "allgather");
+	cgr_graph_output(g, outs, (size_t)(n * k));
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "compiles: %s",
+	     cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	for (long it = 1; it <= iters; it++) {
+		uint64_t xv = (uint64_t)it;
+		cgr_value a = cgr_value_bytes(&xv, 8), o[9];
+		cgr_ref ref;
+		if (cgr_execute(c, &a, 1, &ref) ||
+		    cgr_ref_get(c, ref, -1, o, (size_t)(n * k))) {
+			bad++;
+			continue;
+		}
+		for (int r = 0; r < n; r++)
+			for (int j = 0; j < k; j++) {
+				const cgr_value *v = &o[r * k + j];
+				int per = (j + 1) * 3;
+				if (it == 4) {
+					errs += v->kind == CGR_VALUE_ERROR &&
+						v->code == CGR_EMISMATCH &&
+						strstr(v->u.error.msg,
+						       "tensor 1 of 3") != NULL;
+					continue;
+				}
+				if (v->kind != CGR_VALUE_TENSOR) {
+					bad++;
+					continue;
+				}
+				const int64_t *d = v->u.tensor.data;
+				if (kind == CGR_COLL_ALLREDUCE) {
+					for (int e = 0; e < per; e++) {
+						int64_t want = 0;
+						for (int q = 0; q < n; q++)
+							want += elem(xv, q, e) +
+								100 * j;
+						bad += d[e] != want;
+					}
+					bad += v->u.tensor.shape[0] != j + 1;
+				} else {
+					for (int q = 0; q < n; q++)
+						for (int e = 0; e < per; e++)
+							bad += d[q * per + e] !=
+							       elem(xv, q, e) +
+								       100 * j;
+					bad += v->u.tensor.shape[0] !=
+					       (j + 1) * n;
+				}
+			}
+		cgr_ref_release(c, ref);
+	}
+	t_is(bad, 0, "bucket of 3 tensors x 3 ranks: %ld executions correct",
+	     iters);
+	t_is(errs, n * k, "a mismatch in tensor 1 fails the whole bucket on "
+			  "every member, naming the tensor");
+	cgr_compiled_destroy(c);
+}
+
 /* A tensor edge with the device transport: sent once to three readers. */
 static void check_device_edge(unsigned flags, long iters)
 {
@@ -662,6 +776,8 @@ int main(int argc, char **argv)
 				check_kind(kind, n, root, it / 4 + 1);
 		}
 	check_errors();
+	check_bucket(CGR_COLL_ALLREDUCE, t_scale(300));
+	check_bucket(CGR_COLL_ALLGATHER, t_scale(300));
 	check_device_edge(0, t_scale(500));
 	check_device_edge(CGR_EDGE_STATIC_SHAPE, 12);
 	check_ddp(t_scale(1000));

@@ -684,25 +684,33 @@ static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 							 c->p.max_value_bytes);
 			if (cr->name == NULL)
 				return -ENOMEM;
-			cr->in_port = CGR__NO_PORT;
-			cr->out_port = CGR__NO_PORT;
+			cr->k = t->cp.ntensors;
+			cr->in_ports = cgr__c_alloc(c, cr->k * sizeof(unsigned),
+						    64);
+			cr->out_ports = cgr__c_alloc(c, cr->k * sizeof(unsigned),
+						     64);
+			if (cr->in_ports == NULL || cr->out_ports == NULL)
+				return -ENOMEM;
+			for (size_t j = 0; j < cr->k; j++)
+				cr->in_ports[j] = cr->out_ports[j] =
+					CGR__NO_PORT;
 			for (size_t a = 0; a < t->nin; a++)
 				if (cgr__in_worker(t, a) == w)
-					cr->in_port = L->node_port[t->in[a]->id];
+					cr->in_ports[a % cr->k] =
+						L->node_port[t->in[a]->id];
 			for (size_t o = 0; o < t->nout; o++)
 				if (cgr__out_worker(t, o) == w &&
 				    !(t->edge && (int)o == t->cp.root))
-					cr->out_port =
+					cr->out_ports[o % cr->k] =
 						L->node_port[t->out[o]->id];
 			if (!L->plan_only) {
 				ret = cgr__coll_comm(c, t, &cr->comm);
 				if (ret < 0)
 					return ret;
 			}
-			cr->cached = cgr__c_alloc(
-				c, t->nmembers * CGR__AGREE_SIZE, 64);
-			if (cr->cached == NULL)
-				return -ENOMEM;
+			ret = cgr__coll_rt_init(cr);
+			if (ret < 0)
+				return ret;
 			p->ops[p->nops].kind = CGR__OP_COLL;
 			p->ops[p->nops].coll = cr;
 			p->nops++;
@@ -1016,14 +1024,15 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 				ws[nw++] = w;
 		}
 		if (t->coll) {
-			size_t bs = cgr__coll_board_size(t->nmembers,
-							 c->nslots);
+			size_t bs = cgr__coll_board_size(
+				t->nmembers, t->cp.ntensors, c->nslots);
 			t->board = cgr__c_alloc(c, bs, 64);
 			if (t->board == NULL) {
 				ret = -ENOMEM;
 				goto fail_mem;
 			}
-			cgr__coll_board_init(t->board, t->nmembers, c->nslots,
+			cgr__coll_board_init(t->board, t->nmembers,
+					     t->cp.ntensors, c->nslots,
 					     t->members);
 		}
 	}

@@ -34,7 +34,7 @@ _Static_assert(sizeof(struct cgr__agree) == CGR__AGREE_SIZE,
 	       "agreement record size");
 
 struct cgr__coll_board {
-	uint32_t n, nslots;
+	uint32_t n, k, nslots; /* members, tensors per member, slots */
 	struct cgr_bell **bells; /* each member worker's doorbell */
 	/* followed by done[n] (a line each), then agree[nslots][n] */
 };
@@ -50,10 +50,10 @@ static size_t cgr__board_hdr(size_t n)
 	       CGR__ALIGN_UP(n * sizeof(struct cgr_bell *), 64);
 }
 
-size_t cgr__coll_board_size(size_t n, uint32_t nslots)
+size_t cgr__coll_board_size(size_t n, size_t k, uint32_t nslots)
 {
 	return cgr__board_hdr(n) + n * sizeof(struct cgr__done) +
-	       (size_t)nslots * n * sizeof(struct cgr__agree);
+	       (size_t)nslots * n * k * sizeof(struct cgr__agree);
 }
 
 static struct cgr__done *cgr__board_done(struct cgr__coll_board *b)
@@ -67,16 +67,17 @@ static struct cgr__agree *cgr__board_slot(struct cgr__coll_board *b,
 	unsigned char *base = (unsigned char *)cgr__board_done(b) +
 			      b->n * sizeof(struct cgr__done);
 	return (struct cgr__agree *)(base + (size_t)(seq & (b->nslots - 1)) *
-						    b->n *
+						    b->n * b->k *
 						    sizeof(struct cgr__agree));
 }
 
-void cgr__coll_board_init(struct cgr__coll_board *b, size_t n,
+void cgr__coll_board_init(struct cgr__coll_board *b, size_t n, size_t k,
 			  uint32_t nslots, cgr_worker *const *members)
 {
 	struct cgr__done *d;
 
 	b->n = (uint32_t)n;
+	b->k = (uint32_t)k;
 	b->nslots = nslots;
 	b->bells = (struct cgr_bell **)((unsigned char *)b +
 					CGR__ALIGN_UP(sizeof(*b), 64));
@@ -87,7 +88,7 @@ void cgr__coll_board_init(struct cgr__coll_board *b, size_t n,
 		atomic_init(&d[i].seq, 0);
 	for (uint32_t s = 0; s < nslots; s++) {
 		struct cgr__agree *a = cgr__board_slot(b, s);
-		for (size_t i = 0; i < n; i++)
+		for (size_t i = 0; i < n * k; i++)
 			atomic_init(&a[i].seq, 0);
 	}
 }
@@ -229,9 +230,10 @@ static bool cgr__has_input(int kind, int rank, int root)
  * the data capacity of the collective's output buffers.
  */
 static void cgr__judge(const struct cgr__coll_rt *cr, uint64_t seq,
-		       const struct cgr__agree *d, size_t cap,
+		       const struct cgr__agree *all, size_t stride, size_t cap,
 		       struct cgr__verdict *v)
 {
+#define d(r) (all[(size_t)(r) * stride])
 	const int n = cr->n, kind = cr->kind;
 	const struct cgr__agree *ref = NULL;
 	char pre[120], sa[120], sb[120];
@@ -241,40 +243,40 @@ static void cgr__judge(const struct cgr__coll_rt *cr, uint64_t seq,
 	snprintf(pre, sizeof(pre), "%s %s (execution %llu)",
 		 cgr__coll_name(kind), cr->name, (unsigned long long)seq);
 	for (int r = 0; r < n; r++)
-		if (d[r].kind == CGR_VALUE_ERROR) {
-			v->err = d[r].code ? d[r].code : CGR_ETASK;
+		if (d(r).kind == CGR_VALUE_ERROR) {
+			v->err = d(r).code ? d(r).code : CGR_ETASK;
 			snprintf(v->msg, sizeof(v->msg),
 				 "%s: rank %d contributed an error value: %s",
-				 pre, r, d[r].msg);
+				 pre, r, d(r).msg);
 			return;
 		}
 	for (int r = 0; r < n; r++) {
 		if (!cgr__has_input(kind, r, cr->root))
 			continue;
-		if ((d[r].kind != CGR_VALUE_BYTES &&
-		     d[r].kind != CGR_VALUE_TENSOR) ||
-		    d[r].dtype < 0) {
+		if ((d(r).kind != CGR_VALUE_BYTES &&
+		     d(r).kind != CGR_VALUE_TENSOR) ||
+		    d(r).dtype < 0) {
 			v->err = CGR_EBADVALUE;
 			snprintf(v->msg, sizeof(v->msg),
 				 "%s: rank %d has no tensor of a supported "
 				 "dtype (value kind %d)",
-				 pre, r, d[r].kind);
+				 pre, r, d(r).kind);
 			return;
 		}
 		if (ref == NULL) {
-			ref = &d[r];
+			ref = &d(r);
 			continue;
 		}
-		if (!cgr__same_shape(ref, &d[r])) {
-			int r0 = (int)(ref - d);
+		if (!cgr__same_shape(ref, &d(r))) {
+			int r0 = (int)((ref - all) / (ptrdiff_t)stride);
 			cgr__fmt_shape(sa, sizeof(sa), ref);
-			cgr__fmt_shape(sb, sizeof(sb), &d[r]);
+			cgr__fmt_shape(sb, sizeof(sb), &d(r));
 			v->err = CGR_EMISMATCH;
 			snprintf(v->msg, sizeof(v->msg),
 				 "%s: %s mismatch: rank %d has %s, rank %d "
 				 "has %s",
 				 pre,
-				 ref->dtype != d[r].dtype ? "dtype" : "shape",
+				 ref->dtype != d(r).dtype ? "dtype" : "shape",
 				 r0, sa, r, sb);
 			return;
 		}
@@ -320,13 +322,14 @@ static void cgr__judge(const struct cgr__coll_rt *cr, uint64_t seq,
 			 "buffer (set max_out_bytes)",
 			 pre, v->out_bytes, cap);
 	}
+#undef d
 }
 
 /* ---- running ------------------------------------------------------ */
 
 struct cgr__posted {
 	struct cgr__agree *slot;
-	int n;
+	int n; /* records: members x tensors */
 	uint64_t want;
 };
 
@@ -367,12 +370,14 @@ static void cgr__ring_members(struct cgr__coll_board *b, int self)
 static void cgr__coll_fail(struct cgr__coll_rt *cr, uint64_t seq, int err,
 			   const char *msg)
 {
-	struct cgr__port *p;
-
-	if (cr->out_port == CGR__NO_PORT)
-		return;
-	p = &cr->c->ports[cr->out_port];
-	cgr__value_store_error(cgr__port_slot(p, seq), p->cap, err, msg);
+	for (size_t j = 0; j < cr->k; j++) {
+		struct cgr__port *p;
+		if (cr->out_ports[j] == CGR__NO_PORT)
+			continue;
+		p = &cr->c->ports[cr->out_ports[j]];
+		cgr__value_store_error(cgr__port_slot(p, seq), p->cap, err,
+				       msg);
+	}
 }
 
 /* Posts this member's description and waits for everybody's.  Returns
@@ -396,20 +401,22 @@ static int cgr__agree_all(struct cgr__coll_rt *cr, uint64_t seq,
 		if (ret < 0)
 			return ret;
 	}
-	memcpy((char *)&slot[cr->rank] + sizeof(slot->seq),
-	       (const char *)mine + sizeof(mine->seq),
-	       sizeof(*mine) - sizeof(mine->seq));
-	/* R1: publishes the description; pairs with A1. */
-	atomic_store_explicit(&slot[cr->rank].seq, seq + 1,
-			      memory_order_release);
+	for (size_t j = 0; j < cr->k; j++) {
+		struct cgr__agree *a = &slot[(size_t)cr->rank * cr->k + j];
+		memcpy((char *)a + sizeof(a->seq),
+		       (const char *)&mine[j] + sizeof(mine->seq),
+		       sizeof(*mine) - sizeof(mine->seq));
+		/* R1: publishes the description; pairs with A1. */
+		atomic_store_explicit(&a->seq, seq + 1, memory_order_release);
+	}
 	cgr__ring_members(b, cr->rank);
-	struct cgr__posted po = { slot, cr->n, seq + 1 };
+	struct cgr__posted po = { slot, cr->n * (int)cr->k, seq + 1 };
 	ret = cgr__reactor_wait(r, &cr->w->bell, cgr__all_posted, &po,
 				&c->stop, c->p.wait_mode, c->p.spin_ns,
 				CGR_FOREVER);
 	if (ret < 0)
 		return ret;
-	memcpy(all, slot, (size_t)cr->n * sizeof(*all));
+	memcpy(all, slot, (size_t)cr->n * cr->k * sizeof(*all));
 	atomic_store_explicit(&done[cr->rank].seq, seq + 1,
 			      memory_order_release);
 	cgr__ring_members(b, cr->rank);
@@ -454,11 +461,139 @@ static int cgr__coll_call(struct cgr__coll_rt *cr, const void *in, void *out,
 	}
 }
 
+/* Writes the header of an output slot from the verdict. */
+static void cgr__set_out(struct cgr__slot_hdr *oh, const struct cgr__verdict *v)
+{
+	oh->code = 0;
+	oh->len = v->out_bytes;
+	if (v->out.kind == CGR_VALUE_BYTES) {
+		oh->kind = CGR_VALUE_BYTES;
+		oh->ndim = 0;
+		return;
+	}
+	DLDataType dl = cgr__to_dl(v->out.dtype);
+	oh->kind = CGR_VALUE_TENSOR;
+	oh->ndim = v->out.ndim;
+	oh->dt_code = dl.code;
+	oh->dt_bits = dl.bits;
+	oh->dt_lanes = 1;
+	oh->dev_type = kDLCPU;
+	oh->dev_id = 0;
+	for (int i = 0; i < v->out.ndim; i++)
+		oh->shape[i] = v->out.shape[i];
+}
+
+int cgr__coll_rt_init(struct cgr__coll_rt *cr)
+{
+	struct cgr_compiled *c = cr->c;
+	size_t n = (size_t)cr->n, k = cr->k;
+
+	cr->mine = cgr__c_alloc(c, k * sizeof(struct cgr__agree), 64);
+	cr->cached = cgr__c_alloc(c, n * k * sizeof(struct cgr__agree), 64);
+	if (cr->mine == NULL || cr->cached == NULL)
+		return -ENOMEM;
+	if (k == 1)
+		return 0;
+	cr->verdicts = cgr__c_alloc(c, k * sizeof(struct cgr__verdict), 64);
+	cr->bucket_in = cgr__c_alloc(c, k * cr->cap, 64);
+	cr->bucket_out = cgr__c_alloc(
+		c, k * cr->cap * (cr->kind == CGR_COLL_ALLGATHER ? n : 1), 64);
+	return cr->verdicts && cr->bucket_in && cr->bucket_out ? 0 : -ENOMEM;
+}
+
+/*
+ * A bucket: k tensors per member, one fused allreduce or allgather.  The
+ * inputs are packed back to back, moved in one operation, and unpacked
+ * into the k outputs (for allgather, rank q's block of tensor j is at
+ * q * total + offset j of the gathered bucket).
+ */
+static void cgr__coll_run_bucket(struct cgr__coll_rt *cr, uint64_t seq,
+				 struct cgr_reactor *r)
+{
+	struct cgr_compiled *c = cr->c;
+	struct cgr__verdict *v = cr->verdicts;
+	const size_t k = cr->k, n = (size_t)cr->n;
+	const void *src[64];
+	size_t total = 0, esz, off;
+	char msg[700];
+	int ret;
+
+	for (size_t j = 0; j < k; j++) {
+		cgr_value in;
+		cgr__value_load(cgr__port_slot(&c->ports[cr->in_ports[j]], seq),
+				&in);
+		cgr__describe(&cr->mine[j], &in, true);
+		src[j] = in.kind == CGR_VALUE_TENSOR ? in.u.tensor.data :
+						       in.u.bytes.data;
+	}
+	ret = cgr__agree_all(cr, seq, cr->mine, cr->cached, r);
+	if (ret < 0)
+		return; /* teardown */
+	for (size_t j = 0; j < k; j++) {
+		cgr__judge(cr, seq, cr->cached + j, k, cr->cap, &v[j]);
+		if (v[j].err == 0 && v[j].out.dtype != v[0].out.dtype) {
+			v[j].err = -EINVAL;
+			snprintf(v[j].msg, sizeof(v[j].msg),
+				 "tensors of a bucket must share a dtype: "
+				 "tensor 0 is %s, tensor %zu is %s",
+				 cgr__dtype_name(v[0].out.dtype), j,
+				 cgr__dtype_name(v[j].out.dtype));
+		}
+		if (v[j].err != 0) {
+			snprintf(msg, sizeof(msg), "tensor %zu of %zu: %s", j, k,
+				 v[j].msg);
+			cgr__coll_fail(cr, seq, v[j].err, msg);
+			return;
+		}
+		total += v[j].count;
+	}
+	esz = cgr_dtype_size((cgr_dtype)v[0].out.dtype);
+	off = 0;
+	for (size_t j = 0; j < k; j++) {
+		memcpy(cr->bucket_in + off * esz, src[j], v[j].count * esz);
+		off += v[j].count;
+	}
+	if (cr->kind == CGR_COLL_ALLREDUCE)
+		ret = cgr_allreduce(cr->comm, cr->rank, cr->bucket_in,
+				    cr->bucket_out, total,
+				    (cgr_dtype)v[0].out.dtype, cr->op, NULL,
+				    NULL);
+	else
+		ret = cgr_allgather(cr->comm, cr->rank, cr->bucket_in,
+				    cr->bucket_out, total,
+				    (cgr_dtype)v[0].out.dtype, NULL, NULL);
+	if (ret < 0) {
+		const char *why = cgr_comm_errmsg(cr->comm, cr->rank);
+		snprintf(msg, sizeof(msg), "%s %s (execution %llu): %s",
+			 cgr__coll_name(cr->kind), cr->name,
+			 (unsigned long long)seq,
+			 why != NULL && *why ? why : cgr_strerror(ret));
+		cgr__coll_fail(cr, seq, ret, msg);
+		return;
+	}
+	off = 0;
+	for (size_t j = 0; j < k; j++) {
+		struct cgr__slot_hdr *oh =
+			cgr__port_slot(&c->ports[cr->out_ports[j]], seq);
+		unsigned char *dst = cgr__slot_data(oh);
+		size_t bytes = v[j].count * esz;
+		if (cr->kind == CGR_COLL_ALLREDUCE)
+			memcpy(dst, cr->bucket_out + off * esz, bytes);
+		else
+			for (size_t q = 0; q < n; q++)
+				memcpy(dst + q * bytes,
+				       cr->bucket_out + (q * total + off) * esz,
+				       bytes);
+		off += v[j].count;
+		cgr__set_out(oh, &v[j]);
+	}
+}
+
 void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 		   struct cgr_reactor *r)
 {
 	struct cgr_compiled *c = cr->c;
-	struct cgr__agree mine, *all = cr->cached;
+	struct cgr__agree *mine = cr->mine, *all = cr->cached;
 	struct cgr__verdict v;
 	cgr_value in;
 	const void *src = NULL;
@@ -466,24 +601,28 @@ void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 	struct cgr__slot_hdr *oh = NULL;
 	int ret;
 
+	if (cr->k > 1) {
+		cgr__coll_run_bucket(cr, seq, r);
+		return;
+	}
 	memset(&in, 0, sizeof(in));
-	if (cr->in_port != CGR__NO_PORT)
-		cgr__value_load(cgr__port_slot(&c->ports[cr->in_port], seq),
+	if (cr->in_ports[0] != CGR__NO_PORT)
+		cgr__value_load(cgr__port_slot(&c->ports[cr->in_ports[0]], seq),
 				&in);
-	cgr__describe(&mine, &in, cr->in_port != CGR__NO_PORT);
+	cgr__describe(mine, &in, cr->in_ports[0] != CGR__NO_PORT);
 	bool changed = false;
 	if (!cr->static_shape || !cr->have_cached) {
-		ret = cgr__agree_all(cr, seq, &mine, all, r);
+		ret = cgr__agree_all(cr, seq, mine, all, r);
 		if (ret < 0)
 			return; /* teardown */
 		cr->have_cached = true;
 	} else {
 		/* Static shapes: the first agreement holds for everybody; only
 		 * this member's own change is visible here. */
-		changed = !cgr__same_shape(&mine, &all[cr->rank]) ||
-			  mine.kind == CGR_VALUE_ERROR;
+		changed = !cgr__same_shape(mine, &all[cr->rank]) ||
+			  mine->kind == CGR_VALUE_ERROR;
 	}
-	cgr__judge(cr, seq, all, cr->cap, &v);
+	cgr__judge(cr, seq, all, 1, cr->cap, &v);
 	if (v.err != 0) {
 		cgr__coll_fail(cr, seq, v.err, v.msg);
 		return;
@@ -493,26 +632,26 @@ void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 		/* Still take part, with the count this member really has: the
 		 * communicator's own check fails everybody on a different
 		 * count, and no result can overflow its buffer. */
-		size_t ne = mine.kind == CGR_VALUE_ERROR ? 0 : 1;
-		for (int i = 0; i < mine.ndim; i++)
-			ne *= (size_t)mine.shape[i];
+		size_t ne = mine->kind == CGR_VALUE_ERROR ? 0 : 1;
+		for (int i = 0; i < mine->ndim; i++)
+			ne *= (size_t)mine->shape[i];
 		if (cr->kind == CGR_COLL_REDUCESCATTER ||
 		    cr->kind == CGR_COLL_SCATTER || cr->kind == CGR_COLL_ALLTOALL)
 			ne /= (size_t)cr->n;
 		count = ne == v.count ? ne : (ne < v.count ? ne : 0);
 	}
-	if (cr->in_port != CGR__NO_PORT)
+	if (cr->in_ports[0] != CGR__NO_PORT)
 		src = in.kind == CGR_VALUE_TENSOR ? in.u.tensor.data :
 						    in.u.bytes.data;
-	if (cr->out_port != CGR__NO_PORT) {
-		oh = cgr__port_slot(&c->ports[cr->out_port], seq);
+	if (cr->out_ports[0] != CGR__NO_PORT) {
+		oh = cgr__port_slot(&c->ports[cr->out_ports[0]], seq);
 		dst = cgr__slot_data(oh);
 	}
 	ret = cgr__coll_call(cr, src, dst, count, (cgr_dtype)v.out.dtype);
 	if (ret == 0 && changed) {
 		char msg[400], sa[120], sb[120];
 		cgr__fmt_shape(sa, sizeof(sa), &all[cr->rank]);
-		cgr__fmt_shape(sb, sizeof(sb), &mine);
+		cgr__fmt_shape(sb, sizeof(sb), mine);
 		snprintf(msg, sizeof(msg),
 			 "%s %s (execution %llu): rank %d changed its static "
 			 "shape from %s to %s",
@@ -531,25 +670,8 @@ void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 		cgr__coll_fail(cr, seq, ret, msg);
 		return;
 	}
-	if (oh == NULL)
-		return;
-	oh->code = 0;
-	oh->len = v.out_bytes;
-	if (v.out.kind == CGR_VALUE_BYTES) {
-		oh->kind = CGR_VALUE_BYTES;
-		oh->ndim = 0;
-		return;
-	}
-	DLDataType dl = cgr__to_dl(v.out.dtype);
-	oh->kind = CGR_VALUE_TENSOR;
-	oh->ndim = v.out.ndim;
-	oh->dt_code = dl.code;
-	oh->dt_bits = dl.bits;
-	oh->dt_lanes = 1;
-	oh->dev_type = kDLCPU;
-	oh->dev_id = 0;
-	for (int i = 0; i < v.out.ndim; i++)
-		oh->shape[i] = v.out.shape[i];
+	if (oh != NULL)
+		cgr__set_out(oh, &v);
 }
 
 bool cgr__coll_member(const struct cgr__coll_rt *cr, const cgr_worker *w)

@@ -301,13 +301,26 @@ int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
 	reducing = cp.kind == CGR_COLL_ALLREDUCE ||
 		   cp.kind == CGR_COLL_REDUCESCATTER ||
 		   cp.kind == CGR_COLL_REDUCE;
+	if (cp.ntensors == 0)
+		cp.ntensors = 1;
+	if (cp.ntensors > 1 && cp.kind != CGR_COLL_ALLREDUCE &&
+	    cp.kind != CGR_COLL_ALLGATHER)
+		return cgr__graph_fail(g, -EINVAL,
+				       "%s: only allreduce and allgather take "
+				       "several tensors per member",
+				       cp.name ? cp.name : "collective");
+	if (cp.ntensors > 64 || (cp.ntensors > 1 && cp.static_shape))
+		return cgr__graph_fail(g, -EINVAL,
+				       "%s: at most 64 tensors per member, and "
+				       "not with static shapes",
+				       cp.name ? cp.name : "collective");
 	want_in = (cp.kind == CGR_COLL_BROADCAST ||
 		   cp.kind == CGR_COLL_SCATTER) ?
 			  1 :
-			  n;
+			  n * cp.ntensors;
 	want_out = (cp.kind == CGR_COLL_REDUCE || cp.kind == CGR_COLL_GATHER) ?
 			   1 :
-			   n;
+			   n * cp.ntensors;
 	if (cp.name == NULL) {
 		snprintf(buf, sizeof(buf), "%s%u", cgr__coll_name(cp.kind),
 			 g->ntasks);
@@ -389,8 +402,12 @@ int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
 			return -ENOMEM;
 		nd->task = task;
 		nd->port = i;
-		snprintf(nd->name, sizeof(nd->name), "%s#%zu", task->name,
-			 want_out == 1 ? (size_t)cp.root : i);
+		if (cp.ntensors > 1)
+			snprintf(nd->name, sizeof(nd->name), "%s#%zu.%zu",
+				 task->name, i / cp.ntensors, i % cp.ntensors);
+		else
+			snprintf(nd->name, sizeof(nd->name), "%s#%zu",
+				 task->name, want_out == 1 ? (size_t)cp.root : i);
 		task->out[i] = nd;
 	}
 	for (size_t i = 0; i < nout; i++)
@@ -489,6 +506,7 @@ int cgr__graph_lower_edges(cgr_graph *g)
 		cp.name = name;
 		cp.kind = CGR_COLL_BROADCAST;
 		cp.root = 0;
+		cp.ntensors = 1;
 		cp.static_shape = (n->edge_flags & CGR_EDGE_STATIC_SHAPE) != 0;
 		cp.max_out_bytes = n->task->max_out_bytes;
 		ret = cgr_graph_collective(g, &cp, m, nm, &n, 1, outs, nm);

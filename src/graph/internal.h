@@ -154,7 +154,7 @@ static inline cgr_worker *cgr__in_worker(const struct cgr__task *t, size_t i)
 		return t->w;
 	if (t->coll == CGR_COLL_BROADCAST || t->coll == CGR_COLL_SCATTER)
 		return t->members[t->cp.root];
-	return t->members[i];
+	return t->members[i / t->cp.ntensors];
 }
 
 static inline cgr_worker *cgr__out_worker(const struct cgr__task *t, size_t o)
@@ -163,7 +163,7 @@ static inline cgr_worker *cgr__out_worker(const struct cgr__task *t, size_t o)
 		return t->w;
 	if (t->coll == CGR_COLL_REDUCE || t->coll == CGR_COLL_GATHER)
 		return t->members[t->cp.root];
-	return t->members[o];
+	return t->members[o / t->cp.ntensors];
 }
 
 /* The rank of w in t (0 for a plain task on w), or -1. */
@@ -274,10 +274,14 @@ struct cgr__coll_rt {
 	cgr_worker *w;
 	int rank, n;
 	cgr_comm *comm;
-	unsigned in_port;  /* CGR__NO_PORT: none on this member */
-	unsigned out_port; /* CGR__NO_PORT: none on this member */
+	size_t k;	   /* tensors per member (buckets) */
+	unsigned *in_ports;  /* k; CGR__NO_PORT: none on this member */
+	unsigned *out_ports; /* k; CGR__NO_PORT: none on this member */
+	struct cgr__agree *mine; /* k records */
+	void *verdicts;		 /* k, buckets only */
+	unsigned char *bucket_in, *bucket_out; /* buckets only */
 	struct cgr__coll_board *board; /* shared by the members */
-	struct cgr__agree *cached;     /* static shapes: the first agreement */
+	struct cgr__agree *cached;     /* n * k: the last agreement */
 	bool have_cached;
 	size_t cap; /* data capacity of the outputs, the same on every member */
 	char *name;
@@ -373,9 +377,11 @@ int cgr__graph_plan(cgr_graph *g, const cgr_compile_params *p,
 		    cgr_compiled **out);
 void cgr__plan_free(cgr_compiled *c);
 /* Bytes of shared agreement state for a collective of n members. */
-size_t cgr__coll_board_size(size_t n, uint32_t nslots);
-void cgr__coll_board_init(struct cgr__coll_board *b, size_t n,
+size_t cgr__coll_board_size(size_t n, size_t k, uint32_t nslots);
+void cgr__coll_board_init(struct cgr__coll_board *b, size_t n, size_t k,
 			  uint32_t nslots, cgr_worker *const *members);
+/* Allocates cr's scratch (cr->k, n, cap set); 0 or -ENOMEM. */
+int cgr__coll_rt_init(struct cgr__coll_rt *cr);
 void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 		     struct cgr_reactor *r);
 /* Stores v into slot h of capacity cap; returns 0 or an error value is
