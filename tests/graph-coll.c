@@ -753,6 +753,65 @@ static void check_device_edge(unsigned flags, long iters)
 	cgr_graph_destroy(g);
 }
 
+/* Two device-transport outputs of one task read by the same workers:
+ * one bucketed broadcast carries both. */
+static void check_edge_group(long iters)
+{
+	static struct fill f = { 0, 0, -1, -1 };
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x, *v[3], *s[3];
+	long bad = 0;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	d.name = "make3", d.fn = fill3_fn, d.arg = &f;
+	cgr_graph_task(g, W[0], &d, &x, 1, v, 3);
+	cgr_node_set_transport(v[0], CGR_TRANSPORT_DEVICE, 0);
+	cgr_node_set_transport(v[2], CGR_TRANSPORT_DEVICE, 0);
+	for (int r = 1; r < 3; r++) {
+		cgr_task_desc e = CGR_TASK_DESC_INIT;
+		cgr_node *two[2] = { v[0], v[2] };
+		e.name = "sum2", e.fn = sum_fn;
+		cgr_graph_task(g, W[r], &e, two, 2, &s[r - 1], 1);
+	}
+	cgr_task_desc e = CGR_TASK_DESC_INIT;
+	e.name = "host", e.fn = sum_fn;
+	cgr_graph_task(g, W[3], &e, &v[1], 1, &s[2], 1);
+	cgr_graph_output(g, s, 3);
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "two device edges of one task "
+						"compile: %s",
+	     cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	for (long it = 1; it <= iters; it++) {
+		uint64_t xv = (uint64_t)it;
+		cgr_value a = cgr_value_bytes(&xv, 8), o[3];
+		cgr_ref ref;
+		int64_t want = 0, want1 = 0, got;
+		for (int i = 0; i < 3; i++)
+			want += elem(xv, 0, i);
+		for (int i = 0; i < 9; i++)
+			want += elem(xv, 0, i) + 200;
+		for (int i = 0; i < 6; i++)
+			want1 += elem(xv, 0, i) + 100;
+		if (cgr_execute(c, &a, 1, &ref) || cgr_ref_get(c, ref, -1, o, 3)) {
+			bad++;
+			continue;
+		}
+		for (int r = 0; r < 3; r++) {
+			got = 0;
+			if (o[r].kind == CGR_VALUE_BYTES)
+				memcpy(&got, o[r].u.bytes.data, 8);
+			bad += got != (r < 2 ? want : want1);
+		}
+		cgr_ref_release(c, ref);
+	}
+	t_is(bad, 0, "both edges, fused into one broadcast: %ld executions",
+	     iters);
+	cgr_compiled_destroy(c);
+}
+
 int main(int argc, char **argv)
 {
 	long it = t_scale(200);
@@ -779,6 +838,7 @@ int main(int argc, char **argv)
 	check_bucket(CGR_COLL_ALLREDUCE, t_scale(300));
 	check_bucket(CGR_COLL_ALLGATHER, t_scale(300));
 	check_device_edge(0, t_scale(500));
+	check_edge_group(t_scale(300));
 	check_device_edge(CGR_EDGE_STATIC_SHAPE, 12);
 	check_ddp(t_scale(1000));
 	check_cyclic(t_scale(1000));

@@ -447,6 +447,33 @@ static void test_mutation(cgr_ctx *ctx, cgr_worker **W)
 	cgr_graph_destroy(g);
 }
 
+/* Two device edges of one task to the same reader: one fused broadcast. */
+static void test_edge_group(cgr_ctx *ctx, cgr_worker **W)
+{
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x, *v[2], *s;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	size_t colls = 0;
+
+	d.fn = nop;
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	cgr_graph_task(g, W[0], &d, &x, 1, v, 2);
+	cgr_node_set_transport(v[0], CGR_TRANSPORT_DEVICE, 0);
+	cgr_node_set_transport(v[1], CGR_TRANSPORT_DEVICE, 0);
+	cgr_graph_task(g, W[1], &d, v, 2, &s, 1);
+	cgr_graph_output(g, &s, 1);
+	t_is(cgr__graph_plan(g, NULL, &c), 0, "two device edges plan");
+	for (size_t i = 0; i < c->nprogs; i++)
+		for (size_t k = 0; k < c->progs[i].nops; k++)
+			colls += c->progs[i].ops[k].kind == CGR__OP_COLL;
+	t_is(colls, 2, "one broadcast (one op on each of the 2 workers)");
+	t_is(c->nchans, 2, "and no host ring for them (input and output only)");
+	cgr__plan_free(c);
+	cgr_graph_destroy(g);
+}
+
 int main(int argc, char **argv)
 {
 	cgr_ctx *ctx;
@@ -462,6 +489,7 @@ int main(int argc, char **argv)
 		cgr_worker_create(ctx, &wp, &W[i]);
 	}
 	test_mutation(ctx, W);
+	test_edge_group(ctx, W);
 	test_random(ctx, W);
 	cgr_ctx_destroy(ctx);
 	return t_done();

@@ -700,7 +700,8 @@ static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 						L->node_port[t->in[a]->id];
 			for (size_t o = 0; o < t->nout; o++)
 				if (cgr__out_worker(t, o) == w &&
-				    !(t->edge && (int)o == t->cp.root))
+				    !(t->edge &&
+				      (int)(o / cr->k) == t->cp.root))
 					cr->out_ports[o % cr->k] =
 						L->node_port[t->out[o]->id];
 			if (!L->plan_only) {

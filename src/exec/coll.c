@@ -520,10 +520,15 @@ static void cgr__coll_run_bucket(struct cgr__coll_rt *cr, uint64_t seq,
 
 	for (size_t j = 0; j < k; j++) {
 		cgr_value in;
-		cgr__value_load(cgr__port_slot(&c->ports[cr->in_ports[j]], seq),
+		bool has = cr->in_ports[j] != CGR__NO_PORT;
+		memset(&in, 0, sizeof(in));
+		if (has)
+			cgr__value_load(
+				cgr__port_slot(&c->ports[cr->in_ports[j]], seq),
 				&in);
-		cgr__describe(&cr->mine[j], &in, true);
-		src[j] = in.kind == CGR_VALUE_TENSOR ? in.u.tensor.data :
+		cgr__describe(&cr->mine[j], &in, has);
+		src[j] = !has ? NULL :
+			 in.kind == CGR_VALUE_TENSOR ? in.u.tensor.data :
 						       in.u.bytes.data;
 	}
 	ret = cgr__agree_all(cr, seq, cr->mine, cr->cached, r);
@@ -549,11 +554,18 @@ static void cgr__coll_run_bucket(struct cgr__coll_rt *cr, uint64_t seq,
 	}
 	esz = cgr_dtype_size((cgr_dtype)v[0].out.dtype);
 	off = 0;
-	for (size_t j = 0; j < k; j++) {
+	for (size_t j = 0; j < k && src[0] != NULL; j++) {
 		memcpy(cr->bucket_in + off * esz, src[j], v[j].count * esz);
 		off += v[j].count;
 	}
-	if (cr->kind == CGR_COLL_ALLREDUCE)
+	if (cr->kind == CGR_COLL_BROADCAST) {
+		bool root = cr->rank == cr->root;
+		ret = cgr_broadcast(cr->comm, cr->rank,
+				    root ? cr->bucket_in : NULL,
+				    root ? cr->bucket_in : cr->bucket_out, total,
+				    (cgr_dtype)v[0].out.dtype, cr->root, NULL,
+				    NULL);
+	} else if (cr->kind == CGR_COLL_ALLREDUCE)
 		ret = cgr_allreduce(cr->comm, cr->rank, cr->bucket_in,
 				    cr->bucket_out, total,
 				    (cgr_dtype)v[0].out.dtype, cr->op, NULL,
@@ -572,19 +584,20 @@ static void cgr__coll_run_bucket(struct cgr__coll_rt *cr, uint64_t seq,
 		return;
 	}
 	off = 0;
-	for (size_t j = 0; j < k; j++) {
+	for (size_t j = 0; j < k; off += v[j].count, j++) {
+		if (cr->out_ports[j] == CGR__NO_PORT)
+			continue; /* a device edge's root keeps no copy */
 		struct cgr__slot_hdr *oh =
 			cgr__port_slot(&c->ports[cr->out_ports[j]], seq);
 		unsigned char *dst = cgr__slot_data(oh);
 		size_t bytes = v[j].count * esz;
-		if (cr->kind == CGR_COLL_ALLREDUCE)
+		if (cr->kind != CGR_COLL_ALLGATHER)
 			memcpy(dst, cr->bucket_out + off * esz, bytes);
 		else
 			for (size_t q = 0; q < n; q++)
 				memcpy(dst + q * bytes,
 				       cr->bucket_out + (q * total + off) * esz,
 				       bytes);
-		off += v[j].count;
 		cgr__set_out(oh, &v[j]);
 	}
 }
