@@ -193,7 +193,10 @@ enum cgr_value_kind {
 	CGR_VALUE_BYTES = 1,  /* data, len */
 	CGR_VALUE_TENSOR = 2, /* a DLPack tensor (CPU in this version) */
 	CGR_VALUE_ERROR = 3,  /* code + message, produced by a failing task */
+	CGR_VALUE_LIST = 4,   /* items: bytes and tensors mixed (at most 64) */
 };
+
+#define CGR_MAX_LIST 64
 
 #define CGR_MAX_NDIM 8
 
@@ -215,6 +218,10 @@ typedef struct cgr_value {
 		struct {
 			const char *msg; /* NUL-terminated */
 		} error;
+		struct {
+			const struct cgr_value *items; /* bytes or tensors */
+			size_t n;
+		} list;
 	} u;
 } cgr_value;
 
@@ -225,6 +232,21 @@ static inline cgr_value cgr_value_bytes(const void *data, size_t len)
 	v.code = 0;
 	v.u.bytes.data = data;
 	v.u.bytes.len = len;
+	return v;
+}
+
+/*
+ * A list of bytes and tensors moving as one value (Ray's direct_return=
+ * False): over a device-transport edge its tensors go through the
+ * communicator and its bytes through host memory.
+ */
+static inline cgr_value cgr_value_list(const cgr_value *items, size_t n)
+{
+	cgr_value v;
+	v.kind = CGR_VALUE_LIST;
+	v.code = 0;
+	v.u.list.items = items;
+	v.u.list.n = n;
 	return v;
 }
 

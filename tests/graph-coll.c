@@ -812,6 +812,115 @@ static void check_edge_group(long iters)
 	cgr_compiled_destroy(c);
 }
 
+/* A mixed value: [bytes "x=<x>", tensor [4,3] int64, bytes "end"]. */
+static int mixed_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		    size_t nin, cgr_value *out, size_t nout)
+{
+	static __thread char head[32];
+	static __thread int64_t data[12], shape[2] = { 4, 3 };
+	static __thread cgr_value items[3];
+	uint64_t x;
+	(void)tc, (void)st, (void)nin, (void)nout;
+	memcpy(&x, in[0].u.bytes.data, 8);
+	snprintf(head, sizeof(head), "x=%llu", (unsigned long long)x);
+	for (int i = 0; i < 12; i++)
+		data[i] = elem(x, 0, i);
+	items[0] = cgr_value_bytes(head, strlen(head) + 1);
+	memset(&items[1], 0, sizeof(items[1]));
+	items[1].kind = CGR_VALUE_TENSOR;
+	items[1].u.tensor.data = data;
+	items[1].u.tensor.device.device_type = kDLCPU;
+	items[1].u.tensor.ndim = 2;
+	items[1].u.tensor.shape = shape;
+	items[1].u.tensor.dtype.code = kDLInt;
+	items[1].u.tensor.dtype.bits = 64;
+	items[1].u.tensor.dtype.lanes = 1;
+	items[2] = cgr_value_bytes("end", 4);
+	out[0] = cgr_value_list(items, 3);
+	return 0;
+}
+
+/* Checks a mixed value; returns an int64 1 if right, 0 if not. */
+static int mixed_check_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+			  size_t nin, cgr_value *out, size_t nout)
+{
+	static __thread int64_t ok;
+	const uint64_t *x = in[1].u.bytes.data;
+	char head[32];
+	(void)tc, (void)st, (void)nin, (void)nout;
+	snprintf(head, sizeof(head), "x=%llu", (unsigned long long)*x);
+	ok = in[0].kind == CGR_VALUE_LIST && in[0].u.list.n == 3;
+	if (ok) {
+		const cgr_value *it = in[0].u.list.items;
+		ok = it[0].kind == CGR_VALUE_BYTES &&
+		     strcmp(it[0].u.bytes.data, head) == 0 &&
+		     it[1].kind == CGR_VALUE_TENSOR &&
+		     it[1].u.tensor.ndim == 2 && it[1].u.tensor.shape[0] == 4 &&
+		     it[1].u.tensor.shape[1] == 3 &&
+		     it[2].kind == CGR_VALUE_BYTES &&
+		     strcmp(it[2].u.bytes.data, "end") == 0;
+		for (int i = 0; ok && i < 12; i++)
+			ok = ((const int64_t *)it[1].u.tensor.data)[i] ==
+			     elem(*x, 0, i);
+	}
+	out[0] = cgr_value_bytes(&ok, 8);
+	return 0;
+}
+
+static void check_mixed(long iters)
+{
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x, *v, *chk[3], *outs[4];
+	long bad = 0;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	d.name = "mixed", d.fn = mixed_fn;
+	cgr_graph_task(g, W[0], &d, &x, 1, &v, 1);
+	cgr_node_set_transport(v, CGR_TRANSPORT_DEVICE, 0);
+	for (int r = 0; r < 3; r++) {
+		cgr_task_desc e = CGR_TASK_DESC_INIT;
+		cgr_node *two[2] = { v, x };
+		e.name = "check", e.fn = mixed_check_fn;
+		cgr_graph_task(g, W[r + 1], &e, two, 2, &chk[r], 1);
+	}
+	outs[0] = chk[0], outs[1] = chk[1], outs[2] = chk[2], outs[3] = v;
+	cgr_graph_output(g, outs, 4);
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "mixed value graph: %s",
+	     cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	for (long it = 1; it <= iters; it++) {
+		uint64_t xv = (uint64_t)it;
+		cgr_value a = cgr_value_bytes(&xv, 8), o[4];
+		cgr_ref ref;
+		if (cgr_execute(c, &a, 1, &ref) || cgr_ref_get(c, ref, -1, o, 4)) {
+			bad++;
+			continue;
+		}
+		for (int r = 0; r < 3; r++) {
+			int64_t ok = 0;
+			if (o[r].kind == CGR_VALUE_BYTES)
+				memcpy(&ok, o[r].u.bytes.data, 8);
+			else if (bad < 2)
+				t_diag("reader %d: %s", r,
+				       o[r].kind == CGR_VALUE_ERROR ?
+					       o[r].u.error.msg :
+					       "?");
+			bad += ok != 1;
+		}
+		bad += o[3].kind != CGR_VALUE_LIST || o[3].u.list.n != 3 ||
+		       ((const int64_t *)o[3].u.list.items[1].u.tensor.data)[5] !=
+			       elem(xv, 0, 5);
+		cgr_ref_release(c, ref);
+	}
+	t_is(bad, 0, "mixed bytes+tensor value: tensors by broadcast, bytes "
+		     "by host, to 3 readers and the driver: %ld executions",
+	     iters);
+	cgr_compiled_destroy(c);
+}
+
 int main(int argc, char **argv)
 {
 	long it = t_scale(200);
@@ -839,6 +948,7 @@ int main(int argc, char **argv)
 	check_bucket(CGR_COLL_ALLGATHER, t_scale(300));
 	check_device_edge(0, t_scale(500));
 	check_edge_group(t_scale(300));
+	check_mixed(t_scale(300));
 	check_device_edge(CGR_EDGE_STATIC_SHAPE, 12);
 	check_ddp(t_scale(1000));
 	check_cyclic(t_scale(1000));

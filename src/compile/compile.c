@@ -685,6 +685,9 @@ static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 			if (cr->name == NULL)
 				return -ENOMEM;
 			cr->k = t->cp.ntensors;
+			cr->edge = t->edge;
+			cr->root_port = t->edge ? L->node_port[t->in[0]->id] :
+						  CGR__NO_PORT;
 			cr->in_ports = cgr__c_alloc(c, cr->k * sizeof(unsigned),
 						    64);
 			cr->out_ports = cgr__c_alloc(c, cr->k * sizeof(unsigned),

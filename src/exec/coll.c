@@ -492,6 +492,12 @@ int cgr__coll_rt_init(struct cgr__coll_rt *cr)
 	cr->cached = cgr__c_alloc(c, n * k * sizeof(struct cgr__agree), 64);
 	if (cr->mine == NULL || cr->cached == NULL)
 		return -ENOMEM;
+	if (k == 1 && cr->edge) {
+		/* Lists over a device edge: their tensors travel packed. */
+		cr->bucket_in = cgr__c_alloc(c, cr->cap, 64);
+		cr->bucket_out = cgr__c_alloc(c, cr->cap, 64);
+		return cr->bucket_in && cr->bucket_out ? 0 : -ENOMEM;
+	}
 	if (k == 1)
 		return 0;
 	cr->verdicts = cgr__c_alloc(c, k * sizeof(struct cgr__verdict), 64);
@@ -602,6 +608,77 @@ static void cgr__coll_run_bucket(struct cgr__coll_rt *cr, uint64_t seq,
 	}
 }
 
+/*
+ * A list over a device edge (mixed value): every reader lays the list out
+ * from the producer's slot, copying the bytes items through host memory,
+ * while the tensor items' data moves through the communicator, packed into
+ * one broadcast.
+ */
+static void cgr__coll_run_list(struct cgr__coll_rt *cr, uint64_t seq)
+{
+	struct cgr_compiled *c = cr->c;
+	struct cgr__slot_hdr *rh =
+		cgr__port_slot(&c->ports[cr->root_port], seq);
+	bool root = cr->rank == cr->root;
+	struct cgr__slot_hdr *oh = NULL;
+	cgr_value rv, ov;
+	size_t total = 0, off = 0;
+	char msg[400];
+	int ret;
+
+	cgr__value_load(rh, &rv);
+	for (size_t i = 0; i < rv.u.list.n; i++)
+		if (rv.u.list.items[i].kind == CGR_VALUE_TENSOR)
+			total += cgr_tensor_nbytes(&rv.u.list.items[i].u.tensor);
+	if (total > cr->cap || rh->len > cr->cap) {
+		snprintf(msg, sizeof(msg),
+			 "broadcast %s (execution %llu): list of %llu bytes "
+			 "exceeds the %zu-byte buffer",
+			 cr->name, (unsigned long long)seq,
+			 (unsigned long long)rh->len, cr->cap);
+		cgr__coll_fail(cr, seq, CGR_ETOOBIG, msg);
+		return;
+	}
+	if (root) {
+		for (size_t i = 0; i < rv.u.list.n; i++) {
+			const DLTensor *t = &rv.u.list.items[i].u.tensor;
+			size_t b;
+			if (rv.u.list.items[i].kind != CGR_VALUE_TENSOR)
+				continue;
+			b = cgr_tensor_nbytes(t);
+			memcpy(cr->bucket_in + off, t->data, b);
+			off += b;
+		}
+	} else if (cr->out_ports[0] != CGR__NO_PORT) {
+		oh = cgr__port_slot(&c->ports[cr->out_ports[0]], seq);
+		cgr__list_store(oh, &rv, false);
+	}
+	ret = cgr_broadcast(cr->comm, cr->rank, root ? cr->bucket_in : NULL,
+			    root ? cr->bucket_in : cr->bucket_out, total,
+			    CGR_UINT8, cr->root, NULL, NULL);
+	if (ret < 0) {
+		const char *why = cgr_comm_errmsg(cr->comm, cr->rank);
+		snprintf(msg, sizeof(msg), "broadcast %s (execution %llu): %s",
+			 cr->name, (unsigned long long)seq,
+			 why != NULL && *why ? why : cgr_strerror(ret));
+		cgr__coll_fail(cr, seq, ret, msg);
+		return;
+	}
+	if (oh == NULL)
+		return;
+	cgr__value_load(oh, &ov);
+	off = 0;
+	for (size_t i = 0; i < ov.u.list.n; i++) {
+		const DLTensor *t = &ov.u.list.items[i].u.tensor;
+		size_t b;
+		if (ov.u.list.items[i].kind != CGR_VALUE_TENSOR)
+			continue;
+		b = cgr_tensor_nbytes(t);
+		memcpy(t->data, cr->bucket_out + off, b);
+		off += b;
+	}
+}
+
 void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 		   struct cgr_reactor *r)
 {
@@ -624,11 +701,18 @@ void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 				&in);
 	cgr__describe(mine, &in, cr->in_ports[0] != CGR__NO_PORT);
 	bool changed = false;
-	if (!cr->static_shape || !cr->have_cached) {
+	/* Lists always agree: their host part is read from the producer's
+	 * slot, which only the agreement orders after its writing. */
+	if (!cr->static_shape || !cr->have_cached ||
+	    (cr->edge && all[cr->root].kind == CGR_VALUE_LIST)) {
 		ret = cgr__agree_all(cr, seq, mine, all, r);
 		if (ret < 0)
 			return; /* teardown */
 		cr->have_cached = true;
+		if (cr->edge && all[cr->root].kind == CGR_VALUE_LIST) {
+			cgr__coll_run_list(cr, seq);
+			return;
+		}
 	} else {
 		/* Static shapes: the first agreement holds for everybody; only
 		 * this member's own change is visible here. */

@@ -46,7 +46,8 @@ static bool cgr__tensor_compact(const DLTensor *t)
 	return true;
 }
 
-int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes)
+/* Checks a bytes or tensor value; *bytes gets its data size. */
+static int cgr__item_check(const cgr_value *v, size_t *bytes)
 {
 	size_t n = 0;
 
@@ -88,15 +89,112 @@ int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes)
 			return CGR_EBADVALUE;
 		break;
 	}
+	default:
+		return CGR_EBADVALUE;
+	}
+	*bytes = n;
+	return 0;
+}
+
+/*
+ * A list in a slot: a table of n values (pointing into this slot), a table
+ * of n shapes, then each item's data, 64-byte aligned.  cgr__list_layout
+ * gives the offsets, so any writer lays a list out the same way.
+ */
+struct cgr__list_hdr {
+	uint64_t n;
+	uint64_t pad[7];
+};
+
+static size_t cgr__list_data_off(size_t n)
+{
+	return CGR__ALIGN_UP(sizeof(struct cgr__list_hdr) +
+				     n * sizeof(cgr_value) +
+				     n * CGR_MAX_NDIM * sizeof(int64_t),
+			     64);
+}
+
+int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes)
+{
+	size_t n = 0, b;
+	int ret;
+
+	switch (v->kind) {
 	case CGR_VALUE_ERROR:
 		n = (v->u.error.msg != NULL ? strlen(v->u.error.msg) : 0) + 1;
 		break;
+	case CGR_VALUE_LIST:
+		if (v->u.list.n > CGR_MAX_LIST ||
+		    (v->u.list.n > 0 && v->u.list.items == NULL))
+			return CGR_EBADVALUE;
+		n = cgr__list_data_off(v->u.list.n);
+		for (size_t i = 0; i < v->u.list.n; i++) {
+			const cgr_value *it = &v->u.list.items[i];
+			if (it->kind != CGR_VALUE_BYTES &&
+			    it->kind != CGR_VALUE_TENSOR)
+				return CGR_EBADVALUE;
+			ret = cgr__item_check(it, &b);
+			if (ret < 0)
+				return ret;
+			n += CGR__ALIGN_UP(b, 64);
+		}
+		break;
 	default:
-		return CGR_EBADVALUE;
+		ret = cgr__item_check(v, &n);
+		if (ret < 0)
+			return ret;
+		break;
 	}
 	if (bytes != NULL)
 		*bytes = n;
 	return n > cap ? CGR_ETOOBIG : 0;
+}
+
+/*
+ * Lays list v out in slot h (already checked to fit).  With copy_tensors
+ * false the tensors' data is left for the caller to fill (a device edge
+ * moves it through the communicator).
+ */
+void cgr__list_store(struct cgr__slot_hdr *h, const cgr_value *v,
+		     bool copy_tensors)
+{
+	unsigned char *d = cgr__slot_data(h);
+	struct cgr__list_hdr *lh = (struct cgr__list_hdr *)d;
+	size_t n = v->u.list.n, off = cgr__list_data_off(n);
+	cgr_value *items = (cgr_value *)(lh + 1);
+	int64_t(*shapes)[CGR_MAX_NDIM] = (void *)(items + n);
+
+	lh->n = n;
+	for (size_t i = 0; i < n; i++) {
+		const cgr_value *it = &v->u.list.items[i];
+		size_t b = 0;
+		cgr__item_check(it, &b);
+		items[i] = *it;
+		if (it->kind == CGR_VALUE_BYTES) {
+			if (b > 0 && it->u.bytes.data != d + off)
+				memcpy(d + off, it->u.bytes.data, b);
+			items[i].u.bytes.data = d + off;
+		} else {
+			const DLTensor *t = &it->u.tensor;
+			const unsigned char *src =
+				(const unsigned char *)t->data + t->byte_offset;
+			if (copy_tensors && b > 0 && src != d + off)
+				memcpy(d + off, src, b);
+			for (int k = 0; k < t->ndim; k++)
+				shapes[i][k] = t->shape[k];
+			items[i].u.tensor.data = d + off;
+			items[i].u.tensor.shape = shapes[i];
+			items[i].u.tensor.strides = NULL;
+			items[i].u.tensor.byte_offset = 0;
+			items[i].u.tensor.device.device_type = kDLCPU;
+			items[i].u.tensor.device.device_id = 0;
+		}
+		off += CGR__ALIGN_UP(b, 64);
+	}
+	h->kind = CGR_VALUE_LIST;
+	h->code = 0;
+	h->len = off;
+	h->ndim = 0;
 }
 
 void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,
@@ -163,6 +261,9 @@ int cgr__value_store(struct cgr__slot_hdr *h, size_t cap, const cgr_value *v)
 		h->code = v->code != 0 ? v->code : CGR_ETASK;
 		memcpy(d, v->u.error.msg != NULL ? v->u.error.msg : "", n);
 		break;
+	case CGR_VALUE_LIST:
+		cgr__list_store(h, v, true);
+		break;
 	default:
 		break;
 	}
@@ -195,6 +296,11 @@ void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v)
 		break;
 	case CGR_VALUE_ERROR:
 		v->u.error.msg = (const char *)d;
+		break;
+	case CGR_VALUE_LIST:
+		v->u.list.n = (size_t)((const struct cgr__list_hdr *)d)->n;
+		v->u.list.items =
+			(const cgr_value *)((const struct cgr__list_hdr *)d + 1);
 		break;
 	default:
 		v->kind = CGR_VALUE_NONE;

@@ -275,6 +275,8 @@ struct cgr__coll_rt {
 	int rank, n;
 	cgr_comm *comm;
 	size_t k;	   /* tensors per member (buckets) */
+	bool edge;	   /* a device-transport edge's broadcast */
+	unsigned root_port; /* edge: the producer's port (lists' host part) */
 	unsigned *in_ports;  /* k; CGR__NO_PORT: none on this member */
 	unsigned *out_ports; /* k; CGR__NO_PORT: none on this member */
 	struct cgr__agree *mine; /* k records */
@@ -390,6 +392,8 @@ int cgr__value_store(struct cgr__slot_hdr *h, size_t cap, const cgr_value *v);
 void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v);
 void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,
 			    const char *msg);
+void cgr__list_store(struct cgr__slot_hdr *h, const cgr_value *v,
+		     bool copy_tensors);
 /* Checks a value the caller hands in; 0 or CGR_ETOOBIG/CGR_EBADVALUE. */
 int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes);
 
