@@ -88,6 +88,7 @@ run1() {
 mpirun_cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none
 	--mca btl self,vader)
 t_start=$(date +%s.%N)
+load0=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?")
 say "collective_bw.sh: $rounds round(s)${quick:+ (quick)}, ranks $ranks, binaries in $bin"
 : >"$tmp/json"
 for r in $(seq 1 "$rounds"); do
@@ -107,11 +108,13 @@ for r in $(seq 1 "$rounds"); do
 	done
 done
 t_end=$(date +%s.%N)
+load1=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo "?")
 
 # Medians over rounds, the table, the targets, the JSON lines.
 touch "$tmp/fail"
 fail4=$(grep -c '^cgr 4 ranks' "$tmp/fail")
 awk -v json="$json" -v rounds="$rounds" -v fail4="$fail4" -v wall="$(awk -v a="$t_start" -v b="$t_end" 'BEGIN{print b - a}')" \
+	-v load0="$load0" -v load1="$load1" -v ncpu="$(nproc)" \
 	-v have_mpi="$have_mpi" -v have_gloo="$have_gloo" -v have_cgr="$have_cgr" '
 function jstr(s, k,   p, i) {
 	p = "\"" k "\":\""; i = index(s, p)
@@ -229,7 +232,9 @@ END {
 				w4, rounds, f(m4, "%.2f"), f(t84, "%.2f")
 		if (fail4 > 0) printf "; %d run(s) failed or hung (see failures)", fail4
 		print ""
-		printf "driver: %.1f s in all\n", wall
+		printf "driver: %.1f s in all; 1-min load average %s before the run, %s after it (the run adds its own ranks), %d CPUs\n", wall, load0, load1, ncpu
+		if (load0 + 0 > 0.5)
+			print "note: other processes were using the CPUs when the run started: expect noise; rerun on an idle machine"
 	}
 	for (q = 1; q <= nk; q++) {
 		k = keys[q]; split(k, p, SUBSEP)
