@@ -151,6 +151,20 @@ function ratio(a, b) { return (a == "" || b == "" || b == 0) ? "" : a / b }
 }
 END {
 	for (q = 1; q <= nk; q++) med[keys[q]] = median(vals[keys[q]])
+	# Bandwidths from the median time, so that time, algbw and busbw of
+	# a row agree (a median of 1/t is not 1/median of t over even counts).
+	for (q = 1; q <= nk; q++) {
+		k = keys[q]; split(k, p, SUBSEP)
+		if (p[3] != "algbw" && p[3] != "busbw") continue
+		tk = p[1] SUBSEP p[2] SUBSEP "time_us"
+		if (!(tk in med) || med[tk] <= 0 || !(tk in bytes)) continue
+		v = bytes[tk] / (med[tk] * 1e3)
+		if (p[3] == "busbw") {
+			if (!(p[1] in factor)) continue
+			v *= factor[p[1]]
+		}
+		med[k] = v
+	}
 	nc = split("allreduce allgather reducescatter reduce broadcast gather scatter alltoall sendrecv", coll, " ")
 	form["allreduce"] = "2(n-1)/n"; form["reduce"] = "1"; form["broadcast"] = "1"; form["sendrecv"] = "1"
 	form["allgather"] = form["reducescatter"] = form["gather"] = form["scatter"] = form["alltoall"] = "(n-1)/n"
