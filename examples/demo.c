@@ -16,6 +16,10 @@
  * its partial y, and an allreduce sums the partials.  Checked bit for bit
  * against a single-thread reference (integer-valued floats keep every sum
  * exact whatever the order).
+ *
+ * Usage: demo [executions] [--trace DIR]: with --trace, the MLP graph is
+ * also written as DOT (graph and schedule) and its run as Chrome trace
+ * JSON into DIR.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -111,8 +115,10 @@ static int cmp64(const void *a, const void *b)
 
 #include "tp_mlp.h"
 
-static int run_tp_mlp(cgr_ctx *ctx, int iters)
+static int run_tp_mlp(cgr_ctx *ctx, int iters, const char *trace_dir)
 {
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	char path[4096];
 	cgr_worker *w[TP];
 	cgr_compiled *c;
 	static float xin[BATCH * DIN], want[BATCH * DOUT];
@@ -120,8 +126,13 @@ static int run_tp_mlp(cgr_ctx *ctx, int iters)
 	int bad = 0, ret;
 
 	mlp_weights();
+	if (trace_dir != NULL) {
+		pp.trace_events = 4096;
+		snprintf(path, sizeof(path), "%s/tp_mlp.dot", trace_dir);
+	}
 	if ((ret = mlp_workers(ctx, w)) != 0 ||
-	    (ret = mlp_compile(ctx, w, 1, &c)) != 0)
+	    (ret = mlp_compile(ctx, w, 1, &pp, trace_dir ? path : NULL,
+			       &c)) != 0)
 		return ret;
 	lat = calloc((size_t)iters, sizeof(*lat));
 	for (int it = 0; it < iters; it++) {
@@ -152,6 +163,16 @@ static int run_tp_mlp(cgr_ctx *ctx, int iters)
 	       "us\n",
 	       lat[iters / 2] / 1e3, lat[iters * 99 / 100] / 1e3);
 	free(lat);
+	if (trace_dir != NULL) {
+		snprintf(path, sizeof(path), "%s/tp_mlp_schedule.dot",
+			 trace_dir);
+		cgr_compiled_write_dot(c, path);
+		snprintf(path, sizeof(path), "%s/tp_mlp_trace.json", trace_dir);
+		ret = cgr_compiled_write_trace(c, path);
+		printf("demo: wrote %s/tp_mlp.dot, tp_mlp_schedule.dot and "
+		       "tp_mlp_trace.json (%s)\n",
+		       trace_dir, cgr_strerror(ret));
+	}
 	cgr_compiled_destroy(c);
 	return bad ? -1 : 0;
 }
@@ -246,7 +267,9 @@ int main(int argc, char **argv)
 	       lat[iters / 2] / 1e3, lat[iters * 99 / 100] / 1e3);
 	free(lat);
 	cgr_compiled_destroy(c);
-	ret = run_tp_mlp(ctx, iters / 10 > 100 ? iters / 10 : 100);
+	ret = run_tp_mlp(ctx, iters / 10 > 100 ? iters / 10 : 100,
+			 argc > 3 && strcmp(argv[2], "--trace") == 0 ? argv[3] :
+								       NULL);
 	cgr_ctx_destroy(ctx);
 	if (ret != 0 && ret != -1)
 		goto fail;

@@ -158,6 +158,7 @@ static int mlp_workers(cgr_ctx *ctx, cgr_worker **w)
 
 /* The graph: x -> mlp_part on every worker -> allreduce (or not). */
 static int mlp_compile(cgr_ctx *ctx, cgr_worker **w, int with_allreduce,
+		       const cgr_compile_params *pp, const char *dot,
 		       cgr_compiled **out)
 {
 	cgr_graph *g;
@@ -177,7 +178,9 @@ static int mlp_compile(cgr_ctx *ctx, cgr_worker **w, int with_allreduce,
 	} else {
 		cgr_graph_output(g, part, TP);
 	}
-	ret = cgr_graph_compile(g, NULL, out);
+	if (dot != NULL)
+		cgr_graph_write_dot(g, dot);
+	ret = cgr_graph_compile(g, pp, out);
 	if (ret != 0)
 		fprintf(stderr, "tp-mlp compile: %s\n", cgr_graph_errmsg(g));
 	cgr_graph_destroy(g);

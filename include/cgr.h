@@ -359,9 +359,10 @@ typedef struct cgr_compile_params {
 	int64_t get_timeout_ns;	   /* ref_get's default; default 10 s */
 	int wait_mode;		   /* enum cgr_wait_mode */
 	int64_t spin_ns;	   /* adaptive spin before parking; default 50 us */
+	uint32_t trace_events;	   /* per worker, kept from the start; 0: off */
 } cgr_compile_params;
 #define CGR_COMPILE_PARAMS_INIT \
-	{ sizeof(cgr_compile_params), 0, 0, -1, -1, CGR_WAIT_ADAPTIVE, -1 }
+	{ sizeof(cgr_compile_params), 0, 0, -1, -1, CGR_WAIT_ADAPTIVE, -1, 0 }
 
 /*
  * Validates and compiles the graph: channels allocated, one program per
@@ -419,6 +420,23 @@ int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns);
 
 /* Teardown (1 s) if not done, then frees c.  NULL is a no-op. */
 void cgr_compiled_destroy(cgr_compiled *c);
+
+/* ---- pictures ---- */
+
+/*
+ * Writes the operations the workers recorded (compile with trace_events >
+ * 0; each worker keeps its first trace_events operations) as Chrome trace
+ * JSON, one track per worker: open it in Perfetto (ui.perfetto.dev) or
+ * chrome://tracing.  Call it while no execution is in flight, or after
+ * teardown.  Returns 0, -EINVAL, -ENODATA (tracing off), or -errno.
+ */
+int cgr_compiled_write_trace(const cgr_compiled *c, const char *path);
+/* The graph as Graphviz DOT: one cluster per worker, collectives joining
+ * their members, edges labelled with their transport. */
+int cgr_graph_write_dot(const cgr_graph *g, const char *path);
+/* Each worker's program (READ, COMPUTE, COLL, WRITE in order) as DOT, with
+ * the rings between workers and the collectives' rendezvous. */
+int cgr_compiled_write_dot(const cgr_compiled *c, const char *path);
 
 /* Number of graph outputs and arguments of one execution. */
 size_t cgr_compiled_noutputs(const cgr_compiled *c);

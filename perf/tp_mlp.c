@@ -146,7 +146,7 @@ int main(int argc, char **argv)
 			if (k == C_ALLREDUCE) {
 				run_allreduce(ctx, o.iters, lat);
 			} else {
-				if (mlp_compile(ctx, w, k == C_GRAPH, &c) != 0 ||
+				if (mlp_compile(ctx, w, k == C_GRAPH, NULL, NULL, &c) != 0 ||
 				    run_graph(c, o.iters, lat) != 0)
 					return 1;
 				cgr_compiled_destroy(c);

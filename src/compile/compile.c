@@ -313,6 +313,8 @@ static int cgr__params(cgr_compile_params *p, const cgr_compile_params *in)
 		p->get_timeout_ns = CGR__DEF_TIMEOUT_NS;
 	if (p->spin_ns < 0)
 		p->spin_ns = CGR__DEF_SPIN_NS;
+	if (p->trace_events > (1u << 24))
+		return -EINVAL;
 	if (p->wait_mode != CGR_WAIT_ADAPTIVE && p->wait_mode != CGR_WAIT_BUSY &&
 	    p->wait_mode != CGR_WAIT_BLOCK)
 		return -EINVAL;
@@ -770,6 +772,15 @@ static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 			return ret;
 	}
 	p->ntcs = k;
+	if (c->p.trace_events > 0) {
+		p->trace_cap = c->p.trace_events;
+		p->trace = cgr__c_alloc(c, (size_t)p->trace_cap *
+						   sizeof(*p->trace),
+					64);
+		if (p->trace == NULL)
+			return -ENOMEM;
+	}
+	atomic_init(&p->trace_n, 0);
 	cgr__future_init(&p->left);
 	p->left_gen = cgr__future_arm(&p->left);
 	atomic_init(&p->done_seq, 0);
@@ -978,6 +989,7 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 	atomic_fetch_add(&g->ctx->refs, 1);
 	atomic_init(&c->refs, 1);
 	atomic_init(&c->stop, 0);
+	c->t_start = cgr__now_ns();
 	cgr__bell_init(&c->drv_bell);
 	ret = cgr__params(&c->p, prm);
 	if (ret < 0) {

@@ -14,6 +14,23 @@
 
 #include "graph/internal.h"
 
+/* Records one operation, while room is left (never wraps: a reader may be
+ * looking at the records already published). */
+static void cgr__trace_record(struct cgr__prog *p, const struct cgr__op *op,
+			      uint64_t seq, int64_t t0)
+{
+	uint32_t n = atomic_load_explicit(&p->trace_n, memory_order_relaxed);
+
+	if (n >= p->trace_cap)
+		return;
+	p->trace[n].t0 = t0;
+	p->trace[n].t1 = cgr__now_ns();
+	p->trace[n].seq = seq;
+	p->trace[n].op = op;
+	/* T1: publishes the record; pairs with the exporter's acquire. */
+	atomic_store_explicit(&p->trace_n, n + 1, memory_order_release);
+}
+
 static bool cgr__ring_ready(void *arg)
 {
 	return cgr_ring_peek(arg) != NULL;
@@ -117,6 +134,7 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 			break;
 		for (size_t i = 0; i < p->nops; i++) {
 			struct cgr__op *op = &p->ops[i];
+			int64_t t0 = p->trace != NULL ? cgr__now_ns() : 0;
 			switch (op->kind) {
 			case CGR__OP_READ: {
 				struct cgr__chan *ch = &c->chans[op->chan];
@@ -178,6 +196,8 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 			default:
 				break;
 			}
+			if (p->trace != NULL)
+				cgr__trace_record(p, op, seq, t0);
 		}
 		atomic_store_explicit(&p->done_seq, seq + 1,
 				      memory_order_relaxed);

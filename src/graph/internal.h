@@ -309,6 +309,17 @@ struct cgr__prog {
 	struct cgr_future left; /* completed when the worker leaves */
 	uint32_t left_gen;
 	_Atomic uint64_t done_seq; /* executions completed (for reports) */
+	/* Trace: the first trace_cap operations, written by the worker only;
+	 * trace_n is published with release after each record. */
+	struct cgr__trace_ev *trace;
+	uint32_t trace_cap;
+	_Atomic uint32_t trace_n;
+};
+
+struct cgr__trace_ev {
+	int64_t t0, t1; /* CLOCK_MONOTONIC ns */
+	uint64_t seq;
+	const struct cgr__op *op;
 };
 
 struct cgr_compiled {
@@ -343,6 +354,7 @@ struct cgr_compiled {
 	uint8_t *released; /* per slot */
 
 	_Atomic uint32_t stop;
+	int64_t t_start; /* compile time: trace timestamps start here */
 	bool torn_down;
 	int teardown_result;
 	struct cgr_compiled *next; /* ctx's list */
