@@ -20,6 +20,15 @@
  * slots suffice: a rank writes d[(k+1) % 2] only after everybody posted
  * #k, hence after everybody read the descriptors of #k-1.
  *
+ * Tiny operations (what a rank stages fits CGR__FAST bytes) take the
+ * latency path first: each rank writes a compact descriptor and its data
+ * into its own latency line (c->fast, double-buffered by k % 2) and posts
+ * seq = k; it reads every peer's line of #k, and if all agree it computes
+ * its result from the lines: one cache-line transfer per peer, no barrier,
+ * no stage.  Any difference (or a poisoned or larger operation on some
+ * rank) sends every rank down the full path below, which reports it in
+ * detail (see cgr__coll).
+ *
  * Small operations (what a rank contributes fits CGR__EAGER bytes) are
  * eager: each rank copies its contribution into its own staging slot of
  * the communicator (pub[rank].eager[k % 2]) before it posts #k, and after
@@ -65,6 +74,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -75,6 +85,7 @@
 #define CGR__NREC 64	       /* records in flight per rank */
 #define CGR__P2P_SLOTS 8       /* messages in flight per (sender, receiver) */
 #define CGR__EAGER 4096	       /* staged (one-barrier) path up to this */
+#define CGR__FAST 256	       /* latency path: staged bytes up to this */
 #define CGR__PUSH_BLOCK 32768  /* allreduce: reduce, then push, per block */
 #define CGR__COMM_SPIN_NS 30000
 #define CGR__MSG 128
@@ -100,6 +111,34 @@ struct cgr__rpub {
 	/* Staged contributions of eager collectives #k, at k % 2. */
 	unsigned char eager[2][CGR__EAGER] cgr__aligned;
 } cgr__aligned;
+
+/*
+ * A rank's latency line for collective #k, at k % 2: the compact
+ * descriptor, then (unless CGR__FAST_SLOW) meta if any and what the rank
+ * stages, all written before `seq` = k (release).  For a small payload the
+ * whole line is one cache line: one transfer per peer.
+ */
+#define CGR__FAST_META 1u /* meta follows in data[] */
+#define CGR__FAST_SLOW 2u /* this rank takes the full path */
+#define CGR__FAST_HEAD 24
+#define CGR__FAST_SIZE                                                      \
+	((CGR__FAST_HEAD + CGR__COLL_META + CGR__FAST + CGR_CACHELINE - 1) / \
+	 CGR_CACHELINE * CGR_CACHELINE)
+
+struct cgr__fast {
+	_Atomic uint64_t seq;
+	/* The agreed fields: op and root are 0 where they are not compared,
+	 * so equal heads mean agreement (given equal meta). */
+	uint64_t count;
+	uint8_t kind, dtype, op, flags;
+	int32_t root;
+	unsigned char data[CGR__FAST_SIZE - CGR__FAST_HEAD];
+} cgr__aligned;
+
+_Static_assert(offsetof(struct cgr__fast, data) == CGR__FAST_HEAD,
+	       "latency line head");
+_Static_assert(sizeof(struct cgr__fast) == CGR__FAST_SIZE,
+	       "latency line size");
 
 struct cgr__slot {
 	/* Written by the sender before `sent` (release). */
@@ -181,6 +220,7 @@ struct cgr__cpu {
 	_Atomic int32_t movers; /* ranks copying between buffers now */
 	struct cgr_bell bell cgr__aligned;
 	struct cgr__rpub *pub;	 /* n */
+	struct cgr__fast *fast;	 /* 2n: [rank * 2 + k % 2] */
 	struct cgr__pair *pairs; /* n * n: [sender * n + receiver] */
 	struct cgr__rank *ranks; /* n */
 };
@@ -581,32 +621,33 @@ static bool cgr__eager(const struct cgr__coll_desc *d, int n, int rank,
 	}
 }
 
-/* An eager collective #k: results from the staging slots; no barrier. */
-static void cgr__move_eager(struct cgr__wctx *w, uint64_t k)
+/*
+ * The result of a staged collective (agreed: every rank's fields are these)
+ * from e[j], what rank j staged.  No barrier: only our recv is written.
+ */
+static void cgr__move_staged(int kind, int n, int r, int root, size_t count,
+			     cgr_dtype dt, cgr_redop op, void *recv,
+			     const unsigned char *const *e)
 {
-	struct cgr__cpu *c = w->c;
-	const struct cgr__cdesc *me = &c->pub[w->rank].d[k & 1];
 	const void *srcs[256];
-	int n = c->base.n, r = w->rank, root = me->root;
-	size_t b = me->count * cgr_dtype_size(me->dtype);
-	char *rb = me->recv;
+	size_t b = count * cgr_dtype_size(dt);
+	char *rb = recv;
 
-#define E(j) ((const unsigned char *)c->pub[(j)].eager[k & 1])
-	switch (me->kind) {
+	switch (kind) {
 	case CGR__COLL_ALLREDUCE:
 	case CGR__COLL_REDUCESCATTER:
 		for (int j = 0; j < n; j++)
-			srcs[j] = E(j) + (me->kind == CGR__COLL_ALLREDUCE ?
+			srcs[j] = e[j] + (kind == CGR__COLL_ALLREDUCE ?
 						  0 :
 						  (size_t)r * b);
-		cgr__reduce(rb, srcs, n, me->count, me->dtype, me->op, n);
+		cgr__reduce(rb, srcs, n, count, dt, op, n);
 		break;
 	case CGR__COLL_REDUCE:
 		if (r != root)
 			break;
 		for (int j = 0; j < n; j++)
-			srcs[j] = E(j);
-		cgr__reduce(rb, srcs, n, me->count, me->dtype, me->op, n);
+			srcs[j] = e[j];
+		cgr__reduce(rb, srcs, n, count, dt, op, n);
 		break;
 	case CGR__COLL_GATHER:
 		if (r != root)
@@ -614,22 +655,35 @@ static void cgr__move_eager(struct cgr__wctx *w, uint64_t k)
 		/* fall through */
 	case CGR__COLL_ALLGATHER:
 		for (int j = 0; j < n; j++)
-			cgr__copy(rb + (size_t)j * b, E(j), b);
+			cgr__copy(rb + (size_t)j * b, e[j], b);
 		break;
 	case CGR__COLL_BROADCAST:
-		cgr__copy(rb, E(root), b);
+		cgr__copy(rb, e[root], b);
 		break;
 	case CGR__COLL_SCATTER:
-		cgr__copy(rb, E(root) + (size_t)r * b, b);
+		cgr__copy(rb, e[root] + (size_t)r * b, b);
 		break;
 	case CGR__COLL_ALLTOALL:
 		for (int j = 0; j < n; j++)
-			cgr__copy(rb + (size_t)j * b, E(j) + (size_t)r * b, b);
+			cgr__copy(rb + (size_t)j * b, e[j] + (size_t)r * b, b);
 		break;
 	default:
 		break;
 	}
-#undef E
+}
+
+/* An eager collective #k: results from the staging slots; no barrier. */
+static void cgr__move_eager(struct cgr__wctx *w, uint64_t k)
+{
+	struct cgr__cpu *c = w->c;
+	const struct cgr__cdesc *me = &c->pub[w->rank].d[k & 1];
+	const unsigned char *e[256];
+	int n = c->base.n;
+
+	for (int j = 0; j < n; j++)
+		e[j] = c->pub[j].eager[k & 1];
+	cgr__move_staged(me->kind, n, w->rank, me->root, me->count,
+			 (cgr_dtype)me->dtype, (cgr_redop)me->op, me->recv, e);
 }
 
 /* Moves the data of collective #k (agreed), then the final barrier. */
@@ -729,18 +783,170 @@ static int cgr__move(struct cgr__wctx *w, uint64_t k)
 	return 0;
 }
 
-static int cgr__coll(struct cgr__wctx *w, struct cgr__item *it)
+/* ---- the latency path ---------------------------------------------- */
+
+struct cgr__fastw {
+	struct cgr__cpu *c;
+	uint64_t k;
+};
+
+static inline struct cgr__fast *cgr__fast_of(struct cgr__cpu *c, int r,
+					     uint64_t k)
+{
+	return &c->fast[(size_t)r * 2 + (k & 1)];
+}
+
+static bool cgr__fast_ready(void *arg)
+{
+	struct cgr__fastw *fw = arg;
+
+	/* F1: acquire: pairs with F0; the peer's line is complete.  A line
+	 * holds #k or #k-2: it takes #k+2 only after we posted #k+1. */
+	for (int j = 0; j < fw->c->base.n; j++)
+		if (atomic_load_explicit(&cgr__fast_of(fw->c, j, fw->k)->seq,
+					 memory_order_acquire) != fw->k)
+			return false;
+	return true;
+}
+
+/* "ranks 1, 3" that have not posted their latency line of #k. */
+static void cgr__fast_missing(struct cgr__cpu *c, uint64_t k, char *buf,
+			      size_t len)
+{
+	size_t o = 0;
+	int cnt = 0;
+
+	buf[0] = '\0';
+	for (int j = 0; j < c->base.n && o + 16 < len; j++)
+		if (atomic_load_explicit(&cgr__fast_of(c, j, k)->seq,
+					 memory_order_relaxed) != k)
+			o += (size_t)snprintf(buf + o, len - o, "%s%d",
+					      cnt++ ? ", " : "", j);
+	if (cnt == 0)
+		snprintf(buf, len, "none");
+}
+
+/*
+ * Writes this rank's latency line of #k and posts it.  Returns whether
+ * the rank may take the latency path (it staged everything there); a
+ * rank that may not (poisoned, too large) posts CGR__FAST_SLOW, so that
+ * every peer takes the full path with it.
+ */
+static bool cgr__fast_post(struct cgr__cpu *c, int r, uint64_t k,
+			   const struct cgr__coll_desc *d)
+{
+	struct cgr__fast *f = cgr__fast_of(c, r, k);
+	size_t mlen = d->has_meta ? CGR__COLL_META : 0, len;
+	const void *src;
+	bool ok;
+
+	ok = d->poison == 0 && cgr__eager(d, c->base.n, r, &src, &len) &&
+	     len <= CGR__FAST;
+	f->count = d->count;
+	f->kind = (uint8_t)d->kind;
+	f->dtype = (uint8_t)d->dtype;
+	f->op = cgr__is_reduction(d->kind) ? (uint8_t)d->op : 0;
+	f->root = cgr__is_rooted(d->kind) ? d->root : 0;
+	f->flags = (uint8_t)((d->has_meta ? CGR__FAST_META : 0) |
+			     (ok ? 0 : CGR__FAST_SLOW));
+	if (ok) {
+		if (mlen)
+			memcpy(f->data, d->meta, mlen);
+		if (len)
+			memcpy(f->data + mlen, src, len);
+	}
+	/* F0: release: the line; pairs with F1. */
+	atomic_store_explicit(&f->seq, k, memory_order_release);
+	cgr__bell_ring(&c->bell);
+	return ok;
+}
+
+/*
+ * Whether every rank's line of #k says what ours says (hence agreement),
+ * with nobody on the full path.  The same on every rank.
+ */
+static bool cgr__fast_agree(struct cgr__cpu *c, int r, uint64_t k)
+{
+	const struct cgr__fast *me = cgr__fast_of(c, r, k);
+
+	for (int j = 0; j < c->base.n; j++) {
+		const struct cgr__fast *f = cgr__fast_of(c, j, k);
+
+		if (f->count != me->count || f->kind != me->kind ||
+		    f->dtype != me->dtype || f->op != me->op ||
+		    f->root != me->root || f->flags != me->flags)
+			return false;
+		if ((me->flags & CGR__FAST_META) && j != r &&
+		    memcmp(f->data, me->data, CGR__COLL_META) != 0)
+			return false;
+	}
+	return true;
+}
+
+/* The result of #k from the latency lines (agreed). */
+static void cgr__fast_move(struct cgr__cpu *c, int r, uint64_t k,
+			   const struct cgr__coll_desc *d)
+{
+	const unsigned char *e[256];
+	size_t mlen = d->has_meta ? CGR__COLL_META : 0;
+	int n = c->base.n;
+
+	for (int j = 0; j < n; j++)
+		e[j] = cgr__fast_of(c, j, k)->data + mlen;
+	cgr__move_staged(d->kind, n, r, d->root, d->count, d->dtype, d->op,
+			 d->recv, e);
+}
+
+/*
+ * Collective #k of this rank.  Every rank first posts its latency line.
+ * If every rank may take the latency path and the lines agree, each rank
+ * computes its result from the lines: one cache-line transfer per peer for
+ * small payloads, no barrier, no system call while the peers are prompt.
+ * Otherwise every rank takes the full path below (the descriptors, stage
+ * 4k+1, cgr__agree's detailed verdict, eager or direct moves).  A rank
+ * that knows it takes the full path does not wait for the lines.
+ *
+ * Reuse of the line of #k (at k % 2) by #k+2 is safe on both paths: a
+ * rank finishes #k+1 only after every rank posted #k+1 (line or stage),
+ * hence finished #k.
+ */
+static int cgr__coll(struct cgr__wctx *w, const struct cgr__coll_desc *d)
 {
 	struct cgr__cpu *c = w->c;
 	struct cgr__rank *rk = &c->ranks[w->rank];
 	uint64_t k = ++rk->coll_seq;
 	struct cgr__cdesc *me = &c->pub[w->rank].d[k & 1];
-	const struct cgr__coll_desc *d = &it->d;
 	const void *src;
 	size_t len;
 	bool eager = false;
 	int ret;
 
+	if (cgr__fast_post(c, w->rank, k, d)) {
+		struct cgr__fastw fw = { c, k };
+
+		if (!cgr__fast_ready(&fw)) {
+			ret = cgr__cwait(w, cgr__fast_ready, &fw, true);
+			if (ret) {
+				char miss[96];
+
+				cgr__fast_missing(c, k, miss, sizeof(miss));
+				ret = cgr__bail(w, ret);
+				return cgr__fail(
+					w, ret,
+					"%s #%llu: %s while waiting for "
+					"rank%s %s",
+					cgr__coll_kind_name(d->kind),
+					(unsigned long long)k,
+					ret == -ETIMEDOUT ? "timed out" :
+							    "aborted",
+					strchr(miss, ',') ? "s" : "", miss);
+			}
+		}
+		if (cgr__fast_agree(c, w->rank, k)) {
+			cgr__fast_move(c, w->rank, k, d);
+			return 0;
+		}
+	}
 	me->kind = d->kind;
 	me->dtype = (int32_t)d->dtype;
 	me->op = (int32_t)d->op;
@@ -1073,7 +1279,7 @@ static int cgr__cpu_exec(void *arg, cgr_stream *s, int err)
 				&w, -ECANCELED, "%s: communicator aborted",
 				cgr__coll_kind_name(it->d.kind));
 		else
-			it->result = cgr__coll(&w, it);
+			it->result = cgr__coll(&w, &it->d);
 	}
 	for (size_t i = 0; i < rec->nitems; i++)
 		if (cgr__is_p2p(rec->items[i].d.kind)) {
@@ -1251,6 +1457,31 @@ static int cgr__cpu_op(cgr_comm *cc, int r, const struct cgr__coll_desc *d,
 			*out = cgr__dfuture_pub(df);
 		return p.poison != d->poison ? -EINVAL : 0;
 	}
+	if (s == NULL && !cgr__is_p2p(d->kind) &&
+	    atomic_load_explicit(&rk->done, memory_order_acquire) ==
+		    rk->issued) {
+		/* Inline with nothing pending (D1: the acquire pairs with D0
+		 * of the last record): run it here, without a record.  Only
+		 * this thread issues records, so none starts meanwhile. */
+		struct cgr__wctx w = { c, r, NULL,
+				       d->deadline > 0 ? d->deadline :
+							 CGR_FOREVER,
+				       false, false };
+
+		if (cgr__aborted(c))
+			ret = cgr__fail(&w, -ECANCELED,
+					"%s: communicator aborted",
+					cgr__coll_kind_name(d->kind));
+		else
+			ret = cgr__coll(&w, d);
+		if (ret == 0 && out != NULL) {
+			if (cgr__dfuture_create(c->base.ctx, NULL, &df) < 0)
+				return -ENOMEM;
+			cgr__dfuture_complete(df, 0);
+			*out = cgr__dfuture_pub(df);
+		}
+		return ret;
+	}
 	cgr__item_fill(&it, d);
 	if (s != NULL && out != NULL) {
 		ret = cgr__dfuture_create(c->base.ctx, s, &df);
@@ -1426,6 +1657,7 @@ static void cgr__cpu_destroy(cgr_comm *cc)
 	cgr__free(a, c->ranks, n * sizeof(*c->ranks), CGR_CACHELINE);
 	cgr__free(a, c->pairs, n * n * sizeof(*c->pairs), CGR_CACHELINE);
 	cgr__free(a, c->pub, n * sizeof(*c->pub), CGR_CACHELINE);
+	cgr__free(a, c->fast, 2 * n * sizeof(*c->fast), CGR_CACHELINE);
 	cgr__free(a, c, sizeof(*c), CGR_CACHELINE);
 }
 
@@ -1466,10 +1698,14 @@ int cgr__cpu_comm_create(cgr_ctx *ctx, int n, cgr_comm **out)
 	atomic_init(&c->movers, 0);
 	cgr__bell_init(&c->bell);
 	c->pub = cgr__alloc(a, nn * sizeof(*c->pub), CGR_CACHELINE);
+	c->fast = cgr__alloc(a, 2 * nn * sizeof(*c->fast), CGR_CACHELINE);
 	c->pairs = cgr__alloc(a, nn * nn * sizeof(*c->pairs), CGR_CACHELINE);
 	c->ranks = cgr__alloc(a, nn * sizeof(*c->ranks), CGR_CACHELINE);
-	if (c->pub == NULL || c->pairs == NULL || c->ranks == NULL)
+	if (c->pub == NULL || c->fast == NULL || c->pairs == NULL ||
+	    c->ranks == NULL)
 		goto nomem;
+	for (size_t i = 0; i < 2 * nn; i++)
+		atomic_init(&c->fast[i].seq, 0);
 	for (size_t r = 0; r < nn; r++) {
 		atomic_init(&c->pub[r].stage, 0);
 		atomic_init(&c->ranks[r].done, 0);
@@ -1496,6 +1732,7 @@ nomem:
 	cgr__free(a, c->ranks, nn * sizeof(*c->ranks), CGR_CACHELINE);
 	cgr__free(a, c->pairs, nn * nn * sizeof(*c->pairs), CGR_CACHELINE);
 	cgr__free(a, c->pub, nn * sizeof(*c->pub), CGR_CACHELINE);
+	cgr__free(a, c->fast, 2 * nn * sizeof(*c->fast), CGR_CACHELINE);
 	cgr__free(a, c, sizeof(*c), CGR_CACHELINE);
 	return -ENOMEM;
 }
