@@ -168,6 +168,7 @@ static int run_tp_mlp(cgr_ctx *ctx, int iters, const char *trace_dir)
 			 trace_dir);
 		cgr_compiled_write_dot(c, path);
 		snprintf(path, sizeof(path), "%s/tp_mlp_trace.json", trace_dir);
+		cgr_compiled_teardown(c, -1);
 		ret = cgr_compiled_write_trace(c, path);
 		printf("demo: wrote %s/tp_mlp.dot, tp_mlp_schedule.dot and "
 		       "tp_mlp_trace.json (%s)\n",

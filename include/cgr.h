@@ -427,8 +427,10 @@ void cgr_compiled_destroy(cgr_compiled *c);
  * Writes the operations the workers recorded (compile with trace_events >
  * 0; each worker keeps its first trace_events operations) as Chrome trace
  * JSON, one track per worker: open it in Perfetto (ui.perfetto.dev) or
- * chrome://tracing.  Call it while no execution is in flight, or after
- * teardown.  Returns 0, -EINVAL, -ENODATA (tracing off), or -errno.
+ * chrome://tracing.  Call it after cgr_compiled_teardown for a complete
+ * picture: before, the records of operations still finishing (a worker
+ * records an operation after its effect) may be missing.  Returns 0,
+ * -EINVAL, -ENODATA (tracing off), or -errno.
  */
 int cgr_compiled_write_trace(const cgr_compiled *c, const char *path);
 /* The graph as Graphviz DOT: one cluster per worker, collectives joining

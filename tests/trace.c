@@ -157,6 +157,7 @@ int main(int argc, char **argv)
 			cgr_ref_release(c, r);
 		}
 		snprintf(path, sizeof(path), "%s/trace%d.json", dir, round);
+		cgr_compiled_teardown(c, -1); /* every record is in */
 		t_is(cgr_compiled_write_trace(c, path), 0, "trace JSON");
 		txt = slurp(path, &len);
 		/* Per worker and execution: READ x, COMPUTE, COLL, WRITE. */
