@@ -35,6 +35,12 @@
  * way as for the allreduce.  At small sizes the bound is only the copy, not
  * the synchronisation every collective needs.
  *
+ * The floor: the least any collective of these ranks can cost, measured
+ * the same way: each rank bumps a counter in its own cache line and waits
+ * until every peer's counter is as far (one cache-line transfer per peer,
+ * spinning like cgr's waits: a yield every 64 polls).  It is printed once
+ * per rank count (JSON case floor/<n>r), next to allreduce's time.
+ *
  * perf/collective_bw.sh runs this next to Open MPI and Gloo and prints one
  * combined table.
  */
@@ -50,6 +56,7 @@
 enum coll {
 	C_MEMCPY, /* the references, not collectives */
 	C_COPYNT,
+	C_FLOOR,
 	C_ALLREDUCE,
 	C_ALLGATHER,
 	C_REDUCESCATTER,
@@ -63,7 +70,7 @@ enum coll {
 };
 
 static const char *const coll_name[C_COUNT] = {
-    "memcpy",	 "copy_nt", "allreduce", "allgather", "reducescatter", "reduce",
+    "memcpy",	 "copy_nt", "floor", "allreduce", "allgather", "reducescatter", "reduce",
     "broadcast", "gather",  "scatter",	 "alltoall",  "sendrecv",
 };
 
@@ -194,6 +201,11 @@ struct run {
 	const size_t *sizes;
 	size_t nsizes;
 	unsigned cmask; /* collectives to run, bit per enum coll */
+	/* The floor's counters, one cache line per rank. */
+	struct flag_line {
+		_Atomic uint64_t v;
+		char pad[56];
+	} *flags;
 	struct perf_barrier bar;
 	_Atomic int failed;
 	double rank_ns[MAX_RANKS]; /* this sample's loop time per rank */
@@ -252,6 +264,27 @@ static void copy_nt(void *dst, const void *src, size_t n)
 	memcpy(dst, src, n);
 }
 
+/* The floor: a flag exchange among the ranks (see the top). */
+static int flag_exchange(struct run *R, int rank)
+{
+	uint64_t v = atomic_load_explicit(&R->flags[rank].v,
+					  memory_order_relaxed) + 1;
+	int j;
+
+	atomic_store_explicit(&R->flags[rank].v, v, memory_order_release);
+	for (j = 0; j < R->n; j++) {
+		unsigned i = 0;
+
+		while (atomic_load_explicit(&R->flags[j].v,
+					    memory_order_acquire) < v)
+			if ((++i & 63) == 0)
+				sched_yield();
+			else
+				perf_relax();
+	}
+	return 0;
+}
+
 /* One operation of collective c; 0 or the error. */
 static int do_op(struct run *R, int c, int rank, const void *send, void *recv,
 		 size_t cnt)
@@ -266,6 +299,8 @@ static int do_op(struct run *R, int c, int rank, const void *send, void *recv,
 	case C_COPYNT:
 		copy_nt(recv, send, cnt);
 		return 0;
+	case C_FLOOR:
+		return flag_exchange(R, rank);
 	case C_ALLREDUCE:
 		return cgr_allreduce(cm, rank, send, recv, cnt, CGR_FLOAT32,
 				     CGR_SUM, NULL, NULL);
@@ -337,6 +372,8 @@ static size_t check_recv(int c, int r, int n, const unsigned char *recv,
 	int b, q;
 
 	switch (c) {
+	case C_FLOOR:
+		return 0;
 	case C_MEMCPY:
 	case C_COPYNT:
 		for (i = 0; i < cnt; i++)
@@ -511,7 +548,10 @@ static void *rank_main(void *arg)
 
 				cnt = coll_count(c, R->sizes[s], n, &bytes);
 				/* memcpy copies uint8 values. */
-				fill_send(c <= C_COPYNT ? C_BROADCAST : c, rank,
+				/* The floor is one number per rank count. */
+				if (c == C_FLOOR && s > 0)
+					continue;
+				fill_send(c <= C_FLOOR ? C_BROADCAST : c, rank,
 					  A->send, bytes);
 				memset(A->recv, 0xa5, bytes);
 
@@ -572,9 +612,12 @@ static double median_at(struct run *R, int c, size_t s)
 static void report(struct run *R, const struct perf_opts *o)
 {
 	int n = R->n, c, pass, have_mc = (R->cmask & (1u << C_MEMCPY)) != 0;
+	int have_fl = (R->cmask & (1u << C_FLOOR)) != 0;
 	const char *how = "";
-	char lab[32], cs[96];
+	char lab[32], cs[96], fl_case[32];
 	size_t s;
+
+	snprintf(fl_case, sizeof(fl_case), "floor/%dr", n);
 
 	if (!o->json) {
 		printf("\n%d ranks (threads%s), median of %d window(s) x %d "
@@ -586,6 +629,13 @@ static void report(struct run *R, const struct perf_opts *o)
 		       "collective", "factor", "size", "bytes", "iters",
 		       "time_us", "algbw", "busbw", "check",
 		       "bound_us (allreduce: n concurrent copies)");
+		if (have_fl)
+			printf("%-14s %-8s %7s %10s %9ld %12.3f   (flag "
+			       "exchange: one cache line per rank, the least "
+			       "any collective costs)\n",
+			       "floor", "-", "-", "-", R->res_iters[C_FLOOR *
+								   R->nsizes],
+			       median_at(R, C_FLOOR, 0) / 1e3);
 	}
 	/* The table first, then the JSON lines. */
 	for (pass = 0; pass < 2; pass++) {
@@ -594,7 +644,7 @@ static void report(struct run *R, const struct perf_opts *o)
 		for (c = 0; c < C_COUNT; c++) {
 			if (!(R->cmask & (1u << c)))
 				continue;
-			if (pass == 0 && c <= C_COPYNT)
+			if (pass == 0 && c <= C_FLOOR)
 				continue;
 			for (s = 0; s < R->nsizes; s++) {
 				double t = median_at(R, c, s), f = busfac(c, n);
@@ -633,6 +683,14 @@ static void report(struct run *R, const struct perf_opts *o)
 					       R->res_iters[c * R->nsizes + s],
 					       t / 1e3, alg, bus,
 					       bad ? "WRONG" : "ok", bound);
+					continue;
+				}
+				if (c == C_FLOOR) {
+					if (s == 0)
+						perf_json(BENCH, fl_case,
+							  "floor", "time_us",
+							  t / 1e3, "us",
+							  "\"ranks\":%d", n);
 					continue;
 				}
 				if (c <= C_COPYNT) {
@@ -691,6 +749,12 @@ static int run_ranks(cgr_ctx *ctx, int n, const struct perf_opts *o,
 	R->n = n;
 	/* One CPU per rank when there are enough, else the scheduler's. */
 	R->pin = nth_cpu(n - 1) >= 0;
+	R->flags = aligned_alloc(64, MAX_RANKS * sizeof(*R->flags));
+	if (R->flags == NULL) {
+		ret = -1;
+		goto out;
+	}
+	memset(R->flags, 0, MAX_RANKS * sizeof(*R->flags));
 	R->res = calloc(cells * (size_t)(R->windows * R->reps), sizeof(double));
 	R->checked_bad = calloc(cells, sizeof(int));
 	R->res_iters = calloc(cells, sizeof(long));
@@ -735,6 +799,7 @@ static int run_ranks(cgr_ctx *ctx, int n, const struct perf_opts *o,
 	}
 	cgr_comm_destroy(R->comm);
 out:
+	free(R->flags);
 	free(R->res);
 	free(R->checked_bad);
 	free(R->res_iters);
@@ -744,7 +809,7 @@ out:
 
 static unsigned parse_colls(const char *s)
 {
-	unsigned m = 1u << C_MEMCPY | 1u << C_COPYNT;
+	unsigned m = 1u << C_MEMCPY | 1u << C_COPYNT | 1u << C_FLOOR;
 	char buf[256], *tok, *save = NULL;
 	int c;
 
@@ -774,6 +839,8 @@ int main(int argc, char **argv)
 	double target_ms = -1;
 	char *rest[64];
 	int nrest = 0;
+	static size_t usizes[16];
+	size_t nusizes = 0;
 	cgr_ctx *ctx;
 
 	memset(&tmpl, 0, sizeof(tmpl));
@@ -793,6 +860,15 @@ int main(int argc, char **argv)
 			tmpl.cmask = parse_colls(argv[++i]);
 		} else if (!strcmp(argv[i], "-t") && i + 1 < argc) {
 			target_ms = atof(argv[++i]);
+		} else if (!strcmp(argv[i], "-s") && i + 1 < argc) {
+			size_t v = (size_t)strtoull(argv[++i], NULL, 0);
+			if (v < 1 || v > MAX_BYTES || nusizes == 16) {
+				fprintf(stderr, "collective_bw: -s 1..%zu, "
+						"at most 16 times\n",
+					MAX_BYTES);
+				return 2;
+			}
+			usizes[nusizes++] = v;
 		} else if (!strcmp(argv[i], "-k") && i + 1 < argc) {
 			tmpl.reps = atoi(argv[++i]);
 		} else if (nrest < 63) {
@@ -805,7 +881,8 @@ int main(int argc, char **argv)
 		"cgr collectives, 8 B..64 MiB; own options: -r RANKS "
 		"(repeatable; default 2 and 4), -c coll[,coll] "
 		"(allreduce,allgather,reducescatter,reduce,broadcast,"
-		"gather,scatter,alltoall,sendrecv), -t MS per sample, -k "
+		"gather,scatter,alltoall,sendrecv), -s BYTES (repeatable; "
+		"default: the sweep), -t MS per sample, -k "
 		"samples per window (1..4, default 3)"))
 		return 2;
 	if (nranks == 0) {
@@ -826,6 +903,10 @@ int main(int argc, char **argv)
 	} else {
 		tmpl.sizes = full_sizes;
 		tmpl.nsizes = sizeof(full_sizes) / sizeof(full_sizes[0]);
+	}
+	if (nusizes) {
+		tmpl.sizes = usizes;
+		tmpl.nsizes = nusizes;
 	}
 
 	if (cgr_ctx_create(NULL, &ctx) != 0) {

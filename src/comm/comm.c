@@ -203,7 +203,9 @@ static int cgr__desc_check(const cgr_comm *c, int rank,
 			 c->n);
 		return -EINVAL;
 	}
-	if (d->count > SIZE_MAX / es / n) {
+	/* count * es * n overflows (es * n cannot): a multiplication, not
+	 * two divisions, on every call. */
+	if (__builtin_mul_overflow(d->count, es * n, &b)) {
 		snprintf(why, len, "count %zu too large", d->count);
 		return -EINVAL;
 	}

@@ -624,11 +624,17 @@ static bool cgr__eager(const struct cgr__coll_desc *d, int n, int rank,
 /*
  * The result of a staged collective (agreed: every rank's fields are these)
  * from e[j], what rank j staged.  No barrier: only our recv is written.
+ * Our own block is copied from `own` (our send buffer), not from the
+ * staging: in place that copy is skipped, so a buffer that already holds
+ * the result (a broadcast root's, in place) is not written while others
+ * may read it.  Reductions read only the staging, in rank order, so that
+ * every rank computes the same bits.
  */
 static void cgr__move_staged(int kind, int n, int r, int root, size_t count,
-			     cgr_dtype dt, cgr_redop op, void *recv,
-			     const unsigned char *const *e)
+			     cgr_dtype dt, cgr_redop op, const void *own,
+			     void *recv, const unsigned char *const *e)
 {
+	const unsigned char *mine = own;
 	const void *srcs[256];
 	size_t b = count * cgr_dtype_size(dt);
 	char *rb = recv;
@@ -655,17 +661,19 @@ static void cgr__move_staged(int kind, int n, int r, int root, size_t count,
 		/* fall through */
 	case CGR__COLL_ALLGATHER:
 		for (int j = 0; j < n; j++)
-			cgr__copy(rb + (size_t)j * b, e[j], b);
+			cgr__copy(rb + (size_t)j * b, j == r ? mine : e[j],
+				  b);
 		break;
 	case CGR__COLL_BROADCAST:
-		cgr__copy(rb, e[root], b);
+		cgr__copy(rb, r == root ? mine : e[root], b);
 		break;
 	case CGR__COLL_SCATTER:
-		cgr__copy(rb, e[root] + (size_t)r * b, b);
+		cgr__copy(rb, (r == root ? mine : e[root]) + (size_t)r * b, b);
 		break;
 	case CGR__COLL_ALLTOALL:
 		for (int j = 0; j < n; j++)
-			cgr__copy(rb + (size_t)j * b, e[j] + (size_t)r * b, b);
+			cgr__copy(rb + (size_t)j * b,
+				  (j == r ? mine : e[j]) + (size_t)r * b, b);
 		break;
 	default:
 		break;
@@ -683,7 +691,8 @@ static void cgr__move_eager(struct cgr__wctx *w, uint64_t k)
 	for (int j = 0; j < n; j++)
 		e[j] = c->pub[j].eager[k & 1];
 	cgr__move_staged(me->kind, n, w->rank, me->root, me->count,
-			 (cgr_dtype)me->dtype, (cgr_redop)me->op, me->recv, e);
+			 (cgr_dtype)me->dtype, (cgr_redop)me->op, me->send,
+			 me->recv, e);
 }
 
 /* Moves the data of collective #k (agreed), then the final barrier. */
@@ -840,7 +849,15 @@ static bool cgr__fast_post(struct cgr__cpu *c, int r, uint64_t k,
 	const void *src;
 	bool ok;
 
+	/* What the rank staging most stages decides, so that ranks that
+	 * agree decide alike: scatter's root stages n blocks, broadcast's
+	 * one, the others nothing. */
 	ok = d->poison == 0 && cgr__eager(d, c->base.n, r, &src, &len) &&
+	     d->count * cgr_dtype_size(d->dtype) *
+			     (d->kind == CGR__COLL_SCATTER ?
+				      (size_t)c->base.n :
+				      1) <=
+		     CGR__FAST &&
 	     len <= CGR__FAST;
 	f->count = d->count;
 	f->kind = (uint8_t)d->kind;
@@ -855,9 +872,9 @@ static bool cgr__fast_post(struct cgr__cpu *c, int r, uint64_t k,
 		if (len)
 			memcpy(f->data + mlen, src, len);
 	}
-	/* F0: release: the line; pairs with F1. */
+	/* F0: release: the line; pairs with F1.  The caller rings the bell
+	 * (see cgr__coll). */
 	atomic_store_explicit(&f->seq, k, memory_order_release);
-	cgr__bell_ring(&c->bell);
 	return ok;
 }
 
@@ -894,7 +911,7 @@ static void cgr__fast_move(struct cgr__cpu *c, int r, uint64_t k,
 	for (int j = 0; j < n; j++)
 		e[j] = cgr__fast_of(c, j, k)->data + mlen;
 	cgr__move_staged(d->kind, n, r, d->root, d->count, d->dtype, d->op,
-			 d->recv, e);
+			 d->send, d->recv, e);
 }
 
 /*
@@ -905,6 +922,14 @@ static void cgr__fast_move(struct cgr__cpu *c, int r, uint64_t k,
  * Otherwise every rank takes the full path below (the descriptors, stage
  * 4k+1, cgr__agree's detailed verdict, eager or direct moves).  A rank
  * that knows it takes the full path does not wait for the lines.
+ *
+ * The bell is rung late: the ring's fence would wait for our line to
+ * leave the store buffer, a cache-line round trip, before we could even
+ * look at the peers' lines.  Rung after our result is computed, that wait
+ * overlaps with reading the peers' lines; when they are not there yet it
+ * is rung before we wait (a parked peer may wait for us), and the full
+ * path rings in cgr__publish.  Either way within a bounded time of the
+ * post, which is all a parked waiter needs.
  *
  * Reuse of the line of #k (at k % 2) by #k+2 is safe on both paths: a
  * rank finishes #k+1 only after every rank posted #k+1 (line or stage),
@@ -925,6 +950,7 @@ static int cgr__coll(struct cgr__wctx *w, const struct cgr__coll_desc *d)
 		struct cgr__fastw fw = { c, k };
 
 		if (!cgr__fast_ready(&fw)) {
+			cgr__bell_ring(&c->bell);
 			ret = cgr__cwait(w, cgr__fast_ready, &fw, true);
 			if (ret) {
 				char miss[96];
@@ -944,6 +970,7 @@ static int cgr__coll(struct cgr__wctx *w, const struct cgr__coll_desc *d)
 		}
 		if (cgr__fast_agree(c, w->rank, k)) {
 			cgr__fast_move(c, w->rank, k, d);
+			cgr__bell_ring(&c->bell);
 			return 0;
 		}
 	}
