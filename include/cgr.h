@@ -360,9 +360,11 @@ typedef struct cgr_compile_params {
 	int wait_mode;		   /* enum cgr_wait_mode */
 	int64_t spin_ns;	   /* adaptive spin before parking; default 50 us */
 	uint32_t trace_events;	   /* per worker, kept from the start; 0: off */
+	int overlap;		   /* 1: collectives run on a communication
+				      stream per worker, beside compute */
 } cgr_compile_params;
 #define CGR_COMPILE_PARAMS_INIT \
-	{ sizeof(cgr_compile_params), 0, 0, -1, -1, CGR_WAIT_ADAPTIVE, -1, 0 }
+	{ sizeof(cgr_compile_params), 0, 0, -1, -1, CGR_WAIT_ADAPTIVE, -1, 0, 0 }
 
 /*
  * Validates and compiles the graph: channels allocated, one program per

@@ -20,6 +20,9 @@
 
 static cgr_ctx *ctx;
 static cgr_worker *W[4];
+/* Every graph compiles with these: the suite runs without, then with
+ * overlap (collectives on a communication stream per worker). */
+static cgr_compile_params G_PP = CGR_COMPILE_PARAMS_INIT;
 
 /* A task: reads u64 x and emits an int64 tensor [rows, 3] with
  * element (i, j) = x * 7 + rank * 1000 + i * 3 + j.  arg: struct fill. */
@@ -142,7 +145,7 @@ static void check_kind(int kind, int n, int root, long iters)
 			if (r != root)
 				gout[ng++] = ins[r];
 	cgr_graph_output(g, gout, ng);
-	ret = ret ? ret : cgr_graph_compile(g, NULL, &c);
+	ret = ret ? ret : cgr_graph_compile(g, &G_PP, &c);
 	if (ret != 0) {
 		t_ok(0, "%s compiles: %s", what, cgr_graph_errmsg(g));
 		cgr_graph_destroy(g);
@@ -212,7 +215,7 @@ static void check_errors(void)
 	p.name = "ar";
 	cgr_graph_collective(g, &p, W, 3, ins, 3, outs, 3);
 	cgr_graph_output(g, outs, 3);
-	t_is(cgr_graph_compile(g, NULL, &c), 0, "compile 3-rank allreduce");
+	t_is(cgr_graph_compile(g, &G_PP, &c), 0, "compile 3-rank allreduce");
 	cgr_graph_destroy(g);
 	for (int it = 1; it <= 12; it++) {
 		uint64_t xv = (uint64_t)it;
@@ -290,9 +293,10 @@ static void check_teardown(void)
 	}
 	cgr_graph_allreduce(g, ins, 3, CGR_SUM, NULL, outs);
 	cgr_graph_output(g, outs, 3);
-	cgr_graph_compile(g, NULL, &c);
+	cgr_graph_compile(g, &G_PP, &c);
 	cgr_graph_destroy(g);
 	atomic_store(&gate, 0);
+	atomic_store(&entered, 0);
 	cgr_execute(c, &a, 1, &ref);
 	while (!atomic_load(&entered))
 		;
@@ -377,7 +381,7 @@ static void check_ddp(long iters)
 		cgr_graph_task(g, W[r], &d, two, 2, &up[r], 1);
 	}
 	cgr_graph_output(g, up, 2);
-	t_is(cgr_graph_compile(g, NULL, &c), 0, "DDP graph compiles");
+	t_is(cgr_graph_compile(g, &G_PP, &c), 0, "DDP graph compiles");
 	cgr_graph_destroy(g);
 	for (long it = 0; it < iters; it++) {
 		uint64_t xv = (uint64_t)it;
@@ -453,7 +457,7 @@ static void check_cyclic(long iters)
 		q[i] = aff(g, W[i], "recv", &id, two, 2);
 	}
 	cgr_graph_output(g, q, 3);
-	t_is(cgr_graph_compile(g, NULL, &c), 0, "cyclic exchange compiles");
+	t_is(cgr_graph_compile(g, &G_PP, &c), 0, "cyclic exchange compiles");
 	cgr_graph_destroy(g);
 	for (long it = 0; it < iters; it++) {
 		uint64_t xv = (uint64_t)it, v;
@@ -527,7 +531,7 @@ static void check_1f1b(int S, int M, long iters)
 		}
 	}
 	cgr_graph_output(g, B[0], (size_t)M);
-	int ret = cgr_graph_compile(g, NULL, &c);
+	int ret = cgr_graph_compile(g, &G_PP, &c);
 	t_is(ret, 0, "1F1B %dx%d compiles: %s", S, M, cgr_graph_errmsg(g));
 	cgr_graph_destroy(g);
 	if (ret != 0)
@@ -619,7 +623,7 @@ static void check_bucket(int kind, long iters)
 	     0, "bucketed %s node", kind == CGR_COLL_ALLREDUCE ? "allreduce" :
 							      "allgather");
 	cgr_graph_output(g, outs, (size_t)(n * k));
-	t_is(cgr_graph_compile(g, NULL, &c), 0, "compiles: %s",
+	t_is(cgr_graph_compile(g, &G_PP, &c), 0, "compiles: %s",
 	     cgr_graph_errmsg(g));
 	cgr_graph_destroy(g);
 	for (long it = 1; it <= iters; it++) {
@@ -698,7 +702,7 @@ static void check_device_edge(unsigned flags, long iters)
 		cgr_graph_task(g, W[r], &e, &v, 1, &s[r], 1);
 	}
 	cgr_graph_output(g, s, 4);
-	t_is(cgr_graph_compile(g, NULL, &c), 0, "device edge compiles: %s",
+	t_is(cgr_graph_compile(g, &G_PP, &c), 0, "device edge compiles: %s",
 	     cgr_graph_errmsg(g));
 	cgr_graph_destroy(g);
 	for (long it = 1; it <= iters; it++) {
@@ -746,7 +750,7 @@ static void check_device_edge(unsigned flags, long iters)
 	e.name = "local", e.fn = sum_fn;
 	cgr_graph_task(g, W[1], &e, &v, 1, &s[0], 1);
 	cgr_graph_output(g, s, 1);
-	t_is(cgr_graph_compile(g, NULL, &c), -EINVAL,
+	t_is(cgr_graph_compile(g, &G_PP, &c), -EINVAL,
 	     "device edge within one worker: %s", cgr_graph_errmsg(g));
 	t_ok(strstr(cgr_graph_errmsg(g), "make") != NULL,
 	     "the message names the node");
@@ -780,7 +784,7 @@ static void check_edge_group(long iters)
 	e.name = "host", e.fn = sum_fn;
 	cgr_graph_task(g, W[3], &e, &v[1], 1, &s[2], 1);
 	cgr_graph_output(g, s, 3);
-	t_is(cgr_graph_compile(g, NULL, &c), 0, "two device edges of one task "
+	t_is(cgr_graph_compile(g, &G_PP, &c), 0, "two device edges of one task "
 						"compile: %s",
 	     cgr_graph_errmsg(g));
 	cgr_graph_destroy(g);
@@ -888,7 +892,7 @@ static void check_mixed(long iters)
 	}
 	outs[0] = chk[0], outs[1] = chk[1], outs[2] = chk[2], outs[3] = v;
 	cgr_graph_output(g, outs, 4);
-	t_is(cgr_graph_compile(g, NULL, &c), 0, "mixed value graph: %s",
+	t_is(cgr_graph_compile(g, &G_PP, &c), 0, "mixed value graph: %s",
 	     cgr_graph_errmsg(g));
 	cgr_graph_destroy(g);
 	for (long it = 1; it <= iters; it++) {
@@ -926,35 +930,40 @@ int main(int argc, char **argv)
 	long it = t_scale(200);
 
 	t_init(argc, argv, 240);
-	cgr_ctx_create(NULL, &ctx);
-	for (int i = 0; i < 4; i++) {
-		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
-		char name[8];
-		snprintf(name, sizeof(name), "w%d", i);
-		wp.name = name;
-		cgr_worker_create(ctx, &wp, &W[i]);
-	}
-	for (int kind = CGR_COLL_ALLREDUCE; kind <= CGR_COLL_ALLTOALL; kind++)
-		for (int n = 1; n <= 4; n++) {
-			bool rooted = kind == CGR_COLL_REDUCE ||
-				      kind == CGR_COLL_BROADCAST ||
-				      kind == CGR_COLL_GATHER ||
-				      kind == CGR_COLL_SCATTER;
-			for (int root = 0; root < (rooted ? n : 1); root++)
-				check_kind(kind, n, root, it / 4 + 1);
+	for (int ov = 0; ov <= 1; ov++) {
+		G_PP.overlap = ov;
+		t_diag("overlap %s", ov ? "on" : "off");
+		/* Fresh workers: the teardown check abandons one. */
+		cgr_ctx_create(NULL, &ctx);
+		for (int i = 0; i < 4; i++) {
+			cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+			char name[8];
+			snprintf(name, sizeof(name), "w%d", i);
+			wp.name = name;
+			cgr_worker_create(ctx, &wp, &W[i]);
 		}
-	check_errors();
-	check_bucket(CGR_COLL_ALLREDUCE, t_scale(300));
-	check_bucket(CGR_COLL_ALLGATHER, t_scale(300));
-	check_device_edge(0, t_scale(500));
-	check_edge_group(t_scale(300));
-	check_mixed(t_scale(300));
-	check_device_edge(CGR_EDGE_STATIC_SHAPE, 12);
-	check_ddp(t_scale(1000));
-	check_cyclic(t_scale(1000));
-	check_1f1b(2, 2, t_scale(1000));
-	check_1f1b(4, 8, t_scale(1000));
-	check_teardown();
-	cgr_ctx_destroy(ctx);
+		for (int kind = CGR_COLL_ALLREDUCE; kind <= CGR_COLL_ALLTOALL; kind++)
+			for (int n = 1; n <= 4; n++) {
+				bool rooted = kind == CGR_COLL_REDUCE ||
+					      kind == CGR_COLL_BROADCAST ||
+					      kind == CGR_COLL_GATHER ||
+					      kind == CGR_COLL_SCATTER;
+				for (int root = 0; root < (rooted ? n : 1); root++)
+					check_kind(kind, n, root, it / 4 + 1);
+			}
+		check_errors();
+		check_bucket(CGR_COLL_ALLREDUCE, t_scale(300));
+		check_bucket(CGR_COLL_ALLGATHER, t_scale(300));
+		check_device_edge(0, t_scale(500));
+		check_edge_group(t_scale(300));
+		check_mixed(t_scale(300));
+		check_device_edge(CGR_EDGE_STATIC_SHAPE, 12);
+		check_ddp(t_scale(1000));
+		check_cyclic(t_scale(1000));
+		check_1f1b(2, 2, t_scale(1000));
+		check_1f1b(4, 8, t_scale(1000));
+		check_teardown();
+		cgr_ctx_destroy(ctx);
+	}
 	return t_done();
 }

@@ -474,6 +474,61 @@ static void test_edge_group(cgr_ctx *ctx, cgr_worker **W)
 	cgr_graph_destroy(g);
 }
 
+/*
+ * Overlap: Ray's overlap shape, 3 senders each sending a tensor (device
+ * edge) to 1 receiver that computes once per tensor.  The receiver's
+ * program must issue all 3 broadcasts first (in the global order), then
+ * wait for each right before the compute that uses it.
+ */
+static void test_overlap_plan(cgr_ctx *ctx, cgr_worker **W)
+{
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x, *v[3], *s[3];
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	char shape[64] = "";
+
+	d.fn = nop;
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int i = 0; i < 3; i++) {
+		cgr_graph_task(g, W[i], &d, &x, 1, &v[i], 1);
+		cgr_node_set_transport(v[i], CGR_TRANSPORT_DEVICE, 0);
+	}
+	cgr_node *prev = NULL;
+	for (int i = 0; i < 3; i++) {
+		cgr_node *in2[2] = { v[i], prev != NULL ? prev : v[i] };
+		cgr_graph_task(g, W[3], &d, in2, 2, &s[i], 1);
+		prev = s[i];
+	}
+	cgr_graph_output(g, &s[2], 1);
+	pp.overlap = 1;
+	t_is(cgr__graph_plan(g, &pp, &c), 0, "overlap plan");
+	for (size_t i = 0; i < c->nprogs; i++) {
+		struct cgr__prog *p = &c->progs[i];
+		if (p->w != W[3])
+			continue;
+		for (size_t k = 0; k < p->nops && strlen(shape) < 60; k++) {
+			const char *t = "?";
+			switch (p->ops[k].kind) {
+			case CGR__OP_READ: t = "R"; break;
+			case CGR__OP_COMPUTE: t = "C"; break;
+			case CGR__OP_WRITE: t = "W"; break;
+			case CGR__OP_COLL: t = "B"; break;
+			case CGR__OP_WAIT: t = "w"; break;
+			}
+			strcat(shape, t);
+		}
+	}
+	t_ok(strcmp(shape, "BBBwCwCwCW") == 0,
+	     "receiver issues the 3 receives first, waits before each compute: "
+	     "%s",
+	     shape);
+	cgr__plan_free(c);
+	cgr_graph_destroy(g);
+}
+
 int main(int argc, char **argv)
 {
 	cgr_ctx *ctx;
@@ -490,6 +545,7 @@ int main(int argc, char **argv)
 	}
 	test_mutation(ctx, W);
 	test_edge_group(ctx, W);
+	test_overlap_plan(ctx, W);
 	test_random(ctx, W);
 	cgr_ctx_destroy(ctx);
 	return t_done();

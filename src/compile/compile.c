@@ -77,6 +77,8 @@ static void cgr__compiled_free(struct cgr_compiled *c)
 	struct cgr__arena *a = &c->ctx->arena;
 	cgr_ctx *ctx = c->ctx;
 
+	for (size_t i = 0; i < c->nprogs; i++)
+		cgr_stream_destroy(c->progs[i].stream);
 	for (size_t i = 0; i < c->ncomms; i++)
 		cgr_comm_destroy(c->comms[i]);
 	for (size_t i = 0; i < c->nallocs; i++)
@@ -313,7 +315,7 @@ static int cgr__params(cgr_compile_params *p, const cgr_compile_params *in)
 		p->get_timeout_ns = CGR__DEF_TIMEOUT_NS;
 	if (p->spin_ns < 0)
 		p->spin_ns = CGR__DEF_SPIN_NS;
-	if (p->trace_events > (1u << 24))
+	if (p->trace_events > (1u << 24) || p->overlap < 0 || p->overlap > 1)
 		return -EINVAL;
 	if (p->wait_mode != CGR_WAIT_ADAPTIVE && p->wait_mode != CGR_WAIT_BUSY &&
 	    p->wait_mode != CGR_WAIT_BLOCK)
@@ -787,6 +789,109 @@ static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 	return 0;
 }
 
+/* ---- overlap pass -------------------------------------------------- */
+
+static bool cgr__has_port(const unsigned *ports, size_t n, unsigned port)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ports[i] == port)
+			return true;
+	return false;
+}
+
+/* Whether op (on this worker) produces port. */
+static bool cgr__op_makes(const struct cgr_compiled *c, const struct cgr__op *op,
+			  unsigned port)
+{
+	switch (op->kind) {
+	case CGR__OP_READ:
+		return c->chans[op->chan].port == port;
+	case CGR__OP_COMPUTE:
+		return cgr__has_port(op->tc->out_ports, op->tc->nout, port);
+	case CGR__OP_COLL:
+		return cgr__has_port(op->coll->out_ports, op->coll->k, port);
+	default:
+		return false;
+	}
+}
+
+/* Whether op reads port (COLL inputs excluded: the stream orders them). */
+static bool cgr__op_uses(const struct cgr_compiled *c, const struct cgr__op *op,
+			 unsigned port)
+{
+	if (op->kind == CGR__OP_COMPUTE)
+		return cgr__has_port(op->tc->in_ports, op->tc->nin, port);
+	if (op->kind == CGR__OP_WRITE)
+		for (size_t j = 0; j < op->nchans; j++)
+			if (c->chans[op->chans[j]].port == port)
+				return true;
+	return false;
+}
+
+/*
+ * Rewrites program p for overlap: each collective is issued to the
+ * communication stream as early as its local inputs allow (never before
+ * an earlier collective: the stream keeps their order, which is the order
+ * every member uses), the WRITE of its outputs is fused into its job, and a
+ * WAIT goes right before each operation that consumes its outputs.
+ */
+static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
+{
+	size_t n = p->nops, m = 0, last_coll = 0;
+	struct cgr__op *out = cgr__c_alloc(c, (3 * n + 1) * sizeof(*out), 64);
+
+	if (out == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		struct cgr__op *op = &p->ops[i];
+		if (op->kind == CGR__OP_COLL) {
+			struct cgr__coll_rt *cr = op->coll;
+			size_t at = last_coll;
+			for (size_t j = 0; j < m; j++)
+				for (size_t q = 0; q < cr->k; q++)
+					if (cr->in_ports[q] != CGR__NO_PORT &&
+					    cgr__op_makes(c, &out[j],
+							  cr->in_ports[q]) &&
+					    j + 1 > at)
+						at = j + 1;
+			memmove(&out[at + 1], &out[at], (m - at) * sizeof(*out));
+			out[at] = *op;
+			m++;
+			last_coll = at + 1;
+			if (i + 1 < n && p->ops[i + 1].kind == CGR__OP_WRITE) {
+				cr->fused_write = &p->ops[i + 1];
+				i++;
+			}
+			cr->prog = p;
+			cr->jobs = cgr__c_alloc(c, c->nslots * sizeof(*cr->jobs),
+						64);
+			if (cr->jobs == NULL)
+				return -ENOMEM;
+			for (uint32_t q = 0; q < c->nslots; q++)
+				cr->jobs[q].cr = cr;
+			continue;
+		}
+		/* Wait for every issued collective whose output op reads. */
+		for (size_t j = 0; j < m; j++) {
+			struct cgr__coll_rt *cr = out[j].coll;
+			if (out[j].kind != CGR__OP_COLL)
+				continue;
+			for (size_t q = 0; q < cr->k; q++)
+				if (cr->out_ports[q] != CGR__NO_PORT &&
+				    cgr__op_uses(c, op, cr->out_ports[q])) {
+					out[m].kind = CGR__OP_WAIT;
+					out[m].coll = cr;
+					m++;
+					break;
+				}
+		}
+		out[m++] = *op;
+	}
+	p->ops = out;
+	p->nops = m;
+	return 0;
+}
+
 /* ---- schedule verification ---------------------------------------- */
 
 /*
@@ -1078,6 +1183,23 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 	if (ret < 0) {
 		cgr__info(&g->ctx->log, "graph: %s", g->errmsg);
 		goto fail;
+	}
+	/* Overlap rewrites the programs verified above: it only issues
+	 * collectives earlier, which the stream runs in the same order, and
+	 * waits for them where their outputs are used. */
+	for (size_t i = 0; c->p.overlap && i < c->nprogs; i++) {
+		struct cgr__prog *p = &c->progs[i];
+		bool any = false;
+		for (size_t k = 0; k < p->nops; k++)
+			any |= p->ops[k].kind == CGR__OP_COLL;
+		if (!any)
+			continue;
+		ret = cgr__overlap_prog(c, p);
+		if (ret == 0 && !plan_only)
+			ret = cgr_stream_create(c->ctx, CGR_DEVICE_SIM, 0,
+						&p->stream);
+		if (ret < 0)
+			goto fail_mem;
 	}
 	*out = c;
 	return 0;

@@ -114,6 +114,68 @@ static void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 	}
 }
 
+/* ---- overlap: collectives on the communication stream ------------- */
+
+struct cgr__done_wait {
+	struct cgr__coll_rt *cr;
+	uint64_t want;
+};
+
+static bool cgr__coll_done(void *arg)
+{
+	struct cgr__done_wait *dw = arg;
+	/* D2: pairs with D1: the collective's outputs are in their slots. */
+	return atomic_load_explicit(&dw->cr->done, memory_order_acquire) >=
+	       dw->want;
+}
+
+/* Runs on the stream's executor: the collective, its fused WRITE, done. */
+static void cgr__coll_job_run(void *arg)
+{
+	struct cgr__coll_job *job = arg;
+	struct cgr__coll_rt *cr = job->cr;
+	struct cgr_compiled *c = cr->c;
+	uint64_t seq = job->seq;
+
+	cgr__coll_run(cr, seq, NULL);
+	if (cr->fused_write != NULL) {
+		struct cgr__msg m = { seq };
+		for (size_t k = 0; k < cr->fused_write->nchans; k++) {
+			struct cgr__chan *ch =
+				&c->chans[cr->fused_write->chans[k]];
+			/* Rings hold max_inflight messages: never full. */
+			while (cgr_ring_enqueue(&ch->prod, &m, sizeof(m)) ==
+				       -EAGAIN &&
+			       !atomic_load(&c->stop))
+				cgr__cpu_relax();
+			cgr__bell_ring(ch->consumer_bell);
+		}
+	}
+	/* D1: publishes the outputs; pairs with D2. */
+	atomic_store_explicit(&cr->done, seq + 1, memory_order_release);
+	cgr__bell_ring(&cr->w->bell);
+}
+
+/* Issues collective cr of execution seq to the communication stream. */
+static int cgr__coll_issue(struct cgr__coll_rt *cr, uint64_t seq,
+			   struct cgr_reactor *r)
+{
+	struct cgr_compiled *c = cr->c;
+	struct cgr__coll_job *job = &cr->jobs[seq & (c->nslots - 1)];
+
+	/* The slot's job from nslots executions ago must have run. */
+	if (seq >= c->nslots) {
+		struct cgr__done_wait dw = { cr, seq + 1 - c->nslots };
+		int ret = cgr__reactor_wait(r, &cr->w->bell, cgr__coll_done,
+					    &dw, &c->stop, c->p.wait_mode,
+					    c->p.spin_ns, CGR_FOREVER);
+		if (ret < 0)
+			return ret;
+	}
+	job->seq = seq;
+	return cgr_stream_launch_host(cr->prog->stream, cgr__coll_job_run, job);
+}
+
 /* Waits for room in a ring (never expected: rings hold max_inflight). */
 static bool cgr__ring_has_room(void *arg)
 {
@@ -165,6 +227,12 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 				cgr__task_run(op->tc, seq);
 				break;
 			case CGR__OP_COLL:
+				if (p->stream != NULL) {
+					ret = cgr__coll_issue(op->coll, seq, r);
+					if (ret < 0)
+						goto leave;
+					break;
+				}
 				atomic_store_explicit(&w->current_task,
 						      op->coll->name,
 						      memory_order_relaxed);
@@ -172,6 +240,17 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 				atomic_store_explicit(&w->current_task, NULL,
 						      memory_order_relaxed);
 				break;
+			case CGR__OP_WAIT: {
+				struct cgr__done_wait dw = { op->coll,
+							     seq + 1 };
+				ret = cgr__reactor_wait(r, &w->bell,
+							cgr__coll_done, &dw,
+							&c->stop, mode, spin,
+							CGR_FOREVER);
+				if (ret < 0)
+					goto leave;
+				break;
+			}
 			case CGR__OP_WRITE: {
 				struct cgr__msg m = { seq };
 				for (size_t k = 0; k < op->nchans; k++) {
@@ -203,6 +282,10 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 				      memory_order_relaxed);
 	}
 leave:
+	/* The communication stream may still run collectives of this graph:
+	 * teardown stopped and aborted them, so this is short. */
+	if (p->stream != NULL)
+		cgr_stream_synchronize(p->stream, 2000000000);
 	/* W1: the last touch of the program; pairs with teardown's wait. */
 	cgr__future_complete(&p->left, p->left_gen, 0);
 	cgr__compiled_unref(c);

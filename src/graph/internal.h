@@ -240,6 +240,8 @@ enum cgr__op_kind {
 	CGR__OP_COMPUTE = 2,
 	CGR__OP_WRITE = 3,
 	CGR__OP_COLL = 4,
+	CGR__OP_WAIT = 5, /* overlap: until a collective of this execution is
+			     done on the communication stream */
 };
 
 struct cgr_task_ctx {
@@ -287,6 +289,18 @@ struct cgr__coll_rt {
 	bool have_cached;
 	size_t cap; /* data capacity of the outputs, the same on every member */
 	char *name;
+	/* Overlap: the job runs on the worker's communication stream, then
+	 * performs fused_write (the WRITE of its outputs) and publishes done
+	 * (execution + 1). */
+	struct cgr__coll_job *jobs; /* one per slot */
+	const struct cgr__op *fused_write;
+	_Atomic uint64_t done;
+	struct cgr__prog *prog;
+};
+
+struct cgr__coll_job {
+	struct cgr__coll_rt *cr;
+	uint64_t seq;
 };
 #define CGR__NO_PORT 0xffffffffu
 
@@ -314,6 +328,7 @@ struct cgr__prog {
 	struct cgr__trace_ev *trace;
 	uint32_t trace_cap;
 	_Atomic uint32_t trace_n;
+	cgr_stream *stream; /* overlap: the communication stream */
 };
 
 struct cgr__trace_ev {
