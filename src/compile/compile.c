@@ -352,7 +352,12 @@ static int cgr__port_init(struct cgr_compiled *c, struct cgr__port *p,
 	p->mask = nslots - 1;
 	snprintf(p->name, sizeof(p->name), "%s", name);
 	p->mem = cgr__c_alloc(c, p->slot_bytes * nslots, 64);
-	return p->mem != NULL ? 0 : -ENOMEM;
+	if (p->mem == NULL)
+		return -ENOMEM;
+	/* Touch every page now: a first touch in an execution would be a
+	 * page fault, an allocation by the kernel on the hot path. */
+	memset(p->mem, 0, p->slot_bytes * nslots);
+	return 0;
 }
 
 /* Finds or adds the channel (port -> consumer).  Returns its index. */

@@ -1,0 +1,252 @@
+/*
+ * perf/overlap.c: overlap of computation and communication, Ray's
+ * benchmark shape: 3 senders each compute, then send a tensor to 1
+ * receiver (device edges: real copies through the CPU communicator) that
+ * computes once per received tensor; 5 executions per sample, overlap off
+ * and on, interleaved.  Compute is modelled as an operation of a fixed
+ * duration that occupies its worker without burning a core (a sleep: on a
+ * GPU a kernel occupies the device, not a host core).
+ *
+ * The critical-path bound per execution comes from the durations measured
+ * alone in the same run: senders compute S in parallel, the receiver's
+ * communication stream takes the tensors one after the other (T each),
+ * and the receiver computes R after each arrives:
+ *   c1 = S + T + R, c2 = max(c1, S + 2T) + R, c3 = max(c2, S + 3T) + R.
+ * Also the per-execution cost of the overlap bookkeeping, with zero-
+ * duration compute and 8-byte tensors.
+ */
+#include "perf.h"
+
+#include <pthread.h>
+
+#include <cgr.h>
+
+static int64_t g_compute_ns;
+static size_t g_elems;
+
+static void model_compute(void)
+{
+	struct timespec ts = { 0, (long)g_compute_ns };
+	if (g_compute_ns > 0)
+		nanosleep(&ts, NULL);
+}
+
+static int send_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	static __thread int64_t shape[1];
+	float *o = cgr_task_output_buffer(tc, 0, g_elems * 4);
+	(void)st, (void)in, (void)nin, (void)nout;
+	model_compute();
+	o[0] = (float)cgr_task_seq(tc);
+	shape[0] = (int64_t)g_elems;
+	memset(&out[0], 0, sizeof(out[0]));
+	out[0].kind = CGR_VALUE_TENSOR;
+	out[0].u.tensor.data = o;
+	out[0].u.tensor.device.device_type = kDLCPU;
+	out[0].u.tensor.ndim = 1;
+	out[0].u.tensor.shape = shape;
+	out[0].u.tensor.dtype.code = kDLFloat;
+	out[0].u.tensor.dtype.bits = 32;
+	out[0].u.tensor.dtype.lanes = 1;
+	return 0;
+}
+
+static int recv_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	static __thread float s;
+	(void)tc, (void)st, (void)nout;
+	model_compute();
+	s = 0;
+	for (size_t i = 0; i < nin; i++)
+		if (in[i].kind == CGR_VALUE_TENSOR)
+			s += ((const float *)in[i].u.tensor.data)[0];
+		else if (in[i].kind == CGR_VALUE_BYTES)
+			s += *(const float *)in[i].u.bytes.data;
+	out[0] = cgr_value_bytes(&s, sizeof(s));
+	return 0;
+}
+
+static int build(cgr_ctx *ctx, cgr_worker **w, int overlap, cgr_compiled **c)
+{
+	cgr_graph *g;
+	cgr_node *x, *v[3], *r = NULL;
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	int ret;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int i = 0; i < 3; i++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		d.name = "send", d.fn = send_fn;
+		d.max_out_bytes = g_elems * 4 + 64;
+		cgr_graph_task(g, w[i], &d, &x, 1, &v[i], 1);
+		cgr_node_set_transport(v[i], CGR_TRANSPORT_DEVICE, 0);
+	}
+	for (int i = 0; i < 3; i++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		cgr_node *in2[2] = { v[i], r != NULL ? r : v[i] };
+		d.name = "recv", d.fn = recv_fn;
+		cgr_graph_task(g, w[3], &d, in2, 2, &r, 1);
+	}
+	cgr_graph_output(g, &r, 1);
+	pp.overlap = overlap;
+	pp.max_value_bytes = g_elems * 4 + 64;
+	pp.trace_events = getenv("CGR_PERF_TRACE") ? 1000 : 0;
+	ret = cgr_graph_compile(g, &pp, c);
+	cgr_graph_destroy(g);
+	return ret;
+}
+
+/* ns per execution over `execs` executions (execute, get, release). */
+static double run(cgr_compiled *c, int execs)
+{
+	int64_t t0 = perf_now_ns();
+	for (int i = 0; i < execs; i++) {
+		uint64_t v = (uint64_t)i;
+		cgr_value a = cgr_value_bytes(&v, 8), o;
+		cgr_ref ref;
+		if (cgr_execute(c, &a, 1, &ref) || cgr_ref_get(c, ref, -1, &o, 1))
+			return -1;
+		cgr_ref_release(c, ref);
+	}
+	return (double)(perf_now_ns() - t0) / execs;
+}
+
+struct bc {
+	cgr_comm *comm;
+	int rank;
+	int reps;
+	double *lat;
+	struct perf_barrier *bar;
+};
+
+static void *bc_thread(void *arg)
+{
+	struct bc *b = arg;
+	float *buf = calloc(g_elems, 4);
+	for (int i = -2; i < b->reps; i++) {
+		perf_barrier_wait(b->bar, 2);
+		int64_t t0 = perf_now_ns();
+		cgr_broadcast(b->comm, b->rank, buf, buf, g_elems, CGR_FLOAT32,
+			      0, NULL, NULL);
+		if (b->rank == 1 && i >= 0)
+			b->lat[i] = (double)(perf_now_ns() - t0);
+	}
+	free(buf);
+	return NULL;
+}
+
+/* One tensor broadcast between two ranks, alone. */
+static double comm_alone(cgr_ctx *ctx, int reps)
+{
+	static struct perf_barrier bar;
+	cgr_comm *comm;
+	pthread_t t[2];
+	struct bc b[2];
+	double *lat = calloc((size_t)reps, sizeof(double)), m;
+
+	cgr_comm_create(ctx, NULL, 2, CGR_BACKEND_CPU, &comm);
+	for (int i = 0; i < 2; i++) {
+		b[i] = (struct bc){ comm, i, reps, lat, &bar };
+		pthread_create(&t[i], NULL, bc_thread, &b[i]);
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	cgr_comm_destroy(comm);
+	m = perf_median(lat, (size_t)reps);
+	free(lat);
+	return m;
+}
+
+/* A modelled compute step, alone. */
+static double compute_alone(int reps)
+{
+	double *lat = calloc((size_t)reps, sizeof(double)), m;
+	for (int i = 0; i < reps; i++) {
+		int64_t t0 = perf_now_ns();
+		model_compute();
+		lat[i] = (double)(perf_now_ns() - t0);
+	}
+	m = perf_median(lat, (size_t)reps);
+	free(lat);
+	return m;
+}
+
+static void shape_case(cgr_ctx *ctx, cgr_worker **w, const char *name,
+		       int64_t compute_ns, size_t elems, int windows, int quiet)
+{
+	double off[64], on[64], S, T, R;
+	int nw = windows < 64 ? windows : 64;
+
+	g_compute_ns = compute_ns;
+	g_elems = elems;
+	for (int win = 0; win < nw; win++)
+		for (int j = 0; j < 2; j++) {
+			int ov = (j + win) % 2;
+			cgr_compiled *c;
+			if (build(ctx, w, ov, &c) != 0) {
+				fprintf(stderr, "compile failed\n");
+				exit(1);
+			}
+			run(c, 10); /* warm up: every buffer slot once */
+			(ov ? on : off)[win] = run(c, 5);
+			if (getenv("CGR_PERF_TRACE") && win == 0) {
+				char path[256];
+				snprintf(path, sizeof(path), "%s/%s_%s.json",
+					 getenv("CGR_PERF_TRACE"), name,
+					 ov ? "on" : "off");
+				cgr_compiled_teardown(c, -1);
+				cgr_compiled_write_trace(c, path);
+			}
+			cgr_compiled_destroy(c);
+		}
+	S = R = compute_alone(20);
+	T = comm_alone(ctx, 20);
+	double c1 = S + T + R, c2 = (c1 > S + 2 * T ? c1 : S + 2 * T) + R,
+	       c3 = (c2 > S + 3 * T ? c2 : S + 3 * T) + R;
+	double moff = perf_median(off, (size_t)nw),
+	       mon = perf_median(on, (size_t)nw);
+	if (!quiet) {
+		printf("%s: compute %.0f us per step, tensor %zu KiB, "
+		       "broadcast alone %.0f us; %d windows of 5 executions\n",
+		       name, S / 1e3, elems * 4 / 1024, T / 1e3, nw);
+		printf("  overlap off  %9.1f us per execution\n", moff / 1e3);
+		printf("  overlap on   %9.1f us per execution  (%.0f%% less)\n",
+		       mon / 1e3, 100.0 * (1 - mon / moff));
+		printf("  critical-path bound %9.1f us: on = %.2fx bound\n",
+		       c3 / 1e3, mon / c3);
+	}
+	perf_json("overlap", name, "cgr_off", "time_per_exec", moff / 1e3, "us",
+		  "\"bound_us\":%.1f", c3 / 1e3);
+	perf_json("overlap", name, "cgr_on", "time_per_exec", mon / 1e3, "us",
+		  "\"bound_us\":%.1f,\"reduction\":%.3f,\"x_bound\":%.3f",
+		  c3 / 1e3, 1 - mon / moff, mon / c3);
+}
+
+int main(int argc, char **argv)
+{
+	struct perf_opts o = { 5, 0, 0, 0 };
+	cgr_ctx *ctx;
+	cgr_worker *w[4];
+
+	if (perf_parse(argc, argv, &o,
+		       "Ray's overlap shape, overlap off and on, vs the "
+		       "critical-path bound"))
+		return 2;
+	cgr_ctx_create(NULL, &ctx);
+	for (int i = 0; i < 4; i++) {
+		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+		char name[16];
+		snprintf(name, sizeof(name), i < 3 ? "sender%d" : "receiver",
+			 i);
+		wp.name = name;
+		cgr_worker_create(ctx, &wp, &w[i]);
+	}
+	shape_case(ctx, w, "ray_shape", 1000000, (size_t)4 << 20, o.windows,
+		   o.json);
+	shape_case(ctx, w, "bookkeeping_zero_ops", 0, 2, o.windows, o.json);
+	cgr_ctx_destroy(ctx);
+	return 0;
+}
