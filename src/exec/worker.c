@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "graph/internal.h"
 
@@ -137,6 +138,15 @@ static void cgr__coll_job_run(void *arg)
 	struct cgr_compiled *c = cr->c;
 	uint64_t seq = job->seq;
 
+	if (c->debug_coll_delay_ns > 0) {
+		/* A cheap hash of (execution, collective) spreads the delays. */
+		uint64_t h = (seq + 1) * 0x9E3779B97F4A7C15ull ^
+			     (uint64_t)(uintptr_t)cr;
+		struct timespec ts = {
+			0, (long)((h >> 33) % (uint64_t)c->debug_coll_delay_ns)
+		};
+		nanosleep(&ts, NULL);
+	}
 	cgr__coll_run(cr, seq, NULL);
 	if (cr->fused_write != NULL) {
 		struct cgr__msg m = { seq };

@@ -370,6 +370,10 @@ struct cgr_compiled {
 
 	_Atomic uint32_t stop;
 	int64_t t_start; /* compile time: trace timestamps start here */
+	/* Tests only: the communication stream sleeps up to this long (a
+	 * pseudo-random share) before each collective, to expose missing
+	 * waits.  Set before the first execution. */
+	int64_t debug_coll_delay_ns;
 	bool torn_down;
 	int teardown_result;
 	struct cgr_compiled *next; /* ctx's list */
