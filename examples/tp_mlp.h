@@ -80,15 +80,8 @@ static int mlp_part(cgr_task_ctx *tc, void *st, const cgr_value *in,
 				a += h[b][i] * s->w2[i][j];
 			y[b * DOUT + j] = a;
 		}
-	memset(&out[0], 0, sizeof(out[0]));
-	out[0].kind = CGR_VALUE_TENSOR;
-	out[0].u.tensor.data = y;
-	out[0].u.tensor.device.device_type = kDLCPU;
-	out[0].u.tensor.ndim = 2;
-	out[0].u.tensor.shape = shape;
-	out[0].u.tensor.dtype.code = kDLFloat;
-	out[0].u.tensor.dtype.bits = 32;
-	out[0].u.tensor.dtype.lanes = 1;
+	out[0] = cgr_value_tensor(y, kDLFloat, 32, 2,
+					shape);
 	return 0;
 }
 

@@ -236,6 +236,30 @@ static inline cgr_value cgr_value_bytes(const void *data, size_t len)
 }
 
 /*
+ * A contiguous CPU tensor value: code is a DLDataTypeCode (kDLInt,
+ * kDLUInt, kDLFloat, kDLBfloat), bits the element width, shape ndim long
+ * (it must outlive the value's use).
+ */
+static inline cgr_value cgr_value_tensor(void *data, int code, int bits,
+					 int ndim, int64_t *shape)
+{
+	cgr_value v;
+	v.kind = CGR_VALUE_TENSOR;
+	v.code = 0;
+	v.u.tensor.data = data;
+	v.u.tensor.device.device_type = kDLCPU;
+	v.u.tensor.device.device_id = 0;
+	v.u.tensor.ndim = ndim;
+	v.u.tensor.dtype.code = (uint8_t)code;
+	v.u.tensor.dtype.bits = (uint8_t)bits;
+	v.u.tensor.dtype.lanes = 1;
+	v.u.tensor.shape = shape;
+	v.u.tensor.strides = NULL;
+	v.u.tensor.byte_offset = 0;
+	return v;
+}
+
+/*
  * A list of bytes and tensors moving as one value (Ray's direct_return=
  * False): over a device-transport edge its tensors go through the
  * communicator and its bytes through host memory.

@@ -40,15 +40,8 @@ static int send_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	model_compute();
 	o[0] = (float)cgr_task_seq(tc);
 	shape[0] = (int64_t)g_elems;
-	memset(&out[0], 0, sizeof(out[0]));
-	out[0].kind = CGR_VALUE_TENSOR;
-	out[0].u.tensor.data = o;
-	out[0].u.tensor.device.device_type = kDLCPU;
-	out[0].u.tensor.ndim = 1;
-	out[0].u.tensor.shape = shape;
-	out[0].u.tensor.dtype.code = kDLFloat;
-	out[0].u.tensor.dtype.bits = 32;
-	out[0].u.tensor.dtype.lanes = 1;
+	out[0] = cgr_value_tensor(o, kDLFloat, 32, 1,
+					shape);
 	return 0;
 }
 

@@ -54,15 +54,8 @@ static int fill_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	static __thread int64_t shape[2];
 	shape[0] = rows;
 	shape[1] = 3;
-	out[0].kind = CGR_VALUE_TENSOR;
-	memset(&out[0].u.tensor, 0, sizeof(DLTensor));
-	out[0].u.tensor.data = o;
-	out[0].u.tensor.device.device_type = kDLCPU;
-	out[0].u.tensor.ndim = 2;
-	out[0].u.tensor.shape = shape;
-	out[0].u.tensor.dtype.code = kDLInt;
-	out[0].u.tensor.dtype.bits = 64;
-	out[0].u.tensor.dtype.lanes = 1;
+	out[0] = cgr_value_tensor(o, kDLInt, 64, 2,
+					shape);
 	return 0;
 }
 
@@ -321,15 +314,8 @@ static int grad_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	for (size_t k = 0; k < nout; k++) {
 		for (int i = 0; i < 8; i++)
 			g[k][i] = (int64_t)(x * (k + 1)) + f->rank * 10 + i;
-		out[k].kind = CGR_VALUE_TENSOR;
-		memset(&out[k].u.tensor, 0, sizeof(DLTensor));
-		out[k].u.tensor.data = g[k];
-		out[k].u.tensor.device.device_type = kDLCPU;
-		out[k].u.tensor.ndim = 1;
-		out[k].u.tensor.shape = shape;
-		out[k].u.tensor.dtype.code = kDLInt;
-		out[k].u.tensor.dtype.bits = 64;
-		out[k].u.tensor.dtype.lanes = 1;
+		out[k] = cgr_value_tensor(g[k], kDLInt, 64, 1,
+						shape);
 	}
 	return 0;
 }
@@ -583,15 +569,8 @@ static int fill3_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 			o[i] = elem(x, f->rank, i) + 100 * (int64_t)j;
 		shape[j][0] = rows;
 		shape[j][1] = 3;
-		out[j].kind = CGR_VALUE_TENSOR;
-		memset(&out[j].u.tensor, 0, sizeof(DLTensor));
-		out[j].u.tensor.data = o;
-		out[j].u.tensor.device.device_type = kDLCPU;
-		out[j].u.tensor.ndim = 2;
-		out[j].u.tensor.shape = shape[j];
-		out[j].u.tensor.dtype.code = kDLInt;
-		out[j].u.tensor.dtype.bits = 64;
-		out[j].u.tensor.dtype.lanes = 1;
+		out[j] = cgr_value_tensor(o, kDLInt, 64, 2,
+						shape[j]);
 	}
 	return 0;
 }
@@ -830,15 +809,8 @@ static int mixed_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	for (int i = 0; i < 12; i++)
 		data[i] = elem(x, 0, i);
 	items[0] = cgr_value_bytes(head, strlen(head) + 1);
-	memset(&items[1], 0, sizeof(items[1]));
-	items[1].kind = CGR_VALUE_TENSOR;
-	items[1].u.tensor.data = data;
-	items[1].u.tensor.device.device_type = kDLCPU;
-	items[1].u.tensor.ndim = 2;
-	items[1].u.tensor.shape = shape;
-	items[1].u.tensor.dtype.code = kDLInt;
-	items[1].u.tensor.dtype.bits = 64;
-	items[1].u.tensor.dtype.lanes = 1;
+	items[1] = cgr_value_tensor(data, kDLInt, 64, 2,
+					shape);
 	items[2] = cgr_value_bytes("end", 4);
 	out[0] = cgr_value_list(items, 3);
 	return 0;

@@ -380,15 +380,8 @@ static void test_shapes(void)
 			f[j] = (float)(i + j) * 0.5f;
 		args[0] = cgr_value_bytes(&a0, 8);
 		args[1] = cgr_value_bytes(&a1, 8);
-		memset(&args[2], 0, sizeof(args[2]));
-		args[2].kind = CGR_VALUE_TENSOR;
-		args[2].u.tensor.data = f;
-		args[2].u.tensor.device.device_type = kDLCPU;
-		args[2].u.tensor.ndim = 2;
-		args[2].u.tensor.shape = shape;
-		args[2].u.tensor.dtype.code = kDLFloat;
-		args[2].u.tensor.dtype.bits = 32;
-		args[2].u.tensor.dtype.lanes = 1;
+		args[2] = cgr_value_tensor(f, kDLFloat, 32, 2,
+						shape);
 		if (cgr_execute(c, args, 3, &r) != 0 ||
 		    cgr_ref_get(c, r, -1, o, 4) != 0) {
 			bad++;

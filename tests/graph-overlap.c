@@ -40,15 +40,8 @@ static int sum_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 				o[e] = -1000000; /* an error value arrived */
 		}
 	}
-	memset(&out[0], 0, sizeof(out[0]));
-	out[0].kind = CGR_VALUE_TENSOR;
-	out[0].u.tensor.data = o;
-	out[0].u.tensor.device.device_type = kDLCPU;
-	out[0].u.tensor.ndim = 1;
-	out[0].u.tensor.shape = shape;
-	out[0].u.tensor.dtype.code = kDLInt;
-	out[0].u.tensor.dtype.bits = 64;
-	out[0].u.tensor.dtype.lanes = 1;
+	out[0] = cgr_value_tensor(o, kDLInt, 64, 1,
+					shape);
 	return 0;
 }
 
