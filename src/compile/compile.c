@@ -876,12 +876,17 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 				cr->jobs[q].cr = cr;
 			continue;
 		}
-		/* Wait for every issued collective whose output op reads. */
+		/* Wait for every issued collective whose output op reads,
+		 * once: a later consumer comes after the first wait. */
 		for (size_t j = 0; j < m; j++) {
 			struct cgr__coll_rt *cr = out[j].coll;
+			bool waited = false;
 			if (out[j].kind != CGR__OP_COLL)
 				continue;
-			for (size_t q = 0; q < cr->k; q++)
+			for (size_t q = j + 1; q < m && !waited; q++)
+				waited = out[q].kind == CGR__OP_WAIT &&
+					 out[q].coll == cr;
+			for (size_t q = 0; q < cr->k && !waited; q++)
 				if (cr->out_ports[q] != CGR__NO_PORT &&
 				    cgr__op_uses(c, op, cr->out_ports[q])) {
 					out[m].kind = CGR__OP_WAIT;
