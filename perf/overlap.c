@@ -13,7 +13,9 @@
  * and the receiver computes R after each arrives:
  *   c1 = S + T + R, c2 = max(c1, S + 2T) + R, c3 = max(c2, S + 3T) + R.
  * Also the per-execution cost of the overlap bookkeeping, with zero-
- * duration compute and 8-byte tensors.
+ * duration compute and 8-byte tensors; and a 1F1B pipeline of 4 stages x
+ * 8 microbatches with compute and transfers about equal per step, against
+ * the critical path of its dependencies and each stage's order.
  */
 #include "perf.h"
 
@@ -226,6 +228,158 @@ static void shape_case(cgr_ctx *ctx, cgr_worker **w, const char *name,
 		  c3 / 1e3, 1 - mon / moff, mon / c3);
 }
 
+/* ---- 1F1B: 4 stages x 8 microbatches --------------------------------- */
+
+#define S1 4
+#define M1 8
+
+/* A stage step: modelled compute, then its output tensor (the sum of its
+ * inputs' first elements, so results stay checkable). */
+static int step_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	static __thread int64_t shape[1];
+	float *o = cgr_task_output_buffer(tc, 0, g_elems * 4);
+	(void)st, (void)nout;
+	model_compute();
+	o[0] = 1;
+	for (size_t i = 0; i < nin; i++)
+		if (in[i].kind == CGR_VALUE_TENSOR)
+			o[0] += ((const float *)in[i].u.tensor.data)[0];
+	shape[0] = (int64_t)g_elems;
+	out[0] = cgr_value_tensor(o, kDLFloat, 32, 1, shape);
+	return 0;
+}
+
+/*
+ * Builds 1F1B over S1 workers: F(s,m) after F(s-1,m), B(s,m) after
+ * B(s+1,m) and F(s,m); each worker binds its steps in 1F1B order (S1-s-1
+ * warm-up forwards, then alternating).  Values crossing workers use device
+ * edges.  Also returns the critical path from op durations: every step C,
+ * every crossing T, steps of one worker one after another in their order.
+ */
+static int build_1f1b(cgr_ctx *ctx, cgr_worker **w, int overlap,
+		      cgr_compiled **c, double C, double T, double *bound)
+{
+	cgr_graph *g;
+	cgr_node *x, *F[S1][M1], *B[S1][M1];
+	double fend[S1][M1], bend[S1][M1], wend[S1] = { 0 };
+	int fi[S1] = { 0 }, bi[S1] = { 0 }, done = 0;
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	int ret;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	while (done < 2 * S1 * M1) {
+		for (int s = 0; s < S1; s++) {
+			int warm = S1 - s - 1;
+			cgr_task_desc d = CGR_TASK_DESC_INIT;
+			d.fn = step_fn;
+			d.max_out_bytes = g_elems * 4 + 64;
+			if (fi[s] < M1 && (fi[s] < warm + 1 + bi[s] || bi[s] >= M1)) {
+				int m = fi[s];
+				if (s > 0 && fi[s - 1] <= m)
+					continue;
+				cgr_node *in = s ? F[s - 1][m] : x;
+				double ready = s ? fend[s - 1][m] + T : 0;
+				d.name = "F";
+				cgr_graph_task(g, w[s], &d, &in, 1, &F[s][m], 1);
+				if (s < S1 - 1)
+					cgr_node_set_transport(
+						F[s][m], CGR_TRANSPORT_DEVICE, 0);
+				fend[s][m] = (ready > wend[s] ? ready : wend[s]) + C;
+				wend[s] = fend[s][m];
+				fi[s]++, done++;
+			} else if (bi[s] < M1) {
+				int m = bi[s];
+				if (fi[s] <= m || (s < S1 - 1 && bi[s + 1] <= m))
+					continue;
+				cgr_node *in2[2] = { F[s][m],
+						     s < S1 - 1 ? B[s + 1][m] :
+								  F[s][m] };
+				double ready = s < S1 - 1 ? bend[s + 1][m] + T : 0;
+				if (fend[s][m] > ready)
+					ready = fend[s][m];
+				d.name = "B";
+				cgr_graph_task(g, w[s], &d, in2, 2, &B[s][m], 1);
+				if (s > 0)
+					cgr_node_set_transport(
+						B[s][m], CGR_TRANSPORT_DEVICE, 0);
+				bend[s][m] = (ready > wend[s] ? ready : wend[s]) + C;
+				wend[s] = bend[s][m];
+				bi[s]++, done++;
+			}
+		}
+	}
+	/* Stage 0's backward outputs (host transport) go to the driver. */
+	cgr_graph_output(g, B[0], M1);
+	pp.overlap = overlap;
+	pp.max_value_bytes = g_elems * 4 + 64;
+	ret = cgr_graph_compile(g, &pp, c);
+	if (ret != 0)
+		fprintf(stderr, "1f1b: %s\n", cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	*bound = 0;
+	for (int m = 0; m < M1; m++)
+		if (bend[0][m] > *bound)
+			*bound = bend[0][m];
+	return ret;
+}
+
+static double run_1f1b(cgr_compiled *c, int execs)
+{
+	int64_t t0 = perf_now_ns();
+	for (int i = 0; i < execs; i++) {
+		uint64_t v = (uint64_t)i;
+		cgr_value a = cgr_value_bytes(&v, 8), o[M1];
+		cgr_ref ref;
+		if (cgr_execute(c, &a, 1, &ref) ||
+		    cgr_ref_get(c, ref, -1, o, M1))
+			return -1;
+		cgr_ref_release(c, ref);
+	}
+	return (double)(perf_now_ns() - t0) / execs;
+}
+
+static void case_1f1b(cgr_ctx *ctx, cgr_worker **w, int64_t compute_ns,
+		      size_t elems, int windows, int quiet)
+{
+	double off[64], on[64], C, T, bound = 0;
+	int nw = windows < 64 ? windows : 64;
+
+	g_compute_ns = compute_ns;
+	g_elems = elems;
+	C = compute_alone(20);
+	T = comm_alone(ctx, 20);
+	for (int win = 0; win < nw; win++)
+		for (int j = 0; j < 2; j++) {
+			int ov = (j + win) % 2;
+			cgr_compiled *c;
+			if (build_1f1b(ctx, w, ov, &c, C, T, &bound) != 0)
+				exit(1);
+			run_1f1b(c, 3); /* warm up */
+			(ov ? on : off)[win] = run_1f1b(c, 3);
+			cgr_compiled_destroy(c);
+		}
+	double moff = perf_median(off, (size_t)nw),
+	       mon = perf_median(on, (size_t)nw);
+	if (!quiet) {
+		printf("1f1b_4x8: compute %.0f us per step, tensor %zu KiB, "
+		       "transfer alone %.0f us; %d windows of 3 executions\n",
+		       C / 1e3, elems * 4 / 1024, T / 1e3, nw);
+		printf("  overlap off  %9.1f us per execution\n", moff / 1e3);
+		printf("  overlap on   %9.1f us per execution  (%.0f%% less)\n",
+		       mon / 1e3, 100.0 * (1 - mon / moff));
+		printf("  critical-path bound %9.1f us: on = %.2fx bound\n",
+		       bound / 1e3, mon / bound);
+	}
+	perf_json("overlap", "1f1b_4x8", "cgr_off", "time_per_exec",
+		  moff / 1e3, "us", "\"bound_us\":%.1f", bound / 1e3);
+	perf_json("overlap", "1f1b_4x8", "cgr_on", "time_per_exec", mon / 1e3,
+		  "us", "\"bound_us\":%.1f,\"reduction\":%.3f,\"x_bound\":%.3f",
+		  bound / 1e3, 1 - mon / moff, mon / bound);
+}
+
 int main(int argc, char **argv)
 {
 	struct perf_opts o = { 5, 0, 0, 0 };
@@ -248,6 +402,8 @@ int main(int argc, char **argv)
 	shape_case(ctx, w, "ray_shape", 1000000, (size_t)4 << 20, o.windows,
 		   o.json);
 	shape_case(ctx, w, "bookkeeping_zero_ops", 0, 2, o.windows, o.json);
+	/* Compute and a transfer about equal per microbatch step. */
+	case_1f1b(ctx, w, 500000, (size_t)1 << 20, o.windows, o.json);
 	cgr_ctx_destroy(ctx);
 	return 0;
 }
