@@ -363,6 +363,10 @@ enum cgr_edge_flags {
  */
 int cgr_node_set_transport(cgr_node *n, int transport, unsigned flags);
 
+/* Overlap for the device edge carrying task output n (enum
+ * cgr_overlap_mode).  Returns 0, -EINVAL. */
+int cgr_node_set_overlap(cgr_node *n, int mode);
+
 /* Declares the graph's outputs (once).  Returns 0, -EINVAL, -EALREADY. */
 int cgr_graph_output(cgr_graph *g, cgr_node *const *outs, size_t n);
 
@@ -713,9 +717,18 @@ typedef struct cgr_coll_params {
 	size_t max_out_bytes; /* per output; 0: the compile default */
 	size_t ntensors;      /* allreduce, allgather: tensors per member,
 				 fused into one operation; 0 or 1: one */
+	int overlap;	      /* CGR_OVERLAP_*: 0 follows the graph */
 } cgr_coll_params;
 #define CGR_COLL_PARAMS_INIT \
-	{ sizeof(cgr_coll_params), NULL, 0, CGR_SUM, 0, NULL, 0, 0, 0 }
+	{ sizeof(cgr_coll_params), NULL, 0, CGR_SUM, 0, NULL, 0, 0, 0, 0 }
+
+/* Per collective (cgr_coll_params.overlap) or device edge
+ * (cgr_node_set_overlap): whether it runs on the communication stream. */
+enum cgr_overlap_mode {
+	CGR_OVERLAP_DEFAULT = 0, /* as cgr_compile_params.overlap */
+	CGR_OVERLAP_ON = 1,
+	CGR_OVERLAP_OFF = 2,
+};
 
 /*
  * A collective node over n distinct workers; rank i is members[i].  Values

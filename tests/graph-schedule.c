@@ -527,6 +527,49 @@ static void test_overlap_plan(cgr_ctx *ctx, cgr_worker **W)
 	     shape);
 	cgr__plan_free(c);
 	cgr_graph_destroy(g);
+
+	/* The same with the middle edge's overlap off: it runs on the
+	 * worker thread, after the receive before it is done, and nothing
+	 * is issued ahead of it. */
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int i = 0; i < 3; i++) {
+		cgr_graph_task(g, W[i], &d, &x, 1, &v[i], 1);
+		cgr_node_set_transport(v[i], CGR_TRANSPORT_DEVICE, 0);
+	}
+	t_is(cgr_node_set_overlap(v[1], CGR_OVERLAP_OFF), 0,
+	     "overlap off for one edge");
+	prev = NULL;
+	for (int i = 0; i < 3; i++) {
+		cgr_node *in2[2] = { v[i], prev != NULL ? prev : v[i] };
+		cgr_graph_task(g, W[3], &d, in2, 2, &s[i], 1);
+		prev = s[i];
+	}
+	cgr_graph_output(g, &s[2], 1);
+	t_is(cgr__graph_plan(g, &pp, &c), 0, "mixed overlap plan");
+	shape[0] = 0;
+	for (size_t i = 0; i < c->nprogs; i++) {
+		struct cgr__prog *p = &c->progs[i];
+		if (p->w != W[3])
+			continue;
+		for (size_t k = 0; k < p->nops && strlen(shape) < 60; k++) {
+			const char *t = "?";
+			switch (p->ops[k].kind) {
+			case CGR__OP_READ: t = "R"; break;
+			case CGR__OP_COMPUTE: t = "C"; break;
+			case CGR__OP_WRITE: t = "W"; break;
+			case CGR__OP_COLL:
+				t = p->ops[k].coll->async ? "B" : "S";
+				break;
+			case CGR__OP_WAIT: t = "w"; break;
+			}
+			strcat(shape, t);
+		}
+	}
+	t_ok(strcmp(shape, "BwCSBCwCW") == 0,
+	     "the synchronous receive keeps the order: %s", shape);
+	cgr__plan_free(c);
+	cgr_graph_destroy(g);
 }
 
 int main(int argc, char **argv)

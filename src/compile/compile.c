@@ -687,6 +687,7 @@ static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 			cr->op = t->cp.op;
 			cr->root = t->cp.root;
 			cr->static_shape = t->cp.static_shape != 0;
+			cr->overlap = t->cp.overlap;
 			cr->board = t->board;
 			cr->cap = cgr__cap_round(t->max_out_bytes ?
 							 t->max_out_bytes :
@@ -849,6 +850,29 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		struct cgr__op *op = &p->ops[i];
+		if (op->kind == CGR__OP_COLL && !op->coll->async) {
+			/* Runs on this thread: every collective issued before
+			 * it must be done first, so that the order stays. */
+			for (size_t j = 0; j < m; j++) {
+				bool waited = false;
+				if (out[j].kind != CGR__OP_COLL ||
+				    !out[j].coll->async)
+					continue;
+				for (size_t q = j + 1; q < m && !waited; q++)
+					waited = out[q].kind == CGR__OP_WAIT &&
+						 out[q].coll == out[j].coll;
+				if (!waited) {
+					memset(&out[m], 0, sizeof(out[m]));
+					out[m].kind = CGR__OP_WAIT;
+					out[m].coll = out[j].coll;
+					out[m].order = true;
+					m++;
+				}
+			}
+			out[m++] = *op;
+			last_coll = m;
+			continue;
+		}
 		if (op->kind == CGR__OP_COLL) {
 			struct cgr__coll_rt *cr = op->coll;
 			size_t at = last_coll;
@@ -881,7 +905,7 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 		for (size_t j = 0; j < m; j++) {
 			struct cgr__coll_rt *cr = out[j].coll;
 			bool waited = false;
-			if (out[j].kind != CGR__OP_COLL)
+			if (out[j].kind != CGR__OP_COLL || !cr->async)
 				continue;
 			for (size_t q = j + 1; q < m && !waited; q++)
 				waited = out[q].kind == CGR__OP_WAIT &&
@@ -889,6 +913,7 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 			for (size_t q = 0; q < cr->k && !waited; q++)
 				if (cr->out_ports[q] != CGR__NO_PORT &&
 				    cgr__op_uses(c, op, cr->out_ports[q])) {
+					memset(&out[m], 0, sizeof(out[m]));
 					out[m].kind = CGR__OP_WAIT;
 					out[m].coll = cr;
 					m++;
@@ -1197,11 +1222,18 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 	/* Overlap rewrites the programs verified above: it only issues
 	 * collectives earlier, which the stream runs in the same order, and
 	 * waits for them where their outputs are used. */
-	for (size_t i = 0; c->p.overlap && i < c->nprogs; i++) {
+	for (size_t i = 0; i < c->nprogs; i++) {
 		struct cgr__prog *p = &c->progs[i];
 		bool any = false;
-		for (size_t k = 0; k < p->nops; k++)
-			any |= p->ops[k].kind == CGR__OP_COLL;
+		for (size_t k = 0; k < p->nops; k++) {
+			struct cgr__coll_rt *cr = p->ops[k].coll;
+			if (p->ops[k].kind != CGR__OP_COLL)
+				continue;
+			cr->async = cr->overlap == CGR_OVERLAP_ON ||
+				    (cr->overlap == CGR_OVERLAP_DEFAULT &&
+				     c->p.overlap);
+			any |= cr->async;
+		}
 		if (!any)
 			continue;
 		ret = cgr__overlap_prog(c, p);

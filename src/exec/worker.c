@@ -237,7 +237,7 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 				cgr__task_run(op->tc, seq);
 				break;
 			case CGR__OP_COLL:
-				if (p->stream != NULL) {
+				if (op->coll->async) {
 					ret = cgr__coll_issue(op->coll, seq, r);
 					if (ret < 0)
 						goto leave;

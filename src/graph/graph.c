@@ -303,6 +303,9 @@ int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
 		   cp.kind == CGR_COLL_REDUCE;
 	if (cp.ntensors == 0)
 		cp.ntensors = 1;
+	if (cp.overlap < CGR_OVERLAP_DEFAULT || cp.overlap > CGR_OVERLAP_OFF)
+		return cgr__graph_fail(g, -EINVAL, "unknown overlap mode %d",
+				       cp.overlap);
 	if (cp.ntensors > 1 && cp.kind != CGR_COLL_ALLREDUCE &&
 	    cp.kind != CGR_COLL_ALLGATHER && cp.kind != CGR_COLL_BROADCAST)
 		return cgr__graph_fail(g, -EINVAL,
@@ -442,6 +445,19 @@ int cgr_graph_allreduce(cgr_graph *g, cgr_node *const *in, size_t n,
 
 /* ---- device-transport edges --------------------------------------- */
 
+int cgr_node_set_overlap(cgr_node *n, int mode)
+{
+	if (n == NULL || mode < CGR_OVERLAP_DEFAULT || mode > CGR_OVERLAP_OFF)
+		return -EINVAL;
+	if (n->kind != CGR__NODE_TASK)
+		return cgr__graph_fail(n->g, -EINVAL,
+				       "%s: only task outputs have an overlap "
+				       "mode",
+				       n->name);
+	n->overlap = mode;
+	return 0;
+}
+
 int cgr_node_set_transport(cgr_node *n, int transport, unsigned flags)
 {
 	if (n == NULL || transport < CGR_TRANSPORT_AUTO ||
@@ -556,6 +572,7 @@ int cgr__graph_lower_edges(cgr_graph *g)
 			cp.static_shape =
 				k == 1 && (n->edge_flags & CGR_EDGE_STATIC_SHAPE);
 			cp.max_out_bytes = t->max_out_bytes;
+			cp.overlap = n->overlap;
 			ret = cgr_graph_collective(g, &cp, m, nm, grp, k, outs,
 						   nm * k);
 			if (ret < 0)

@@ -104,6 +104,7 @@ struct cgr_node {
 	int transport;	     /* enum cgr_transport */
 	unsigned edge_flags; /* enum cgr_edge_flags */
 	bool edge_lowered;   /* compile made its broadcast already */
+	int overlap;	     /* enum cgr_overlap_mode, for its device edge */
 	cgr_graph *g;
 	struct cgr_node *next; /* graph's list */
 };
@@ -278,6 +279,8 @@ struct cgr__coll_rt {
 	cgr_comm *comm;
 	size_t k;	   /* tensors per member (buckets) */
 	bool edge;	   /* a device-transport edge's broadcast */
+	bool async;	   /* overlap: runs on the communication stream */
+	int overlap;	   /* enum cgr_overlap_mode of the node */
 	unsigned root_port; /* edge: the producer's port (lists' host part) */
 	unsigned *in_ports;  /* k; CGR__NO_PORT: none on this member */
 	unsigned *out_ports; /* k; CGR__NO_PORT: none on this member */
@@ -306,6 +309,7 @@ struct cgr__coll_job {
 
 struct cgr__op {
 	int kind;
+	bool order; /* WAIT: keeps collective order (not a data hazard) */
 	struct cgr__coll_rt *coll; /* COLL */
 	unsigned chan;		/* READ */
 	struct cgr_task_ctx *tc; /* COMPUTE */
