@@ -443,13 +443,27 @@ static int many_in_group(int r, void *arg)
 		cgr_recv(comm, r, got[r][m], 16, CGR_INT32, peer, s[r], &fs[m]);
 	cgr_group_end(comm, r, &g);
 	ret = cgr_future_wait(g, 5000000000);
+	if (ret != 0)
+		printf("# rank %d: group future: %s\n", r, cgr_strerror(ret));
 	for (int m = 0; m < MANY; m++) {
-		if (cgr_future_test(fs[m]) != 1)
+		int t = cgr_future_test(fs[m]);
+		if (t != 1) {
+			/* Seen once in ~44 runs (a distcheck run): say which
+			 * message and what its future said. */
+			printf("# rank %d: recv %d future: %d (%s)\n", r, m, t,
+			       t < 0 ? cgr_strerror(t) : "pending");
 			ret = ret ? ret : -EIO;
+		}
 		cgr_future_release(fs[m]);
 		for (int i = 0; i < 16; i++)
-			if (got[r][m][i] != peer * 100000 + m * 100 + i)
-				ret = ret ? ret : -EIO;
+			if (got[r][m][i] != peer * 100000 + m * 100 + i) {
+				printf("# rank %d: recv %d element %d: %d, "
+				       "want %d\n",
+				       r, m, i, got[r][m][i],
+				       peer * 100000 + m * 100 + i);
+				ret = ret ? ret : -EBADMSG;
+				break;
+			}
 	}
 	cgr_future_release(g);
 	return ret;
