@@ -1045,14 +1045,26 @@ static bool cgr__p2p_can(struct cgr__cpu *c, int r, struct cgr__item *it)
 	if (it->d.kind == CGR__COLL_SEND) {
 		struct cgr__pair *p = &c->pairs[(size_t)r * n + peer];
 
-		/* A free slot implies the receiver took its last message. */
+		/* A free slot implies the receiver took its last message.
+		 * Messages are posted in order: `sent` counts them, so
+		 * posting idx before idx - 1 would announce a slot that is
+		 * not filled yet (a group's progress loop may reach a later
+		 * send first). */
 		if (it->phase == 0)
-			return *cgr__sfree(c, r, peer, it->idx) == it->idx;
+			return *cgr__sfree(c, r, peer, it->idx) == it->idx &&
+			       atomic_load_explicit(&p->sent,
+						    memory_order_relaxed) ==
+				       it->idx;
 		return atomic_load_explicit(&p->taken, memory_order_acquire) >
 		       it->idx;
 	}
-	return atomic_load_explicit(&c->pairs[(size_t)peer * n + r].sent,
-				    memory_order_acquire) > it->idx;
+	/* Taken in order too: `taken` counts messages, so taking idx + 1
+	 * first would tell the sender that idx was read, and it could
+	 * reuse idx's slot before we copy from it. */
+	struct cgr__pair *q = &c->pairs[(size_t)peer * n + r];
+	return atomic_load_explicit(&q->sent, memory_order_acquire) >
+		       it->idx &&
+	       atomic_load_explicit(&q->taken, memory_order_relaxed) == it->idx;
 }
 
 static bool cgr__p2p_ready(void *arg)
