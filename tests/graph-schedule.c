@@ -474,20 +474,14 @@ static void test_edge_group(cgr_ctx *ctx, cgr_worker **W)
 	cgr_graph_destroy(g);
 }
 
-/*
- * Overlap: Ray's overlap shape, 3 senders each sending a tensor (device
- * edge) to 1 receiver that computes once per tensor.  The receiver's
- * program must issue all 3 broadcasts first (in the global order), then
- * wait for each right before the compute that uses it.
- */
-static void test_overlap_plan(cgr_ctx *ctx, cgr_worker **W)
+/* Ray's overlap shape: 3 senders each send a tensor (device edge) to a
+ * receiver on W[3] that computes once per tensor.  mid_mode is the middle
+ * edge's overlap mode. */
+static cgr_graph *ray_shape(cgr_ctx *ctx, cgr_worker **W, int mid_mode)
 {
 	cgr_graph *g;
-	cgr_compiled *c;
-	cgr_node *x, *v[3], *s[3];
+	cgr_node *x, *v[3], *s[3], *prev = NULL;
 	cgr_task_desc d = CGR_TASK_DESC_INIT;
-	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
-	char shape[64] = "";
 
 	d.fn = nop;
 	cgr_graph_create(ctx, &g);
@@ -496,31 +490,59 @@ static void test_overlap_plan(cgr_ctx *ctx, cgr_worker **W)
 		cgr_graph_task(g, W[i], &d, &x, 1, &v[i], 1);
 		cgr_node_set_transport(v[i], CGR_TRANSPORT_DEVICE, 0);
 	}
-	cgr_node *prev = NULL;
+	t_is(cgr_node_set_overlap(v[1], mid_mode), 0,
+	     "overlap mode %d for the middle edge", mid_mode);
 	for (int i = 0; i < 3; i++) {
 		cgr_node *in2[2] = { v[i], prev != NULL ? prev : v[i] };
 		cgr_graph_task(g, W[3], &d, in2, 2, &s[i], 1);
 		prev = s[i];
 	}
 	cgr_graph_output(g, &s[2], 1);
-	pp.overlap = 1;
-	t_is(cgr__graph_plan(g, &pp, &c), 0, "overlap plan");
+	return g;
+}
+
+/* w's program as one letter per operation: R C W w, B for a collective
+ * on the stream, S for one on the worker thread. */
+static void prog_shape(const cgr_compiled *c, const cgr_worker *w,
+		       char *shape, size_t len)
+{
+	size_t n = 0;
+
 	for (size_t i = 0; i < c->nprogs; i++) {
-		struct cgr__prog *p = &c->progs[i];
-		if (p->w != W[3])
+		const struct cgr__prog *p = &c->progs[i];
+		if (p->w != w)
 			continue;
-		for (size_t k = 0; k < p->nops && strlen(shape) < 60; k++) {
-			const char *t = "?";
-			switch (p->ops[k].kind) {
-			case CGR__OP_READ: t = "R"; break;
-			case CGR__OP_COMPUTE: t = "C"; break;
-			case CGR__OP_WRITE: t = "W"; break;
-			case CGR__OP_COLL: t = "B"; break;
-			case CGR__OP_WAIT: t = "w"; break;
-			}
-			strcat(shape, t);
+		for (size_t k = 0; k < p->nops && n + 1 < len; k++) {
+			const struct cgr__op *op = &p->ops[k];
+			shape[n++] = op->kind == CGR__OP_READ	 ? 'R' :
+				     op->kind == CGR__OP_COMPUTE ? 'C' :
+				     op->kind == CGR__OP_WRITE	 ? 'W' :
+				     op->kind == CGR__OP_WAIT	 ? 'w' :
+				     op->coll->async		 ? 'B' :
+								   'S';
 		}
 	}
+	shape[n] = 0;
+}
+
+/*
+ * Overlap: the receiver's program must issue all 3 broadcasts first (in
+ * the global order), then wait for each right before the compute that
+ * uses it; with the middle edge's overlap off, that one runs on the
+ * worker thread after the receive before it is done, and nothing is
+ * issued ahead of it.
+ */
+static void test_overlap_plan(cgr_ctx *ctx, cgr_worker **W)
+{
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	cgr_compiled *c;
+	cgr_graph *g;
+	char shape[64];
+
+	pp.overlap = 1;
+	g = ray_shape(ctx, W, CGR_OVERLAP_DEFAULT);
+	t_is(cgr__graph_plan(g, &pp, &c), 0, "overlap plan");
+	prog_shape(c, W[3], shape, sizeof(shape));
 	t_ok(strcmp(shape, "BBBwCwCwCW") == 0,
 	     "receiver issues the 3 receives first, waits before each compute: "
 	     "%s",
@@ -528,44 +550,9 @@ static void test_overlap_plan(cgr_ctx *ctx, cgr_worker **W)
 	cgr__plan_free(c);
 	cgr_graph_destroy(g);
 
-	/* The same with the middle edge's overlap off: it runs on the
-	 * worker thread, after the receive before it is done, and nothing
-	 * is issued ahead of it. */
-	cgr_graph_create(ctx, &g);
-	cgr_graph_input(g, 0, &x);
-	for (int i = 0; i < 3; i++) {
-		cgr_graph_task(g, W[i], &d, &x, 1, &v[i], 1);
-		cgr_node_set_transport(v[i], CGR_TRANSPORT_DEVICE, 0);
-	}
-	t_is(cgr_node_set_overlap(v[1], CGR_OVERLAP_OFF), 0,
-	     "overlap off for one edge");
-	prev = NULL;
-	for (int i = 0; i < 3; i++) {
-		cgr_node *in2[2] = { v[i], prev != NULL ? prev : v[i] };
-		cgr_graph_task(g, W[3], &d, in2, 2, &s[i], 1);
-		prev = s[i];
-	}
-	cgr_graph_output(g, &s[2], 1);
+	g = ray_shape(ctx, W, CGR_OVERLAP_OFF);
 	t_is(cgr__graph_plan(g, &pp, &c), 0, "mixed overlap plan");
-	shape[0] = 0;
-	for (size_t i = 0; i < c->nprogs; i++) {
-		struct cgr__prog *p = &c->progs[i];
-		if (p->w != W[3])
-			continue;
-		for (size_t k = 0; k < p->nops && strlen(shape) < 60; k++) {
-			const char *t = "?";
-			switch (p->ops[k].kind) {
-			case CGR__OP_READ: t = "R"; break;
-			case CGR__OP_COMPUTE: t = "C"; break;
-			case CGR__OP_WRITE: t = "W"; break;
-			case CGR__OP_COLL:
-				t = p->ops[k].coll->async ? "B" : "S";
-				break;
-			case CGR__OP_WAIT: t = "w"; break;
-			}
-			strcat(shape, t);
-		}
-	}
+	prog_shape(c, W[3], shape, sizeof(shape));
 	t_ok(strcmp(shape, "BwCSBCwCW") == 0,
 	     "the synchronous receive keeps the order: %s", shape);
 	cgr__plan_free(c);
