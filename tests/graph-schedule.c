@@ -526,6 +526,96 @@ static void prog_shape(const cgr_compiled *c, const cgr_worker *w,
 }
 
 /*
+ * Two collectives over W[0] and W[1]: an allreduce c1 (r0, r1), then a
+ * reduce c2 to W[1] (s1).  W[0]'s last task f needs r0 and t1 from W[1].
+ * t1 from s1: W[1] got c2's result, so W[0] had started c2 and its stream
+ * had finished c1: f needs no WAIT.  t1 from r1 alone proves only that
+ * W[0] started c1: f must wait.  c1_mode: c1's overlap mode.
+ */
+static cgr_graph *two_colls(cgr_ctx *ctx, cgr_worker **W, bool t1_from_c2,
+			    int c1_mode)
+{
+	cgr_graph *g;
+	cgr_node *x, *a[2], *r[2], *b[2], *s1, *t1, *u1, *f, *outs[2];
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_coll_params cp = CGR_COLL_PARAMS_INIT;
+	size_t no = 0;
+
+	d.fn = nop;
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int i = 0; i < 2; i++)
+		cgr_graph_task(g, W[i], &d, &x, 1, &a[i], 1);
+	cp.kind = CGR_COLL_ALLREDUCE;
+	cp.overlap = c1_mode;
+	cgr_graph_collective(g, &cp, W, 2, a, 2, r, 2);
+	for (int i = 0; i < 2; i++)
+		cgr_graph_task(g, W[i], &d, &x, 1, &b[i], 1);
+	cp.kind = CGR_COLL_REDUCE;
+	cp.root = 1;
+	cp.overlap = CGR_OVERLAP_DEFAULT;
+	cgr_graph_collective(g, &cp, W, 2, b, 2, &s1, 1);
+	if (t1_from_c2) {
+		cgr_node *in[2] = { s1, r[1] };
+		cgr_graph_task(g, W[1], &d, in, 2, &t1, 1);
+	} else {
+		cgr_graph_task(g, W[1], &d, &r[1], 1, &t1, 1);
+		cgr_graph_task(g, W[1], &d, &s1, 1, &u1, 1);
+		outs[no++] = u1;
+	}
+	cgr_node *in[2] = { r[0], t1 };
+	cgr_graph_task(g, W[0], &d, in, 2, &f, 1);
+	outs[no++] = f;
+	cgr_graph_output(g, outs, no);
+	return g;
+}
+
+/* The WAITs other orderings imply are dropped; the others stay. */
+static void test_overlap_prune(cgr_ctx *ctx, cgr_worker **W)
+{
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	cgr_compiled *c;
+	cgr_graph *g;
+	char shape[64];
+
+	pp.overlap = 1;
+	g = two_colls(ctx, W, true, CGR_OVERLAP_DEFAULT);
+	t_is(cgr__graph_plan(g, &pp, &c), 0, "plan: t1 from the reduce");
+	prog_shape(c, W[0], shape, sizeof(shape));
+	t_ok(strchr(shape, 'w') == NULL && strchr(shape, 'B') != NULL,
+	     "W[1]'s reduce result proves W[0]'s allreduce done: no WAIT on "
+	     "W[0]: %s",
+	     shape);
+	cgr__plan_free(c);
+	cgr_graph_destroy(g);
+
+	g = two_colls(ctx, W, false, CGR_OVERLAP_DEFAULT);
+	t_is(cgr__graph_plan(g, &pp, &c), 0, "plan: t1 from the allreduce");
+	prog_shape(c, W[0], shape, sizeof(shape));
+	t_ok(strchr(shape, 'w') != NULL &&
+		     strchr(shape, 'w') == strrchr(shape, 'w') &&
+		     strchr(shape, 'w')[1] == 'C',
+	     "W[1]'s allreduce result proves only that W[0] started it: one "
+	     "WAIT, before f: %s",
+	     shape);
+	cgr__plan_free(c);
+	cgr_graph_destroy(g);
+
+	/* The allreduce on the thread, the reduce on the stream: the next
+	 * execution's allreduce (same communicator) must wait for this
+	 * one's reduce. */
+	g = two_colls(ctx, W, false, CGR_OVERLAP_OFF);
+	t_is(cgr__graph_plan(g, &pp, &c), 0, "plan: allreduce on the thread");
+	prog_shape(c, W[0], shape, sizeof(shape));
+	t_ok(strstr(shape, "wS") != NULL && strchr(shape, 'B') != NULL,
+	     "the thread's allreduce waits for the previous execution's "
+	     "reduce: %s",
+	     shape);
+	cgr__plan_free(c);
+	cgr_graph_destroy(g);
+}
+
+/*
  * Overlap: the receiver's program must issue all 3 broadcasts first (in
  * the global order), then wait for each right before the compute that
  * uses it; with the middle edge's overlap off, that one runs on the
@@ -576,6 +666,7 @@ int main(int argc, char **argv)
 	test_mutation(ctx, W);
 	test_edge_group(ctx, W);
 	test_overlap_plan(ctx, W);
+	test_overlap_prune(ctx, W);
 	test_random(ctx, W);
 	cgr_ctx_destroy(ctx);
 	return t_done();

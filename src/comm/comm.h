@@ -134,6 +134,16 @@ struct cgr_comm {
 	cgr_worker **members; /* n entries, or NULL */
 };
 
+/* Whether a collective of this backend can finish at any rank only after
+ * every rank started it.  The CPU backend: yes, every rank reads every
+ * peer's latency line or descriptor first (cpu.c).  NCCL: no (a root can
+ * finish a broadcast into peers' buffers).  The overlap pass uses it to
+ * drop waits (compile.c, cgr__kn_finish). */
+static inline bool cgr__backend_joins_all(int backend)
+{
+	return backend == CGR_BACKEND_CPU;
+}
+
 /* The CPU (shared memory) backend: fills *out with a communicator of n
  * ranks whose head the caller completes (comm.c). */
 int cgr__cpu_comm_create(cgr_ctx *ctx, int n, cgr_comm **out);

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "comm/comm.h"
 #include "graph/internal.h"
 
 #define CGR__DEF_INFLIGHT 8u
@@ -687,6 +688,13 @@ static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 			cr->op = t->cp.op;
 			cr->root = t->cp.root;
 			cr->static_shape = t->cp.static_shape != 0;
+			/* Agreeing on shapes every execution joins everybody;
+			 * so does the backend's own protocol if it says so. */
+			cr->joins_all = !cr->static_shape ||
+					cgr__backend_joins_all(
+						t->cp.comm != NULL ?
+							t->cp.comm->backend :
+							CGR_BACKEND_CPU);
 			cr->overlap = t->cp.overlap;
 			cr->board = t->board;
 			cr->cap = cgr__cap_round(t->max_out_bytes ?
@@ -839,11 +847,17 @@ static bool cgr__op_uses(const struct cgr_compiled *c, const struct cgr__op *op,
  * communication stream as early as its local inputs allow (never before
  * an earlier collective: the stream keeps their order, which is the order
  * every member uses), the WRITE of its outputs is fused into its job, and a
- * WAIT goes right before each operation that consumes its outputs.
+ * WAIT goes right before the first operation that consumes its outputs
+ * (one WAIT for the latest collective an operation needs covers the
+ * earlier ones).
  */
 static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 {
-	size_t n = p->nops, m = 0, last_coll = 0;
+	/* COLLs are only ever inserted after every COLL already placed, so
+	 * their positions in out never move.  The stream runs them in order:
+	 * a WAIT for the COLL at j means every COLL before j is done too, and
+	 * those at positions below done_upto need no WAIT of their own. */
+	size_t n = p->nops, m = 0, last_coll = 0, done_upto = 0;
 	struct cgr__op *out = cgr__c_alloc(c, (3 * n + 1) * sizeof(*out), 64);
 
 	if (out == NULL)
@@ -852,25 +866,23 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 		struct cgr__op *op = &p->ops[i];
 		if (op->kind == CGR__OP_COLL && !op->coll->async) {
 			/* Runs on this thread: every collective issued before
-			 * it must be done first, so that the order stays. */
-			for (size_t j = 0; j < m; j++) {
-				bool waited = false;
-				if (out[j].kind != CGR__OP_COLL ||
-				    !out[j].coll->async)
-					continue;
-				for (size_t q = j + 1; q < m && !waited; q++)
-					waited = out[q].kind == CGR__OP_WAIT &&
-						 out[q].coll == out[j].coll;
-				if (!waited) {
-					memset(&out[m], 0, sizeof(out[m]));
-					out[m].kind = CGR__OP_WAIT;
-					out[m].coll = out[j].coll;
-					out[m].order = true;
-					m++;
-				}
+			 * it must be done first, so that the order stays; the
+			 * last one issued stands for them all. */
+			size_t last = m;
+			for (size_t j = done_upto; j < m; j++)
+				if (out[j].kind == CGR__OP_COLL &&
+				    out[j].coll->async)
+					last = j;
+			if (last < m) {
+				memset(&out[m], 0, sizeof(out[m]));
+				out[m].kind = CGR__OP_WAIT;
+				out[m].coll = out[last].coll;
+				out[m].order = true;
+				m++;
 			}
 			out[m++] = *op;
 			last_coll = m;
+			done_upto = m;
 			continue;
 		}
 		if (op->kind == CGR__OP_COLL) {
@@ -900,30 +912,261 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 				cr->jobs[q].cr = cr;
 			continue;
 		}
-		/* Wait for every issued collective whose output op reads,
-		 * once: a later consumer comes after the first wait. */
-		for (size_t j = 0; j < m; j++) {
+		/* Wait for the last issued collective whose output op reads,
+		 * unless a WAIT already covers it: the rest are done then. */
+		size_t need = m;
+		for (size_t j = done_upto; j < m; j++) {
 			struct cgr__coll_rt *cr = out[j].coll;
-			bool waited = false;
 			if (out[j].kind != CGR__OP_COLL || !cr->async)
 				continue;
-			for (size_t q = j + 1; q < m && !waited; q++)
-				waited = out[q].kind == CGR__OP_WAIT &&
-					 out[q].coll == cr;
-			for (size_t q = 0; q < cr->k && !waited; q++)
+			for (size_t q = 0; q < cr->k; q++)
 				if (cr->out_ports[q] != CGR__NO_PORT &&
 				    cgr__op_uses(c, op, cr->out_ports[q])) {
-					memset(&out[m], 0, sizeof(out[m]));
-					out[m].kind = CGR__OP_WAIT;
-					out[m].coll = cr;
-					m++;
+					need = j;
 					break;
 				}
 		}
+		if (need < m) {
+			memset(&out[m], 0, sizeof(out[m]));
+			out[m].kind = CGR__OP_WAIT;
+			out[m].coll = out[need].coll;
+			m++;
+			done_upto = need + 1;
+		}
 		out[m++] = *op;
+	}
+	/* Across executions: the thread may start the next execution's
+	 * first synchronous collective while the stream still runs this
+	 * one's later collectives, which share communicators with it.  Unless
+	 * a WAIT for a collective issued before it in the same execution
+	 * already orders them, it waits for the last one of the previous
+	 * execution. */
+	for (size_t i = 0, last = m; i < m; i++) {
+		if (out[i].kind != CGR__OP_COLL)
+			continue;
+		if (out[i].coll->async) {
+			last = i;
+			continue;
+		}
+		for (size_t j = m; j-- > i && last == m;)
+			if (out[j].kind == CGR__OP_COLL && out[j].coll->async) {
+				memmove(&out[i + 1], &out[i],
+					(m - i) * sizeof(*out));
+				memset(&out[i], 0, sizeof(out[i]));
+				out[i].kind = CGR__OP_WAIT;
+				out[i].coll = out[j + 1].coll;
+				out[i].order = true;
+				out[i].prev = true;
+				m++;
+				break;
+			}
+		break;
 	}
 	p->ops = out;
 	p->nops = m;
+	return 0;
+}
+
+/*
+ * Drops the WAITs that other orderings already imply.  Knowledge is a
+ * vector clock: K[q] = how many of worker q's collectives (in its stream
+ * order) are known finished.  It flows with ring messages (a WRITE sends
+ * the writer's knowledge; a fused WRITE its job's), into a stream job from
+ * the thread that issued it and from the job before it, and out of a
+ * finished job into a WAIT.  A finished collective also proves that some
+ * members had started it, so it carries their start-of-job knowledge, in
+ * which their earlier collectives are finished: all members when they
+ * agree on shapes every execution (every member posts its description and
+ * waits for all the others', exec/coll.c) or the backend joins everybody
+ * (cgr__backend_joins_all); otherwise those whose data its output needs
+ * (all; for broadcast and scatter the root; reduce and gather outputs
+ * exist only at the root).  One execution is modelled.  A WAIT for
+ * this worker's collective i is redundant when K[self] > i before it.
+ * Knowledge starts empty and only grows, so every sweep is sound and a
+ * cut-off only leaves extra WAITs; dropping a redundant WAIT removes no
+ * knowledge, so the other verdicts stay valid.
+ */
+#define CGR__PRUNE_SWEEPS 64
+
+struct cgr__kn {
+	size_t np;			 /* programs (workers) */
+	size_t *ncoll, *base;		 /* per program */
+	struct cgr__coll_rt **coll;	 /* per (program, collective) */
+	uint32_t *issue, *start, *after; /* per (program, collective): np */
+	uint32_t *msg;			 /* per channel: np */
+	uint32_t *d;			 /* np: the running knowledge */
+	bool changed;
+};
+
+static uint32_t *cgr__kn_at(const struct cgr__kn *k, uint32_t *arr, size_t p,
+			    size_t j)
+{
+	return arr + (k->base[p] + j) * k->np;
+}
+
+static void cgr__kn_join(const struct cgr__kn *k, uint32_t *dst,
+			 const uint32_t *src)
+{
+	for (size_t q = 0; q < k->np; q++)
+		if (src[q] > dst[q])
+			dst[q] = src[q];
+}
+
+/* Joins the running knowledge into a stored vector, noting growth. */
+static void cgr__kn_put(struct cgr__kn *k, uint32_t *dst)
+{
+	for (size_t q = 0; q < k->np; q++)
+		if (k->d[q] > dst[q]) {
+			dst[q] = k->d[q];
+			k->changed = true;
+		}
+}
+
+/* The running knowledge after collective j of program p finished. */
+static void cgr__kn_finish(struct cgr__kn *k, size_t p, size_t j)
+{
+	const struct cgr__coll_rt *cr = k->coll[k->base[p] + j];
+	/* Else only what the data needs is proven. */
+	bool rooted = !cr->joins_all && (cr->kind == CGR_COLL_BROADCAST ||
+					 cr->kind == CGR_COLL_SCATTER);
+	bool at_root = !cr->joins_all && (cr->kind == CGR_COLL_REDUCE ||
+					  cr->kind == CGR_COLL_GATHER);
+
+	if ((!rooted || cr->rank != cr->root) &&
+	    (!at_root || cr->rank == cr->root))
+		for (size_t u = 0; u < k->np; u++)
+			for (size_t i = 0; i < k->ncoll[u]; i++) {
+				const struct cgr__coll_rt *o =
+					k->coll[k->base[u] + i];
+				if (o->task == cr->task &&
+				    (!rooted || o->rank == o->root))
+					cgr__kn_join(k, k->d,
+						     cgr__kn_at(k, k->start, u,
+								i));
+			}
+	if (k->d[p] < j + 1)
+		k->d[p] = (uint32_t)j + 1;
+	cgr__kn_put(k, cgr__kn_at(k, k->after, p, j));
+}
+
+/* Program p's worker thread; red[i]: whether its op i is a redundant
+ * WAIT (red may be NULL). */
+static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
+			   size_t p, bool *red)
+{
+	const struct cgr__prog *pr = &c->progs[p];
+	size_t j = 0;
+
+	memset(k->d, 0, k->np * sizeof(*k->d));
+	for (size_t i = 0; i < pr->nops; i++) {
+		const struct cgr__op *op = &pr->ops[i];
+		size_t w = 0;
+		switch (op->kind) {
+		case CGR__OP_READ:
+			cgr__kn_join(k, k->d, k->msg + op->chan * k->np);
+			break;
+		case CGR__OP_WRITE:
+			for (size_t q = 0; q < op->nchans; q++)
+				cgr__kn_put(k, k->msg + op->chans[q] * k->np);
+			break;
+		case CGR__OP_COLL:
+			if (op->coll->async) {
+				cgr__kn_put(k, cgr__kn_at(k, k->issue, p, j));
+			} else {
+				cgr__kn_put(k, cgr__kn_at(k, k->start, p, j));
+				cgr__kn_finish(k, p, j);
+			}
+			j++;
+			break;
+		case CGR__OP_WAIT:
+			if (op->prev)
+				break; /* another execution: kept, no news */
+			while (k->coll[k->base[p] + w] != op->coll)
+				w++;
+			if (red != NULL)
+				red[i] = k->d[p] > w;
+			cgr__kn_join(k, k->d, cgr__kn_at(k, k->after, p, w));
+			break;
+		default:
+			break;
+		}
+	}
+}
+
+/* Program p's communication stream: its async jobs in order. */
+static void cgr__kn_stream(struct cgr__kn *k, size_t p)
+{
+	for (size_t j = 0; j < k->ncoll[p]; j++) {
+		const struct cgr__coll_rt *cr = k->coll[k->base[p] + j];
+		const struct cgr__op *fw = cr->fused_write;
+		if (!cr->async)
+			continue;
+		memcpy(k->d, cgr__kn_at(k, k->issue, p, j),
+		       k->np * sizeof(*k->d));
+		if (j > 0)
+			cgr__kn_join(k, k->d, cgr__kn_at(k, k->after, p, j - 1));
+		cgr__kn_put(k, cgr__kn_at(k, k->start, p, j));
+		cgr__kn_finish(k, p, j);
+		for (size_t q = 0; fw != NULL && q < fw->nchans; q++)
+			cgr__kn_put(k, k->msg + fw->chans[q] * k->np);
+	}
+}
+
+static int cgr__prune_waits(struct cgr_compiled *c)
+{
+	struct cgr__arena *a = &c->ctx->arena;
+	struct cgr__kn k = { .np = c->nprogs };
+	size_t total = 0, maxops = 0, size, nv;
+	unsigned char *mem;
+	bool *red;
+
+	for (size_t p = 0; p < k.np; p++) {
+		for (size_t i = 0; i < c->progs[p].nops; i++)
+			total += c->progs[p].ops[i].kind == CGR__OP_COLL;
+		if (c->progs[p].nops > maxops)
+			maxops = c->progs[p].nops;
+	}
+	nv = total * k.np;
+	size = 2 * k.np * sizeof(size_t) + total * sizeof(void *) +
+	       (3 * nv + c->nchans * k.np + k.np) * sizeof(uint32_t) + maxops;
+	mem = cgr__alloc(a, size, 16);
+	if (mem == NULL)
+		return -ENOMEM;
+	k.ncoll = (size_t *)mem;
+	k.base = k.ncoll + k.np;
+	k.coll = (struct cgr__coll_rt **)(k.base + k.np);
+	k.issue = (uint32_t *)(k.coll + total);
+	k.start = k.issue + nv;
+	k.after = k.start + nv;
+	k.msg = k.after + nv;
+	k.d = k.msg + c->nchans * k.np;
+	red = (bool *)(k.d + k.np);
+	for (size_t p = 0, n = 0; p < k.np; p++) {
+		k.base[p] = n;
+		for (size_t i = 0; i < c->progs[p].nops; i++)
+			if (c->progs[p].ops[i].kind == CGR__OP_COLL)
+				k.coll[n++] = c->progs[p].ops[i].coll;
+		k.ncoll[p] = n - k.base[p];
+	}
+	k.changed = true;
+	for (int s = 0; s < CGR__PRUNE_SWEEPS && k.changed; s++) {
+		k.changed = false;
+		for (size_t p = 0; p < k.np; p++)
+			cgr__kn_thread(&k, c, p, NULL);
+		for (size_t p = 0; p < k.np; p++)
+			cgr__kn_stream(&k, p);
+	}
+	for (size_t p = 0; p < k.np; p++) {
+		struct cgr__prog *pr = &c->progs[p];
+		size_t m = 0;
+		memset(red, 0, maxops);
+		cgr__kn_thread(&k, c, p, red);
+		for (size_t i = 0; i < pr->nops; i++)
+			if (pr->ops[i].kind != CGR__OP_WAIT || !red[i])
+				pr->ops[m++] = pr->ops[i];
+		pr->nops = m;
+	}
+	cgr__free(a, mem, size, 16);
 	return 0;
 }
 
@@ -1108,6 +1351,7 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 	struct cgr__task **order;
 	cgr_worker **ws;
 	size_t nw = 0;
+	bool overlapped = false;
 	int ret;
 
 	if (g == NULL || out == NULL)
@@ -1242,7 +1486,10 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 						&p->stream);
 		if (ret < 0)
 			goto fail_mem;
+		overlapped = true;
 	}
+	if (overlapped && (ret = cgr__prune_waits(c)) < 0)
+		goto fail_mem;
 	*out = c;
 	return 0;
 

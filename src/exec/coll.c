@@ -381,7 +381,9 @@ static void cgr__coll_fail(struct cgr__coll_rt *cr, uint64_t seq, int err,
 }
 
 /* Posts this member's description and waits for everybody's.  Returns
- * 0, or -ECANCELED at teardown. */
+ * 0, or -ECANCELED at teardown.  The overlap pass relies on this wait:
+ * a member that got past it knows every member started this collective
+ * (compile.c, cgr__kn_finish). */
 static int cgr__agree_all(struct cgr__coll_rt *cr, uint64_t seq,
 			  const struct cgr__agree *mine, struct cgr__agree *all,
 			  struct cgr_reactor *r)

@@ -130,6 +130,52 @@ static bool cgr__coll_done(void *arg)
 	       dw->want;
 }
 
+/* Tests only: a hash of (execution, member's collective) that spreads
+ * the delays, differently on every member. */
+static uint64_t cgr__debug_mix(uint64_t seq, const void *cr)
+{
+	uint64_t h = (seq + 1) * 0x9E3779B97F4A7C15ull +
+		     (uint64_t)(uintptr_t)cr;
+	h ^= h >> 31;
+	h *= 0xD6E8FEB86659FD93ull;
+	return h ^ (h >> 29);
+}
+
+/*
+ * Tests only (debug_coll_delay_ns): in every n-th execution this member
+ * (rank = execution mod n) finishes late.  Its outputs' data is garbled,
+ * the delay passes, then it is restored, all before done is published:
+ * a reader that skipped its WAIT sees garbage even when the other members
+ * finished at once and told it so.  The turn goes round so that each
+ * member is the late one in a fixed share of executions.
+ */
+static void cgr__coll_debug_late(struct cgr__coll_rt *cr, uint64_t seq,
+				 int64_t ns)
+{
+	struct cgr_compiled *c = cr->c;
+	struct timespec ts = { ns / 1000000000, ns % 1000000000 };
+
+	if (seq % (uint64_t)cr->n != (uint64_t)cr->rank)
+		return;
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t j = 0; j < cr->k; j++) {
+			struct cgr__slot_hdr *oh;
+			unsigned char *d;
+			if (cr->out_ports[j] == CGR__NO_PORT)
+				continue;
+			oh = cgr__port_slot(&c->ports[cr->out_ports[j]], seq);
+			if (oh->kind != CGR_VALUE_TENSOR &&
+			    oh->kind != CGR_VALUE_BYTES)
+				continue;
+			d = cgr__slot_data(oh);
+			for (uint64_t b = 0; b < oh->len; b++)
+				d[b] ^= 0x5a;
+		}
+		if (pass == 0)
+			nanosleep(&ts, NULL);
+	}
+}
+
 /* Runs on the stream's executor: the collective, its fused WRITE, done. */
 static void cgr__coll_job_run(void *arg)
 {
@@ -137,17 +183,18 @@ static void cgr__coll_job_run(void *arg)
 	struct cgr__coll_rt *cr = job->cr;
 	struct cgr_compiled *c = cr->c;
 	uint64_t seq = job->seq;
+	int64_t delay = atomic_load_explicit(&c->debug_coll_delay_ns,
+					     memory_order_relaxed);
 
-	if (c->debug_coll_delay_ns > 0) {
-		/* A cheap hash of (execution, collective) spreads the delays. */
-		uint64_t h = (seq + 1) * 0x9E3779B97F4A7C15ull ^
-			     (uint64_t)(uintptr_t)cr;
-		struct timespec ts = {
-			0, (long)((h >> 33) % (uint64_t)c->debug_coll_delay_ns)
-		};
+	if (delay > 0) {
+		uint64_t ns = cgr__debug_mix(seq, cr) % (uint64_t)delay;
+		struct timespec ts = { (time_t)(ns / 1000000000),
+				       (long)(ns % 1000000000) };
 		nanosleep(&ts, NULL);
 	}
 	cgr__coll_run(cr, seq, NULL);
+	if (delay > 0)
+		cgr__coll_debug_late(cr, seq, delay);
 	if (cr->fused_write != NULL) {
 		struct cgr__msg m = { seq };
 		for (size_t k = 0; k < cr->fused_write->nchans; k++) {
@@ -252,7 +299,7 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 				break;
 			case CGR__OP_WAIT: {
 				struct cgr__done_wait dw = { op->coll,
-							     seq + 1 };
+							     seq + !op->prev };
 				ret = cgr__reactor_wait(r, &w->bell,
 							cgr__coll_done, &dw,
 							&c->stop, mode, spin,

@@ -280,6 +280,7 @@ struct cgr__coll_rt {
 	size_t k;	   /* tensors per member (buckets) */
 	bool edge;	   /* a device-transport edge's broadcast */
 	bool async;	   /* overlap: runs on the communication stream */
+	bool joins_all;	   /* finishing proves every member started it */
 	int overlap;	   /* enum cgr_overlap_mode of the node */
 	unsigned root_port; /* edge: the producer's port (lists' host part) */
 	unsigned *in_ports;  /* k; CGR__NO_PORT: none on this member */
@@ -310,6 +311,7 @@ struct cgr__coll_job {
 struct cgr__op {
 	int kind;
 	bool order; /* WAIT: keeps collective order (not a data hazard) */
+	bool prev;  /* WAIT: for the previous execution's run of coll */
 	struct cgr__coll_rt *coll; /* COLL */
 	unsigned chan;		/* READ */
 	struct cgr_task_ctx *tc; /* COMPUTE */
@@ -375,9 +377,10 @@ struct cgr_compiled {
 	_Atomic uint32_t stop;
 	int64_t t_start; /* compile time: trace timestamps start here */
 	/* Tests only: the communication stream sleeps up to this long (a
-	 * pseudo-random share) before each collective, to expose missing
-	 * waits.  Set before the first execution. */
-	int64_t debug_coll_delay_ns;
+	 * pseudo-random share) before each collective, and again after it
+	 * with the outputs garbled, to expose missing waits.  Atomic: a job
+	 * with no local input may start before the first execution. */
+	_Atomic int64_t debug_coll_delay_ns;
 	bool torn_down;
 	int teardown_result;
 	struct cgr_compiled *next; /* ctx's list */
