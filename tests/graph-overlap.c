@@ -28,24 +28,27 @@
 #define NW 3
 
 /* A task: sum of its int64 tensor inputs (element-wise, length 4) plus
- * its id; its value changes every execution through the input. */
+ * its id; its value changes every execution through the input.  Sums wrap
+ * (a garbled input is any bit pattern). */
 static int sum_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 		  size_t nin, cgr_value *out, size_t nout)
 {
 	int64_t *o = cgr_task_output_buffer(tc, 0, 32);
 	static __thread int64_t shape[1] = { 4 };
-	int64_t id = (int64_t)(intptr_t)cgr_task_arg(tc);
+	uint64_t id = (uint64_t)(uintptr_t)cgr_task_arg(tc);
 	(void)st, (void)nout;
 	for (int e = 0; e < 4; e++) {
-		o[e] = id * 1000 + e;
+		uint64_t v = id * 1000 + (uint64_t)e;
+		bool err = false;
 		for (size_t i = 0; i < nin; i++) {
 			if (in[i].kind == CGR_VALUE_BYTES)
-				o[e] += *(const int64_t *)in[i].u.bytes.data;
+				v += *(const uint64_t *)in[i].u.bytes.data;
 			else if (in[i].kind == CGR_VALUE_TENSOR)
-				o[e] += ((const int64_t *)in[i].u.tensor.data)[e];
+				v += ((const uint64_t *)in[i].u.tensor.data)[e];
 			else
-				o[e] = -1000000; /* an error value arrived */
+				err = true; /* an error value arrived */
 		}
+		o[e] = err ? INT64_MIN : (int64_t)v;
 	}
 	out[0] = cgr_value_tensor(o, kDLInt, 64, 1,
 					shape);
