@@ -390,9 +390,15 @@ typedef struct cgr_compile_params {
 	uint32_t trace_events;	   /* per worker, kept from the start; 0: off */
 	int overlap;		   /* 1: collectives run on a communication
 				      stream per worker, beside compute */
+	/* Modelled communication, for planning and benchmarks: every
+	 * collective and device-edge transfer also takes this long once its
+	 * members agreed (the payload still moves), on its stream with
+	 * overlap, on the worker thread without.  0: off; at most 10 s. */
+	int64_t sim_comm_ns;
 } cgr_compile_params;
-#define CGR_COMPILE_PARAMS_INIT \
-	{ sizeof(cgr_compile_params), 0, 0, -1, -1, CGR_WAIT_ADAPTIVE, -1, 0, 0 }
+#define CGR_COMPILE_PARAMS_INIT                                          \
+	{ sizeof(cgr_compile_params), 0, 0, -1, -1, CGR_WAIT_ADAPTIVE, -1, 0, \
+	  0, 0 }
 
 /*
  * Validates and compiles the graph: channels allocated, one program per

@@ -24,6 +24,7 @@
 #include <cgr.h>
 
 static int64_t g_compute_ns;
+static int64_t g_sim_ns; /* modelled communication: sim_comm_ns */
 static size_t g_elems;
 
 static void model_compute(void)
@@ -88,6 +89,7 @@ static int build(cgr_ctx *ctx, cgr_worker **w, int overlap, cgr_compiled **c)
 	cgr_graph_output(g, &r, 1);
 	pp.overlap = overlap;
 	pp.max_value_bytes = g_elems * 4 + 64;
+	pp.sim_comm_ns = g_sim_ns;
 	pp.trace_events = getenv("CGR_PERF_TRACE") ? 1000 : 0;
 	ret = cgr_graph_compile(g, &pp, c);
 	cgr_graph_destroy(g);
@@ -163,13 +165,15 @@ static double comm_alone(cgr_ctx *ctx, int reps)
 	return m;
 }
 
-/* A modelled compute step, alone. */
-static double compute_alone(int reps)
+/* A sleep of ns (a modelled compute step or transfer), alone. */
+static double sleep_alone(int64_t ns, int reps)
 {
 	double *lat = calloc((size_t)reps, sizeof(double)), m;
+	struct timespec ts = { 0, (long)ns };
 	for (int i = 0; i < reps; i++) {
 		int64_t t0 = perf_now_ns();
-		model_compute();
+		if (ns > 0)
+			nanosleep(&ts, NULL);
 		lat[i] = (double)(perf_now_ns() - t0);
 	}
 	m = perf_median(lat, (size_t)reps);
@@ -177,14 +181,23 @@ static double compute_alone(int reps)
 	return m;
 }
 
+/* A transfer alone: the copy, plus its modelled time if any. */
+static double transfer_alone(cgr_ctx *ctx, int reps)
+{
+	return comm_alone(ctx, reps) +
+	       (g_sim_ns > 0 ? sleep_alone(g_sim_ns, reps) : 0);
+}
+
 static void shape_case(cgr_ctx *ctx, cgr_worker **w, const char *name,
-		       int64_t compute_ns, size_t elems, int windows, int quiet)
+		       int64_t compute_ns, size_t elems, int64_t sim_ns,
+		       int windows, int quiet)
 {
 	double off[64], on[64], S, T, R;
 	int nw = windows < 64 ? windows : 64;
 
 	g_compute_ns = compute_ns;
 	g_elems = elems;
+	g_sim_ns = sim_ns;
 	for (int win = 0; win < nw; win++)
 		for (int j = 0; j < 2; j++) {
 			int ov = (j + win) % 2;
@@ -205,16 +218,17 @@ static void shape_case(cgr_ctx *ctx, cgr_worker **w, const char *name,
 			}
 			cgr_compiled_destroy(c);
 		}
-	S = R = compute_alone(20);
-	T = comm_alone(ctx, 20);
+	S = R = sleep_alone(g_compute_ns, 20);
+	T = transfer_alone(ctx, 20);
 	double c1 = S + T + R, c2 = (c1 > S + 2 * T ? c1 : S + 2 * T) + R,
 	       c3 = (c2 > S + 3 * T ? c2 : S + 3 * T) + R;
 	double moff = perf_median(off, (size_t)nw),
 	       mon = perf_median(on, (size_t)nw);
 	if (!quiet) {
-		printf("%s: compute %.0f us per step, tensor %zu KiB, "
-		       "broadcast alone %.0f us; %d windows of 5 executions\n",
-		       name, S / 1e3, elems * 4 / 1024, T / 1e3, nw);
+		printf("%s: compute %.0f us per step, tensor %zu KiB%s, "
+		       "transfer alone %.0f us; %d windows of 5 executions\n",
+		       name, S / 1e3, elems * 4 / 1024,
+		       sim_ns ? " (modelled transfer)" : "", T / 1e3, nw);
 		printf("  overlap off  %9.1f us per execution\n", moff / 1e3);
 		printf("  overlap on   %9.1f us per execution  (%.0f%% less)\n",
 		       mon / 1e3, 100.0 * (1 - mon / moff));
@@ -315,6 +329,7 @@ static int build_1f1b(cgr_ctx *ctx, cgr_worker **w, int overlap,
 	cgr_graph_output(g, B[0], M1);
 	pp.overlap = overlap;
 	pp.max_value_bytes = g_elems * 4 + 64;
+	pp.sim_comm_ns = g_sim_ns;
 	ret = cgr_graph_compile(g, &pp, c);
 	if (ret != 0)
 		fprintf(stderr, "1f1b: %s\n", cgr_graph_errmsg(g));
@@ -341,16 +356,18 @@ static double run_1f1b(cgr_compiled *c, int execs)
 	return (double)(perf_now_ns() - t0) / execs;
 }
 
-static void case_1f1b(cgr_ctx *ctx, cgr_worker **w, int64_t compute_ns,
-		      size_t elems, int windows, int quiet)
+static void case_1f1b(cgr_ctx *ctx, cgr_worker **w, const char *name,
+		      int64_t compute_ns, size_t elems, int64_t sim_ns,
+		      int windows, int quiet)
 {
 	double off[64], on[64], C, T, bound = 0;
 	int nw = windows < 64 ? windows : 64;
 
 	g_compute_ns = compute_ns;
 	g_elems = elems;
-	C = compute_alone(20);
-	T = comm_alone(ctx, 20);
+	g_sim_ns = sim_ns;
+	C = sleep_alone(g_compute_ns, 20);
+	T = transfer_alone(ctx, 20);
 	for (int win = 0; win < nw; win++)
 		for (int j = 0; j < 2; j++) {
 			int ov = (j + win) % 2;
@@ -364,18 +381,19 @@ static void case_1f1b(cgr_ctx *ctx, cgr_worker **w, int64_t compute_ns,
 	double moff = perf_median(off, (size_t)nw),
 	       mon = perf_median(on, (size_t)nw);
 	if (!quiet) {
-		printf("1f1b_4x8: compute %.0f us per step, tensor %zu KiB, "
+		printf("%s: compute %.0f us per step, tensor %zu KiB%s, "
 		       "transfer alone %.0f us; %d windows of 3 executions\n",
-		       C / 1e3, elems * 4 / 1024, T / 1e3, nw);
+		       name, C / 1e3, elems * 4 / 1024,
+		       sim_ns ? " (modelled transfer)" : "", T / 1e3, nw);
 		printf("  overlap off  %9.1f us per execution\n", moff / 1e3);
 		printf("  overlap on   %9.1f us per execution  (%.0f%% less)\n",
 		       mon / 1e3, 100.0 * (1 - mon / moff));
 		printf("  critical-path bound %9.1f us: on = %.2fx bound\n",
 		       bound / 1e3, mon / bound);
 	}
-	perf_json("overlap", "1f1b_4x8", "cgr_off", "time_per_exec",
-		  moff / 1e3, "us", "\"bound_us\":%.1f", bound / 1e3);
-	perf_json("overlap", "1f1b_4x8", "cgr_on", "time_per_exec", mon / 1e3,
+	perf_json("overlap", name, "cgr_off", "time_per_exec", moff / 1e3,
+		  "us", "\"bound_us\":%.1f", bound / 1e3);
+	perf_json("overlap", name, "cgr_on", "time_per_exec", mon / 1e3,
 		  "us", "\"bound_us\":%.1f,\"reduction\":%.3f,\"x_bound\":%.3f",
 		  bound / 1e3, 1 - mon / moff, mon / bound);
 }
@@ -399,11 +417,26 @@ int main(int argc, char **argv)
 		wp.name = name;
 		cgr_worker_create(ctx, &wp, &w[i]);
 	}
-	shape_case(ctx, w, "ray_shape", 1000000, (size_t)4 << 20, o.windows,
-		   o.json);
-	shape_case(ctx, w, "bookkeeping_zero_ops", 0, 2, o.windows, o.json);
+	/* CGR_OVERLAP_CASE=name runs one case only. */
+	const char *only = getenv("CGR_OVERLAP_CASE");
+#define WANT(n) (only == NULL || strcmp(only, n) == 0)
+	if (WANT("ray_shape"))
+		shape_case(ctx, w, "ray_shape", 1000000, (size_t)4 << 20, 0,
+			   o.windows, o.json);
+	/* The same with 4 KiB tensors whose transfer is modelled as 1 ms. */
+	if (WANT("ray_shape_modelled"))
+		shape_case(ctx, w, "ray_shape_modelled", 1000000, 1024,
+			   1000000, o.windows, o.json);
+	if (WANT("bookkeeping_zero_ops"))
+		shape_case(ctx, w, "bookkeeping_zero_ops", 0, 2, 0, o.windows,
+			   o.json);
 	/* Compute and a transfer about equal per microbatch step. */
-	case_1f1b(ctx, w, 500000, (size_t)1 << 20, o.windows, o.json);
+	if (WANT("1f1b_4x8"))
+		case_1f1b(ctx, w, "1f1b_4x8", 500000, (size_t)1 << 20, 0,
+			  o.windows, o.json);
+	if (WANT("1f1b_4x8_modelled"))
+		case_1f1b(ctx, w, "1f1b_4x8_modelled", 500000, 1024, 500000,
+			  o.windows, o.json);
 	cgr_ctx_destroy(ctx);
 	return 0;
 }

@@ -341,8 +341,12 @@ static int sum_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	return 0;
 }
 
-static void check_ddp(long iters)
+/* sim_ns: cgr_compile_params.sim_comm_ns; each execution's two
+ * allreduces then take at least 2 * sim_ns (one after the other). */
+static void check_ddp(long iters, int64_t sim_ns)
 {
+	cgr_compile_params pp = G_PP;
+	struct timespec t0, t1;
 	static struct fill f[2] = { { 0, 0, -1, -1 }, { 1, 0, -1, -1 } };
 	cgr_graph *g;
 	cgr_compiled *c;
@@ -367,8 +371,10 @@ static void check_ddp(long iters)
 		cgr_graph_task(g, W[r], &d, two, 2, &up[r], 1);
 	}
 	cgr_graph_output(g, up, 2);
-	t_is(cgr_graph_compile(g, &G_PP, &c), 0, "DDP graph compiles");
+	pp.sim_comm_ns = sim_ns;
+	t_is(cgr_graph_compile(g, &pp, &c), 0, "DDP graph compiles");
 	cgr_graph_destroy(g);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (long it = 0; it < iters; it++) {
 		uint64_t xv = (uint64_t)it;
 		cgr_value a = cgr_value_bytes(&xv, 8), o[2];
@@ -391,7 +397,17 @@ static void check_ddp(long iters)
 		}
 		cgr_ref_release(c, ref);
 	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
 	t_is(bad, 0, "DDP two allreduces: %ld steps correct", iters);
+	if (sim_ns > 0) {
+		int64_t ns = (t1.tv_sec - t0.tv_sec) * 1000000000ll +
+			     (t1.tv_nsec - t0.tv_nsec);
+		t_ok(ns >= iters * 2 * sim_ns,
+		     "modelled communication of %lld us per allreduce: %ld "
+		     "steps took %lld us (at least %lld)",
+		     (long long)sim_ns / 1000, iters, (long long)ns / 1000,
+		     (long long)(iters * 2 * sim_ns) / 1000);
+	}
 	cgr_compiled_destroy(c);
 }
 
@@ -930,7 +946,8 @@ int main(int argc, char **argv)
 		check_edge_group(t_scale(300));
 		check_mixed(t_scale(300));
 		check_device_edge(CGR_EDGE_STATIC_SHAPE, 12);
-		check_ddp(t_scale(1000));
+		check_ddp(t_scale(1000), 0);
+		check_ddp(5, 2000000);
 		check_cyclic(t_scale(1000));
 		check_1f1b(2, 2, t_scale(1000));
 		check_1f1b(4, 8, t_scale(1000));

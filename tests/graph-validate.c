@@ -149,6 +149,13 @@ int main(int argc, char **argv)
 	pp = (cgr_compile_params)CGR_COMPILE_PARAMS_INIT;
 	pp.wait_mode = 42;
 	t_is(cgr_graph_compile(g, &pp, &c), -EINVAL, "unknown wait mode");
+	pp = (cgr_compile_params)CGR_COMPILE_PARAMS_INIT;
+	pp.sim_comm_ns = -1;
+	t_is(cgr_graph_compile(g, &pp, &c), -EINVAL,
+	     "negative modelled communication time");
+	pp.sim_comm_ns = 11ll * 1000000000;
+	t_is(cgr_graph_compile(g, &pp, &c), -EINVAL,
+	     "modelled communication time over 10 s");
 
 	/* Compile, then: compile twice, busy worker, nargs, capacity. */
 	pp = (cgr_compile_params)CGR_COMPILE_PARAMS_INIT;

@@ -316,7 +316,8 @@ static int cgr__params(cgr_compile_params *p, const cgr_compile_params *in)
 		p->get_timeout_ns = CGR__DEF_TIMEOUT_NS;
 	if (p->spin_ns < 0)
 		p->spin_ns = CGR__DEF_SPIN_NS;
-	if (p->trace_events > (1u << 24) || p->overlap < 0 || p->overlap > 1)
+	if (p->trace_events > (1u << 24) || p->overlap < 0 || p->overlap > 1 ||
+	    p->sim_comm_ns < 0 || p->sim_comm_ns > 10ll * 1000000000)
 		return -EINVAL;
 	if (p->wait_mode != CGR_WAIT_ADAPTIVE && p->wait_mode != CGR_WAIT_BUSY &&
 	    p->wait_mode != CGR_WAIT_BLOCK)

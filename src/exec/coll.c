@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "graph/internal.h"
 
@@ -425,12 +426,25 @@ static int cgr__agree_all(struct cgr__coll_rt *cr, uint64_t seq,
 	return 0;
 }
 
+/* cgr_compile_params.sim_comm_ns: the modelled duration, after agreement
+ * and before the data moves. */
+static void cgr__sim_comm(const struct cgr__coll_rt *cr)
+{
+	int64_t ns = cr->c->p.sim_comm_ns;
+	struct timespec ts = { (time_t)(ns / 1000000000), (long)(ns % 1000000000) };
+
+	if (ns > 0)
+		nanosleep(&ts, NULL);
+}
+
 static int cgr__coll_call(struct cgr__coll_rt *cr, const void *in, void *out,
 			  size_t count, cgr_dtype dt)
 {
 	cgr_comm *m = cr->comm;
 	const int rk = cr->rank, root = cr->root;
 	const bool is_root = rk == root;
+
+	cgr__sim_comm(cr);
 
 	switch (cr->kind) {
 	case CGR_COLL_ALLREDUCE:
@@ -566,6 +580,7 @@ static void cgr__coll_run_bucket(struct cgr__coll_rt *cr, uint64_t seq,
 		memcpy(cr->bucket_in + off * esz, src[j], v[j].count * esz);
 		off += v[j].count;
 	}
+	cgr__sim_comm(cr);
 	if (cr->kind == CGR_COLL_BROADCAST) {
 		bool root = cr->rank == cr->root;
 		ret = cgr_broadcast(cr->comm, cr->rank,
@@ -655,6 +670,7 @@ static void cgr__coll_run_list(struct cgr__coll_rt *cr, uint64_t seq)
 		oh = cgr__port_slot(&c->ports[cr->out_ports[0]], seq);
 		cgr__list_store(oh, &rv, false);
 	}
+	cgr__sim_comm(cr);
 	ret = cgr_broadcast(cr->comm, cr->rank, root ? cr->bucket_in : NULL,
 			    root ? cr->bucket_in : cr->bucket_out, total,
 			    CGR_UINT8, cr->root, NULL, NULL);
