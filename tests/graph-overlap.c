@@ -2,14 +2,15 @@
  * tests/graph-overlap.c: overlap never reads a value before it is ready.
  *
  * Random graphs of tasks and collectives (allreduce, reduce, broadcast;
- * some with static shapes) over 3 workers run with overlap on (some
+ * some with static shapes) over 3 workers, with some task values on
+ * device edges (send and recv streams), run with overlap on (some
  * forced off or on per node) while the communication streams sleep a
  * pseudo-random time before each collective; every value is checked
  * against a direct computation.  Then the mutation check: each WAIT the
  * overlap pass emitted is removed in turn, and the same run must see a
  * wrong value.  The delay has two parts: before the collective, and after
- * it with one member's outputs garbled until its done is published (the
- * member changes every execution), so a consumer that skipped its WAIT is
+ * it with one member's outputs on one of its streams garbled until its
+ * done is published (the pair changes every execution), so a consumer that skipped its WAIT is
  * caught even when another member finished first and told it so through a
  * ring.  The pass drops every WAIT that another ordering implies
  * (compile.c, cgr__prune_waits), so every removal must be caught.  (Waits
@@ -64,6 +65,7 @@ struct model {
 	int members[24][NW]; /* collective: the layer's task nodes */
 	int ckind[24], root[24]; /* collective: kind, root */
 	int id[24];
+	int wk[24];	/* task: its worker */
 	cgr_node *node[24];
 	int64_t val[24][4];
 	int out[24]; /* graph output k is node out[k] */
@@ -156,6 +158,7 @@ static void build(cgr_graph *g, struct model *m, cgr_node **outs, size_t *no)
 			cgr_node *ins[3];
 			m->kind[i] = 1;
 			m->id[i] = i;
+			m->wk[i] = w;
 			m->nin[i] = 1 + (int)(t_rand() % 2);
 			for (int k = 0; k < m->nin[i]; k++) {
 				m->in[i][k] = (int)(t_rand() % (uint64_t)base);
@@ -200,22 +203,37 @@ static void build(cgr_graph *g, struct model *m, cgr_node **outs, size_t *no)
 		}
 	}
 	/* Outputs: every node nobody consumes (each task reaches one). */
-	bool used[24] = { false };
+	bool used[24] = { false }, used_by_coll[24] = { false },
+	     is_out[24] = { false };
 	for (int i = 0; i < m->n; i++) {
 		for (int k = 0; k < m->nin[i] && m->kind[i] == 1; k++)
 			used[m->in[i][k]] = true;
 		for (int r = 0; r < NW && m->kind[i] == 2; r++)
 			if (m->ckind[i] != CGR_COLL_BROADCAST ||
 			    r == m->root[i])
-				used[m->members[i][r]] = true;
+				used[m->members[i][r]] =
+					used_by_coll[m->members[i][r]] = true;
 	}
 	*no = 0;
 	for (int i = 1; i < m->n; i++)
 		if (!used[i]) {
 			m->out[*no] = i;
 			outs[(*no)++] = m->node[i];
+			is_out[i] = true;
 		}
 	cgr_graph_output(g, outs, *no);
+	/* Device edges: about half the task values read only by tasks, one
+	 * of them on another worker, go by the communicator (send and recv
+	 * streams) instead of host rings. */
+	for (int i = 1; i < m->n; i++) {
+		bool other = false, only_tasks = !used_by_coll[i] && !is_out[i];
+		for (int j = 0; j < m->n && m->kind[i] == 1; j++)
+			for (int k = 0; k < m->nin[j] && m->kind[j] == 1; k++)
+				other |= m->in[j][k] == i && m->wk[j] != m->wk[i];
+		if (m->kind[i] == 1 && other && only_tasks && t_rand() % 2)
+			cgr_node_set_transport(m->node[i],
+					       CGR_TRANSPORT_DEVICE, 0);
+	}
 }
 
 /* Runs iters executions; returns the number of wrong values. */
@@ -272,7 +290,7 @@ int main(int argc, char **argv)
 {
 	cgr_ctx *ctx;
 	/* Not scaled: mostly sleeping, and few graphs give few waits. */
-	long graphs = 12, iters = 24;
+	long graphs = 12, iters = 36; /* each (rank, stream) late 4 times */
 	long clean_bad = 0, waits = 0, caught = 0;
 
 	t_init(argc, argv, 240);

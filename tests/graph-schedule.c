@@ -570,6 +570,50 @@ static cgr_graph *two_colls(cgr_ctx *ctx, cgr_worker **W, bool t1_from_c2,
 	return g;
 }
 
+/*
+ * Two workers that send each other a tensor (device edges) computed from
+ * the input: each receive goes to the recv stream and is issued first,
+ * ahead of the compute that feeds this worker's own send (send stream).
+ */
+static void test_overlap_streams(cgr_ctx *ctx, cgr_worker **W)
+{
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_node *x, *t[2], *u[2];
+	cgr_compiled *c;
+	cgr_graph *g;
+	char shape[64];
+	int classes = 0;
+
+	d.fn = nop;
+	pp.overlap = 1;
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int i = 0; i < 2; i++) {
+		cgr_graph_task(g, W[i], &d, &x, 1, &t[i], 1);
+		cgr_node_set_transport(t[i], CGR_TRANSPORT_DEVICE, 0);
+	}
+	for (int i = 0; i < 2; i++)
+		cgr_graph_task(g, W[i], &d, &t[1 - i], 1, &u[i], 1);
+	cgr_graph_output(g, u, 2);
+	t_is(cgr__graph_plan(g, &pp, &c), 0, "plan: an exchange");
+	for (int i = 0; i < 2; i++) {
+		prog_shape(c, W[i], shape, sizeof(shape));
+		t_ok(shape[0] == 'B' && strchr(shape + 1, 'B') != NULL,
+		     "W[%d] issues its receive first, its send after the "
+		     "compute: %s",
+		     i, shape);
+	}
+	for (size_t i = 0; i < c->nprogs; i++)
+		for (size_t k = 0; k < c->progs[i].nops; k++)
+			if (c->progs[i].ops[k].kind == CGR__OP_COLL)
+				classes |= 1 << c->progs[i].ops[k].coll->sclass;
+	t_is(classes, (1 << CGR__S_SEND) | (1 << CGR__S_RECV),
+	     "sends on the send stream, receives on the recv stream");
+	cgr__plan_free(c);
+	cgr_graph_destroy(g);
+}
+
 /* The WAITs other orderings imply are dropped; the others stay. */
 static void test_overlap_prune(cgr_ctx *ctx, cgr_worker **W)
 {
@@ -667,6 +711,7 @@ int main(int argc, char **argv)
 	test_edge_group(ctx, W);
 	test_overlap_plan(ctx, W);
 	test_overlap_prune(ctx, W);
+	test_overlap_streams(ctx, W);
 	test_random(ctx, W);
 	cgr_ctx_destroy(ctx);
 	return t_done();

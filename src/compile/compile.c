@@ -79,7 +79,8 @@ static void cgr__compiled_free(struct cgr_compiled *c)
 	cgr_ctx *ctx = c->ctx;
 
 	for (size_t i = 0; i < c->nprogs; i++)
-		cgr_stream_destroy(c->progs[i].stream);
+		for (int s = 0; s < CGR__NSTREAMS; s++)
+			cgr_stream_destroy(c->progs[i].streams[s]);
 	for (size_t i = 0; i < c->ncomms; i++)
 		cgr_comm_destroy(c->comms[i]);
 	for (size_t i = 0; i < c->nallocs; i++)
@@ -609,10 +610,15 @@ static int cgr__coll_comm(struct cgr_compiled *c, struct cgr__task *t,
 
 	if (comm == NULL) {
 		for (size_t i = 0; i < c->ncomms && comm == NULL; i++) {
+			/* One per member set and use: collectives, or device
+			 * edges from one root (the overlap pass puts each on
+			 * one stream per member). */
 			struct cgr__task *u = c->comm_owner[i];
 			if (u->nmembers == t->nmembers &&
 			    memcmp(u->members, t->members,
-				   t->nmembers * sizeof(*t->members)) == 0)
+				   t->nmembers * sizeof(*t->members)) == 0 &&
+			    u->edge == t->edge &&
+			    (!t->edge || u->cp.root == t->cp.root))
 				comm = c->comms[i];
 		}
 		if (comm == NULL) {
@@ -843,23 +849,50 @@ static bool cgr__op_uses(const struct cgr_compiled *c, const struct cgr__op *op,
 	return false;
 }
 
+/* Appends a WAIT for cr at out[*m]. */
+static void cgr__put_wait(struct cgr__op *out, size_t *m,
+			  struct cgr__coll_rt *cr, bool order)
+{
+	memset(&out[*m], 0, sizeof(out[*m]));
+	out[*m].kind = CGR__OP_WAIT;
+	out[*m].coll = cr;
+	out[*m].order = order;
+	(*m)++;
+}
+
+/* The last COLL of stream class s among out[0..m) with stream index below
+ * lim, or NULL. */
+static struct cgr__coll_rt *cgr__last_of(const struct cgr__op *out, size_t m,
+					 int s, uint32_t lim)
+{
+	struct cgr__coll_rt *last = NULL;
+	for (size_t j = 0; j < m; j++)
+		if (out[j].kind == CGR__OP_COLL && out[j].coll->async &&
+		    out[j].coll->sclass == s && out[j].coll->sidx < lim)
+			last = out[j].coll;
+	return last;
+}
+
 /*
- * Rewrites program p for overlap: each collective is issued to the
- * communication stream as early as its local inputs allow (never before
- * an earlier collective: the stream keeps their order, which is the order
- * every member uses), the WRITE of its outputs is fused into its job, and a
- * WAIT goes right before the first operation that consumes its outputs
- * (one WAIT for the latest collective an operation needs covers the
- * earlier ones).
+ * Rewrites program p for overlap.  Each collective goes to one of the
+ * worker's communication streams: a device edge's broadcast to the send
+ * stream at its root and to the recv stream at its readers, any other
+ * collective to the collective stream.  A communicator is only ever used by
+ * one stream (or the thread) per member, in the global order, so overlap
+ * never reorders communication ops among themselves.  Each collective is
+ * issued as early as its local inputs allow, but never before an earlier
+ * one of its stream nor before a collective the thread runs; the WRITE of
+ * its outputs is fused into its job; a WAIT goes right before the first
+ * operation that consumes its outputs (one WAIT for the latest collective
+ * of a stream an operation needs covers the earlier ones of that stream).
  */
 static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 {
-	/* COLLs are only ever inserted after every COLL already placed, so
-	 * their positions in out never move.  The stream runs them in order:
-	 * a WAIT for the COLL at j means every COLL before j is done too, and
-	 * those at positions below done_upto need no WAIT of their own. */
-	size_t n = p->nops, m = 0, last_coll = 0, done_upto = 0;
-	struct cgr__op *out = cgr__c_alloc(c, (3 * n + 1) * sizeof(*out), 64);
+	size_t n = p->nops, m = 0, last_coll[CGR__NSTREAMS] = { 0 };
+	/* Per stream: COLLs placed, and how many are known done (waited). */
+	uint32_t placed[CGR__NSTREAMS] = { 0 }, done[CGR__NSTREAMS] = { 0 };
+	struct cgr__op *out = cgr__c_alloc(
+		c, ((CGR__NSTREAMS + 1) * (n + 1)) * sizeof(*out), 64);
 
 	if (out == NULL)
 		return -ENOMEM;
@@ -868,27 +901,24 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 		if (op->kind == CGR__OP_COLL && !op->coll->async) {
 			/* Runs on this thread: every collective issued before
 			 * it must be done first, so that the order stays; the
-			 * last one issued stands for them all. */
-			size_t last = m;
-			for (size_t j = done_upto; j < m; j++)
-				if (out[j].kind == CGR__OP_COLL &&
-				    out[j].coll->async)
-					last = j;
-			if (last < m) {
-				memset(&out[m], 0, sizeof(out[m]));
-				out[m].kind = CGR__OP_WAIT;
-				out[m].coll = out[last].coll;
-				out[m].order = true;
-				m++;
+			 * last one of each stream stands for its stream. */
+			for (int s = 0; s < CGR__NSTREAMS; s++) {
+				if (done[s] < placed[s])
+					cgr__put_wait(out, &m,
+						      cgr__last_of(out, m, s,
+								   placed[s]),
+						      true);
+				done[s] = placed[s];
 			}
 			out[m++] = *op;
-			last_coll = m;
-			done_upto = m;
+			for (int s = 0; s < CGR__NSTREAMS; s++)
+				last_coll[s] = m;
 			continue;
 		}
 		if (op->kind == CGR__OP_COLL) {
 			struct cgr__coll_rt *cr = op->coll;
-			size_t at = last_coll;
+			int sc = cr->sclass;
+			size_t at = last_coll[sc];
 			for (size_t j = 0; j < m; j++)
 				for (size_t q = 0; q < cr->k; q++)
 					if (cr->in_ports[q] != CGR__NO_PORT &&
@@ -899,7 +929,11 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 			memmove(&out[at + 1], &out[at], (m - at) * sizeof(*out));
 			out[at] = *op;
 			m++;
-			last_coll = at + 1;
+			for (int s = 0; s < CGR__NSTREAMS; s++)
+				if (last_coll[s] > at)
+					last_coll[s]++;
+			last_coll[sc] = at + 1;
+			cr->sidx = placed[sc]++;
 			if (i + 1 < n && p->ops[i + 1].kind == CGR__OP_WRITE) {
 				cr->fused_write = &p->ops[i + 1];
 				i++;
@@ -913,54 +947,59 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 				cr->jobs[q].cr = cr;
 			continue;
 		}
-		/* Wait for the last issued collective whose output op reads,
-		 * unless a WAIT already covers it: the rest are done then. */
-		size_t need = m;
-		for (size_t j = done_upto; j < m; j++) {
+		/* Per stream, wait for the last issued collective whose
+		 * output op reads, unless a WAIT already covers it. */
+		struct cgr__coll_rt *need[CGR__NSTREAMS] = { NULL };
+		for (size_t j = 0; j < m; j++) {
 			struct cgr__coll_rt *cr = out[j].coll;
-			if (out[j].kind != CGR__OP_COLL || !cr->async)
+			if (out[j].kind != CGR__OP_COLL || !cr->async ||
+			    cr->sidx < done[cr->sclass])
 				continue;
 			for (size_t q = 0; q < cr->k; q++)
 				if (cr->out_ports[q] != CGR__NO_PORT &&
 				    cgr__op_uses(c, op, cr->out_ports[q])) {
-					need = j;
+					if (need[cr->sclass] == NULL ||
+					    need[cr->sclass]->sidx < cr->sidx)
+						need[cr->sclass] = cr;
 					break;
 				}
 		}
-		if (need < m) {
-			memset(&out[m], 0, sizeof(out[m]));
-			out[m].kind = CGR__OP_WAIT;
-			out[m].coll = out[need].coll;
-			m++;
-			done_upto = need + 1;
-		}
+		for (int s = 0; s < CGR__NSTREAMS; s++)
+			if (need[s] != NULL) {
+				cgr__put_wait(out, &m, need[s], false);
+				done[s] = need[s]->sidx + 1;
+			}
 		out[m++] = *op;
 	}
 	/* Across executions: the thread may start the next execution's
-	 * first synchronous collective while the stream still runs this
-	 * one's later collectives, which share communicators with it.  Unless
-	 * a WAIT for a collective issued before it in the same execution
-	 * already orders them, it waits for the last one of the previous
-	 * execution. */
-	for (size_t i = 0, last = m; i < m; i++) {
-		if (out[i].kind != CGR__OP_COLL)
+	 * first synchronous collective while a stream still runs this one's
+	 * later collectives, which may share a communicator with it.  For
+	 * each stream with no collective before it in the same execution
+	 * (whose WAIT would order them), it waits for the stream's last one
+	 * of the previous execution. */
+	for (size_t i = 0; i < m; i++) {
+		if (out[i].kind != CGR__OP_COLL || out[i].coll->async)
 			continue;
-		if (out[i].coll->async) {
-			last = i;
-			continue;
+		for (int s = 0; s < CGR__NSTREAMS; s++) {
+			struct cgr__coll_rt *last = NULL;
+			bool before = false;
+			for (size_t j = 0; j < m; j++)
+				if (out[j].kind == CGR__OP_COLL &&
+				    out[j].coll->async && out[j].coll->sclass == s) {
+					before |= j < i;
+					last = out[j].coll;
+				}
+			if (before || last == NULL)
+				continue;
+			memmove(&out[i + 1], &out[i], (m - i) * sizeof(*out));
+			m++;
+			memset(&out[i], 0, sizeof(out[i]));
+			out[i].kind = CGR__OP_WAIT;
+			out[i].coll = last;
+			out[i].order = true;
+			out[i].prev = true;
+			i++;
 		}
-		for (size_t j = m; j-- > i && last == m;)
-			if (out[j].kind == CGR__OP_COLL && out[j].coll->async) {
-				memmove(&out[i + 1], &out[i],
-					(m - i) * sizeof(*out));
-				memset(&out[i], 0, sizeof(out[i]));
-				out[i].kind = CGR__OP_WAIT;
-				out[i].coll = out[j + 1].coll;
-				out[i].order = true;
-				out[i].prev = true;
-				m++;
-				break;
-			}
 		break;
 	}
 	p->ops = out;
@@ -970,45 +1009,53 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 
 /*
  * Drops the WAITs that other orderings already imply.  Knowledge is a
- * vector clock: K[q] = how many of worker q's collectives (in its stream
- * order) are known finished.  It flows with ring messages (a WRITE sends
- * the writer's knowledge; a fused WRITE its job's), into a stream job from
- * the thread that issued it and from the job before it, and out of a
- * finished job into a WAIT.  A finished collective also proves that some
- * members had started it, so it carries their start-of-job knowledge, in
- * which their earlier collectives are finished: all members when they
- * agree on shapes every execution (every member posts its description and
- * waits for all the others', exec/coll.c) or the backend joins everybody
- * (cgr__backend_joins_all); otherwise those whose data its output needs
- * (all; for broadcast and scatter the root; reduce and gather outputs
- * exist only at the root).  One execution is modelled.  A WAIT for
- * this worker's collective i is redundant when K[self] > i before it.
- * Knowledge starts empty and only grows, so every sweep is sound and a
- * cut-off only leaves extra WAITs; dropping a redundant WAIT removes no
- * knowledge, so the other verdicts stay valid.
+ * vector clock over queues, each a worker's stream or its thread (for the
+ * collectives it runs itself): K[q] = how many of queue q's collectives
+ * are known finished.  It flows with ring messages (a WRITE sends the
+ * writer's knowledge; a fused WRITE its job's), into a stream job from the
+ * thread that issued it and from the job before it, and out of a finished
+ * job into a WAIT.  A finished collective also proves that some members
+ * had started it, so it carries their start-of-job knowledge, in which
+ * their earlier collectives of that queue are finished: all members when
+ * they agree on shapes every execution (every member posts its description
+ * and waits for all the others', exec/coll.c) or the backend joins
+ * everybody (cgr__backend_joins_all); otherwise those whose data its output
+ * needs (all; for broadcast and scatter the root; reduce and gather
+ * outputs exist only at the root).  One execution is modelled.  A WAIT for
+ * collective i of queue q is redundant when K[q] > i before it.  Knowledge
+ * starts empty and only grows, so every sweep is sound and a cut-off only
+ * leaves extra WAITs; dropping a redundant WAIT removes no knowledge, so
+ * the other verdicts stay valid.
  */
 #define CGR__PRUNE_SWEEPS 64
+#define CGR__NQ (CGR__NSTREAMS + 1) /* queues per worker: streams, thread */
 
 struct cgr__kn {
-	size_t np;			 /* programs (workers) */
-	size_t *ncoll, *base;		 /* per program */
-	struct cgr__coll_rt **coll;	 /* per (program, collective) */
-	uint32_t *issue, *start, *after; /* per (program, collective): np */
-	uint32_t *msg;			 /* per channel: np */
-	uint32_t *d;			 /* np: the running knowledge */
+	size_t nq;			 /* queues: programs x CGR__NQ */
+	size_t *ncoll, *base;		 /* per queue */
+	struct cgr__coll_rt **coll;	 /* per (queue, collective) */
+	uint32_t *issue, *start, *after; /* per (queue, collective): nq */
+	uint32_t *msg;			 /* per channel: nq */
+	uint32_t *d;			 /* nq: the running knowledge */
 	bool changed;
 };
 
-static uint32_t *cgr__kn_at(const struct cgr__kn *k, uint32_t *arr, size_t p,
+/* The queue of collective cr of program p. */
+static size_t cgr__kn_q(size_t p, const struct cgr__coll_rt *cr)
+{
+	return p * CGR__NQ + (cr->async ? (size_t)cr->sclass : CGR__NSTREAMS);
+}
+
+static uint32_t *cgr__kn_at(const struct cgr__kn *k, uint32_t *arr, size_t q,
 			    size_t j)
 {
-	return arr + (k->base[p] + j) * k->np;
+	return arr + (k->base[q] + j) * k->nq;
 }
 
 static void cgr__kn_join(const struct cgr__kn *k, uint32_t *dst,
 			 const uint32_t *src)
 {
-	for (size_t q = 0; q < k->np; q++)
+	for (size_t q = 0; q < k->nq; q++)
 		if (src[q] > dst[q])
 			dst[q] = src[q];
 }
@@ -1016,17 +1063,17 @@ static void cgr__kn_join(const struct cgr__kn *k, uint32_t *dst,
 /* Joins the running knowledge into a stored vector, noting growth. */
 static void cgr__kn_put(struct cgr__kn *k, uint32_t *dst)
 {
-	for (size_t q = 0; q < k->np; q++)
+	for (size_t q = 0; q < k->nq; q++)
 		if (k->d[q] > dst[q]) {
 			dst[q] = k->d[q];
 			k->changed = true;
 		}
 }
 
-/* The running knowledge after collective j of program p finished. */
-static void cgr__kn_finish(struct cgr__kn *k, size_t p, size_t j)
+/* The running knowledge after collective j of queue q finished. */
+static void cgr__kn_finish(struct cgr__kn *k, size_t q, size_t j)
 {
-	const struct cgr__coll_rt *cr = k->coll[k->base[p] + j];
+	const struct cgr__coll_rt *cr = k->coll[k->base[q] + j];
 	/* Else only what the data needs is proven. */
 	bool rooted = !cr->joins_all && (cr->kind == CGR_COLL_BROADCAST ||
 					 cr->kind == CGR_COLL_SCATTER);
@@ -1035,7 +1082,7 @@ static void cgr__kn_finish(struct cgr__kn *k, size_t p, size_t j)
 
 	if ((!rooted || cr->rank != cr->root) &&
 	    (!at_root || cr->rank == cr->root))
-		for (size_t u = 0; u < k->np; u++)
+		for (size_t u = 0; u < k->nq; u++)
 			for (size_t i = 0; i < k->ncoll[u]; i++) {
 				const struct cgr__coll_rt *o =
 					k->coll[k->base[u] + i];
@@ -1045,9 +1092,19 @@ static void cgr__kn_finish(struct cgr__kn *k, size_t p, size_t j)
 						     cgr__kn_at(k, k->start, u,
 								i));
 			}
-	if (k->d[p] < j + 1)
-		k->d[p] = (uint32_t)j + 1;
-	cgr__kn_put(k, cgr__kn_at(k, k->after, p, j));
+	if (k->d[q] < j + 1)
+		k->d[q] = (uint32_t)j + 1;
+	cgr__kn_put(k, cgr__kn_at(k, k->after, q, j));
+}
+
+/* The index of cr in queue q. */
+static size_t cgr__kn_idx(const struct cgr__kn *k, size_t q,
+			  const struct cgr__coll_rt *cr)
+{
+	size_t j = 0;
+	while (k->coll[k->base[q] + j] != cr)
+		j++;
+	return j;
 }
 
 /* Program p's worker thread; red[i]: whether its op i is a redundant
@@ -1056,37 +1113,37 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 			   size_t p, bool *red)
 {
 	const struct cgr__prog *pr = &c->progs[p];
-	size_t j = 0;
 
-	memset(k->d, 0, k->np * sizeof(*k->d));
+	memset(k->d, 0, k->nq * sizeof(*k->d));
 	for (size_t i = 0; i < pr->nops; i++) {
 		const struct cgr__op *op = &pr->ops[i];
-		size_t w = 0;
+		size_t q, j;
 		switch (op->kind) {
 		case CGR__OP_READ:
-			cgr__kn_join(k, k->d, k->msg + op->chan * k->np);
+			cgr__kn_join(k, k->d, k->msg + op->chan * k->nq);
 			break;
 		case CGR__OP_WRITE:
-			for (size_t q = 0; q < op->nchans; q++)
-				cgr__kn_put(k, k->msg + op->chans[q] * k->np);
+			for (size_t w = 0; w < op->nchans; w++)
+				cgr__kn_put(k, k->msg + op->chans[w] * k->nq);
 			break;
 		case CGR__OP_COLL:
+			q = cgr__kn_q(p, op->coll);
+			j = cgr__kn_idx(k, q, op->coll);
 			if (op->coll->async) {
-				cgr__kn_put(k, cgr__kn_at(k, k->issue, p, j));
+				cgr__kn_put(k, cgr__kn_at(k, k->issue, q, j));
 			} else {
-				cgr__kn_put(k, cgr__kn_at(k, k->start, p, j));
-				cgr__kn_finish(k, p, j);
+				cgr__kn_put(k, cgr__kn_at(k, k->start, q, j));
+				cgr__kn_finish(k, q, j);
 			}
-			j++;
 			break;
 		case CGR__OP_WAIT:
 			if (op->prev)
 				break; /* another execution: kept, no news */
-			while (k->coll[k->base[p] + w] != op->coll)
-				w++;
+			q = cgr__kn_q(p, op->coll);
+			j = cgr__kn_idx(k, q, op->coll);
 			if (red != NULL)
-				red[i] = k->d[p] > w;
-			cgr__kn_join(k, k->d, cgr__kn_at(k, k->after, p, w));
+				red[i] = k->d[q] > j;
+			cgr__kn_join(k, k->d, cgr__kn_at(k, k->after, q, j));
 			break;
 		default:
 			break;
@@ -1094,70 +1151,73 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 	}
 }
 
-/* Program p's communication stream: its async jobs in order. */
-static void cgr__kn_stream(struct cgr__kn *k, size_t p)
+/* Stream queue q: its jobs in order. */
+static void cgr__kn_stream(struct cgr__kn *k, size_t q)
 {
-	for (size_t j = 0; j < k->ncoll[p]; j++) {
-		const struct cgr__coll_rt *cr = k->coll[k->base[p] + j];
+	for (size_t j = 0; j < k->ncoll[q]; j++) {
+		const struct cgr__coll_rt *cr = k->coll[k->base[q] + j];
 		const struct cgr__op *fw = cr->fused_write;
-		if (!cr->async)
-			continue;
-		memcpy(k->d, cgr__kn_at(k, k->issue, p, j),
-		       k->np * sizeof(*k->d));
+		memcpy(k->d, cgr__kn_at(k, k->issue, q, j),
+		       k->nq * sizeof(*k->d));
 		if (j > 0)
-			cgr__kn_join(k, k->d, cgr__kn_at(k, k->after, p, j - 1));
-		cgr__kn_put(k, cgr__kn_at(k, k->start, p, j));
-		cgr__kn_finish(k, p, j);
-		for (size_t q = 0; fw != NULL && q < fw->nchans; q++)
-			cgr__kn_put(k, k->msg + fw->chans[q] * k->np);
+			cgr__kn_join(k, k->d, cgr__kn_at(k, k->after, q, j - 1));
+		cgr__kn_put(k, cgr__kn_at(k, k->start, q, j));
+		cgr__kn_finish(k, q, j);
+		for (size_t w = 0; fw != NULL && w < fw->nchans; w++)
+			cgr__kn_put(k, k->msg + fw->chans[w] * k->nq);
 	}
 }
 
 static int cgr__prune_waits(struct cgr_compiled *c)
 {
 	struct cgr__arena *a = &c->ctx->arena;
-	struct cgr__kn k = { .np = c->nprogs };
+	struct cgr__kn k = { .nq = c->nprogs * CGR__NQ };
 	size_t total = 0, maxops = 0, size, nv;
 	unsigned char *mem;
 	bool *red;
 
-	for (size_t p = 0; p < k.np; p++) {
+	for (size_t p = 0; p < c->nprogs; p++) {
 		for (size_t i = 0; i < c->progs[p].nops; i++)
 			total += c->progs[p].ops[i].kind == CGR__OP_COLL;
 		if (c->progs[p].nops > maxops)
 			maxops = c->progs[p].nops;
 	}
-	nv = total * k.np;
-	size = 2 * k.np * sizeof(size_t) + total * sizeof(void *) +
-	       (3 * nv + c->nchans * k.np + k.np) * sizeof(uint32_t) + maxops;
+	nv = total * k.nq;
+	size = 2 * k.nq * sizeof(size_t) + total * sizeof(void *) +
+	       (3 * nv + c->nchans * k.nq + k.nq) * sizeof(uint32_t) + maxops;
 	mem = cgr__alloc(a, size, 16);
 	if (mem == NULL)
 		return -ENOMEM;
 	k.ncoll = (size_t *)mem;
-	k.base = k.ncoll + k.np;
-	k.coll = (struct cgr__coll_rt **)(k.base + k.np);
+	k.base = k.ncoll + k.nq;
+	k.coll = (struct cgr__coll_rt **)(k.base + k.nq);
 	k.issue = (uint32_t *)(k.coll + total);
 	k.start = k.issue + nv;
 	k.after = k.start + nv;
 	k.msg = k.after + nv;
-	k.d = k.msg + c->nchans * k.np;
-	red = (bool *)(k.d + k.np);
-	for (size_t p = 0, n = 0; p < k.np; p++) {
-		k.base[p] = n;
-		for (size_t i = 0; i < c->progs[p].nops; i++)
-			if (c->progs[p].ops[i].kind == CGR__OP_COLL)
-				k.coll[n++] = c->progs[p].ops[i].coll;
-		k.ncoll[p] = n - k.base[p];
+	k.d = k.msg + c->nchans * k.nq;
+	red = (bool *)(k.d + k.nq);
+	/* Queues in order: a stream's collectives in program order are in
+	 * its order (the overlap pass keeps it), the thread's likewise. */
+	for (size_t q = 0, n = 0; q < k.nq; q++) {
+		const struct cgr__prog *pr = &c->progs[q / CGR__NQ];
+		k.base[q] = n;
+		for (size_t i = 0; i < pr->nops; i++)
+			if (pr->ops[i].kind == CGR__OP_COLL &&
+			    cgr__kn_q(q / CGR__NQ, pr->ops[i].coll) == q)
+				k.coll[n++] = pr->ops[i].coll;
+		k.ncoll[q] = n - k.base[q];
 	}
 	k.changed = true;
-	for (int s = 0; s < CGR__PRUNE_SWEEPS && k.changed; s++) {
+	for (int sw = 0; sw < CGR__PRUNE_SWEEPS && k.changed; sw++) {
 		k.changed = false;
-		for (size_t p = 0; p < k.np; p++)
+		for (size_t p = 0; p < c->nprogs; p++)
 			cgr__kn_thread(&k, c, p, NULL);
-		for (size_t p = 0; p < k.np; p++)
-			cgr__kn_stream(&k, p);
+		for (size_t q = 0; q < k.nq; q++)
+			if (q % CGR__NQ != CGR__NSTREAMS)
+				cgr__kn_stream(&k, q);
 	}
-	for (size_t p = 0; p < k.np; p++) {
+	for (size_t p = 0; p < c->nprogs; p++) {
 		struct cgr__prog *pr = &c->progs[p];
 		size_t m = 0;
 		memset(red, 0, maxops);
@@ -1470,6 +1530,7 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 	for (size_t i = 0; i < c->nprogs; i++) {
 		struct cgr__prog *p = &c->progs[i];
 		bool any = false;
+		bool used[CGR__NSTREAMS] = { false };
 		for (size_t k = 0; k < p->nops; k++) {
 			struct cgr__coll_rt *cr = p->ops[k].coll;
 			if (p->ops[k].kind != CGR__OP_COLL)
@@ -1477,14 +1538,20 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 			cr->async = cr->overlap == CGR_OVERLAP_ON ||
 				    (cr->overlap == CGR_OVERLAP_DEFAULT &&
 				     c->p.overlap);
+			cr->sclass = !cr->edge		   ? CGR__S_COLL :
+				     cr->rank == cr->root ? CGR__S_SEND :
+							    CGR__S_RECV;
 			any |= cr->async;
+			used[cr->sclass] |= cr->async;
 		}
 		if (!any)
 			continue;
 		ret = cgr__overlap_prog(c, p);
-		if (ret == 0 && !plan_only)
-			ret = cgr_stream_create(c->ctx, CGR_DEVICE_SIM, 0,
-						&p->stream);
+		for (int s = 0; s < CGR__NSTREAMS && ret == 0 && !plan_only;
+		     s++)
+			if (used[s])
+				ret = cgr_stream_create(c->ctx, CGR_DEVICE_SIM,
+							0, &p->streams[s]);
 		if (ret < 0)
 			goto fail_mem;
 		overlapped = true;

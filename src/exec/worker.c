@@ -142,8 +142,9 @@ static uint64_t cgr__debug_mix(uint64_t seq, const void *cr)
 }
 
 /*
- * Tests only (debug_coll_delay_ns): in every n-th execution this member
- * (rank = execution mod n) finishes late.  Its outputs' data is garbled,
+ * Tests only (debug_coll_delay_ns): in some executions this member's
+ * collectives on one of its streams finish late (rank = execution mod n,
+ * stream class = execution / n mod CGR__NSTREAMS).  Its outputs' data is garbled,
  * the delay passes, then it is restored, all before done is published:
  * a reader that skipped its WAIT sees garbage even when the other members
  * finished at once and told it so.  The turn goes round so that each
@@ -155,7 +156,8 @@ static void cgr__coll_debug_late(struct cgr__coll_rt *cr, uint64_t seq,
 	struct cgr_compiled *c = cr->c;
 	struct timespec ts = { ns / 1000000000, ns % 1000000000 };
 
-	if (seq % (uint64_t)cr->n != (uint64_t)cr->rank)
+	if (seq % (uint64_t)cr->n != (uint64_t)cr->rank ||
+	    seq / (uint64_t)cr->n % CGR__NSTREAMS != (uint64_t)cr->sclass)
 		return;
 	for (int pass = 0; pass < 2; pass++) {
 		for (size_t j = 0; j < cr->k; j++) {
@@ -187,7 +189,9 @@ static void cgr__coll_job_run(void *arg)
 					     memory_order_relaxed);
 
 	if (delay > 0) {
-		uint64_t ns = cgr__debug_mix(seq, cr) % (uint64_t)delay;
+		/* A quarter of the late delay at most: a consumer's other
+		 * inputs come well inside the late member's window. */
+		uint64_t ns = cgr__debug_mix(seq, cr) % (uint64_t)(delay / 4 + 1);
 		struct timespec ts = { (time_t)(ns / 1000000000),
 				       (long)(ns % 1000000000) };
 		nanosleep(&ts, NULL);
@@ -230,7 +234,8 @@ static int cgr__coll_issue(struct cgr__coll_rt *cr, uint64_t seq,
 			return ret;
 	}
 	job->seq = seq;
-	return cgr_stream_launch_host(cr->prog->stream, cgr__coll_job_run, job);
+	return cgr_stream_launch_host(cr->prog->streams[cr->sclass],
+				      cgr__coll_job_run, job);
 }
 
 /* Waits for room in a ring (never expected: rings hold max_inflight). */
@@ -339,10 +344,11 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 				      memory_order_relaxed);
 	}
 leave:
-	/* The communication stream may still run collectives of this graph:
-	 * teardown stopped and aborted them, so this is short. */
-	if (p->stream != NULL)
-		cgr_stream_synchronize(p->stream, 2000000000);
+	/* The communication streams may still run collectives of this
+	 * graph: teardown stopped and aborted them, so this is short. */
+	for (int s = 0; s < CGR__NSTREAMS; s++)
+		if (p->streams[s] != NULL)
+			cgr_stream_synchronize(p->streams[s], 2000000000);
 	/* W1: the last touch of the program; pairs with teardown's wait. */
 	cgr__future_complete(&p->left, p->left_gen, 0);
 	cgr__compiled_unref(c);

@@ -267,6 +267,14 @@ struct cgr_task_ctx {
 struct cgr__agree;
 #define CGR__AGREE_SIZE 256
 
+/* Overlap: a worker's communication streams. */
+enum cgr__stream_class {
+	CGR__S_COLL, /* collectives */
+	CGR__S_SEND, /* device edges this worker is the root of */
+	CGR__S_RECV, /* device edges this worker reads */
+	CGR__NSTREAMS
+};
+
 struct cgr__coll_rt {
 	struct cgr_compiled *c;
 	struct cgr__task *task; /* compile time only: the graph may be gone */
@@ -281,6 +289,8 @@ struct cgr__coll_rt {
 	bool edge;	   /* a device-transport edge's broadcast */
 	bool async;	   /* overlap: runs on the communication stream */
 	bool joins_all;	   /* finishing proves every member started it */
+	int sclass;	   /* overlap: its stream (enum cgr__stream_class) */
+	uint32_t sidx;	   /* overlap: its place in that stream's order */
 	int overlap;	   /* enum cgr_overlap_mode of the node */
 	unsigned root_port; /* edge: the producer's port (lists' host part) */
 	unsigned *in_ports;  /* k; CGR__NO_PORT: none on this member */
@@ -334,7 +344,7 @@ struct cgr__prog {
 	struct cgr__trace_ev *trace;
 	uint32_t trace_cap;
 	_Atomic uint32_t trace_n;
-	cgr_stream *stream; /* overlap: the communication stream */
+	cgr_stream *streams[CGR__NSTREAMS]; /* overlap: communication */
 };
 
 struct cgr__trace_ev {
@@ -376,9 +386,10 @@ struct cgr_compiled {
 
 	_Atomic uint32_t stop;
 	int64_t t_start; /* compile time: trace timestamps start here */
-	/* Tests only: the communication stream sleeps up to this long (a
-	 * pseudo-random share) before each collective, and again after it
-	 * with the outputs garbled, to expose missing waits.  Atomic: a job
+	/* Tests only: the communication streams sleep a pseudo-random time
+	 * up to a quarter of this before each collective, and (one member's
+	 * stream per execution) this long after it with the outputs garbled,
+	 * to expose missing waits.  Atomic: a job
 	 * with no local input may start before the first execution. */
 	_Atomic int64_t debug_coll_delay_ns;
 	bool torn_down;
