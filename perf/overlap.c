@@ -215,6 +215,10 @@ static void shape_case(cgr_ctx *ctx, cgr_worker **w, const char *name,
 					 ov ? "on" : "off");
 				cgr_compiled_teardown(c, -1);
 				cgr_compiled_write_trace(c, path);
+				snprintf(path, sizeof(path), "%s/%s_%s.dot",
+					 getenv("CGR_PERF_TRACE"), name,
+					 ov ? "on" : "off");
+				cgr_compiled_write_dot(c, path);
 			}
 			cgr_compiled_destroy(c);
 		}

@@ -114,9 +114,11 @@ int main(int argc, char **argv)
 		wp.name = i ? "beta" : "alpha";
 		cgr_worker_create(ctx, &wp, &w[i]);
 	}
-	for (int round = 0; round < 2; round++) {
+	/* Round 2: overlap, the collective on each worker's stream. */
+	for (int round = 0; round < 3; round++) {
 		cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
-		uint32_t cap = round == 0 ? 1000 : 5;
+		uint32_t cap = round == 1 ? 5 : 1000;
+		pp.overlap = round == 2;
 		cgr_graph_create(ctx, &g);
 		cgr_graph_input(g, 0, &x);
 		for (int i = 0; i < 2; i++) {
@@ -160,15 +162,27 @@ int main(int argc, char **argv)
 		cgr_compiled_teardown(c, -1); /* every record is in */
 		t_is(cgr_compiled_write_trace(c, path), 0, "trace JSON");
 		txt = slurp(path, &len);
-		/* Per worker and execution: READ x, COMPUTE, COLL, WRITE. */
-		int want = round == 0 ? 2 * 10 * 4 : 2 * 5;
+		/* Per worker and execution: READ x, COMPUTE, COLL, WRITE;
+		 * with overlap the WRITE is the stream job's, which its own
+		 * track shows. */
+		int want = round == 0 ? 2 * 10 * 4 :
+			   round == 1 ? 2 * 5 :
+					2 * 10 * 3 + 2 * 10;
+		int tracks = round == 2 ? 4 : 2;
 		t_ok(txt != NULL && strstr(txt, "\"traceEvents\""),
 		     "trace file has traceEvents");
 		t_is(count(txt, "\"ph\":\"X\""), want,
 		     "%d operation records (cap %u)", want, cap);
-		t_is(count(txt, "thread_name"), 2, "one track per worker");
-		t_ok(json_sane(txt, 2), "well-formed, time moves forward per "
-					"track");
+		t_is(count(txt, "thread_name"), tracks,
+		     "one track per worker%s",
+		     round == 2 ? " and per stream" : "");
+		t_ok(json_sane(txt, tracks), "well-formed, time moves forward "
+					     "per track");
+		if (round == 2)
+			t_ok(count(txt, "run sum_ab") == 20 &&
+				     count(txt, "alpha collective stream") == 1,
+			     "each stream's track has its 10 runs of the "
+			     "allreduce");
 		if (round == 0)
 			t_ok(count(txt, "collective sum_ab") == 20 &&
 				     count(txt, "compute make_a") == 10,

@@ -1548,10 +1548,20 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 			continue;
 		ret = cgr__overlap_prog(c, p);
 		for (int s = 0; s < CGR__NSTREAMS && ret == 0 && !plan_only;
-		     s++)
-			if (used[s])
-				ret = cgr_stream_create(c->ctx, CGR_DEVICE_SIM,
-							0, &p->streams[s]);
+		     s++) {
+			if (!used[s])
+				continue;
+			ret = cgr_stream_create(c->ctx, CGR_DEVICE_SIM, 0,
+						&p->streams[s]);
+			if (ret == 0 && p->trace_cap > 0) {
+				p->strace[s] = cgr__c_alloc(
+					c, (size_t)p->trace_cap *
+						   sizeof(*p->strace[s]),
+					64);
+				if (p->strace[s] == NULL)
+					ret = -ENOMEM;
+			}
+		}
 		if (ret < 0)
 			goto fail_mem;
 		overlapped = true;

@@ -32,6 +32,23 @@ static void cgr__trace_record(struct cgr__prog *p, const struct cgr__op *op,
 	atomic_store_explicit(&p->trace_n, n + 1, memory_order_release);
 }
 
+/* A stream job's record, on that stream's executor. */
+static void cgr__strace_record(struct cgr__prog *p,
+			       const struct cgr__coll_rt *cr, uint64_t seq,
+			       int64_t t0)
+{
+	int s = cr->sclass;
+	uint32_t n =
+		atomic_load_explicit(&p->strace_n[s], memory_order_relaxed);
+
+	if (n >= p->trace_cap)
+		return;
+	p->strace[s][n] = (struct cgr__trace_ev){ t0, cgr__now_ns(), seq, NULL,
+						  cr };
+	/* T1: publishes the record; pairs with the exporter's acquire. */
+	atomic_store_explicit(&p->strace_n[s], n + 1, memory_order_release);
+}
+
 static bool cgr__ring_ready(void *arg)
 {
 	return cgr_ring_peek(arg) != NULL;
@@ -187,6 +204,8 @@ static void cgr__coll_job_run(void *arg)
 	uint64_t seq = job->seq;
 	int64_t delay = atomic_load_explicit(&c->debug_coll_delay_ns,
 					     memory_order_relaxed);
+	struct cgr__prog *p = cr->prog;
+	int64_t t0 = p->strace[cr->sclass] != NULL ? cgr__now_ns() : 0;
 
 	if (delay > 0) {
 		/* A quarter of the late delay at most: a consumer's other
@@ -212,6 +231,8 @@ static void cgr__coll_job_run(void *arg)
 			cgr__bell_ring(ch->consumer_bell);
 		}
 	}
+	if (p->strace[cr->sclass] != NULL)
+		cgr__strace_record(p, cr, seq, t0);
 	/* D1: publishes the outputs; pairs with D2. */
 	atomic_store_explicit(&cr->done, seq + 1, memory_order_release);
 	cgr__bell_ring(&cr->w->bell);

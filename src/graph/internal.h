@@ -345,12 +345,17 @@ struct cgr__prog {
 	uint32_t trace_cap;
 	_Atomic uint32_t trace_n;
 	cgr_stream *streams[CGR__NSTREAMS]; /* overlap: communication */
+	/* Trace of each stream's jobs (trace_cap each), written by that
+	 * stream's executor only; published like trace_n. */
+	struct cgr__trace_ev *strace[CGR__NSTREAMS];
+	_Atomic uint32_t strace_n[CGR__NSTREAMS];
 };
 
 struct cgr__trace_ev {
 	int64_t t0, t1; /* CLOCK_MONOTONIC ns */
 	uint64_t seq;
-	const struct cgr__op *op;
+	const struct cgr__op *op;	  /* a worker's operation, or NULL */
+	const struct cgr__coll_rt *coll; /* a stream's job (op NULL) */
 };
 
 struct cgr_compiled {

@@ -3,7 +3,8 @@
  *
  * cgr_compiled_write_trace turns the per-worker trace buffers (filled by
  * exec/worker.c, preallocated at compile) into Chrome trace JSON, one track
- * per worker, which Perfetto and chrome://tracing open.  The DOT writers
+ * per worker and one per communication stream (overlap), which Perfetto
+ * and chrome://tracing open.  The DOT writers
  * draw the graph (one cluster per worker) and the compiled schedule (each
  * worker's program in order, rings and collectives between them).
  */
@@ -24,6 +25,8 @@ static const char *cgr__op_kind_name(int kind)
 		return "write";
 	case CGR__OP_COLL:
 		return "collective";
+	case CGR__OP_WAIT:
+		return "wait";
 	default:
 		return "?";
 	}
@@ -39,6 +42,7 @@ static const char *cgr__op_label(const struct cgr_compiled *c,
 	case CGR__OP_COMPUTE:
 		return op->tc->name;
 	case CGR__OP_COLL:
+	case CGR__OP_WAIT:
 		return op->coll->name;
 	case CGR__OP_WRITE:
 		return op->nchans ? c->ports[c->chans[op->chans[0]].port].name :
@@ -111,6 +115,39 @@ int cgr_compiled_write_trace(const cgr_compiled *c, const char *path)
 				(unsigned long long)e->seq);
 		}
 	}
+	/* One track per communication stream, after the workers'. */
+	static const char *const sname[CGR__NSTREAMS] = { "collective", "send",
+							  "recv" };
+	size_t tid = c->nprogs;
+	for (size_t i = 0; i < c->nprogs; i++)
+		for (int s = 0; s < CGR__NSTREAMS; s++) {
+			const struct cgr__prog *p = &c->progs[i];
+			if (p->strace[s] == NULL)
+				continue;
+			/* T2 as above, for the stream's records. */
+			uint32_t n = atomic_load_explicit(
+				&((struct cgr__prog *)p)->strace_n[s],
+				memory_order_acquire);
+			fprintf(f,
+				",\n{\"ph\":\"M\",\"pid\":1,\"tid\":%zu,\"name\":"
+				"\"thread_name\",\"args\":{\"name\":\"worker ",
+				tid);
+			cgr__put_escaped(f, p->w->name);
+			fprintf(f, " %s stream\"}}", sname[s]);
+			for (uint32_t k = 0; k < n; k++) {
+				const struct cgr__trace_ev *e = &p->strace[s][k];
+				fprintf(f,
+					",\n{\"ph\":\"X\",\"pid\":1,\"tid\":%zu,"
+					"\"ts\":%.3f,\"dur\":%.3f,\"cat\":"
+					"\"stream\",\"name\":\"run ",
+					tid, (double)(e->t0 - c->t_start) / 1e3,
+					(double)(e->t1 - e->t0) / 1e3);
+				cgr__put_escaped(f, e->coll->name);
+				fprintf(f, "\",\"args\":{\"execution\":%llu}}",
+					(unsigned long long)e->seq);
+			}
+			tid++;
+		}
 	fprintf(f, "\n]}\n");
 	return cgr__close(f);
 }
