@@ -525,6 +525,23 @@ static void prog_shape(const cgr_compiled *c, const cgr_worker *w,
 	shape[n] = 0;
 }
 
+/* Plans g with overlap (and destroys it); shape gets w's program. */
+static void overlap_shape(cgr_graph *g, const cgr_worker *w, char *shape,
+			  size_t len, const char *what)
+{
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	cgr_compiled *c;
+
+	pp.overlap = 1;
+	shape[0] = 0;
+	t_is(cgr__graph_plan(g, &pp, &c), 0, "plan: %s", what);
+	if (c != NULL) {
+		prog_shape(c, w, shape, len);
+		cgr__plan_free(c);
+	}
+	cgr_graph_destroy(g);
+}
+
 /*
  * Two collectives over W[0] and W[1]: an allreduce c1 (r0, r1), then a
  * reduce c2 to W[1] (s1).  W[0]'s last task f needs r0 and t1 from W[1].
@@ -617,46 +634,31 @@ static void test_overlap_streams(cgr_ctx *ctx, cgr_worker **W)
 /* The WAITs other orderings imply are dropped; the others stay. */
 static void test_overlap_prune(cgr_ctx *ctx, cgr_worker **W)
 {
-	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
-	cgr_compiled *c;
-	cgr_graph *g;
 	char shape[64];
 
-	pp.overlap = 1;
-	g = two_colls(ctx, W, true, CGR_OVERLAP_DEFAULT);
-	t_is(cgr__graph_plan(g, &pp, &c), 0, "plan: t1 from the reduce");
-	prog_shape(c, W[0], shape, sizeof(shape));
+	overlap_shape(two_colls(ctx, W, true, CGR_OVERLAP_DEFAULT), W[0], shape,
+		      sizeof(shape), "t1 from the reduce");
 	t_ok(strchr(shape, 'w') == NULL && strchr(shape, 'B') != NULL,
 	     "W[1]'s reduce result proves W[0]'s allreduce done: no WAIT on "
 	     "W[0]: %s",
 	     shape);
-	cgr__plan_free(c);
-	cgr_graph_destroy(g);
-
-	g = two_colls(ctx, W, false, CGR_OVERLAP_DEFAULT);
-	t_is(cgr__graph_plan(g, &pp, &c), 0, "plan: t1 from the allreduce");
-	prog_shape(c, W[0], shape, sizeof(shape));
+	overlap_shape(two_colls(ctx, W, false, CGR_OVERLAP_DEFAULT), W[0],
+		      shape, sizeof(shape), "t1 from the allreduce");
 	t_ok(strchr(shape, 'w') != NULL &&
 		     strchr(shape, 'w') == strrchr(shape, 'w') &&
 		     strchr(shape, 'w')[1] == 'C',
 	     "W[1]'s allreduce result proves only that W[0] started it: one "
 	     "WAIT, before f: %s",
 	     shape);
-	cgr__plan_free(c);
-	cgr_graph_destroy(g);
-
 	/* The allreduce on the thread, the reduce on the stream: the next
 	 * execution's allreduce (same communicator) must wait for this
 	 * one's reduce. */
-	g = two_colls(ctx, W, false, CGR_OVERLAP_OFF);
-	t_is(cgr__graph_plan(g, &pp, &c), 0, "plan: allreduce on the thread");
-	prog_shape(c, W[0], shape, sizeof(shape));
+	overlap_shape(two_colls(ctx, W, false, CGR_OVERLAP_OFF), W[0], shape,
+		      sizeof(shape), "allreduce on the thread");
 	t_ok(strstr(shape, "wS") != NULL && strchr(shape, 'B') != NULL,
 	     "the thread's allreduce waits for the previous execution's "
 	     "reduce: %s",
 	     shape);
-	cgr__plan_free(c);
-	cgr_graph_destroy(g);
 }
 
 /*
@@ -668,29 +670,18 @@ static void test_overlap_prune(cgr_ctx *ctx, cgr_worker **W)
  */
 static void test_overlap_plan(cgr_ctx *ctx, cgr_worker **W)
 {
-	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
-	cgr_compiled *c;
-	cgr_graph *g;
 	char shape[64];
 
-	pp.overlap = 1;
-	g = ray_shape(ctx, W, CGR_OVERLAP_DEFAULT);
-	t_is(cgr__graph_plan(g, &pp, &c), 0, "overlap plan");
-	prog_shape(c, W[3], shape, sizeof(shape));
+	overlap_shape(ray_shape(ctx, W, CGR_OVERLAP_DEFAULT), W[3], shape,
+		      sizeof(shape), "overlap");
 	t_ok(strcmp(shape, "BBBwCwCwCW") == 0,
 	     "receiver issues the 3 receives first, waits before each compute: "
 	     "%s",
 	     shape);
-	cgr__plan_free(c);
-	cgr_graph_destroy(g);
-
-	g = ray_shape(ctx, W, CGR_OVERLAP_OFF);
-	t_is(cgr__graph_plan(g, &pp, &c), 0, "mixed overlap plan");
-	prog_shape(c, W[3], shape, sizeof(shape));
+	overlap_shape(ray_shape(ctx, W, CGR_OVERLAP_OFF), W[3], shape,
+		      sizeof(shape), "mixed overlap");
 	t_ok(strcmp(shape, "BwCSBCwCW") == 0,
 	     "the synchronous receive keeps the order: %s", shape);
-	cgr__plan_free(c);
-	cgr_graph_destroy(g);
 }
 
 int main(int argc, char **argv)
