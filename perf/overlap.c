@@ -188,6 +188,32 @@ static double transfer_alone(cgr_ctx *ctx, int reps)
 	       (g_sim_ns > 0 ? sleep_alone(g_sim_ns, reps) : 0);
 }
 
+/* Prints and emits one case: medians of off and on against bound. */
+static void report(const char *name, double *off, double *on,
+		   int nw, int execs, double C, double T, double bound,
+		   int quiet)
+{
+	double moff = perf_median(off, (size_t)nw),
+	       mon = perf_median(on, (size_t)nw);
+	if (!quiet) {
+		printf("%s: compute %.0f us per step, tensor %zu KiB%s, "
+		       "transfer alone %.0f us; %d windows of %d executions\n",
+		       name, C / 1e3, g_elems * 4 / 1024,
+		       g_sim_ns ? " (modelled transfer)" : "", T / 1e3, nw,
+		       execs);
+		printf("  overlap off  %9.1f us per execution\n", moff / 1e3);
+		printf("  overlap on   %9.1f us per execution  (%.0f%% less)\n",
+		       mon / 1e3, 100.0 * (1 - mon / moff));
+		printf("  critical-path bound %9.1f us: on = %.2fx bound\n",
+		       bound / 1e3, mon / bound);
+	}
+	perf_json("overlap", name, "cgr_off", "time_per_exec", moff / 1e3, "us",
+		  "\"bound_us\":%.1f", bound / 1e3);
+	perf_json("overlap", name, "cgr_on", "time_per_exec", mon / 1e3, "us",
+		  "\"bound_us\":%.1f,\"reduction\":%.3f,\"x_bound\":%.3f",
+		  bound / 1e3, 1 - mon / moff, mon / bound);
+}
+
 static void shape_case(cgr_ctx *ctx, cgr_worker **w, const char *name,
 		       int64_t compute_ns, size_t elems, int64_t sim_ns,
 		       int windows, int quiet)
@@ -226,24 +252,7 @@ static void shape_case(cgr_ctx *ctx, cgr_worker **w, const char *name,
 	T = transfer_alone(ctx, 20);
 	double c1 = S + T + R, c2 = (c1 > S + 2 * T ? c1 : S + 2 * T) + R,
 	       c3 = (c2 > S + 3 * T ? c2 : S + 3 * T) + R;
-	double moff = perf_median(off, (size_t)nw),
-	       mon = perf_median(on, (size_t)nw);
-	if (!quiet) {
-		printf("%s: compute %.0f us per step, tensor %zu KiB%s, "
-		       "transfer alone %.0f us; %d windows of 5 executions\n",
-		       name, S / 1e3, elems * 4 / 1024,
-		       sim_ns ? " (modelled transfer)" : "", T / 1e3, nw);
-		printf("  overlap off  %9.1f us per execution\n", moff / 1e3);
-		printf("  overlap on   %9.1f us per execution  (%.0f%% less)\n",
-		       mon / 1e3, 100.0 * (1 - mon / moff));
-		printf("  critical-path bound %9.1f us: on = %.2fx bound\n",
-		       c3 / 1e3, mon / c3);
-	}
-	perf_json("overlap", name, "cgr_off", "time_per_exec", moff / 1e3, "us",
-		  "\"bound_us\":%.1f", c3 / 1e3);
-	perf_json("overlap", name, "cgr_on", "time_per_exec", mon / 1e3, "us",
-		  "\"bound_us\":%.1f,\"reduction\":%.3f,\"x_bound\":%.3f",
-		  c3 / 1e3, 1 - mon / moff, mon / c3);
+	report(name, off, on, nw, 5, S, T, c3, quiet);
 }
 
 /* ---- 1F1B: 4 stages x 8 microbatches --------------------------------- */
@@ -382,24 +391,7 @@ static void case_1f1b(cgr_ctx *ctx, cgr_worker **w, const char *name,
 			(ov ? on : off)[win] = run_1f1b(c, 3);
 			cgr_compiled_destroy(c);
 		}
-	double moff = perf_median(off, (size_t)nw),
-	       mon = perf_median(on, (size_t)nw);
-	if (!quiet) {
-		printf("%s: compute %.0f us per step, tensor %zu KiB%s, "
-		       "transfer alone %.0f us; %d windows of 3 executions\n",
-		       name, C / 1e3, elems * 4 / 1024,
-		       sim_ns ? " (modelled transfer)" : "", T / 1e3, nw);
-		printf("  overlap off  %9.1f us per execution\n", moff / 1e3);
-		printf("  overlap on   %9.1f us per execution  (%.0f%% less)\n",
-		       mon / 1e3, 100.0 * (1 - mon / moff));
-		printf("  critical-path bound %9.1f us: on = %.2fx bound\n",
-		       bound / 1e3, mon / bound);
-	}
-	perf_json("overlap", name, "cgr_off", "time_per_exec", moff / 1e3,
-		  "us", "\"bound_us\":%.1f", bound / 1e3);
-	perf_json("overlap", name, "cgr_on", "time_per_exec", mon / 1e3,
-		  "us", "\"bound_us\":%.1f,\"reduction\":%.3f,\"x_bound\":%.3f",
-		  bound / 1e3, 1 - mon / moff, mon / bound);
+	report(name, off, on, nw, 3, C, T, bound, quiet);
 }
 
 int main(int argc, char **argv)
