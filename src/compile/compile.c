@@ -1034,6 +1034,9 @@ struct cgr__kn {
 	size_t nq;			 /* queues: programs x CGR__NQ */
 	size_t *ncoll, *base;		 /* per queue */
 	struct cgr__coll_rt **coll;	 /* per (queue, collective) */
+	/* The members of one collective: a chain through (queue,
+	 * collective) indices from head[task id]; SIZE_MAX ends it. */
+	size_t *next, *head;
 	uint32_t *issue, *start, *after; /* per (queue, collective): nq */
 	uint32_t *msg;			 /* per channel: nq */
 	uint32_t *d;			 /* nq: the running knowledge */
@@ -1082,29 +1085,13 @@ static void cgr__kn_finish(struct cgr__kn *k, size_t q, size_t j)
 
 	if ((!rooted || cr->rank != cr->root) &&
 	    (!at_root || cr->rank == cr->root))
-		for (size_t u = 0; u < k->nq; u++)
-			for (size_t i = 0; i < k->ncoll[u]; i++) {
-				const struct cgr__coll_rt *o =
-					k->coll[k->base[u] + i];
-				if (o->task == cr->task &&
-				    (!rooted || o->rank == o->root))
-					cgr__kn_join(k, k->d,
-						     cgr__kn_at(k, k->start, u,
-								i));
-			}
+		for (size_t x = k->head[cr->task->id]; x != SIZE_MAX;
+		     x = k->next[x])
+			if (!rooted || k->coll[x]->rank == k->coll[x]->root)
+				cgr__kn_join(k, k->d, k->start + x * k->nq);
 	if (k->d[q] < j + 1)
 		k->d[q] = (uint32_t)j + 1;
 	cgr__kn_put(k, cgr__kn_at(k, k->after, q, j));
-}
-
-/* The index of cr in queue q. */
-static size_t cgr__kn_idx(const struct cgr__kn *k, size_t q,
-			  const struct cgr__coll_rt *cr)
-{
-	size_t j = 0;
-	while (k->coll[k->base[q] + j] != cr)
-		j++;
-	return j;
 }
 
 /* Program p's worker thread; red[i]: whether its op i is a redundant
@@ -1128,7 +1115,7 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 			break;
 		case CGR__OP_COLL:
 			q = cgr__kn_q(p, op->coll);
-			j = cgr__kn_idx(k, q, op->coll);
+			j = op->coll->kidx;
 			if (op->coll->async) {
 				cgr__kn_put(k, cgr__kn_at(k, k->issue, q, j));
 			} else {
@@ -1140,7 +1127,7 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 			if (op->prev)
 				break; /* another execution: kept, no news */
 			q = cgr__kn_q(p, op->coll);
-			j = cgr__kn_idx(k, q, op->coll);
+			j = op->coll->kidx;
 			if (red != NULL)
 				red[i] = k->d[q] > j;
 			cgr__kn_join(k, k->d, cgr__kn_at(k, k->after, q, j));
@@ -1168,7 +1155,7 @@ static void cgr__kn_stream(struct cgr__kn *k, size_t q)
 	}
 }
 
-static int cgr__prune_waits(struct cgr_compiled *c)
+static int cgr__prune_waits(struct cgr_compiled *c, size_t ntasks)
 {
 	struct cgr__arena *a = &c->ctx->arena;
 	struct cgr__kn k = { .nq = c->nprogs * CGR__NQ };
@@ -1183,14 +1170,17 @@ static int cgr__prune_waits(struct cgr_compiled *c)
 			maxops = c->progs[p].nops;
 	}
 	nv = total * k.nq;
-	size = 2 * k.nq * sizeof(size_t) + total * sizeof(void *) +
+	size = (2 * k.nq + total + ntasks) * sizeof(size_t) +
+	       total * sizeof(void *) +
 	       (3 * nv + c->nchans * k.nq + k.nq) * sizeof(uint32_t) + maxops;
 	mem = cgr__alloc(a, size, 16);
 	if (mem == NULL)
 		return -ENOMEM;
 	k.ncoll = (size_t *)mem;
 	k.base = k.ncoll + k.nq;
-	k.coll = (struct cgr__coll_rt **)(k.base + k.nq);
+	k.next = k.base + k.nq;
+	k.head = k.next + total;
+	k.coll = (struct cgr__coll_rt **)(k.head + ntasks);
 	k.issue = (uint32_t *)(k.coll + total);
 	k.start = k.issue + nv;
 	k.after = k.start + nv;
@@ -1199,13 +1189,21 @@ static int cgr__prune_waits(struct cgr_compiled *c)
 	red = (bool *)(k.d + k.nq);
 	/* Queues in order: a stream's collectives in program order are in
 	 * its order (the overlap pass keeps it), the thread's likewise. */
+	for (size_t t = 0; t < ntasks; t++)
+		k.head[t] = SIZE_MAX;
 	for (size_t q = 0, n = 0; q < k.nq; q++) {
 		const struct cgr__prog *pr = &c->progs[q / CGR__NQ];
 		k.base[q] = n;
-		for (size_t i = 0; i < pr->nops; i++)
-			if (pr->ops[i].kind == CGR__OP_COLL &&
-			    cgr__kn_q(q / CGR__NQ, pr->ops[i].coll) == q)
-				k.coll[n++] = pr->ops[i].coll;
+		for (size_t i = 0; i < pr->nops; i++) {
+			struct cgr__coll_rt *cr = pr->ops[i].coll;
+			if (pr->ops[i].kind != CGR__OP_COLL ||
+			    cgr__kn_q(q / CGR__NQ, cr) != q)
+				continue;
+			cr->kidx = (uint32_t)(n - k.base[q]);
+			k.next[n] = k.head[cr->task->id];
+			k.head[cr->task->id] = n;
+			k.coll[n++] = cr;
+		}
 		k.ncoll[q] = n - k.base[q];
 	}
 	k.changed = true;
@@ -1566,7 +1564,7 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 			goto fail_mem;
 		overlapped = true;
 	}
-	if (overlapped && (ret = cgr__prune_waits(c)) < 0)
+	if (overlapped && (ret = cgr__prune_waits(c, g->ntasks)) < 0)
 		goto fail_mem;
 	*out = c;
 	return 0;
