@@ -10,12 +10,12 @@
  * overlap pass emitted is removed in turn, and the same run must see a
  * wrong value.  The delay has two parts: before the collective, and after
  * it with one member's outputs on one of its streams garbled until its
- * done is published (the pair changes every execution), so a consumer that skipped its WAIT is
- * caught even when another member finished first and told it so through a
- * ring.  The pass drops every WAIT that another ordering implies
- * (compile.c, cgr__prune_waits), so every removal must be caught.  (Waits
- * that only keep the collectives' order before one that runs on the worker
- * thread guard no data and are not mutated.)
+ * done is published (the pair changes every execution), so a consumer
+ * that skipped its WAIT is caught even when another member finished first
+ * and told it so through a ring.  The pass drops every WAIT that another
+ * ordering implies (compile.c, cgr__prune_waits), so every removal must be
+ * caught.  (Waits that only keep the collectives' order before one that
+ * runs on the worker thread guard no data and are not mutated.)
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -109,11 +109,13 @@ static void dump(const cgr_compiled *c)
 				break;
 			case CGR__OP_COMPUTE:
 				fprintf(stderr, " %s(", op->tc->name);
-				for (size_t q = 0; q < op->tc->nin; q++)
-					if (op->tc->in_ports[q] != CGR__NO_PORT)
-						fprintf(stderr, "%s%s", q ? "," : "",
-							c->ports[op->tc->in_ports[q]]
-								.name);
+				for (size_t q = 0; q < op->tc->nin; q++) {
+					unsigned pt = op->tc->in_ports[q];
+					if (pt != CGR__NO_PORT)
+						fprintf(stderr, "%s%s",
+							q ? "," : "",
+							c->ports[pt].name);
+				}
 				fprintf(stderr, ")");
 				break;
 			case CGR__OP_COLL:
@@ -229,7 +231,8 @@ static void build(cgr_graph *g, struct model *m, cgr_node **outs, size_t *no)
 		bool other = false, only_tasks = !used_by_coll[i] && !is_out[i];
 		for (int j = 0; j < m->n && m->kind[i] == 1; j++)
 			for (int k = 0; k < m->nin[j] && m->kind[j] == 1; k++)
-				other |= m->in[j][k] == i && m->wk[j] != m->wk[i];
+				other |= m->in[j][k] == i &&
+					 m->wk[j] != m->wk[i];
 		if (m->kind[i] == 1 && other && only_tasks && t_rand() % 2)
 			cgr_node_set_transport(m->node[i],
 					       CGR_TRANSPORT_DEVICE, 0);
@@ -275,7 +278,8 @@ static long run(cgr_compiled *c, struct model *m, cgr_node **outs, size_t no,
 					((const int64_t *)o[k].u.tensor.data)[e];
 				if (got != m->val[i][e] && verbose)
 					t_diag("execution %ld: output %zu (node "
-					       "%d) element %d is %lld, not %lld",
+					       "%d) element %d is %lld, not "
+					       "%lld",
 					       it, k, i, e, (long long)got,
 					       (long long)m->val[i][e]);
 				bad += got != m->val[i][e];

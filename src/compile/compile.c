@@ -985,7 +985,8 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 			bool before = false;
 			for (size_t j = 0; j < m; j++)
 				if (out[j].kind == CGR__OP_COLL &&
-				    out[j].coll->async && out[j].coll->sclass == s) {
+				    out[j].coll->async &&
+				    out[j].coll->sclass == s) {
 					before |= j < i;
 					last = out[j].coll;
 				}

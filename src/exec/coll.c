@@ -431,7 +431,8 @@ static int cgr__agree_all(struct cgr__coll_rt *cr, uint64_t seq,
 static void cgr__sim_comm(const struct cgr__coll_rt *cr)
 {
 	int64_t ns = cr->c->p.sim_comm_ns;
-	struct timespec ts = { (time_t)(ns / 1000000000), (long)(ns % 1000000000) };
+	struct timespec ts = { (time_t)(ns / 1000000000),
+			       (long)(ns % 1000000000) };
 
 	if (ns > 0)
 		nanosleep(&ts, NULL);

@@ -161,11 +161,11 @@ static uint64_t cgr__debug_mix(uint64_t seq, const void *cr)
 /*
  * Tests only (debug_coll_delay_ns): in some executions this member's
  * collectives on one of its streams finish late (rank = execution mod n,
- * stream class = execution / n mod CGR__NSTREAMS).  Its outputs' data is garbled,
- * the delay passes, then it is restored, all before done is published:
- * a reader that skipped its WAIT sees garbage even when the other members
- * finished at once and told it so.  The turn goes round so that each
- * member is the late one in a fixed share of executions.
+ * stream class = execution / n mod CGR__NSTREAMS).  Their outputs' data
+ * is garbled, the delay passes, then it is restored, all before done is
+ * published: a reader that skipped its WAIT sees garbage even when the
+ * other members finished at once and told it so.  The turn goes round so
+ * that each (member, stream) is the late one in a fixed share.
  */
 static void cgr__coll_debug_late(struct cgr__coll_rt *cr, uint64_t seq,
 				 int64_t ns)
@@ -210,7 +210,8 @@ static void cgr__coll_job_run(void *arg)
 	if (delay > 0) {
 		/* A quarter of the late delay at most: a consumer's other
 		 * inputs come well inside the late member's window. */
-		uint64_t ns = cgr__debug_mix(seq, cr) % (uint64_t)(delay / 4 + 1);
+		uint64_t ns =
+			cgr__debug_mix(seq, cr) % (uint64_t)(delay / 4 + 1);
 		struct timespec ts = { (time_t)(ns / 1000000000),
 				       (long)(ns % 1000000000) };
 		nanosleep(&ts, NULL);

@@ -129,8 +129,9 @@ int cgr_compiled_write_trace(const cgr_compiled *c, const char *path)
 				&((struct cgr__prog *)p)->strace_n[s],
 				memory_order_acquire);
 			fprintf(f,
-				",\n{\"ph\":\"M\",\"pid\":1,\"tid\":%zu,\"name\":"
-				"\"thread_name\",\"args\":{\"name\":\"worker ",
+				",\n{\"ph\":\"M\",\"pid\":1,\"tid\":%zu,"
+				"\"name\":\"thread_name\",\"args\":{\"name\":"
+				"\"worker ",
 				tid);
 			cgr__put_escaped(f, p->w->name);
 			fprintf(f, " %s stream\"}}", sname[s]);
