@@ -631,6 +631,33 @@ static void test_overlap_streams(cgr_ctx *ctx, cgr_worker **W)
 	cgr_graph_destroy(g);
 }
 
+/*
+ * An allreduce over W[0] and W[1] (r0, r1); W[0] computes t from r0 and
+ * r1 (r1 comes over a ring after W[1]'s allreduce finished) and sends it
+ * over a device edge to W[1], whose f reads t and r1.  Before f, W[1]
+ * needs its receive; that receive proves its allreduce finished, so the
+ * WAIT for the allreduce beside it goes.
+ */
+static cgr_graph *wait_beside(cgr_ctx *ctx, cgr_worker **W)
+{
+	cgr_graph *g;
+	cgr_node *x, *a[2], *r[2], *t, *f;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+
+	d.fn = nop;
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int i = 0; i < 2; i++)
+		cgr_graph_task(g, W[i], &d, &x, 1, &a[i], 1);
+	cgr_graph_allreduce(g, a, 2, CGR_SUM, NULL, r);
+	cgr_graph_task(g, W[0], &d, r, 2, &t, 1);
+	cgr_node_set_transport(t, CGR_TRANSPORT_DEVICE, 0);
+	cgr_node *in[2] = { t, r[1] };
+	cgr_graph_task(g, W[1], &d, in, 2, &f, 1);
+	cgr_graph_output(g, &f, 1);
+	return g;
+}
+
 /* The WAITs other orderings imply are dropped; the others stay. */
 static void test_overlap_prune(cgr_ctx *ctx, cgr_worker **W)
 {
@@ -649,6 +676,13 @@ static void test_overlap_prune(cgr_ctx *ctx, cgr_worker **W)
 		     strchr(shape, 'w')[1] == 'C',
 	     "W[1]'s allreduce result proves only that W[0] started it: one "
 	     "WAIT, before f: %s",
+	     shape);
+	overlap_shape(wait_beside(ctx, W), W[1], shape, sizeof(shape),
+		      "a receive beside an allreduce");
+	t_ok(strchr(shape, 'w') != NULL &&
+		     strchr(shape, 'w') == strrchr(shape, 'w'),
+	     "the receive proves the allreduce beside it done: one WAIT on "
+	     "W[1]: %s",
 	     shape);
 	/* The allreduce on the thread, the reduce on the stream: the next
 	 * execution's allreduce (same communicator) must wait for this

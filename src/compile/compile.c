@@ -1023,7 +1023,8 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
  * everybody (cgr__backend_joins_all); otherwise those whose data its output
  * needs (all; for broadcast and scatter the root; reduce and gather
  * outputs exist only at the root).  One execution is modelled.  A WAIT for
- * collective i of queue q is redundant when K[q] > i before it.  Knowledge
+ * collective i of queue q is redundant when K[q] > i before it, counting
+ * the other WAITs kept right beside it (before the same operation).  Knowledge
  * starts empty and only grows, so every sweep is sound and a cut-off only
  * leaves extra WAITs; dropping a redundant WAIT removes no knowledge, so
  * the other verdicts stay valid.
@@ -1041,6 +1042,7 @@ struct cgr__kn {
 	uint32_t *issue, *start, *after; /* per (queue, collective): nq */
 	uint32_t *msg;			 /* per channel: nq */
 	uint32_t *d;			 /* nq: the running knowledge */
+	uint32_t *tmp;			 /* nq: scratch */
 	bool changed;
 };
 
@@ -1095,6 +1097,13 @@ static void cgr__kn_finish(struct cgr__kn *k, size_t q, size_t j)
 	cgr__kn_put(k, cgr__kn_at(k, k->after, q, j));
 }
 
+/* What WAIT w of program p proves: its collective's after-knowledge. */
+static const uint32_t *cgr__kn_waited(const struct cgr__kn *k, size_t p,
+				      const struct cgr__op *w)
+{
+	return cgr__kn_at(k, k->after, cgr__kn_q(p, w->coll), w->coll->kidx);
+}
+
 /* Program p's worker thread; red[i]: whether its op i is a redundant
  * WAIT (red may be NULL). */
 static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
@@ -1124,15 +1133,37 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 				cgr__kn_finish(k, q, j);
 			}
 			break;
-		case CGR__OP_WAIT:
-			if (op->prev)
-				break; /* another execution: kept, no news */
-			q = cgr__kn_q(p, op->coll);
-			j = op->coll->kidx;
-			if (red != NULL)
-				red[i] = k->d[q] > j;
-			cgr__kn_join(k, k->d, cgr__kn_at(k, k->after, q, j));
+		case CGR__OP_WAIT: {
+			/* A run of WAITs before one operation: their order
+			 * does not matter, so each is judged against what the
+			 * others still kept will have proven. */
+			size_t e = i;
+			while (e < pr->nops && pr->ops[e].kind == CGR__OP_WAIT)
+				e++;
+			for (size_t x = i; x < e && red != NULL; x++) {
+				const struct cgr__op *wx = &pr->ops[x];
+				if (wx->prev)
+					continue;
+				memcpy(k->tmp, k->d, k->nq * sizeof(*k->d));
+				for (size_t y = i; y < e; y++) {
+					const struct cgr__op *wy = &pr->ops[y];
+					if (y != x && !wy->prev && !red[y])
+						cgr__kn_join(k, k->tmp,
+							     cgr__kn_waited(k, p,
+									    wy));
+				}
+				red[x] = k->tmp[cgr__kn_q(p, wx->coll)] >
+					 wx->coll->kidx;
+			}
+			/* prev: another execution: kept, no news */
+			for (const struct cgr__op *wy = op; wy < pr->ops + e;
+			     wy++)
+				if (!wy->prev)
+					cgr__kn_join(k, k->d,
+						     cgr__kn_waited(k, p, wy));
+			i = e - 1;
 			break;
+		}
 		default:
 			break;
 		}
@@ -1173,7 +1204,8 @@ static int cgr__prune_waits(struct cgr_compiled *c, size_t ntasks)
 	nv = total * k.nq;
 	size = (2 * k.nq + total + ntasks) * sizeof(size_t) +
 	       total * sizeof(void *) +
-	       (3 * nv + c->nchans * k.nq + k.nq) * sizeof(uint32_t) + maxops;
+	       (3 * nv + c->nchans * k.nq + 2 * k.nq) * sizeof(uint32_t) +
+	       maxops;
 	mem = cgr__alloc(a, size, 16);
 	if (mem == NULL)
 		return -ENOMEM;
@@ -1187,7 +1219,8 @@ static int cgr__prune_waits(struct cgr_compiled *c, size_t ntasks)
 	k.after = k.start + nv;
 	k.msg = k.after + nv;
 	k.d = k.msg + c->nchans * k.nq;
-	red = (bool *)(k.d + k.nq);
+	k.tmp = k.d + k.nq;
+	red = (bool *)(k.tmp + k.nq);
 	/* Queues in order: a stream's collectives in program order are in
 	 * its order (the overlap pass keeps it), the thread's likewise. */
 	for (size_t t = 0; t < ntasks; t++)
