@@ -411,6 +411,48 @@ static void check_ddp(long iters, int64_t sim_ns)
 	cgr_compiled_destroy(c);
 }
 
+/* Teardown while a collective sleeps its modelled 5 s: it returns at
+ * once (the model sleeps in slices and watches for teardown), the
+ * workers stay usable. */
+static void check_sim_teardown(void)
+{
+	struct timespec t0, t1;
+	cgr_compile_params pp = G_PP;
+	cgr_compiled *c;
+	cgr_graph *g;
+	cgr_node *x, *a[2], *r[2];
+	static struct fill f[2] = { { 0, 2, -1, -1 }, { 1, 2, -1, -1 } };
+	cgr_ref ref;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int i = 0; i < 2; i++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		d.fn = fill_fn, d.arg = &f[i];
+		cgr_graph_task(g, W[i], &d, &x, 1, &a[i], 1);
+	}
+	cgr_graph_allreduce(g, a, 2, CGR_SUM, NULL, r);
+	cgr_graph_output(g, r, 2);
+	pp.sim_comm_ns = 5000000000ll;
+	t_is(cgr_graph_compile(g, &pp, &c), 0, "5 s modelled allreduce compiles");
+	cgr_graph_destroy(g);
+	uint64_t xv = 1;
+	cgr_value arg = cgr_value_bytes(&xv, 8);
+	t_is(cgr_execute(c, &arg, 1, &ref), 0, "one execution in flight");
+	cgr_value o[2];
+	t_is(cgr_ref_get(c, ref, 200000000, o, 2), -ETIMEDOUT,
+	     "not done after 200 ms: the allreduce is in its modelled 5 s");
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int ret = cgr_compiled_teardown(c, 3000000000ll);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	int64_t ns = (t1.tv_sec - t0.tv_sec) * 1000000000ll +
+		     (t1.tv_nsec - t0.tv_nsec);
+	t_ok(ret == 0 && ns < 2500000000ll,
+	     "teardown during a modelled transfer: %s after %lld ms",
+	     cgr_strerror(ret), (long long)ns / 1000000);
+	cgr_compiled_destroy(c);
+}
+
 /* u64 -> u64 * mul + add */
 struct aff {
 	uint64_t mul, add;
@@ -948,6 +990,7 @@ int main(int argc, char **argv)
 		check_device_edge(CGR_EDGE_STATIC_SHAPE, 12);
 		check_ddp(t_scale(1000), 0);
 		check_ddp(5, 2000000);
+		check_sim_teardown();
 		check_cyclic(t_scale(1000));
 		check_1f1b(2, 2, t_scale(1000));
 		check_1f1b(4, 8, t_scale(1000));

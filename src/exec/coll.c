@@ -427,15 +427,18 @@ static int cgr__agree_all(struct cgr__coll_rt *cr, uint64_t seq,
 }
 
 /* cgr_compile_params.sim_comm_ns: the modelled duration, after agreement
- * and before the data moves. */
-static void cgr__sim_comm(const struct cgr__coll_rt *cr)
+ * and before the data moves; cut short by teardown (slept in slices). */
+static void cgr__sim_comm(struct cgr__coll_rt *cr)
 {
-	int64_t ns = cr->c->p.sim_comm_ns;
-	struct timespec ts = { (time_t)(ns / 1000000000),
-			       (long)(ns % 1000000000) };
+	int64_t left = cr->c->p.sim_comm_ns;
 
-	if (ns > 0)
+	while (left > 0 && !atomic_load_explicit(&cr->c->stop,
+						 memory_order_relaxed)) {
+		int64_t ns = left < 20000000 ? left : 20000000;
+		struct timespec ts = { 0, (long)ns };
 		nanosleep(&ts, NULL);
+		left -= ns;
+	}
 }
 
 static int cgr__coll_call(struct cgr__coll_rt *cr, const void *in, void *out,
