@@ -849,26 +849,24 @@ static bool cgr__op_uses(const struct cgr_compiled *c, const struct cgr__op *op,
 	return false;
 }
 
-/* Appends a WAIT for cr at out[*m]. */
-static void cgr__put_wait(struct cgr__op *out, size_t *m,
-			  struct cgr__coll_rt *cr, bool order)
+/* Makes *op a WAIT for cr. */
+static void cgr__put_wait(struct cgr__op *op, struct cgr__coll_rt *cr,
+			  bool order)
 {
-	memset(&out[*m], 0, sizeof(out[*m]));
-	out[*m].kind = CGR__OP_WAIT;
-	out[*m].coll = cr;
-	out[*m].order = order;
-	(*m)++;
+	memset(op, 0, sizeof(*op));
+	op->kind = CGR__OP_WAIT;
+	op->coll = cr;
+	op->order = order;
 }
 
-/* The last COLL of stream class s among out[0..m) with stream index below
- * lim, or NULL. */
+/* The last COLL of stream class s among out[0..m), or NULL. */
 static struct cgr__coll_rt *cgr__last_of(const struct cgr__op *out, size_t m,
-					 int s, uint32_t lim)
+					 int s)
 {
 	struct cgr__coll_rt *last = NULL;
 	for (size_t j = 0; j < m; j++)
 		if (out[j].kind == CGR__OP_COLL && out[j].coll->async &&
-		    out[j].coll->sclass == s && out[j].coll->sidx < lim)
+		    out[j].coll->sclass == s)
 			last = out[j].coll;
 	return last;
 }
@@ -903,11 +901,11 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 			 * it must be done first, so that the order stays; the
 			 * last one of each stream stands for its stream. */
 			for (int s = 0; s < CGR__NSTREAMS; s++) {
-				if (done[s] < placed[s])
-					cgr__put_wait(out, &m,
-						      cgr__last_of(out, m, s,
-								   placed[s]),
-						      true);
+				if (done[s] < placed[s]) {
+					struct cgr__coll_rt *last =
+						cgr__last_of(out, m, s);
+					cgr__put_wait(&out[m++], last, true);
+				}
 				done[s] = placed[s];
 			}
 			out[m++] = *op;
@@ -966,7 +964,7 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 		}
 		for (int s = 0; s < CGR__NSTREAMS; s++)
 			if (need[s] != NULL) {
-				cgr__put_wait(out, &m, need[s], false);
+				cgr__put_wait(&out[m++], need[s], false);
 				done[s] = need[s]->sidx + 1;
 			}
 		out[m++] = *op;
@@ -994,12 +992,8 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 				continue;
 			memmove(&out[i + 1], &out[i], (m - i) * sizeof(*out));
 			m++;
-			memset(&out[i], 0, sizeof(out[i]));
-			out[i].kind = CGR__OP_WAIT;
-			out[i].coll = last;
-			out[i].order = true;
-			out[i].prev = true;
-			i++;
+			cgr__put_wait(&out[i], last, true);
+			out[i++].prev = true;
 		}
 		break;
 	}
@@ -1101,7 +1095,7 @@ static void cgr__kn_finish(struct cgr__kn *k, size_t q, size_t j)
 static const uint32_t *cgr__kn_waited(const struct cgr__kn *k, size_t p,
 				      const struct cgr__op *w)
 {
-	return cgr__kn_at(k, k->after, cgr__kn_q(p, w->coll), w->coll->kidx);
+	return cgr__kn_at(k, k->after, cgr__kn_q(p, w->coll), w->coll->sidx);
 }
 
 /* Program p's worker thread; red[i]: whether its op i is a redundant
@@ -1125,7 +1119,7 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 			break;
 		case CGR__OP_COLL:
 			q = cgr__kn_q(p, op->coll);
-			j = op->coll->kidx;
+			j = op->coll->sidx;
 			if (op->coll->async) {
 				cgr__kn_put(k, cgr__kn_at(k, k->issue, q, j));
 			} else {
@@ -1153,7 +1147,7 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 									    wy));
 				}
 				red[x] = k->tmp[cgr__kn_q(p, wx->coll)] >
-					 wx->coll->kidx;
+					 wx->coll->sidx;
 			}
 			/* prev: another execution: kept, no news */
 			for (const struct cgr__op *wy = op; wy < pr->ops + e;
@@ -1233,7 +1227,7 @@ static int cgr__prune_waits(struct cgr_compiled *c, size_t ntasks)
 			if (pr->ops[i].kind != CGR__OP_COLL ||
 			    cgr__kn_q(q / CGR__NQ, cr) != q)
 				continue;
-			cr->kidx = (uint32_t)(n - k.base[q]);
+			cr->sidx = (uint32_t)(n - k.base[q]);
 			k.next[n] = k.head[cr->task->id];
 			k.head[cr->task->id] = n;
 			k.coll[n++] = cr;

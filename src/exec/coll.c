@@ -96,48 +96,31 @@ void cgr__coll_board_init(struct cgr__coll_board *b, size_t n, size_t k,
 
 /* ---- dtypes ------------------------------------------------------- */
 
+/* DLPack's (code, bits) of each cgr_dtype, both ways. */
+static const struct {
+	uint8_t code, bits;
+} cgr__dl_map[CGR_DTYPE_COUNT] = {
+	[CGR_INT8] = { kDLInt, 8 },	  [CGR_UINT8] = { kDLUInt, 8 },
+	[CGR_INT16] = { kDLInt, 16 },	  [CGR_UINT16] = { kDLUInt, 16 },
+	[CGR_INT32] = { kDLInt, 32 },	  [CGR_UINT32] = { kDLUInt, 32 },
+	[CGR_INT64] = { kDLInt, 64 },	  [CGR_UINT64] = { kDLUInt, 64 },
+	[CGR_FLOAT16] = { kDLFloat, 16 }, [CGR_BFLOAT16] = { kDLBfloat, 16 },
+	[CGR_FLOAT32] = { kDLFloat, 32 }, [CGR_FLOAT64] = { kDLFloat, 64 },
+};
+
+/* The cgr_dtype of a DLPack type, or -1. */
 static int cgr__dl_dtype(DLDataType t)
 {
-	if (t.lanes != 1)
-		return -1;
-	switch (t.code) {
-	case kDLInt:
-		return t.bits == 8    ? CGR_INT8 :
-		       t.bits == 16 ? CGR_INT16 :
-		       t.bits == 32 ? CGR_INT32 :
-		       t.bits == 64 ? CGR_INT64 :
-				      -1;
-	case kDLUInt:
-		return t.bits == 8    ? CGR_UINT8 :
-		       t.bits == 16 ? CGR_UINT16 :
-		       t.bits == 32 ? CGR_UINT32 :
-		       t.bits == 64 ? CGR_UINT64 :
-				      -1;
-	case kDLFloat:
-		return t.bits == 16   ? CGR_FLOAT16 :
-		       t.bits == 32 ? CGR_FLOAT32 :
-		       t.bits == 64 ? CGR_FLOAT64 :
-				      -1;
-	case kDLBfloat:
-		return t.bits == 16 ? CGR_BFLOAT16 : -1;
-	default:
-		return -1;
-	}
+	for (int dt = 0; dt < CGR_DTYPE_COUNT && t.lanes == 1; dt++)
+		if (cgr__dl_map[dt].bits == t.bits &&
+		    cgr__dl_map[dt].code == t.code && t.bits != 0)
+			return dt;
+	return -1;
 }
 
 static DLDataType cgr__to_dl(int dt)
 {
-	static const struct {
-		uint8_t code, bits;
-	} map[CGR_DTYPE_COUNT] = {
-		[CGR_INT8] = { kDLInt, 8 },	 [CGR_UINT8] = { kDLUInt, 8 },
-		[CGR_INT16] = { kDLInt, 16 },	 [CGR_UINT16] = { kDLUInt, 16 },
-		[CGR_INT32] = { kDLInt, 32 },	 [CGR_UINT32] = { kDLUInt, 32 },
-		[CGR_INT64] = { kDLInt, 64 },	 [CGR_UINT64] = { kDLUInt, 64 },
-		[CGR_FLOAT16] = { kDLFloat, 16 }, [CGR_BFLOAT16] = { kDLBfloat, 16 },
-		[CGR_FLOAT32] = { kDLFloat, 32 }, [CGR_FLOAT64] = { kDLFloat, 64 },
-	};
-	DLDataType t = { map[dt].code, map[dt].bits, 1 };
+	DLDataType t = { cgr__dl_map[dt].code, cgr__dl_map[dt].bits, 1 };
 	return t;
 }
 

@@ -290,8 +290,8 @@ struct cgr__coll_rt {
 	bool async;	   /* overlap: runs on the communication stream */
 	bool joins_all;	   /* finishing proves every member started it */
 	int sclass;	   /* overlap: its stream (enum cgr__stream_class) */
-	uint32_t sidx;	   /* overlap: its place in that stream's order */
-	uint32_t kidx;	   /* compile scratch: its place in its queue */
+	uint32_t sidx;	   /* overlap: its place in its stream's order (or,
+			      on the thread, among the thread's) */
 	int overlap;	   /* enum cgr_overlap_mode of the node */
 	unsigned root_port; /* edge: the producer's port (lists' host part) */
 	unsigned *in_ports;  /* k; CGR__NO_PORT: none on this member */
