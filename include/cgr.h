@@ -304,8 +304,31 @@ typedef struct cgr_task_desc {
 	cgr_task_fn fn;
 	void *arg;	  /* cgr_task_arg() returns it */
 	size_t max_out_bytes; /* per output; 0: the compile default */
+	unsigned flags;	      /* enum cgr_task_flags */
 } cgr_task_desc;
-#define CGR_TASK_DESC_INIT { sizeof(cgr_task_desc), NULL, NULL, NULL, 0 }
+#define CGR_TASK_DESC_INIT { sizeof(cgr_task_desc), NULL, NULL, NULL, 0, 0 }
+
+enum cgr_task_flags {
+	/*
+	 * The task's work runs on its worker's compute stream (a GPU task's
+	 * kernels; on the sim device, host functions and copies).  The
+	 * function still runs on the worker's thread: it enqueues the work on
+	 * cgr_task_stream() and describes its outputs (kind, dtype, shape,
+	 * length) before returning.  Their data is produced by that work:
+	 * written into cgr_task_output_buffer() by the stream, or, for an
+	 * output that points elsewhere, copied from there by the stream after
+	 * the task's work (the source must stay valid until then).  Lists
+	 * are refused (an error value).  Inputs made by an earlier stream
+	 * task of the same worker may still be in flight when the function
+	 * runs: read them only from work on the stream.  Every other input
+	 * is complete.  Who consumes the outputs joins the stream: the next
+	 * stream task by stream order, a communication stream by
+	 * stream-wait-event, the worker thread by its reactor.  With overlap
+	 * off (cgr_compile_params.overlap) the worker waits for the stream
+	 * after each such task.
+	 */
+	CGR_TASK_STREAM = 1u << 0,
+};
 
 /* Creates an empty graph.  Returns 0, -EINVAL, -ENOMEM. */
 int cgr_graph_create(cgr_ctx *ctx, cgr_graph **out);
@@ -779,6 +802,11 @@ void *cgr_task_output_buffer(cgr_task_ctx *tc, size_t i, size_t bytes);
 /* Sets the code and message of the error value a failing task produces. */
 void cgr_task_set_error(cgr_task_ctx *tc, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* The worker's compute stream, for a CGR_TASK_STREAM task; NULL
+ * otherwise.  Only the task's function enqueues on it (one thread at a
+ * time), during the call. */
+cgr_stream *cgr_task_stream(cgr_task_ctx *tc);
 
 /* The task's desc.arg, the execution's sequence number, the worker. */
 void *cgr_task_arg(const cgr_task_ctx *tc);

@@ -79,8 +79,13 @@ static void cgr__compiled_free(struct cgr_compiled *c)
 	cgr_ctx *ctx = c->ctx;
 
 	for (size_t i = 0; i < c->nprogs; i++)
-		for (int s = 0; s < CGR__NSTREAMS; s++)
+		for (int s = 0; s < CGR__NSTREAMS_ALL; s++)
 			cgr_stream_destroy(c->progs[i].streams[s]);
+	for (size_t i = 0; i < c->nprogs; i++)
+		for (size_t t = 0; t < c->progs[i].ntcs; t++)
+			for (uint32_t q = 0;
+			     c->progs[i].tcs[t].ev != NULL && q < c->nslots; q++)
+				cgr_event_destroy(c->progs[i].tcs[t].ev[q]);
 	for (size_t i = 0; i < c->ncomms; i++)
 		cgr_comm_destroy(c->comms[i]);
 	for (size_t i = 0; i < c->nallocs; i++)
@@ -751,6 +756,7 @@ static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 
 		struct cgr_task_ctx *tc = &p->tcs[k++];
 		size_t nin = cgr__nin_expanded(c, t), j = 0;
+		p->ntcs = k; /* so that a failure below frees its events */
 		tc->c = c;
 		tc->task = t;
 		tc->w = w;
@@ -766,6 +772,25 @@ static int cgr__lower_prog(struct cgr__lower *L, struct cgr__prog *p,
 		tc->nout = t->nout;
 		tc->fn = t->fn;
 		tc->arg = t->arg;
+		tc->prog = p;
+		tc->stream = (t->flags & CGR_TASK_STREAM) != 0;
+		tc->async = tc->stream && c->p.overlap;
+		atomic_init(&tc->done, 0);
+		if (tc->stream) {
+			tc->jobs = cgr__c_alloc(
+				c, c->nslots * sizeof(*tc->jobs), 64);
+			tc->ev = cgr__c_alloc(c, c->nslots * sizeof(*tc->ev),
+					      64);
+			if (tc->jobs == NULL || tc->ev == NULL)
+				return -ENOMEM;
+			for (uint32_t q = 0; q < c->nslots; q++) {
+				tc->jobs[q].tc = tc;
+				if (!L->plan_only &&
+				    (ret = cgr_event_create(c->ctx,
+							    &tc->ev[q])) < 0)
+					return ret;
+			}
+		}
 		/* READs for inputs that arrive over a ring, first use only. */
 		for (size_t a = 0; a < t->nin; a++) {
 			cgr_node *n = t->in[a];
@@ -859,6 +884,42 @@ static void cgr__put_wait(struct cgr__op *op, struct cgr__coll_rt *cr,
 	op->order = order;
 }
 
+/* The latest asynchronous stream task among out[0..m) whose outputs op
+ * reads (a COLL: its inputs), or NULL. */
+static struct cgr_task_ctx *cgr__task_used(const struct cgr_compiled *c,
+					   const struct cgr__op *out, size_t m,
+					   const struct cgr__op *op)
+{
+	struct cgr_task_ctx *last = NULL;
+
+	for (size_t j = 0; j < m; j++) {
+		struct cgr_task_ctx *tc = out[j].tc;
+		if (out[j].kind != CGR__OP_COMPUTE || !tc->async)
+			continue;
+		for (size_t o = 0; o < tc->nout; o++) {
+			unsigned port = tc->out_ports[o];
+			if (op->kind == CGR__OP_COLL ?
+				    cgr__has_port(op->coll->in_ports,
+						  op->coll->k, port) :
+				    cgr__op_uses(c, op, port)) {
+				last = tc;
+				break;
+			}
+		}
+	}
+	return last;
+}
+
+/* Makes *op a WAIT (or SWAIT before collective cr) for stream task tc. */
+static void cgr__put_twait(struct cgr__op *op, struct cgr_task_ctx *tc,
+			   struct cgr__coll_rt *cr)
+{
+	memset(op, 0, sizeof(*op));
+	op->kind = cr != NULL ? CGR__OP_SWAIT : CGR__OP_WAIT;
+	op->tc = tc;
+	op->coll = cr;
+}
+
 /* The last COLL of stream class s among out[0..m), or NULL. */
 static struct cgr__coll_rt *cgr__last_of(const struct cgr__op *out, size_t m,
 					 int s)
@@ -883,19 +944,38 @@ static struct cgr__coll_rt *cgr__last_of(const struct cgr__op *out, size_t m,
  * its outputs is fused into its job; a WAIT goes right before the first
  * operation that consumes its outputs (one WAIT for the latest collective
  * of a stream an operation needs covers the earlier ones of that stream).
+ *
+ * Stream tasks (CGR_TASK_STREAM) stay in program order; their WRITE is
+ * fused into their stream job.  Their outputs are joined where first
+ * used: by stream order on the compute stream, by a device-side SWAIT
+ * right before an asynchronous collective (on that collective's stream),
+ * by a WAIT on the thread otherwise; the latest task covers the earlier.
  */
 static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 {
 	size_t n = p->nops, m = 0, last_coll[CGR__NSTREAMS] = { 0 };
 	/* Per stream: COLLs placed, and how many are known done (waited). */
 	uint32_t placed[CGR__NSTREAMS] = { 0 }, done[CGR__NSTREAMS] = { 0 };
+	/* Stream tasks placed; known done on the thread, on each stream. */
+	uint32_t tplaced = 0, tdone = 0, tsdone[CGR__NSTREAMS] = { 0 };
 	struct cgr__op *out = cgr__c_alloc(
-		c, ((CGR__NSTREAMS + 1) * (n + 1)) * sizeof(*out), 64);
+		c, ((CGR__NSTREAMS + 3) * (n + 1)) * sizeof(*out), 64);
 
 	if (out == NULL)
 		return -ENOMEM;
 	for (size_t i = 0; i < n; i++) {
 		struct cgr__op *op = &p->ops[i];
+		struct cgr_task_ctx *tneed = NULL;
+		if (op->kind != CGR__OP_COMPUTE || !op->tc->async)
+			tneed = cgr__task_used(c, out, m, op);
+		if (tneed != NULL && (op->kind != CGR__OP_COLL ||
+				      !op->coll->async)) {
+			if (tneed->tidx >= tdone)
+				cgr__put_twait(&out[m++], tneed, NULL);
+			if (tdone < tneed->tidx + 1)
+				tdone = tneed->tidx + 1;
+			tneed = NULL;
+		}
 		if (op->kind == CGR__OP_COLL && !op->coll->async) {
 			/* Runs on this thread: every collective issued before
 			 * it must be done first, so that the order stays; the
@@ -916,7 +996,7 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 		if (op->kind == CGR__OP_COLL) {
 			struct cgr__coll_rt *cr = op->coll;
 			int sc = cr->sclass;
-			size_t at = last_coll[sc];
+			size_t at = last_coll[sc], w;
 			for (size_t j = 0; j < m; j++)
 				for (size_t q = 0; q < cr->k; q++)
 					if (cr->in_ports[q] != CGR__NO_PORT &&
@@ -924,13 +1004,20 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 							  cr->in_ports[q]) &&
 					    j + 1 > at)
 						at = j + 1;
-			memmove(&out[at + 1], &out[at], (m - at) * sizeof(*out));
-			out[at] = *op;
-			m++;
+			/* Its stream joins the stream task first. */
+			w = tneed != NULL && tneed->tidx >= tsdone[sc];
+			memmove(&out[at + 1 + w], &out[at],
+				(m - at) * sizeof(*out));
+			if (w) {
+				cgr__put_twait(&out[at], tneed, cr);
+				tsdone[sc] = tneed->tidx + 1;
+			}
+			out[at + w] = *op;
+			m += 1 + w;
 			for (int s = 0; s < CGR__NSTREAMS; s++)
 				if (last_coll[s] > at)
-					last_coll[s]++;
-			last_coll[sc] = at + 1;
+					last_coll[s] += 1 + w;
+			last_coll[sc] = at + 1 + w;
 			cr->sidx = placed[sc]++;
 			if (i + 1 < n && p->ops[i + 1].kind == CGR__OP_WRITE) {
 				cr->fused_write = &p->ops[i + 1];
@@ -968,6 +1055,13 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 				done[s] = need[s]->sidx + 1;
 			}
 		out[m++] = *op;
+		if (op->kind == CGR__OP_COMPUTE && op->tc->async) {
+			op->tc->tidx = tplaced++;
+			if (i + 1 < n && p->ops[i + 1].kind == CGR__OP_WRITE) {
+				op->tc->fused_write = &p->ops[i + 1];
+				i++;
+			}
+		}
 	}
 	/* Across executions: the thread may start the next execution's
 	 * first synchronous collective while a stream still runs this one's
@@ -1021,7 +1115,9 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
  * the other WAITs kept right beside it (before the same operation).  Knowledge
  * starts empty and only grows, so every sweep is sound and a cut-off only
  * leaves extra WAITs; dropping a redundant WAIT removes no knowledge, so
- * the other verdicts stay valid.
+ * the other verdicts stay valid.  Stream tasks' WAITs and SWAITs are kept
+ * and add no knowledge (less than they could, never more); a stream
+ * task's fused WRITE carries the thread's knowledge at its issue.
  */
 #define CGR__PRUNE_SWEEPS 64
 #define CGR__NQ (CGR__NSTREAMS + 1) /* queues per worker: streams, thread */
@@ -1117,6 +1213,16 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 			for (size_t w = 0; w < op->nchans; w++)
 				cgr__kn_put(k, k->msg + op->chans[w] * k->nq);
 			break;
+		case CGR__OP_COMPUTE:
+			/* A stream task's fused WRITE runs after its issue: it
+			 * sends at least what the thread knows now. */
+			for (size_t w = 0; op->tc->fused_write != NULL &&
+					   w < op->tc->fused_write->nchans;
+			     w++)
+				cgr__kn_put(k, k->msg + op->tc->fused_write
+								->chans[w] *
+							k->nq);
+			break;
 		case CGR__OP_COLL:
 			q = cgr__kn_q(p, op->coll);
 			j = op->coll->sidx;
@@ -1136,12 +1242,15 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 				e++;
 			for (size_t x = i; x < e && red != NULL; x++) {
 				const struct cgr__op *wx = &pr->ops[x];
-				if (wx->prev)
+				/* A stream task's WAIT is kept and, as it
+				 * tells little, taken to prove nothing. */
+				if (wx->prev || wx->tc != NULL)
 					continue;
 				memcpy(k->tmp, k->d, k->nq * sizeof(*k->d));
 				for (size_t y = i; y < e; y++) {
 					const struct cgr__op *wy = &pr->ops[y];
-					if (y != x && !wy->prev && !red[y])
+					if (y != x && !wy->prev && !red[y] &&
+					    wy->tc == NULL)
 						cgr__kn_join(k, k->tmp,
 							     cgr__kn_waited(k, p,
 									    wy));
@@ -1152,7 +1261,7 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 			/* prev: another execution: kept, no news */
 			for (const struct cgr__op *wy = op; wy < pr->ops + e;
 			     wy++)
-				if (!wy->prev)
+				if (!wy->prev && wy->tc == NULL)
 					cgr__kn_join(k, k->d,
 						     cgr__kn_waited(k, p, wy));
 			i = e - 1;
@@ -1556,7 +1665,11 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 	for (size_t i = 0; i < c->nprogs; i++) {
 		struct cgr__prog *p = &c->progs[i];
 		bool any = false;
-		bool used[CGR__NSTREAMS] = { false };
+		bool used[CGR__NSTREAMS_ALL] = { false };
+		for (size_t k = 0; k < p->ntcs; k++) {
+			used[CGR__S_COMP] |= p->tcs[k].stream;
+			any |= p->tcs[k].async;
+		}
 		for (size_t k = 0; k < p->nops; k++) {
 			struct cgr__coll_rt *cr = p->ops[k].coll;
 			if (p->ops[k].kind != CGR__OP_COLL)
@@ -1570,10 +1683,8 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 			any |= cr->async;
 			used[cr->sclass] |= cr->async;
 		}
-		if (!any)
-			continue;
-		ret = cgr__overlap_prog(c, p);
-		for (int s = 0; s < CGR__NSTREAMS && ret == 0 && !plan_only;
+		ret = any ? cgr__overlap_prog(c, p) : 0;
+		for (int s = 0; s < CGR__NSTREAMS_ALL && ret == 0 && !plan_only;
 		     s++) {
 			if (!used[s])
 				continue;
@@ -1590,7 +1701,9 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 		}
 		if (ret < 0)
 			goto fail_mem;
-		overlapped = true;
+		for (size_t k = 0; k < p->ntcs; k++)
+			p->tcs[k].s = p->streams[CGR__S_COMP];
+		overlapped |= any;
 	}
 	if (overlapped && (ret = cgr__prune_waits(c, g->ntasks)) < 0)
 		goto fail_mem;

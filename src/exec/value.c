@@ -213,12 +213,36 @@ void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,
 	h->ndim = 0;
 }
 
+/* Copies n bytes into the slot: now, or in order on stream s (0 or the
+ * stream's error). */
+static int cgr__data_copy(void *d, const void *src, size_t n, cgr_stream *s)
+{
+	if (n == 0 || src == d)
+		return 0;
+	if (s != NULL)
+		return cgr_stream_memcpy_async(s, d, src, n);
+	memcpy(d, src, n);
+	return 0;
+}
+
 int cgr__value_store(struct cgr__slot_hdr *h, size_t cap, const cgr_value *v)
+{
+	return cgr__value_store_on(h, cap, v, NULL);
+}
+
+int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
+			const cgr_value *v, cgr_stream *s)
 {
 	unsigned char *d = cgr__slot_data(h);
 	size_t n;
 	int ret = cgr__value_check(v, cap, &n);
 
+	if (ret == 0 && s != NULL && v->kind == CGR_VALUE_LIST) {
+		cgr__value_store_error(h, cap, CGR_EBADVALUE,
+				       "a stream task's output is bytes or a "
+				       "tensor, not a list");
+		return CGR_EBADVALUE;
+	}
 	if (ret < 0) {
 		char msg[160];
 		if (ret == CGR_ETOOBIG)
@@ -238,8 +262,7 @@ int cgr__value_store(struct cgr__slot_hdr *h, size_t cap, const cgr_value *v)
 	h->ndim = 0;
 	switch (v->kind) {
 	case CGR_VALUE_BYTES:
-		if (n > 0 && v->u.bytes.data != d)
-			memcpy(d, v->u.bytes.data, n);
+		ret = cgr__data_copy(d, v->u.bytes.data, n, s);
 		break;
 	case CGR_VALUE_TENSOR: {
 		const DLTensor *t = &v->u.tensor;
@@ -253,8 +276,7 @@ int cgr__value_store(struct cgr__slot_hdr *h, size_t cap, const cgr_value *v)
 		h->dev_id = 0;
 		for (int i = 0; i < t->ndim; i++)
 			h->shape[i] = t->shape[i];
-		if (n > 0 && src != d)
-			memcpy(d, src, n);
+		ret = cgr__data_copy(d, src, n, s);
 		break;
 	}
 	case CGR_VALUE_ERROR:
@@ -267,7 +289,10 @@ int cgr__value_store(struct cgr__slot_hdr *h, size_t cap, const cgr_value *v)
 	default:
 		break;
 	}
-	return 0;
+	if (ret < 0)
+		cgr__value_store_error(h, cap, ret,
+				       "the compute stream failed");
+	return ret;
 }
 
 void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v)

@@ -32,19 +32,20 @@ static void cgr__trace_record(struct cgr__prog *p, const struct cgr__op *op,
 	atomic_store_explicit(&p->trace_n, n + 1, memory_order_release);
 }
 
-/* A stream job's record, on that stream's executor. */
-static void cgr__strace_record(struct cgr__prog *p,
-			       const struct cgr__coll_rt *cr, uint64_t seq,
+/* A stream job's record (a collective's or a stream task's), on stream
+ * s's executor. */
+static void cgr__strace_record(struct cgr__prog *p, int s,
+			       const struct cgr__coll_rt *cr,
+			       const struct cgr_task_ctx *tc, uint64_t seq,
 			       int64_t t0)
 {
-	int s = cr->sclass;
 	uint32_t n =
 		atomic_load_explicit(&p->strace_n[s], memory_order_relaxed);
 
 	if (n >= p->trace_cap)
 		return;
 	p->strace[s][n] = (struct cgr__trace_ev){ t0, cgr__now_ns(), seq, NULL,
-						  cr };
+						  cr, tc };
 	/* T1: publishes the record; pairs with the exporter's acquire. */
 	atomic_store_explicit(&p->strace_n[s], n + 1, memory_order_release);
 }
@@ -119,7 +120,8 @@ static void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 						       "");
 			continue;
 		}
-		ret = cgr__value_store(h, p->cap, &tc->outv[o]);
+		ret = cgr__value_store_on(h, p->cap, &tc->outv[o],
+					  tc->stream ? tc->s : NULL);
 		if (ret < 0) {
 			char msg[400];
 			snprintf(msg, sizeof(msg),
@@ -135,15 +137,15 @@ static void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 /* ---- overlap: collectives on the communication stream ------------- */
 
 struct cgr__done_wait {
-	struct cgr__coll_rt *cr;
+	_Atomic uint64_t *done; /* a collective's or a stream task's */
 	uint64_t want;
 };
 
 static bool cgr__coll_done(void *arg)
 {
 	struct cgr__done_wait *dw = arg;
-	/* D2: pairs with D1: the collective's outputs are in their slots. */
-	return atomic_load_explicit(&dw->cr->done, memory_order_acquire) >=
+	/* D2: pairs with D1 and D3: the outputs are in their slots. */
+	return atomic_load_explicit(dw->done, memory_order_acquire) >=
 	       dw->want;
 }
 
@@ -195,6 +197,22 @@ static void cgr__coll_debug_late(struct cgr__coll_rt *cr, uint64_t seq,
 	}
 }
 
+/* A WRITE fused into a stream job, on the stream's executor. */
+static void cgr__fused_write(struct cgr_compiled *c, const struct cgr__op *fw,
+			     uint64_t seq)
+{
+	struct cgr__msg m = { seq };
+
+	for (size_t k = 0; fw != NULL && k < fw->nchans; k++) {
+		struct cgr__chan *ch = &c->chans[fw->chans[k]];
+		/* Rings hold max_inflight messages: never full. */
+		while (cgr_ring_enqueue(&ch->prod, &m, sizeof(m)) == -EAGAIN &&
+		       !atomic_load(&c->stop))
+			cgr__cpu_relax();
+		cgr__bell_ring(ch->consumer_bell);
+	}
+}
+
 /* Runs on the stream's executor: the collective, its fused WRITE, done. */
 static void cgr__coll_job_run(void *arg)
 {
@@ -219,21 +237,9 @@ static void cgr__coll_job_run(void *arg)
 	cgr__coll_run(cr, seq, NULL);
 	if (delay > 0)
 		cgr__coll_debug_late(cr, seq, delay);
-	if (cr->fused_write != NULL) {
-		struct cgr__msg m = { seq };
-		for (size_t k = 0; k < cr->fused_write->nchans; k++) {
-			struct cgr__chan *ch =
-				&c->chans[cr->fused_write->chans[k]];
-			/* Rings hold max_inflight messages: never full. */
-			while (cgr_ring_enqueue(&ch->prod, &m, sizeof(m)) ==
-				       -EAGAIN &&
-			       !atomic_load(&c->stop))
-				cgr__cpu_relax();
-			cgr__bell_ring(ch->consumer_bell);
-		}
-	}
+	cgr__fused_write(c, cr->fused_write, seq);
 	if (p->strace[cr->sclass] != NULL)
-		cgr__strace_record(p, cr, seq, t0);
+		cgr__strace_record(p, cr->sclass, cr, NULL, seq, t0);
 	/* D1: publishes the outputs; pairs with D2. */
 	atomic_store_explicit(&cr->done, seq + 1, memory_order_release);
 	cgr__bell_ring(&cr->w->bell);
@@ -248,7 +254,7 @@ static int cgr__coll_issue(struct cgr__coll_rt *cr, uint64_t seq,
 
 	/* The slot's job from nslots executions ago must have run. */
 	if (seq >= c->nslots) {
-		struct cgr__done_wait dw = { cr, seq + 1 - c->nslots };
+		struct cgr__done_wait dw = { &cr->done, seq + 1 - c->nslots };
 		int ret = cgr__reactor_wait(r, &cr->w->bell, cgr__coll_done,
 					    &dw, &c->stop, c->p.wait_mode,
 					    c->p.spin_ns, CGR_FOREVER);
@@ -258,6 +264,103 @@ static int cgr__coll_issue(struct cgr__coll_rt *cr, uint64_t seq,
 	job->seq = seq;
 	return cgr_stream_launch_host(cr->prog->streams[cr->sclass],
 				      cgr__coll_job_run, job);
+}
+
+/* ---- stream tasks: work on the compute stream ---------------------- */
+
+/* Trace only: the stream reached the task's work. */
+static void cgr__task_job_start(void *arg)
+{
+	struct cgr__task_job *job = arg;
+	job->t0 = cgr__now_ns();
+}
+
+/*
+ * Tests only (debug_coll_delay_ns): in about half of the executions a
+ * stream task finishes late: its outputs' data is garbled for the delay,
+ * then restored, before done is published (as cgr__coll_debug_late).
+ */
+static void cgr__task_debug_late(struct cgr_task_ctx *tc, uint64_t seq,
+				 int64_t ns)
+{
+	struct cgr_compiled *c = tc->c;
+	struct timespec ts = { ns / 1000000000, ns % 1000000000 };
+
+	if (cgr__debug_mix(seq, tc) & 1)
+		return;
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t o = 0; o < tc->nout; o++) {
+			struct cgr__slot_hdr *h = cgr__port_slot(
+				&c->ports[tc->out_ports[o]], seq);
+			unsigned char *d = cgr__slot_data(h);
+			if (h->kind != CGR_VALUE_TENSOR &&
+			    h->kind != CGR_VALUE_BYTES)
+				continue;
+			for (uint64_t b = 0; b < h->len; b++)
+				d[b] ^= 0x5a;
+		}
+		if (pass == 0)
+			nanosleep(&ts, NULL);
+	}
+}
+
+/* After the task's work on the compute stream: its fused WRITE, done. */
+static void cgr__task_job_run(void *arg)
+{
+	struct cgr__task_job *job = arg;
+	struct cgr_task_ctx *tc = job->tc;
+	struct cgr_compiled *c = tc->c;
+	struct cgr__prog *p = tc->prog;
+	int64_t delay = atomic_load_explicit(&c->debug_coll_delay_ns,
+					     memory_order_relaxed);
+
+	if (delay > 0 && tc->async)
+		cgr__task_debug_late(tc, job->seq, delay);
+	cgr__fused_write(c, tc->fused_write, job->seq);
+	if (p->strace[CGR__S_COMP] != NULL)
+		cgr__strace_record(p, CGR__S_COMP, NULL, tc, job->seq, job->t0);
+	/* D3: publishes the outputs; pairs with D2. */
+	atomic_store_explicit(&tc->done, job->seq + 1, memory_order_release);
+	cgr__bell_ring(&tc->w->bell);
+}
+
+/*
+ * Runs stream task tc of execution seq: the function enqueues its work on
+ * the compute stream, the outputs' data follows (cgr__value_store_on),
+ * then the job and the event.  Without overlap the thread waits for it.
+ */
+static int cgr__task_issue(struct cgr_task_ctx *tc, uint64_t seq,
+			   struct cgr_reactor *r)
+{
+	struct cgr_compiled *c = tc->c;
+	uint32_t slot = (uint32_t)(seq & (c->nslots - 1));
+	struct cgr__task_job *job = &tc->jobs[slot];
+	struct cgr__done_wait dw = { &tc->done, seq + 1 - c->nslots };
+	int ret;
+
+	/* The slot's job from nslots executions ago must have run. */
+	if (seq >= c->nslots) {
+		ret = cgr__reactor_wait(r, &tc->w->bell, cgr__coll_done, &dw,
+					&c->stop, c->p.wait_mode, c->p.spin_ns,
+					CGR_FOREVER);
+		if (ret < 0)
+			return ret;
+	}
+	job->seq = seq;
+	if (tc->prog->strace[CGR__S_COMP] != NULL &&
+	    (ret = cgr_stream_launch_host(tc->s, cgr__task_job_start, job)) <
+		    0)
+		return ret;
+	cgr__task_run(tc, seq);
+	ret = cgr_stream_launch_host(tc->s, cgr__task_job_run, job);
+	if (ret == 0)
+		ret = cgr_event_record(tc->ev[slot], tc->s);
+	if (ret < 0 || tc->async)
+		return ret;
+	dw.want = seq + 1;
+	return cgr__reactor_wait(r, &tc->w->bell, cgr__coll_done, &dw,
+				 &c->stop, c->p.wait_mode, c->p.spin_ns,
+				 CGR_FOREVER);
 }
 
 /* Waits for room in a ring (never expected: rings hold max_inflight). */
@@ -308,6 +411,12 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 				break;
 			}
 			case CGR__OP_COMPUTE:
+				if (op->tc->stream) {
+					ret = cgr__task_issue(op->tc, seq, r);
+					if (ret < 0)
+						goto leave;
+					break;
+				}
 				cgr__task_run(op->tc, seq);
 				break;
 			case CGR__OP_COLL:
@@ -325,8 +434,11 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 						      memory_order_relaxed);
 				break;
 			case CGR__OP_WAIT: {
-				struct cgr__done_wait dw = { op->coll,
-							     seq + !op->prev };
+				struct cgr__done_wait dw = {
+					op->tc != NULL ? &op->tc->done :
+							 &op->coll->done,
+					seq + !op->prev
+				};
 				ret = cgr__reactor_wait(r, &w->bell,
 							cgr__coll_done, &dw,
 							&c->stop, mode, spin,
@@ -335,6 +447,13 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 					goto leave;
 				break;
 			}
+			case CGR__OP_SWAIT:
+				ret = cgr_stream_wait_event(
+					p->streams[op->coll->sclass],
+					op->tc->ev[seq & (c->nslots - 1)]);
+				if (ret < 0)
+					goto leave;
+				break;
 			case CGR__OP_WRITE: {
 				struct cgr__msg m = { seq };
 				for (size_t k = 0; k < op->nchans; k++) {
@@ -368,7 +487,7 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 leave:
 	/* The communication streams may still run collectives of this
 	 * graph: teardown stopped and aborted them, so this is short. */
-	for (int s = 0; s < CGR__NSTREAMS; s++)
+	for (int s = 0; s < CGR__NSTREAMS_ALL; s++)
 		if (p->streams[s] != NULL)
 			cgr_stream_synchronize(p->streams[s], 2000000000);
 	/* W1: the last touch of the program; pairs with teardown's wait. */
@@ -388,6 +507,11 @@ void *cgr_task_output_buffer(cgr_task_ctx *tc, size_t i, size_t bytes)
 	if (bytes > p->cap)
 		return NULL;
 	return cgr__slot_data(cgr__port_slot(p, tc->seq));
+}
+
+cgr_stream *cgr_task_stream(cgr_task_ctx *tc)
+{
+	return tc != NULL && tc->stream ? tc->s : NULL;
 }
 
 void cgr_task_set_error(cgr_task_ctx *tc, int code, const char *fmt, ...)

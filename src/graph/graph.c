@@ -152,7 +152,7 @@ int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
 	    nin > 4096 || nout > 4096 || w->ctx != g->ctx)
 		return -EINVAL;
 	CGR__PARAMS_COPY(d, t, ((cgr_task_desc)CGR_TASK_DESC_INIT));
-	if (d.fn == NULL)
+	if (d.fn == NULL || (d.flags & ~(unsigned)CGR_TASK_STREAM) != 0)
 		return -EINVAL;
 	if (g->compiled)
 		return cgr__graph_fail(g, CGR_ECOMPILED,
@@ -189,6 +189,7 @@ int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
 	task->fn = d.fn;
 	task->arg = d.arg;
 	task->max_out_bytes = d.max_out_bytes;
+	task->flags = d.flags;
 	task->w = w;
 	for (size_t i = 0; i < nin; i++)
 		task->in[i] = in[i];

@@ -123,6 +123,7 @@ struct cgr__task {
 	cgr_task_fn fn;
 	void *arg;
 	size_t max_out_bytes;
+	unsigned flags; /* enum cgr_task_flags */
 	cgr_worker *w;
 	size_t nin, nout;
 	cgr_node **in;	 /* nin sources (NULL: not set yet) */
@@ -241,8 +242,16 @@ enum cgr__op_kind {
 	CGR__OP_COMPUTE = 2,
 	CGR__OP_WRITE = 3,
 	CGR__OP_COLL = 4,
-	CGR__OP_WAIT = 5, /* overlap: until a collective of this execution is
-			     done on the communication stream */
+	CGR__OP_WAIT = 5, /* overlap: until a collective (or stream task) of
+			     this execution is done on its stream */
+	CGR__OP_SWAIT = 6, /* overlap: the stream of the collective that
+			      follows waits for a stream task (device side) */
+};
+
+struct cgr__task_job {
+	struct cgr_task_ctx *tc;
+	uint64_t seq;
+	int64_t t0; /* trace: when the stream reached the task's work */
 };
 
 struct cgr_task_ctx {
@@ -260,6 +269,18 @@ struct cgr_task_ctx {
 	char *name;
 	void *arg;
 	cgr_task_fn fn;
+	/* CGR_TASK_STREAM: the work runs on the compute stream s; then the
+	 * stream runs jobs[slot] (the fused WRITE of the outputs, done
+	 * published as execution + 1), and ev[slot] is recorded after it. */
+	bool stream;
+	bool async;    /* overlap: the thread does not wait for the stream */
+	uint32_t tidx; /* overlap: its place among the stream tasks */
+	cgr_stream *s;
+	struct cgr__task_job *jobs;
+	cgr_event **ev;
+	const struct cgr__op *fused_write;
+	struct cgr__prog *prog;
+	_Atomic uint64_t done;
 };
 
 /* One member's share of a collective: see exec/coll.c. */
@@ -272,7 +293,10 @@ enum cgr__stream_class {
 	CGR__S_COLL, /* collectives */
 	CGR__S_SEND, /* device edges this worker is the root of */
 	CGR__S_RECV, /* device edges this worker reads */
-	CGR__NSTREAMS
+	CGR__NSTREAMS,
+	/* Not a communication stream: stream tasks' work (CGR_TASK_STREAM). */
+	CGR__S_COMP = CGR__NSTREAMS,
+	CGR__NSTREAMS_ALL
 };
 
 struct cgr__coll_rt {
@@ -323,9 +347,12 @@ struct cgr__op {
 	int kind;
 	bool order; /* WAIT: keeps collective order (not a data hazard) */
 	bool prev;  /* WAIT: for the previous execution's run of coll */
-	struct cgr__coll_rt *coll; /* COLL */
+	/* COLL; WAIT: the collective waited for (NULL: tc is); SWAIT: the
+	 * collective whose stream waits */
+	struct cgr__coll_rt *coll;
 	unsigned chan;		/* READ */
-	struct cgr_task_ctx *tc; /* COMPUTE */
+	/* COMPUTE; WAIT, SWAIT: the stream task waited for (or NULL) */
+	struct cgr_task_ctx *tc;
 	unsigned *chans;	/* WRITE: rings fed by this task's outputs */
 	size_t nchans;
 };
@@ -345,11 +372,12 @@ struct cgr__prog {
 	struct cgr__trace_ev *trace;
 	uint32_t trace_cap;
 	_Atomic uint32_t trace_n;
-	cgr_stream *streams[CGR__NSTREAMS]; /* overlap: communication */
+	/* Overlap: communication; and the compute stream of stream tasks. */
+	cgr_stream *streams[CGR__NSTREAMS_ALL];
 	/* Trace of each stream's jobs (trace_cap each), written by that
 	 * stream's executor only; published like trace_n. */
-	struct cgr__trace_ev *strace[CGR__NSTREAMS];
-	_Atomic uint32_t strace_n[CGR__NSTREAMS];
+	struct cgr__trace_ev *strace[CGR__NSTREAMS_ALL];
+	_Atomic uint32_t strace_n[CGR__NSTREAMS_ALL];
 };
 
 struct cgr__trace_ev {
@@ -357,6 +385,7 @@ struct cgr__trace_ev {
 	uint64_t seq;
 	const struct cgr__op *op;	  /* a worker's operation, or NULL */
 	const struct cgr__coll_rt *coll; /* a stream's job (op NULL) */
+	const struct cgr_task_ctx *tc;	  /* a compute stream's job */
 };
 
 struct cgr_compiled {
@@ -444,6 +473,10 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 /* Stores v into slot h of capacity cap; returns 0 or an error value is
  * written instead and the error code returned. */
 int cgr__value_store(struct cgr__slot_hdr *h, size_t cap, const cgr_value *v);
+/* The same with the data copied by stream s, in order (NULL: now); a
+ * list is refused (CGR_EBADVALUE, stored as an error value). */
+int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
+			const cgr_value *v, cgr_stream *s);
 void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v);
 void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,
 			    const char *msg);

@@ -27,6 +27,8 @@ static const char *cgr__op_kind_name(int kind)
 		return "collective";
 	case CGR__OP_WAIT:
 		return "wait";
+	case CGR__OP_SWAIT:
+		return "stream wait";
 	default:
 		return "?";
 	}
@@ -42,8 +44,10 @@ static const char *cgr__op_label(const struct cgr_compiled *c,
 	case CGR__OP_COMPUTE:
 		return op->tc->name;
 	case CGR__OP_COLL:
-	case CGR__OP_WAIT:
 		return op->coll->name;
+	case CGR__OP_WAIT:
+	case CGR__OP_SWAIT:
+		return op->tc != NULL ? op->tc->name : op->coll->name;
 	case CGR__OP_WRITE:
 		return op->nchans ? c->ports[c->chans[op->chans[0]].port].name :
 				    "";
@@ -115,12 +119,14 @@ int cgr_compiled_write_trace(const cgr_compiled *c, const char *path)
 				(unsigned long long)e->seq);
 		}
 	}
-	/* One track per communication stream, after the workers'. */
-	static const char *const sname[CGR__NSTREAMS] = { "collective", "send",
-							  "recv" };
+	/* One track per communication or compute stream, after the
+	 * workers'. */
+	static const char *const sname[CGR__NSTREAMS_ALL] = {
+		"collective", "send", "recv", "compute"
+	};
 	size_t tid = c->nprogs;
 	for (size_t i = 0; i < c->nprogs; i++)
-		for (int s = 0; s < CGR__NSTREAMS; s++) {
+		for (int s = 0; s < CGR__NSTREAMS_ALL; s++) {
 			const struct cgr__prog *p = &c->progs[i];
 			if (p->strace[s] == NULL)
 				continue;
@@ -143,7 +149,9 @@ int cgr_compiled_write_trace(const cgr_compiled *c, const char *path)
 					"\"stream\",\"name\":\"run ",
 					tid, (double)(e->t0 - c->t_start) / 1e3,
 					(double)(e->t1 - e->t0) / 1e3);
-				cgr__put_escaped(f, e->coll->name);
+				cgr__put_escaped(f, e->coll != NULL ?
+							    e->coll->name :
+							    e->tc->name);
 				fprintf(f, "\",\"args\":{\"execution\":%llu}}",
 					(unsigned long long)e->seq);
 			}
@@ -271,13 +279,20 @@ int cgr_compiled_write_dot(const cgr_compiled *c, const char *path)
 		for (size_t i = 0; i < c->nprogs; i++)
 			for (size_t k = 0; k < c->progs[i].nops; k++) {
 				const struct cgr__op *op = &c->progs[i].ops[k];
+				/* A WRITE, or one fused into a stream job. */
+				const struct cgr__op *w =
+					op->kind == CGR__OP_WRITE ? op :
+					op->kind == CGR__OP_COLL ?
+								  op->coll->fused_write :
+					op->kind == CGR__OP_COMPUTE ?
+								  op->tc->fused_write :
+								  NULL;
 				if (op->kind == CGR__OP_READ && op->chan == ch)
 					snprintf(to, sizeof(to), "p%zu_%zu", i,
 						 k);
-				if (op->kind != CGR__OP_WRITE)
-					continue;
-				for (size_t j = 0; j < op->nchans; j++)
-					if (op->chans[j] == ch)
+				for (size_t j = 0; w != NULL && j < w->nchans;
+				     j++)
+					if (w->chans[j] == ch)
 						snprintf(from, sizeof(from),
 							 "p%zu_%zu", i, k);
 			}
