@@ -514,12 +514,17 @@ static void prog_shape(const cgr_compiled *c, const cgr_worker *w,
 			continue;
 		for (size_t k = 0; k < p->nops && n + 1 < len; k++) {
 			const struct cgr__op *op = &p->ops[k];
-			shape[n++] = op->kind == CGR__OP_READ	 ? 'R' :
-				     op->kind == CGR__OP_COMPUTE ? 'C' :
-				     op->kind == CGR__OP_WRITE	 ? 'W' :
-				     op->kind == CGR__OP_WAIT	 ? 'w' :
-				     op->coll->async		 ? 'B' :
-								   'S';
+			/* K: a stream task; t: a WAIT for one; s: a
+			 * stream's wait for one (SWAIT) */
+			shape[n++] = op->kind == CGR__OP_READ ? 'R' :
+				     op->kind == CGR__OP_COMPUTE ?
+							(op->tc->stream ? 'K' : 'C') :
+				     op->kind == CGR__OP_WRITE ? 'W' :
+				     op->kind == CGR__OP_WAIT ?
+							(op->tc != NULL ? 't' : 'w') :
+				     op->kind == CGR__OP_SWAIT ? 's' :
+				     op->coll->async	       ? 'B' :
+								 'S';
 		}
 	}
 	shape[n] = 0;
@@ -658,6 +663,60 @@ static cgr_graph *wait_beside(cgr_ctx *ctx, cgr_worker **W)
 	return g;
 }
 
+/*
+ * Stream tasks on W[0]: k1, then k2 reading k1 (a graph output), an
+ * allreduce of k2 with W[1]'s task (its result a graph output), and a
+ * host task h reading k2.  k2 follows k1 by stream order (no wait), its
+ * WRITE runs in its stream job, the allreduce's stream joins k2 on the
+ * device (SWAIT) and h's thread by a WAIT.  Overlap off: no waits at all
+ * (the thread waits for each stream task itself).
+ */
+static void test_stream_tasks_plan(cgr_ctx *ctx, cgr_worker **W)
+{
+	char shape[64];
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	cgr_compiled *c;
+
+	for (int overlap = 1; overlap >= 0; overlap--) {
+		cgr_graph *g;
+		cgr_node *x, *k1, *k2, *b, *h, *r[2], *outs[4];
+		cgr_task_desc d = CGR_TASK_DESC_INIT, ds = CGR_TASK_DESC_INIT;
+		cgr_coll_params cp = CGR_COLL_PARAMS_INIT;
+		d.fn = ds.fn = nop;
+		ds.flags = CGR_TASK_STREAM;
+		cgr_graph_create(ctx, &g);
+		cgr_graph_input(g, 0, &x);
+		cgr_graph_task(g, W[0], &ds, &x, 1, &k1, 1);
+		cgr_graph_task(g, W[0], &ds, &k1, 1, &k2, 1);
+		cgr_graph_task(g, W[1], &d, &x, 1, &b, 1);
+		cgr_node *ain[2] = { k2, b };
+		cp.kind = CGR_COLL_ALLREDUCE;
+		cgr_graph_collective(g, &cp, W, 2, ain, 2, r, 2);
+		cgr_graph_task(g, W[0], &d, &k2, 1, &h, 1);
+		outs[0] = k2, outs[1] = r[0], outs[2] = r[1], outs[3] = h;
+		cgr_graph_output(g, outs, 4);
+		pp.overlap = overlap;
+		shape[0] = 0;
+		t_is(cgr__graph_plan(g, &pp, &c), 0, "plan: stream tasks");
+		if (c != NULL) {
+			prog_shape(c, W[0], shape, sizeof(shape));
+			cgr__plan_free(c);
+		}
+		cgr_graph_destroy(g);
+		if (overlap)
+			t_ok(strcmp(shape, "RKKsBtCW") == 0,
+			     "stream tasks: k2 by stream order, its write "
+			     "fused, the allreduce's stream and h join it: "
+			     "%s",
+			     shape);
+		else
+			t_ok(strcmp(shape, "RKKWSWCW") == 0,
+			     "stream tasks without overlap: in program order, "
+			     "no waits: %s",
+			     shape);
+	}
+}
+
 /* The WAITs other orderings imply are dropped; the others stay. */
 static void test_overlap_prune(cgr_ctx *ctx, cgr_worker **W)
 {
@@ -736,6 +795,7 @@ int main(int argc, char **argv)
 	test_edge_group(ctx, W);
 	test_overlap_plan(ctx, W);
 	test_overlap_prune(ctx, W);
+	test_stream_tasks_plan(ctx, W);
 	test_overlap_streams(ctx, W);
 	test_random(ctx, W);
 	cgr_ctx_destroy(ctx);
