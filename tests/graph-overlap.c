@@ -59,6 +59,67 @@ static int sum_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	return 0;
 }
 
+/*
+ * The same sum as a stream task: the function records its inputs and
+ * enqueues the sum on the compute stream, which runs it after a
+ * pseudo-random lag (inputs of an earlier stream task of the worker may
+ * still be in flight when the function runs).
+ */
+#define SLOTS 16 /* per task: more than max_inflight */
+struct sjob {
+	uint64_t id, seq;
+	size_t nin;
+	cgr_value in[3]; /* the call's array is reused: copies */
+	int64_t *out;
+};
+static struct sjob g_sjobs[24][SLOTS];
+
+static void sum_work(void *arg)
+{
+	struct sjob *j = arg;
+	uint64_t h = (j->seq + 1) * 0x9E3779B97F4A7C15ull + j->id;
+	struct timespec ts = { 0, (long)((h >> 33) % (DELAY_NS / 4)) };
+
+	nanosleep(&ts, NULL);
+	for (int e = 0; e < 4; e++) {
+		uint64_t v = j->id * 1000 + (uint64_t)e;
+		bool err = false;
+		for (size_t i = 0; i < j->nin; i++) {
+			const cgr_value *x = &j->in[i];
+			if (x->kind == CGR_VALUE_BYTES)
+				v += *(const uint64_t *)x->u.bytes.data;
+			else if (x->kind == CGR_VALUE_TENSOR)
+				v += ((const uint64_t *)x->u.tensor.data)[e];
+			else
+				err = true;
+		}
+		j->out[e] = err ? INT64_MIN : (int64_t)v;
+	}
+}
+
+static int sum_stream_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+			 size_t nin, cgr_value *out, size_t nout)
+{
+	uint64_t id = (uint64_t)(uintptr_t)cgr_task_arg(tc);
+	uint64_t seq = cgr_task_seq(tc);
+	struct sjob *j = &g_sjobs[id][seq % SLOTS];
+	static __thread int64_t shape[1] = { 4 };
+	(void)st, (void)nout;
+
+	j->id = id;
+	j->seq = seq;
+	j->nin = nin;
+	/* What they point to stays valid while the execution is in
+	 * flight. */
+	for (size_t i = 0; i < nin; i++)
+		j->in[i] = in[i];
+	j->out = cgr_task_output_buffer(tc, 0, 32);
+	if (cgr_stream_launch_host(cgr_task_stream(tc), sum_work, j) != 0)
+		return -EIO;
+	out[0] = cgr_value_tensor(j->out, kDLInt, 64, 1, shape);
+	return 0;
+}
+
 /* The model: node values for one execution, computed directly. */
 struct model {
 	int n;		/* nodes */
@@ -98,6 +159,20 @@ static void model_eval(struct model *m, int64_t x)
 }
 
 static cgr_worker *W[NW];
+
+/* What a WAIT or SWAIT waits for. */
+static const char *wname(const struct cgr__op *op)
+{
+	return op->tc != NULL ? op->tc->name : op->coll->name;
+}
+
+/* A WAIT or SWAIT the mutation check removes (not an order WAIT). */
+static bool mutable_wait(const struct cgr__op *op)
+{
+	return (op->kind == CGR__OP_WAIT && !op->order) ||
+	       op->kind == CGR__OP_SWAIT;
+}
+
 /* Prints every program, one "#" line each, for a failure report. */
 static void dump(const cgr_compiled *c)
 {
@@ -111,7 +186,9 @@ static void dump(const cgr_compiled *c)
 					c->ports[c->chans[op->chan].port].name);
 				break;
 			case CGR__OP_COMPUTE:
-				fprintf(stderr, " %s(", op->tc->name);
+				fprintf(stderr, " %s%s(",
+					op->tc->stream ? "stream:" : "",
+					op->tc->name);
 				for (size_t q = 0; q < op->tc->nin; q++) {
 					unsigned pt = op->tc->in_ports[q];
 					if (pt != CGR__NO_PORT)
@@ -131,14 +208,18 @@ static void dump(const cgr_compiled *c)
 			case CGR__OP_WAIT:
 				fprintf(stderr, " wait%s(%s)",
 					op->order ? "-order" : "",
-					op->coll->name);
+					wname(op));
+				break;
+			case CGR__OP_SWAIT:
+				fprintf(stderr, " swait(%s before %s)",
+					op->tc->name, op->coll->name);
 				break;
 			case CGR__OP_WRITE:
 				fprintf(stderr, " write");
 				break;
 			default: /* the removed WAIT */
 				fprintf(stderr, " REMOVED-wait(%s)",
-					op->coll->name);
+					wname(op));
 				break;
 			}
 		}
@@ -169,7 +250,13 @@ static void build(cgr_graph *g, struct model *m, cgr_node **outs, size_t *no)
 				m->in[i][k] = (int)(t_rand() % (uint64_t)base);
 				ins[k] = m->node[m->in[i][k]];
 			}
-			d.fn = sum_fn;
+			/* About a third run on the compute stream. */
+			if (t_rand() % 3 == 0) {
+				d.fn = sum_stream_fn;
+				d.flags = CGR_TASK_STREAM;
+			} else {
+				d.fn = sum_fn;
+			}
 			d.arg = (void *)(intptr_t)i;
 			cgr_graph_task(g, W[w], &d, ins, (size_t)m->nin[i],
 				       &m->node[i], 1);
@@ -293,12 +380,45 @@ static long run(cgr_compiled *c, struct model *m, cgr_node **outs, size_t no,
 	return bad;
 }
 
+/* Builds the graph of seed again, compiles it with p, removes its
+ * mutable wait wi and runs it; the number of wrong values (the programs
+ * are dumped when none). */
+static long mutant(cgr_ctx *ctx, uint64_t seed, const cgr_compile_params *p,
+		   size_t wi, struct model *m, long iters)
+{
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *outs[24];
+	size_t no, seen = 0;
+	long bad;
+
+	cgr_graph_create(ctx, &g);
+	t__rng = seed; /* the same graph again */
+	build(g, m, outs, &no);
+	if (cgr_graph_compile(g, p, &c) != 0) {
+		cgr_graph_destroy(g);
+		return 0;
+	}
+	for (size_t i = 0; i < c->nprogs; i++)
+		for (size_t k = 0; k < c->progs[i].nops; k++)
+			if (mutable_wait(&c->progs[i].ops[k]) && seen++ == wi)
+				c->progs[i].ops[k].kind = 0;
+	c->debug_coll_delay_ns = DELAY_NS;
+	bad = run(c, m, outs, no, iters, false);
+	if (bad == 0 && p->max_inflight == 1)
+		dump(c);
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	cgr_ctx *ctx;
 	/* Not scaled: mostly sleeping, and few graphs give few waits. */
-	long graphs = 12, iters = 36; /* each (rank, stream) late 4 times */
-	long clean_bad = 0, waits = 0, caught = 0;
+	/* each (rank, stream) late 4 times: 3 ranks x 4 streams */
+	long graphs = 12, iters = 48;
+	long clean_bad = 0, waits = 0, caught = 0, twaits = 0;
 
 	t_init(argc, argv, 240);
 	cgr_ctx_create(NULL, &ctx);
@@ -337,9 +457,10 @@ int main(int argc, char **argv)
 		size_t nwaits = 0;
 		for (size_t i = 0; i < c->nprogs; i++)
 			for (size_t k = 0; k < c->progs[i].nops; k++)
-				nwaits += c->progs[i].ops[k].kind ==
-						  CGR__OP_WAIT &&
-					  !c->progs[i].ops[k].order;
+				if (mutable_wait(&c->progs[i].ops[k])) {
+					nwaits++;
+					twaits += c->progs[i].ops[k].tc != NULL;
+				}
 		cgr_compiled_destroy(c);
 		cgr_graph_destroy(g);
 
@@ -356,36 +477,25 @@ int main(int argc, char **argv)
 		cgr_compile_params mp = pp;
 		mp.get_timeout_ns = 1000000000;
 		for (size_t wi = 0; wi < nwaits; wi++) {
-			cgr_graph_create(ctx, &g);
-			t__rng = seed; /* the same graph again */
-			build(g, &m, outs, &no);
-			cgr_graph_compile(g, &mp, &c);
-			size_t seen = 0;
-			for (size_t i = 0; i < c->nprogs; i++)
-				for (size_t k = 0; k < c->progs[i].nops; k++)
-					if (c->progs[i].ops[k].kind ==
-						    CGR__OP_WAIT &&
-					    !c->progs[i].ops[k].order &&
-					    seen++ == wi)
-						c->progs[i].ops[k].kind = 0;
-			c->debug_coll_delay_ns = DELAY_NS;
-			long bad = run(c, &m, outs, no, iters, false);
+			long bad = mutant(ctx, seed, &mp, wi, &m, iters);
 			/* Detection is by timing: on a loaded machine (CI runs
 			 * sanitizer builds in parallel) a consumer may be
-			 * descheduled past every late window; one more, longer
-			 * run before calling it missed. */
-			if (bad == 0)
-				bad = run(c, &m, outs, no, 2 * iters, false);
+			 * descheduled past every late window; and a worker
+			 * running executions ahead of the others (in flight
+			 * together) may be late while they are still behind.
+			 * One more, longer run with one execution at a time
+			 * before calling it missed. */
+			if (bad == 0) {
+				cgr_compile_params one = mp;
+				one.max_inflight = 1;
+				bad = mutant(ctx, seed, &one, wi, &m, 2 * iters);
+			}
 			waits++;
 			caught += bad > 0;
-			if (bad == 0) {
+			if (bad == 0)
 				t_diag("graph %ld: removing wait %zu went "
 				       "unnoticed",
 				       gi, wi);
-				dump(c);
-			}
-			cgr_compiled_destroy(c);
-			cgr_graph_destroy(g);
 		}
 	}
 	t_is(clean_bad, 0, "%ld random graphs with overlap and random "
@@ -397,7 +507,10 @@ int main(int argc, char **argv)
 	cgr_ctx_destroy(ctx);
 	return t_done();
 #endif
-	t_ok(waits > 0, "the overlap pass emitted waits (%ld)", waits);
+	t_ok(waits > 0 && twaits > 0,
+	     "the overlap pass emitted waits (%ld, %ld of them for stream "
+	     "tasks)",
+	     waits, twaits);
 	t_ok(waits > 0 && caught == waits,
 	     "removing a wait is caught in %ld of %ld cases", caught, waits);
 	cgr_ctx_destroy(ctx);

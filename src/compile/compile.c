@@ -1012,6 +1012,7 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 				cgr__put_twait(&out[at], tneed, cr);
 				tsdone[sc] = tneed->tidx + 1;
 			}
+			cr->swait = tneed;
 			out[at + w] = *op;
 			m += 1 + w;
 			for (int s = 0; s < CGR__NSTREAMS; s++)
@@ -1115,17 +1116,21 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
  * the other WAITs kept right beside it (before the same operation).  Knowledge
  * starts empty and only grows, so every sweep is sound and a cut-off only
  * leaves extra WAITs; dropping a redundant WAIT removes no knowledge, so
- * the other verdicts stay valid.  Stream tasks' WAITs and SWAITs are kept
- * and add no knowledge (less than they could, never more); a stream
- * task's fused WRITE carries the thread's knowledge at its issue.
+ * the other verdicts stay valid.  A worker's compute stream is a queue
+ * too: its stream tasks in order, each knowing what the thread knew at its
+ * issue; their fused WRITEs send what the task knows when done, a WAIT or
+ * a communication stream's SWAIT before a job takes it.
  */
 #define CGR__PRUNE_SWEEPS 64
-#define CGR__NQ (CGR__NSTREAMS + 1) /* queues per worker: streams, thread */
+/* Queues per worker: communication streams, compute stream, thread. */
+#define CGR__KQ_THREAD CGR__NSTREAMS_ALL
+#define CGR__NQ (CGR__NSTREAMS_ALL + 1)
 
 struct cgr__kn {
 	size_t nq;			 /* queues: programs x CGR__NQ */
 	size_t *ncoll, *base;		 /* per queue */
-	struct cgr__coll_rt **coll;	 /* per (queue, collective) */
+	/* per (queue, item): the collective (NULL on a compute stream) */
+	struct cgr__coll_rt **coll;
 	/* The members of one collective: a chain through (queue,
 	 * collective) indices from head[task id]; SIZE_MAX ends it. */
 	size_t *next, *head;
@@ -1139,7 +1144,7 @@ struct cgr__kn {
 /* The queue of collective cr of program p. */
 static size_t cgr__kn_q(size_t p, const struct cgr__coll_rt *cr)
 {
-	return p * CGR__NQ + (cr->async ? (size_t)cr->sclass : CGR__NSTREAMS);
+	return p * CGR__NQ + (cr->async ? (size_t)cr->sclass : CGR__KQ_THREAD);
 }
 
 static uint32_t *cgr__kn_at(const struct cgr__kn *k, uint32_t *arr, size_t q,
@@ -1187,11 +1192,23 @@ static void cgr__kn_finish(struct cgr__kn *k, size_t q, size_t j)
 	cgr__kn_put(k, cgr__kn_at(k, k->after, q, j));
 }
 
-/* What WAIT w of program p proves: its collective's after-knowledge. */
+/* The queue and item a WAIT (or SWAIT) w of program p waits for. */
+static size_t cgr__kn_wq(size_t p, const struct cgr__op *w, size_t *j)
+{
+	if (w->tc != NULL) {
+		*j = w->tc->tidx;
+		return p * CGR__NQ + CGR__S_COMP;
+	}
+	*j = w->coll->sidx;
+	return cgr__kn_q(p, w->coll);
+}
+
+/* What WAIT w of program p proves: its item's after-knowledge. */
 static const uint32_t *cgr__kn_waited(const struct cgr__kn *k, size_t p,
 				      const struct cgr__op *w)
 {
-	return cgr__kn_at(k, k->after, cgr__kn_q(p, w->coll), w->coll->sidx);
+	size_t j, q = cgr__kn_wq(p, w, &j);
+	return cgr__kn_at(k, k->after, q, j);
 }
 
 /* Program p's worker thread; red[i]: whether its op i is a redundant
@@ -1214,14 +1231,11 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 				cgr__kn_put(k, k->msg + op->chans[w] * k->nq);
 			break;
 		case CGR__OP_COMPUTE:
-			/* A stream task's fused WRITE runs after its issue: it
-			 * sends at least what the thread knows now. */
-			for (size_t w = 0; op->tc->fused_write != NULL &&
-					   w < op->tc->fused_write->nchans;
-			     w++)
-				cgr__kn_put(k, k->msg + op->tc->fused_write
-								->chans[w] *
-							k->nq);
+			if (op->tc->async)
+				cgr__kn_put(k, cgr__kn_at(k, k->issue,
+							  p * CGR__NQ +
+								  CGR__S_COMP,
+							  op->tc->tidx));
 			break;
 		case CGR__OP_COLL:
 			q = cgr__kn_q(p, op->coll);
@@ -1242,26 +1256,23 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 				e++;
 			for (size_t x = i; x < e && red != NULL; x++) {
 				const struct cgr__op *wx = &pr->ops[x];
-				/* A stream task's WAIT is kept and, as it
-				 * tells little, taken to prove nothing. */
-				if (wx->prev || wx->tc != NULL)
+				size_t jx, qx = cgr__kn_wq(p, wx, &jx);
+				if (wx->prev)
 					continue;
 				memcpy(k->tmp, k->d, k->nq * sizeof(*k->d));
 				for (size_t y = i; y < e; y++) {
 					const struct cgr__op *wy = &pr->ops[y];
-					if (y != x && !wy->prev && !red[y] &&
-					    wy->tc == NULL)
+					if (y != x && !wy->prev && !red[y])
 						cgr__kn_join(k, k->tmp,
 							     cgr__kn_waited(k, p,
 									    wy));
 				}
-				red[x] = k->tmp[cgr__kn_q(p, wx->coll)] >
-					 wx->coll->sidx;
+				red[x] = k->tmp[qx] > jx;
 			}
 			/* prev: another execution: kept, no news */
 			for (const struct cgr__op *wy = op; wy < pr->ops + e;
 			     wy++)
-				if (!wy->prev && wy->tc == NULL)
+				if (!wy->prev)
 					cgr__kn_join(k, k->d,
 						     cgr__kn_waited(k, p, wy));
 			i = e - 1;
@@ -1273,16 +1284,49 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 	}
 }
 
-/* Stream queue q: its jobs in order. */
-static void cgr__kn_stream(struct cgr__kn *k, size_t q)
+/* What queue q knows before its job j: its issue, the job before. */
+static void cgr__kn_before(struct cgr__kn *k, size_t q, size_t j)
+{
+	memcpy(k->d, cgr__kn_at(k, k->issue, q, j), k->nq * sizeof(*k->d));
+	if (j > 0)
+		cgr__kn_join(k, k->d, cgr__kn_at(k, k->after, q, j - 1));
+}
+
+/* Compute stream queue q: its stream tasks in order. */
+static void cgr__kn_comp(struct cgr__kn *k, const struct cgr_compiled *c,
+			 size_t q)
+{
+	const struct cgr__prog *pr = &c->progs[q / CGR__NQ];
+
+	for (size_t i = 0, j = 0; i < pr->nops; i++) {
+		const struct cgr_task_ctx *tc = pr->ops[i].tc;
+		if (pr->ops[i].kind != CGR__OP_COMPUTE || !tc->async)
+			continue;
+		cgr__kn_before(k, q, j);
+		k->d[q] = (uint32_t)j + 1;
+		cgr__kn_put(k, cgr__kn_at(k, k->after, q, j));
+		for (size_t w = 0; tc->fused_write != NULL &&
+				   w < tc->fused_write->nchans;
+		     w++)
+			cgr__kn_put(k, k->msg + tc->fused_write->chans[w] *
+						       k->nq);
+		j++;
+	}
+}
+
+/* Communication stream queue q of program p: its jobs in order, each
+ * after its SWAIT (if any). */
+static void cgr__kn_stream(struct cgr__kn *k, size_t p, size_t q)
 {
 	for (size_t j = 0; j < k->ncoll[q]; j++) {
 		const struct cgr__coll_rt *cr = k->coll[k->base[q] + j];
 		const struct cgr__op *fw = cr->fused_write;
-		memcpy(k->d, cgr__kn_at(k, k->issue, q, j),
-		       k->nq * sizeof(*k->d));
-		if (j > 0)
-			cgr__kn_join(k, k->d, cgr__kn_at(k, k->after, q, j - 1));
+		cgr__kn_before(k, q, j);
+		if (cr->swait != NULL)
+			cgr__kn_join(k, k->d,
+				     cgr__kn_at(k, k->after,
+						p * CGR__NQ + CGR__S_COMP,
+						cr->swait->tidx));
 		cgr__kn_put(k, cgr__kn_at(k, k->start, q, j));
 		cgr__kn_finish(k, q, j);
 		for (size_t w = 0; fw != NULL && w < fw->nchans; w++)
@@ -1300,7 +1344,9 @@ static int cgr__prune_waits(struct cgr_compiled *c, size_t ntasks)
 
 	for (size_t p = 0; p < c->nprogs; p++) {
 		for (size_t i = 0; i < c->progs[p].nops; i++)
-			total += c->progs[p].ops[i].kind == CGR__OP_COLL;
+			total += c->progs[p].ops[i].kind == CGR__OP_COLL ||
+				 (c->progs[p].ops[i].kind == CGR__OP_COMPUTE &&
+				  c->progs[p].ops[i].tc->async);
 		if (c->progs[p].nops > maxops)
 			maxops = c->progs[p].nops;
 	}
@@ -1325,7 +1371,8 @@ static int cgr__prune_waits(struct cgr_compiled *c, size_t ntasks)
 	k.tmp = k.d + k.nq;
 	red = (bool *)(k.tmp + k.nq);
 	/* Queues in order: a stream's collectives in program order are in
-	 * its order (the overlap pass keeps it), the thread's likewise. */
+	 * its order (the overlap pass keeps it), the thread's likewise, and
+	 * the stream tasks (tidx). */
 	for (size_t t = 0; t < ntasks; t++)
 		k.head[t] = SIZE_MAX;
 	for (size_t q = 0, n = 0; q < k.nq; q++) {
@@ -1333,6 +1380,14 @@ static int cgr__prune_waits(struct cgr_compiled *c, size_t ntasks)
 		k.base[q] = n;
 		for (size_t i = 0; i < pr->nops; i++) {
 			struct cgr__coll_rt *cr = pr->ops[i].coll;
+			if (q % CGR__NQ == CGR__S_COMP) {
+				if (pr->ops[i].kind == CGR__OP_COMPUTE &&
+				    pr->ops[i].tc->async) {
+					k.next[n] = SIZE_MAX;
+					k.coll[n++] = NULL;
+				}
+				continue;
+			}
 			if (pr->ops[i].kind != CGR__OP_COLL ||
 			    cgr__kn_q(q / CGR__NQ, cr) != q)
 				continue;
@@ -1349,16 +1404,40 @@ static int cgr__prune_waits(struct cgr_compiled *c, size_t ntasks)
 		for (size_t p = 0; p < c->nprogs; p++)
 			cgr__kn_thread(&k, c, p, NULL);
 		for (size_t q = 0; q < k.nq; q++)
-			if (q % CGR__NQ != CGR__NSTREAMS)
-				cgr__kn_stream(&k, q);
+			if (q % CGR__NQ == CGR__S_COMP)
+				cgr__kn_comp(&k, c, q);
+			else if (q % CGR__NQ != CGR__KQ_THREAD)
+				cgr__kn_stream(&k, q / CGR__NQ, q);
 	}
 	for (size_t p = 0; p < c->nprogs; p++) {
 		struct cgr__prog *pr = &c->progs[p];
 		size_t m = 0;
 		memset(red, 0, maxops);
 		cgr__kn_thread(&k, c, p, red);
+		/* An SWAIT is redundant when its stream already knows the
+		 * stream task finished (the COLL after it is its job); or,
+		 * when the members agree on shapes first (exec/coll.c: no
+		 * data moves before every member posted), when another
+		 * member knew it as it started. */
+		for (size_t i = 0; i + 1 < pr->nops; i++) {
+			const struct cgr__coll_rt *cr = pr->ops[i + 1].coll;
+			size_t q;
+			if (pr->ops[i].kind != CGR__OP_SWAIT)
+				continue;
+			q = cgr__kn_q(p, cr);
+			cgr__kn_before(&k, q, cr->sidx);
+			for (size_t x = k.head[cr->task->id];
+			     !cr->static_shape && x != SIZE_MAX; x = k.next[x])
+				if (x != k.base[q] + cr->sidx)
+					cgr__kn_join(&k, k.d,
+						     k.start + x * k.nq);
+			red[i] = k.d[p * CGR__NQ + CGR__S_COMP] >
+				 pr->ops[i].tc->tidx;
+		}
 		for (size_t i = 0; i < pr->nops; i++)
-			if (pr->ops[i].kind != CGR__OP_WAIT || !red[i])
+			if ((pr->ops[i].kind != CGR__OP_WAIT &&
+			     pr->ops[i].kind != CGR__OP_SWAIT) ||
+			    !red[i])
 				pr->ops[m++] = pr->ops[i];
 		pr->nops = m;
 	}

@@ -163,7 +163,8 @@ static uint64_t cgr__debug_mix(uint64_t seq, const void *cr)
 /*
  * Tests only (debug_coll_delay_ns): in some executions this member's
  * collectives on one of its streams finish late (rank = execution mod n,
- * stream class = execution / n mod CGR__NSTREAMS).  Their outputs' data
+ * stream class = execution / n mod CGR__NSTREAMS_ALL; the compute
+ * stream's turn is cgr__task_debug_late's).  Their outputs' data
  * is garbled, the delay passes, then it is restored, all before done is
  * published: a reader that skipped its WAIT sees garbage even when the
  * other members finished at once and told it so.  The turn goes round so
@@ -176,7 +177,7 @@ static void cgr__coll_debug_late(struct cgr__coll_rt *cr, uint64_t seq,
 	struct timespec ts = { ns / 1000000000, ns % 1000000000 };
 
 	if (seq % (uint64_t)cr->n != (uint64_t)cr->rank ||
-	    seq / (uint64_t)cr->n % CGR__NSTREAMS != (uint64_t)cr->sclass)
+	    seq / (uint64_t)cr->n % CGR__NSTREAMS_ALL != (uint64_t)cr->sclass)
 		return;
 	for (int pass = 0; pass < 2; pass++) {
 		for (size_t j = 0; j < cr->k; j++) {
@@ -276,9 +277,14 @@ static void cgr__task_job_start(void *arg)
 }
 
 /*
- * Tests only (debug_coll_delay_ns): in about half of the executions a
- * stream task finishes late: its outputs' data is garbled for the delay,
- * then restored, before done is published (as cgr__coll_debug_late).
+ * Tests only (debug_coll_delay_ns): the compute stream's turn in the
+ * rotation of cgr__coll_debug_late (worker = execution mod workers, stream
+ * class CGR__S_COMP): that worker's stream tasks finish late, their
+ * outputs' data garbled for four times the delay (a consumer may read
+ * them only after a chain of collectives and other workers' stream tasks),
+ * then restored, before done is published.  One late stream per execution
+ * keeps the others on time, so a consumer that skipped its wait reads
+ * inside the window.
  */
 static void cgr__task_debug_late(struct cgr_task_ctx *tc, uint64_t seq,
 				 int64_t ns)
@@ -286,7 +292,8 @@ static void cgr__task_debug_late(struct cgr_task_ctx *tc, uint64_t seq,
 	struct cgr_compiled *c = tc->c;
 	struct timespec ts = { ns / 1000000000, ns % 1000000000 };
 
-	if (cgr__debug_mix(seq, tc) & 1)
+	if (seq % c->nprogs != (uint64_t)(tc->prog - c->progs) ||
+	    seq / c->nprogs % CGR__NSTREAMS_ALL != CGR__S_COMP)
 		return;
 	for (int pass = 0; pass < 2; pass++) {
 		for (size_t o = 0; o < tc->nout; o++) {
@@ -315,7 +322,7 @@ static void cgr__task_job_run(void *arg)
 					     memory_order_relaxed);
 
 	if (delay > 0 && tc->async)
-		cgr__task_debug_late(tc, job->seq, delay);
+		cgr__task_debug_late(tc, job->seq, 4 * delay);
 	cgr__fused_write(c, tc->fused_write, job->seq);
 	if (p->strace[CGR__S_COMP] != NULL)
 		cgr__strace_record(p, CGR__S_COMP, NULL, tc, job->seq, job->t0);

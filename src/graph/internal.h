@@ -317,6 +317,9 @@ struct cgr__coll_rt {
 	uint32_t sidx;	   /* overlap: its place in its stream's order (or,
 			      on the thread, among the thread's) */
 	int overlap;	   /* enum cgr_overlap_mode of the node */
+	/* overlap: the stream task its stream joins first (an SWAIT, kept
+	 * or found redundant), or NULL */
+	struct cgr_task_ctx *swait;
 	unsigned root_port; /* edge: the producer's port (lists' host part) */
 	unsigned *in_ports;  /* k; CGR__NO_PORT: none on this member */
 	unsigned *out_ports; /* k; CGR__NO_PORT: none on this member */
