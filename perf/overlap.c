@@ -26,6 +26,9 @@
 static int64_t g_compute_ns;
 static int64_t g_sim_ns; /* modelled communication: sim_comm_ns */
 static size_t g_elems;
+/* Compute on the workers' compute streams (CGR_TASK_STREAM) instead of
+ * their threads. */
+static int g_stream;
 
 static void model_compute(void)
 {
@@ -34,12 +37,88 @@ static void model_compute(void)
 		nanosleep(&ts, NULL);
 }
 
+/*
+ * Stream compute: the task enqueues the modelled step and its result
+ * (base plus the first element of each input, read when the stream gets
+ * there: an input from the worker's previous step may still be in flight
+ * when the task's function runs) on the compute stream.
+ */
+#define SW_SLOTS 16 /* per task: more than max_inflight */
+struct swork {
+	cgr_value in[2];
+	size_t nin;
+	float base;
+	float *o;
+};
+struct stask {
+	struct swork w[SW_SLOTS];
+};
+static struct stask g_stasks[2 * 4 * 8]; /* one per task of a graph */
+static int g_nstasks;
+
+static void swork_run(void *arg)
+{
+	struct swork *w = arg;
+	float s = w->base;
+	model_compute();
+	for (size_t i = 0; i < w->nin; i++)
+		if (w->in[i].kind == CGR_VALUE_TENSOR)
+			s += ((const float *)w->in[i].u.tensor.data)[0];
+		else if (w->in[i].kind == CGR_VALUE_BYTES)
+			s += *(const float *)w->in[i].u.bytes.data;
+	w->o[0] = s;
+}
+
+/* Enqueues the step; out[0] is o (a tensor of g_elems, or bytes of one
+ * float when elems is 0). */
+static int stream_step(cgr_task_ctx *tc, const cgr_value *in, size_t nin,
+		       float base, float *o, size_t elems, cgr_value *out)
+{
+	static __thread int64_t shape[1];
+	struct stask *st = cgr_task_arg(tc);
+	struct swork *w = &st->w[cgr_task_seq(tc) % SW_SLOTS];
+
+	w->nin = nin < 2 ? nin : 2;
+	for (size_t i = 0; i < w->nin; i++)
+		w->in[i] = in[i];
+	w->base = base;
+	w->o = o;
+	if (cgr_stream_launch_host(cgr_task_stream(tc), swork_run, w) != 0)
+		return -1;
+	shape[0] = (int64_t)elems;
+	out[0] = elems ? cgr_value_tensor(o, kDLFloat, 32, 1, shape) :
+			 cgr_value_bytes(o, sizeof(float));
+	return 0;
+}
+
+/* A task desc for the current mode; a stream task's arg is set by
+ * stask_next() right before it is added. */
+static cgr_task_desc task_desc(const char *name, cgr_task_fn fn)
+{
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	d.name = name;
+	d.fn = fn;
+	d.flags = g_stream ? CGR_TASK_STREAM : 0;
+	return d;
+}
+
+/* The next task's work records (a graph has at most 64 tasks). */
+static void *stask_next(void)
+{
+	if (g_nstasks >= (int)(sizeof(g_stasks) / sizeof(g_stasks[0])))
+		abort();
+	return &g_stasks[g_nstasks++];
+}
+
 static int send_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 		   size_t nin, cgr_value *out, size_t nout)
 {
 	static __thread int64_t shape[1];
 	float *o = cgr_task_output_buffer(tc, 0, g_elems * 4);
 	(void)st, (void)in, (void)nin, (void)nout;
+	if (g_stream)
+		return stream_step(tc, in, 0, (float)cgr_task_seq(tc), o,
+				   g_elems, out);
 	model_compute();
 	o[0] = (float)cgr_task_seq(tc);
 	shape[0] = (int64_t)g_elems;
@@ -53,6 +132,9 @@ static int recv_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 {
 	static __thread float s;
 	(void)tc, (void)st, (void)nout;
+	if (g_stream)
+		return stream_step(tc, in, nin, 0,
+				   cgr_task_output_buffer(tc, 0, 4), 0, out);
 	model_compute();
 	s = 0;
 	for (size_t i = 0; i < nin; i++)
@@ -73,17 +155,18 @@ static int build(cgr_ctx *ctx, cgr_worker **w, int overlap, cgr_compiled **c)
 
 	cgr_graph_create(ctx, &g);
 	cgr_graph_input(g, 0, &x);
+	g_nstasks = 0;
 	for (int i = 0; i < 3; i++) {
-		cgr_task_desc d = CGR_TASK_DESC_INIT;
-		d.name = "send", d.fn = send_fn;
+		cgr_task_desc d = task_desc("send", send_fn);
 		d.max_out_bytes = g_elems * 4 + 64;
+		d.arg = stask_next();
 		cgr_graph_task(g, w[i], &d, &x, 1, &v[i], 1);
 		cgr_node_set_transport(v[i], CGR_TRANSPORT_DEVICE, 0);
 	}
 	for (int i = 0; i < 3; i++) {
-		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		cgr_task_desc d = task_desc("recv", recv_fn);
 		cgr_node *in2[2] = { v[i], r != NULL ? r : v[i] };
-		d.name = "recv", d.fn = recv_fn;
+		d.arg = stask_next();
 		cgr_graph_task(g, w[3], &d, in2, 2, &r, 1);
 	}
 	cgr_graph_output(g, &r, 1);
@@ -268,6 +351,8 @@ static int step_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	static __thread int64_t shape[1];
 	float *o = cgr_task_output_buffer(tc, 0, g_elems * 4);
 	(void)st, (void)nout;
+	if (g_stream)
+		return stream_step(tc, in, nin, 1, o, g_elems, out);
 	model_compute();
 	o[0] = 1;
 	for (size_t i = 0; i < nin; i++)
@@ -297,11 +382,11 @@ static int build_1f1b(cgr_ctx *ctx, cgr_worker **w, int overlap,
 
 	cgr_graph_create(ctx, &g);
 	cgr_graph_input(g, 0, &x);
+	g_nstasks = 0;
 	while (done < 2 * S1 * M1) {
 		for (int s = 0; s < S1; s++) {
 			int warm = S1 - s - 1;
-			cgr_task_desc d = CGR_TASK_DESC_INIT;
-			d.fn = step_fn;
+			cgr_task_desc d = task_desc(NULL, step_fn);
 			d.max_out_bytes = g_elems * 4 + 64;
 			if (fi[s] < M1 && (fi[s] < warm + 1 + bi[s] || bi[s] >= M1)) {
 				int m = fi[s];
@@ -310,6 +395,7 @@ static int build_1f1b(cgr_ctx *ctx, cgr_worker **w, int overlap,
 				cgr_node *in = s ? F[s - 1][m] : x;
 				double ready = s ? fend[s - 1][m] + T : 0;
 				d.name = "F";
+				d.arg = stask_next();
 				cgr_graph_task(g, w[s], &d, &in, 1, &F[s][m], 1);
 				if (s < S1 - 1)
 					cgr_node_set_transport(
@@ -328,6 +414,7 @@ static int build_1f1b(cgr_ctx *ctx, cgr_worker **w, int overlap,
 				if (fend[s][m] > ready)
 					ready = fend[s][m];
 				d.name = "B";
+				d.arg = stask_next();
 				cgr_graph_task(g, w[s], &d, in2, 2, &B[s][m], 1);
 				if (s > 0)
 					cgr_node_set_transport(
@@ -433,6 +520,24 @@ int main(int argc, char **argv)
 	if (WANT("1f1b_4x8_modelled"))
 		case_1f1b(ctx, w, "1f1b_4x8_modelled", 500000, 1024, 500000,
 			  o.windows, o.json);
+	/* The same cases with compute on the workers' compute streams
+	 * (stream tasks): the thread only issues work. */
+	g_stream = 1;
+	if (WANT("ray_shape_stream"))
+		shape_case(ctx, w, "ray_shape_stream", 1000000, (size_t)4 << 20,
+			   0, o.windows, o.json);
+	if (WANT("ray_shape_modelled_stream"))
+		shape_case(ctx, w, "ray_shape_modelled_stream", 1000000, 1024,
+			   1000000, o.windows, o.json);
+	if (WANT("bookkeeping_zero_ops_stream"))
+		shape_case(ctx, w, "bookkeeping_zero_ops_stream", 0, 2, 0,
+			   o.windows, o.json);
+	if (WANT("1f1b_4x8_stream"))
+		case_1f1b(ctx, w, "1f1b_4x8_stream", 500000, (size_t)1 << 20, 0,
+			  o.windows, o.json);
+	if (WANT("1f1b_4x8_modelled_stream"))
+		case_1f1b(ctx, w, "1f1b_4x8_modelled_stream", 500000, 1024,
+			  500000, o.windows, o.json);
 	cgr_ctx_destroy(ctx);
 	return 0;
 }
