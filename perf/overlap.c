@@ -20,6 +20,7 @@
 #include "perf.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 
 #include <cgr.h>
 
@@ -500,44 +501,37 @@ int main(int argc, char **argv)
 		wp.name = name;
 		cgr_worker_create(ctx, &wp, &w[i]);
 	}
-	/* CGR_OVERLAP_CASE=name runs one case only. */
+	/* Each case with compute on the worker threads, then (name_stream)
+	 * on their compute streams as stream tasks: the threads only issue
+	 * work.  CGR_OVERLAP_CASE=name runs one case only. */
+	static const struct {
+		const char *name;
+		bool pipeline; /* 1F1B, else Ray's shape */
+		int64_t compute_ns;
+		size_t elems;
+		int64_t sim_ns;
+	} cases[] = {
+		{ "ray_shape", false, 1000000, (size_t)4 << 20, 0 },
+		/* 4 KiB tensors whose transfer is modelled as 1 ms */
+		{ "ray_shape_modelled", false, 1000000, 1024, 1000000 },
+		{ "bookkeeping_zero_ops", false, 0, 2, 0 },
+		/* compute and a transfer about equal per microbatch step */
+		{ "1f1b_4x8", true, 500000, (size_t)1 << 20, 0 },
+		{ "1f1b_4x8_modelled", true, 500000, 1024, 500000 },
+	};
 	const char *only = getenv("CGR_OVERLAP_CASE");
-#define WANT(n) (only == NULL || strcmp(only, n) == 0)
-	if (WANT("ray_shape"))
-		shape_case(ctx, w, "ray_shape", 1000000, (size_t)4 << 20, 0,
-			   o.windows, o.json);
-	/* The same with 4 KiB tensors whose transfer is modelled as 1 ms. */
-	if (WANT("ray_shape_modelled"))
-		shape_case(ctx, w, "ray_shape_modelled", 1000000, 1024,
-			   1000000, o.windows, o.json);
-	if (WANT("bookkeeping_zero_ops"))
-		shape_case(ctx, w, "bookkeeping_zero_ops", 0, 2, 0, o.windows,
-			   o.json);
-	/* Compute and a transfer about equal per microbatch step. */
-	if (WANT("1f1b_4x8"))
-		case_1f1b(ctx, w, "1f1b_4x8", 500000, (size_t)1 << 20, 0,
-			  o.windows, o.json);
-	if (WANT("1f1b_4x8_modelled"))
-		case_1f1b(ctx, w, "1f1b_4x8_modelled", 500000, 1024, 500000,
-			  o.windows, o.json);
-	/* The same cases with compute on the workers' compute streams
-	 * (stream tasks): the thread only issues work. */
-	g_stream = 1;
-	if (WANT("ray_shape_stream"))
-		shape_case(ctx, w, "ray_shape_stream", 1000000, (size_t)4 << 20,
-			   0, o.windows, o.json);
-	if (WANT("ray_shape_modelled_stream"))
-		shape_case(ctx, w, "ray_shape_modelled_stream", 1000000, 1024,
-			   1000000, o.windows, o.json);
-	if (WANT("bookkeeping_zero_ops_stream"))
-		shape_case(ctx, w, "bookkeeping_zero_ops_stream", 0, 2, 0,
-			   o.windows, o.json);
-	if (WANT("1f1b_4x8_stream"))
-		case_1f1b(ctx, w, "1f1b_4x8_stream", 500000, (size_t)1 << 20, 0,
-			  o.windows, o.json);
-	if (WANT("1f1b_4x8_modelled_stream"))
-		case_1f1b(ctx, w, "1f1b_4x8_modelled_stream", 500000, 1024,
-			  500000, o.windows, o.json);
+	for (g_stream = 0; g_stream < 2; g_stream++)
+		for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+			char name[64];
+			snprintf(name, sizeof(name), "%s%s", cases[k].name,
+				 g_stream ? "_stream" : "");
+			if (only != NULL && strcmp(only, name) != 0)
+				continue;
+			(cases[k].pipeline ? case_1f1b : shape_case)(
+				ctx, w, name, cases[k].compute_ns,
+				cases[k].elems, cases[k].sim_ns, o.windows,
+				o.json);
+		}
 	cgr_ctx_destroy(ctx);
 	return 0;
 }
