@@ -488,7 +488,8 @@ int main(int argc, char **argv)
 			if (bad == 0) {
 				cgr_compile_params one = mp;
 				one.max_inflight = 1;
-				bad = mutant(ctx, seed, &one, wi, &m, 2 * iters);
+				bad = mutant(ctx, seed, &one, wi, &m,
+					     2 * iters);
 			}
 			waits++;
 			caught += bad > 0;

@@ -516,15 +516,20 @@ static void prog_shape(const cgr_compiled *c, const cgr_worker *w,
 			const struct cgr__op *op = &p->ops[k];
 			/* K: a stream task; t: a WAIT for one; s: a
 			 * stream's wait for one (SWAIT) */
-			shape[n++] = op->kind == CGR__OP_READ ? 'R' :
-				     op->kind == CGR__OP_COMPUTE ?
-							(op->tc->stream ? 'K' : 'C') :
-				     op->kind == CGR__OP_WRITE ? 'W' :
-				     op->kind == CGR__OP_WAIT ?
-							(op->tc != NULL ? 't' : 'w') :
-				     op->kind == CGR__OP_SWAIT ? 's' :
-				     op->coll->async	       ? 'B' :
-								 'S';
+			char ch = 'S';
+			if (op->kind == CGR__OP_READ)
+				ch = 'R';
+			else if (op->kind == CGR__OP_COMPUTE)
+				ch = op->tc->stream ? 'K' : 'C';
+			else if (op->kind == CGR__OP_WRITE)
+				ch = 'W';
+			else if (op->kind == CGR__OP_WAIT)
+				ch = op->tc != NULL ? 't' : 'w';
+			else if (op->kind == CGR__OP_SWAIT)
+				ch = 's';
+			else if (op->coll->async)
+				ch = 'B';
+			shape[n++] = ch;
 		}
 	}
 	shape[n] = 0;

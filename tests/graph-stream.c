@@ -132,7 +132,8 @@ static long check(const cgr_value *o, const int64_t *want, const char *what,
 		if (((const int64_t *)o->u.tensor.data)[e] != want[e]) {
 			t_diag("execution %ld: %s[%d] = %lld, want %lld", it,
 			       what, e,
-			       (long long)((const int64_t *)o->u.tensor.data)[e],
+			       (long long)((const int64_t *)
+						   o->u.tensor.data)[e],
 			       (long long)want[e]);
 			return 1;
 		}
@@ -149,8 +150,10 @@ static long check(const cgr_value *o, const int64_t *want, const char *what,
 static void test_pipeline(cgr_ctx *ctx, cgr_worker **W, int overlap,
 			  bool trace)
 {
-	static struct stask k1a = { 3, 1, 300000, false, 0, { { 0 } }, { { 0 } } },
-			    k2a = { 2, 5, 100000, true, 0, { { 0 } }, { { 0 } } };
+	/* k1 lags 0.3 ms, k2 0.1 ms */
+	static struct stask k1a = { .mul = 3, .add = 1, .lag_ns = 300000 },
+			    k2a = { .mul = 2, .add = 5, .lag_ns = 100000,
+				    .own_buffer = true };
 	static struct htask ha = { 1, 100, 0 }, ba = { 7, 0, 0 },
 			    t1a = { 1, 7, 0 };
 	cgr_graph *g;
@@ -343,8 +346,7 @@ static void test_errors(cgr_ctx *ctx, cgr_worker **W)
  * returns, and the workers serve another graph. */
 static void test_teardown(cgr_ctx *ctx, cgr_worker **W)
 {
-	static struct stask ka = { 1, 0, 100000000, false, 0, { { 0 } },
-				   { { 0 } } };
+	static struct stask ka = { .mul = 1, .lag_ns = 100000000 };
 	cgr_graph *g;
 	cgr_compiled *c;
 	cgr_node *x, *k;

@@ -82,10 +82,11 @@ static void cgr__compiled_free(struct cgr_compiled *c)
 		for (int s = 0; s < CGR__NSTREAMS_ALL; s++)
 			cgr_stream_destroy(c->progs[i].streams[s]);
 	for (size_t i = 0; i < c->nprogs; i++)
-		for (size_t t = 0; t < c->progs[i].ntcs; t++)
-			for (uint32_t q = 0;
-			     c->progs[i].tcs[t].ev != NULL && q < c->nslots; q++)
-				cgr_event_destroy(c->progs[i].tcs[t].ev[q]);
+		for (size_t t = 0; t < c->progs[i].ntcs; t++) {
+			cgr_event **ev = c->progs[i].tcs[t].ev;
+			for (uint32_t q = 0; ev != NULL && q < c->nslots; q++)
+				cgr_event_destroy(ev[q]);
+		}
 	for (size_t i = 0; i < c->ncomms; i++)
 		cgr_comm_destroy(c->comms[i]);
 	for (size_t i = 0; i < c->nallocs; i++)

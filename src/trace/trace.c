@@ -280,13 +280,13 @@ int cgr_compiled_write_dot(const cgr_compiled *c, const char *path)
 			for (size_t k = 0; k < c->progs[i].nops; k++) {
 				const struct cgr__op *op = &c->progs[i].ops[k];
 				/* A WRITE, or one fused into a stream job. */
-				const struct cgr__op *w =
-					op->kind == CGR__OP_WRITE ? op :
-					op->kind == CGR__OP_COLL ?
-								  op->coll->fused_write :
-					op->kind == CGR__OP_COMPUTE ?
-								  op->tc->fused_write :
-								  NULL;
+				const struct cgr__op *w = op;
+				if (op->kind == CGR__OP_COLL)
+					w = op->coll->fused_write;
+				else if (op->kind == CGR__OP_COMPUTE)
+					w = op->tc->fused_write;
+				else if (op->kind != CGR__OP_WRITE)
+					w = NULL;
 				if (op->kind == CGR__OP_READ && op->chan == ch)
 					snprintf(to, sizeof(to), "p%zu_%zu", i,
 						 k);
