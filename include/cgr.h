@@ -510,10 +510,17 @@ size_t cgr_compiled_nargs(const cgr_compiled *c);
 /*
  * A stream runs operations in order, asynchronously to the thread that
  * enqueues them, with CUDA's semantics.  CGR_DEVICE_SIM streams run on an
- * executor thread each (events are stream positions); CUDA streams come
- * with the cuda backend.  One thread enqueues on a stream at a time; an
- * idle stream's thread sleeps (no CPU).  Enqueueing blocks only while 1024
- * operations are already queued (as CUDA's launch queue).
+ * executor thread each (events are stream positions); a CUDA index gives
+ * a CUDA stream (the cuda backend, built when the CUDA toolkit's headers
+ * are found; the runtime is loaded at first use), whose events are CUDA
+ * events without timing.  One thread enqueues on a stream at a time; an
+ * idle sim stream's thread sleeps (no CPU).  Enqueueing blocks only while
+ * 1024 operations are already queued (as CUDA's launch queue).  An event
+ * and a stream of different backends do not mix (-EINVAL); a future does.
+ * On CUDA streams, work left at destroy finishes in the background (CUDA
+ * cannot drop it), and the CPU communicator's operations are refused
+ * (-ENOTSUP: they block on their peers inside host functions, which CUDA
+ * may run one at a time).
  *
  * A device (CGR_DEVICE_SIM of one context, or a CUDA index) can fail for
  * good: the sticky error.  Every later call on its streams and events
@@ -532,9 +539,11 @@ enum cgr_device_kind {
 	CGR_DEVICE_SIM = -2, /* >= 0: a CUDA device index */
 };
 
-/* priority: a hint; lower is more urgent, as in CUDA.  Returns 0,
- * -EINVAL (CGR_DEVICE_NONE, bad arguments), -ENODEV (a CUDA index: the
- * cuda backend is not built), -ENOMEM, -EAGAIN (no thread). */
+/* priority: a hint; lower is more urgent, as in CUDA (clamped to the
+ * device's range).  Returns 0, -EINVAL (CGR_DEVICE_NONE, bad arguments),
+ * -ENODEV (a CUDA index with no such device: no cuda backend in this
+ * build, no CUDA runtime or driver, or too few devices; the context's log
+ * says which, at CGR_LOG_INFO), -ENOMEM, -EAGAIN (no thread). */
 int cgr_stream_create(cgr_ctx *ctx, int device, int priority,
 		      cgr_stream **out);
 /* Waits (up to 1 s) for queued work, then drops what is left (it never

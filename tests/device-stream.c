@@ -1,10 +1,11 @@
 /*
- * tests/device-stream.c: sim streams, events and futures with CUDA's
+ * tests/device-stream.c: streams, events and futures with CUDA's
  * semantics: in-order execution, cross-stream dependencies through events
  * (checked with real data), synchronize with deadlines, never-recorded and
  * re-recorded events, device-side waits that never block the host, the
  * sticky device error, destroy with queued or stuck work, and idle
- * executors that use no CPU.
+ * executors that use no CPU.  The backend-neutral ones run again on CUDA
+ * device 0 (the cuda backend) where there is one.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -14,6 +15,16 @@
 #include "device/device.h"
 
 static cgr_ctx *ctx;
+/* The device the backend-neutral tests run on: the sim device, then CUDA
+ * device 0 where there is one. */
+static int g_dev = CGR_DEVICE_SIM;
+static char g_log[512]; /* the last message of the context's log */
+
+static void log_keep(void *arg, int level, const char *msg)
+{
+	(void)arg, (void)level;
+	snprintf(g_log, sizeof(g_log), "%s", msg);
+}
 
 /* ---- helpers ------------------------------------------------------- */
 
@@ -109,7 +120,7 @@ static void test_order(void)
 	cgr_stream *s;
 	int n = (int)t_scale(4000), ok = 1;
 
-	t_is(cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &s), 0, "create");
+	t_is(cgr_stream_create(ctx, g_dev, 0, &s), 0, "create");
 	for (int i = 0; i < 4096; i++)
 		src[i] = (unsigned char)(i * 7);
 	log.n = 0;
@@ -163,8 +174,8 @@ static void test_events_data(void)
 	cgr_event *ea, *eb;
 	int rounds = (int)t_scale(64), ok = 1;
 
-	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &a);
-	cgr_stream_create(ctx, CGR_DEVICE_SIM, -1, &b);
+	cgr_stream_create(ctx, g_dev, 0, &a);
+	cgr_stream_create(ctx, g_dev, -1, &b);
 	cgr_event_create(ctx, &ea);
 	cgr_event_create(ctx, &eb);
 	p.round = 0;
@@ -201,8 +212,8 @@ static void test_sync_and_nowait(void)
 	cgr_event *e;
 	int64_t t0;
 
-	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &a);
-	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &b);
+	cgr_stream_create(ctx, g_dev, 0, &a);
+	cgr_stream_create(ctx, g_dev, 0, &b);
 	cgr_event_create(ctx, &e);
 	cgr_stream_launch_host(a, gate_fn, &g);
 	cgr_event_record(e, a);
@@ -232,7 +243,7 @@ static void test_never_recorded(void)
 	cgr_stream *s;
 	cgr_event *e;
 
-	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &s);
+	cgr_stream_create(ctx, g_dev, 0, &s);
 	cgr_event_create(ctx, &e);
 	t_is(cgr_event_query(e), 0, "never-recorded event: not complete");
 	usleep(20000);
@@ -257,9 +268,9 @@ static void test_rerecord(void)
 	cgr_stream *a, *b, *c;
 	cgr_event *e;
 
-	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &a);
-	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &b);
-	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &c);
+	cgr_stream_create(ctx, g_dev, 0, &a);
+	cgr_stream_create(ctx, g_dev, 0, &b);
+	cgr_stream_create(ctx, g_dev, 0, &c);
 	cgr_event_create(ctx, &e);
 	cgr_stream_launch_host(a, gate_fn, &g);
 	cgr_event_record(e, a);
@@ -458,6 +469,44 @@ static void test_idle_cpu(void)
 		cgr_stream_destroy(s[i]);
 }
 
+/* CUDA only: a future completed on a sim stream, awaited by a CUDA stream
+ * (a blocking host function); internal CALL work is refused. */
+static void test_cuda_only(void)
+{
+	struct gate g = { 0, 0 };
+	struct complete_arg ca, cc;
+	_Atomic int ran = 0;
+	cgr_stream *sim, *cu;
+	cgr_event *e;
+
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &sim);
+	cgr_stream_create(ctx, 0, 0, &cu);
+	cgr_event_create(ctx, &e);
+	cgr_stream_launch_host(sim, gate_fn, &g);
+	cgr_future *f = future_on(sim, &ca, 0);
+	t_is(cgr_future_stream_wait(f, cu), 0, "a CUDA stream waits for a "
+					       "sim stream's future");
+	cgr_stream_launch_host(cu, inc_fn, (void *)&ran);
+	usleep(20000);
+	t_is(atomic_load(&ran), 0, "...on the device: later work holds");
+	atomic_store(&g.open, 1);
+	t_is(cgr_stream_synchronize(cu, 5000000000), 0, "then it runs");
+	t_is(atomic_load(&ran), 1, "once");
+	cgr_event_record(e, sim);
+	t_is(cgr_stream_wait_event(cu, e), -EINVAL,
+	     "an event of another backend is refused");
+	t_ok(future_on(cu, &cc, 0) == NULL,
+	     "internal CALL work on a CUDA stream is refused");
+	/* Nobody holds the refused one's three references but us. */
+	for (int i = 0; i < 3; i++)
+		cgr__dfuture_put(cc.f);
+	cgr_future_release(f);
+	cgr__dfuture_put(ca.f);
+	cgr_event_destroy(e);
+	cgr_stream_destroy(cu);
+	cgr_stream_destroy(sim);
+}
+
 static void test_args(void)
 {
 	cgr_stream *s;
@@ -465,8 +514,16 @@ static void test_args(void)
 
 	t_is(cgr_stream_create(ctx, CGR_DEVICE_NONE, 0, &s), -EINVAL,
 	     "CGR_DEVICE_NONE refused");
-	t_is(cgr_stream_create(ctx, 0, 0, &s), -ENODEV,
-	     "a CUDA index without the cuda backend: -ENODEV");
+	if (g_dev == CGR_DEVICE_SIM) {
+		g_log[0] = 0;
+		t_is(cgr_stream_create(ctx, 0, 0, &s), -ENODEV,
+		     "a CUDA index with no CUDA device (or no cuda backend): "
+		     "-ENODEV");
+#ifdef HAVE_CUDA
+		t_ok(strstr(g_log, "cuda device 0") != NULL,
+		     "the log says why: %s", g_log);
+#endif
+	}
 	t_is(cgr_stream_create(NULL, CGR_DEVICE_SIM, 0, &s), -EINVAL,
 	     "NULL ctx");
 	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &s);
@@ -484,8 +541,13 @@ int main(int argc, char **argv)
 {
 	size_t b0, b1, n0, n1;
 
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	cgr_stream *probe;
+
 	t_init(argc, argv, 60);
-	if (cgr_ctx_create(NULL, &ctx) != 0) {
+	cp.log_fn = log_keep;
+	cp.log_level = CGR_LOG_INFO;
+	if (cgr_ctx_create(&cp, &ctx) != 0) {
 		printf("Bail out! no context\n");
 		return 1;
 	}
@@ -500,6 +562,20 @@ int main(int argc, char **argv)
 	test_sticky();
 	test_destroy();
 	test_idle_cpu();
+	/* The same semantics on CUDA device 0, where there is one. */
+	if (cgr_stream_create(ctx, 0, 0, &probe) == 0) {
+		cgr_stream_destroy(probe);
+		g_dev = 0;
+		t_diag("CUDA device 0: the stream tests again on it");
+		test_order();
+		test_events_data();
+		test_sync_and_nowait();
+		test_never_recorded();
+		test_rerecord();
+		test_cuda_only();
+	} else {
+		t_skip("no CUDA device: the stream tests on CUDA not run");
+	}
 	usleep(20000);
 	cgr_ctx_memory(ctx, &b1, &n1);
 	t_ok(b1 == b0 && n1 == n0,

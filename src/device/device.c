@@ -21,6 +21,10 @@ static const struct cgr__device_ops *cgr__backend(int index)
 {
 	if (index == CGR_DEVICE_SIM)
 		return &cgr__sim_ops;
+#ifdef HAVE_CUDA
+	if (index >= 0)
+		return &cgr__cuda_ops;
+#endif
 	return NULL;
 }
 
@@ -46,11 +50,9 @@ int cgr__device_get(cgr_ctx *ctx, int index, struct cgr__device **out)
 
 	if (ctx == NULL || out == NULL)
 		return -EINVAL;
-	if (index >= 0)
-		return -ENODEV; /* CUDA device: no cuda backend in this build */
 	ops = cgr__backend(index);
-	if (ops == NULL)
-		return -EINVAL;
+	if (ops == NULL) /* a CUDA index: no cuda backend in this build */
+		return index >= 0 ? -ENODEV : -EINVAL;
 	pthread_mutex_lock(&cgr__devtab_lock);
 	for (dev = cgr__devtab; dev != NULL; dev = dev->next)
 		if (dev->ctx == ctx && dev->index == index &&
@@ -70,6 +72,11 @@ int cgr__device_get(cgr_ctx *ctx, int index, struct cgr__device **out)
 	atomic_init(&dev->refs, 1);
 	pthread_mutex_init(&dev->lock, NULL);
 	dev->streams = NULL;
+	if (ops->device_init != NULL && (ret = ops->device_init(dev)) < 0) {
+		pthread_mutex_destroy(&dev->lock);
+		cgr__free(dev->arena, dev, sizeof(*dev), CGR_CACHELINE);
+		goto found;
+	}
 	cgr__ctx_ref(ctx);
 	dev->next = cgr__devtab;
 	cgr__devtab = dev;
@@ -275,6 +282,8 @@ void cgr_event_destroy(cgr_event *e)
 
 	if (e == NULL)
 		return;
+	if (e->ops != NULL && e->ops->event_free != NULL)
+		e->ops->event_free(e);
 	if (e->s != NULL)
 		cgr__stream_put(e->s);
 	ctx = e->ctx;
@@ -317,6 +326,7 @@ int cgr_event_query(cgr_event *e)
 
 int cgr_stream_wait_event(cgr_stream *s, cgr_event *e)
 {
+	const struct cgr__device_ops *ops;
 	int err;
 
 	if (s == NULL || e == NULL)
@@ -324,6 +334,11 @@ int cgr_stream_wait_event(cgr_stream *s, cgr_event *e)
 	err = cgr__device_error(s->dev);
 	if (err)
 		return err;
+	cgr__event_lock(e);
+	ops = e->ops;
+	cgr__event_unlock(e);
+	if (ops != NULL && ops != s->dev->ops)
+		return -EINVAL; /* an event of another backend */
 	return s->dev->ops->stream_wait_event(s, e);
 }
 
@@ -425,6 +440,17 @@ static bool cgr__dfuture_ready(void *arg)
 {
 	int res;
 	return cgr__dfuture_test(arg, &res) != 0;
+}
+
+int cgr__bound_future_wait(struct cgr__dfuture *df, int64_t deadline)
+{
+	int res;
+
+	cgr__reactor_wait(NULL, &df->s->pbell, cgr__dfuture_ready, df, NULL,
+			  CGR_WAIT_ADAPTIVE, 20000, deadline);
+	if (cgr__dfuture_test(df, &res))
+		return res;
+	return -ETIMEDOUT;
 }
 
 int cgr_future_wait(cgr_future *f, int64_t timeout_ns)

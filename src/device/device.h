@@ -4,7 +4,7 @@
  * plugs into.
  *
  * A device is one (context, index) pair: CGR_DEVICE_SIM, or a CUDA index
- * once the cuda backend exists.  It carries a sticky error: once failed
+ * (the cuda backend, cuda.c, built when the CUDA toolkit is present).  It carries a sticky error: once failed
  * (cgr__device_fail), every operation enqueued or pending on its streams
  * fails with that error, and every wait on it returns it.
  *
@@ -111,6 +111,9 @@ struct cgr__dfuture;
  */
 struct cgr__device_ops {
 	const char *name;
+	/* May be NULL.  Checks that device dev->index exists (-ENODEV, with
+	 * the reason logged, if not) before it is first used. */
+	int (*device_init)(struct cgr__device *dev);
 	/* Starts the backend half of s (s->dev and s->priority are set). */
 	int (*stream_init)(cgr_stream *s);
 	/* Lets queued work run until deadline, then drops what is left
@@ -127,6 +130,8 @@ struct cgr__device_ops {
 	int (*event_record)(cgr_event *e, cgr_stream *s);
 	int (*event_query)(cgr_event *e);
 	int (*stream_wait_event)(cgr_stream *s, cgr_event *e);
+	/* May be NULL: frees what event_record attached to e. */
+	void (*event_free)(cgr_event *e);
 	/* Waits (host side) for a future bound to stream s. */
 	int (*future_wait)(struct cgr__dfuture *df, int64_t deadline);
 	/* Wakes every waiter parked on the device (sticky error set). */
@@ -134,6 +139,9 @@ struct cgr__device_ops {
 };
 
 extern const struct cgr__device_ops cgr__sim_ops;
+#ifdef HAVE_CUDA
+extern const struct cgr__device_ops cgr__cuda_ops;
+#endif
 
 /* ---- devices ------------------------------------------------------- */
 
@@ -197,6 +205,8 @@ struct cgr_stream {
 	_Atomic uint32_t exited; /* the executor returned */
 	pthread_t thread;
 	struct cgr__sop *q; /* CGR__SIM_QUEUE slots */
+
+	void *cu; /* cuda backend: the cudaStream_t */
 };
 
 static inline void cgr__stream_ref(cgr_stream *s)
@@ -243,6 +253,8 @@ struct cgr_event {
 	cgr_stream *s; /* last record's stream (referenced), NULL: never */
 	uint64_t pos;  /* s's position to pass */
 	uint32_t gen;  /* records so far */
+	void *cu;      /* cuda backend: the cudaEvent_t, made at first record */
+	int cu_dev;    /* and its device */
 };
 
 static inline void cgr__event_lock(cgr_event *e)
@@ -302,5 +314,8 @@ static inline cgr_future *cgr__dfuture_pub(struct cgr__dfuture *df)
 }
 /* The wrapper of a public handle, or NULL if f is not one of ours. */
 struct cgr__dfuture *cgr__dfuture_of(cgr_future *f);
+/* Waits (host side) for df, bound to a stream whose completer rings the
+ * stream's position bell: its result, or -ETIMEDOUT at deadline. */
+int cgr__bound_future_wait(struct cgr__dfuture *df, int64_t deadline);
 
 #endif

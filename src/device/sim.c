@@ -375,23 +375,6 @@ static int cgr__sim_stream_wait_event(cgr_stream *s, cgr_event *e)
 	return ret;
 }
 
-static bool cgr__sim_future_ready(void *arg)
-{
-	int res;
-	return cgr__dfuture_test(arg, &res) != 0;
-}
-
-static int cgr__sim_future_wait(struct cgr__dfuture *df, int64_t deadline)
-{
-	int res;
-
-	cgr__reactor_wait(NULL, &df->s->pbell, cgr__sim_future_ready, df,
-			  NULL, CGR_WAIT_ADAPTIVE, CGR__SIM_SPIN_NS, deadline);
-	if (cgr__dfuture_test(df, &res))
-		return res;
-	return -ETIMEDOUT;
-}
-
 static void cgr__sim_wake_all(struct cgr__device *dev)
 {
 	cgr_stream *s;
@@ -414,6 +397,6 @@ const struct cgr__device_ops cgr__sim_ops = {
 	.event_record = cgr__sim_event_record,
 	.event_query = cgr__sim_event_query,
 	.stream_wait_event = cgr__sim_stream_wait_event,
-	.future_wait = cgr__sim_future_wait,
+	.future_wait = cgr__bound_future_wait,
 	.wake_all = cgr__sim_wake_all,
 };
