@@ -7,9 +7,13 @@
  * executors that use no CPU.  The backend-neutral ones run again on CUDA
  * device 0 (the cuda backend) where there is one.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sys/resource.h>
+#ifdef CGR_FAKE_CUDART
+#include <cuda_runtime_api.h>
+#endif
 
 #include "tap.h"
 #include "device/device.h"
@@ -514,8 +518,15 @@ static void test_args(void)
 
 	t_is(cgr_stream_create(ctx, CGR_DEVICE_NONE, 0, &s), -EINVAL,
 	     "CGR_DEVICE_NONE refused");
-	if (g_dev == CGR_DEVICE_SIM) {
-		g_log[0] = 0;
+	g_log[0] = 0;
+	if (cgr_stream_create(ctx, 0, 0, &s) == 0) {
+		cgr_stream_destroy(s);
+		t_ok(cgr_stream_create(ctx, 99, 0, &s) == -ENODEV &&
+			     strstr(g_log, "cuda device 99") != NULL,
+		     "a CUDA index past the last device: -ENODEV, and the "
+		     "log says why: %s",
+		     g_log);
+	} else {
 		t_is(cgr_stream_create(ctx, 0, 0, &s), -ENODEV,
 		     "a CUDA index with no CUDA device (or no cuda backend): "
 		     "-ENODEV");
@@ -537,6 +548,42 @@ static void test_args(void)
 	cgr_stream_destroy(s);
 }
 
+#ifdef CGR_FAKE_CUDART
+/* A CUDA error the context cannot survive fails the device for good. */
+static void test_cuda_sticky(void)
+{
+	void (*fail)(int);
+	void *h = dlopen(CGR_FAKE_CUDART, RTLD_NOW | RTLD_NOLOAD);
+	cgr_ctx *c2;
+	cgr_stream *a;
+	cgr_event *e;
+	_Atomic int ran = 0;
+
+	*(void **)&fail = h != NULL ? dlsym(h, "fake_cuda_fail") : NULL;
+	if (fail == NULL) {
+		t_skip("the fake runtime's hook not found");
+		return;
+	}
+	cgr_ctx_create(NULL, &c2);
+	cgr_stream_create(c2, 0, 0, &a);
+	cgr_event_create(c2, &e);
+	cgr_event_record(e, a);
+	fail(cudaErrorIllegalAddress);
+	t_is(cgr_stream_synchronize(a, 2000000000), CGR_EDEVICE,
+	     "an illegal address fails the device: synchronize");
+	fail(0); /* the runtime recovers; the device stays failed */
+	t_is(cgr_event_query(e), CGR_EDEVICE, "event query too");
+	t_is(cgr_stream_launch_host(a, inc_fn, (void *)&ran), CGR_EDEVICE,
+	     "new work is refused");
+	t_is(cgr_stream_synchronize(a, 2000000000), CGR_EDEVICE,
+	     "the failure sticks");
+	cgr_event_destroy(e);
+	cgr_stream_destroy(a);
+	cgr_ctx_destroy(c2);
+	dlclose(h);
+}
+#endif
+
 int main(int argc, char **argv)
 {
 	size_t b0, b1, n0, n1;
@@ -545,6 +592,11 @@ int main(int argc, char **argv)
 	cgr_stream *probe;
 
 	t_init(argc, argv, 60);
+#ifdef CGR_FAKE_CUDART
+	/* The cuda backend over a model of the CUDA runtime (no GPU here). */
+	setenv("CGR_CUDART", CGR_FAKE_CUDART, 1);
+	t_diag("CUDA device 0 is %s", CGR_FAKE_CUDART);
+#endif
 	cp.log_fn = log_keep;
 	cp.log_level = CGR_LOG_INFO;
 	if (cgr_ctx_create(&cp, &ctx) != 0) {
@@ -573,6 +625,9 @@ int main(int argc, char **argv)
 		test_never_recorded();
 		test_rerecord();
 		test_cuda_only();
+#ifdef CGR_FAKE_CUDART
+		test_cuda_sticky();
+#endif
 	} else {
 		t_skip("no CUDA device: the stream tests on CUDA not run");
 	}

@@ -10,8 +10,9 @@
  * completed by a CPU thread, never by CUDA work, so this is allowed).
  *
  * The CUDA runtime is loaded when a CUDA device is first used (dlopen of
- * libcudart), so libcgr.a links and runs without CUDA: a CUDA index then
- * reports -ENODEV and the context's log says why.
+ * libcudart, or of the library the environment variable CGR_CUDART names),
+ * so libcgr.a links and runs without CUDA: a CUDA index then reports
+ * -ENODEV and the context's log says why.
  *
  * Not supported on CUDA streams: internal CALL work (the CPU communicator:
  * its operations block on their peers, and CUDA may run the host functions
@@ -28,6 +29,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -72,10 +74,14 @@ static void cgr__rt_load(void)
 		"libcudart.so", "libcudart.so.13", "libcudart.so.12",
 		CGR_CUDA_LIBDIR "/libcudart.so",
 	};
+	/* CGR_CUDART: the runtime library to load (a path). */
+	const char *forced = getenv("CGR_CUDART");
 	void *h = NULL;
 	int n = 0;
 	cudaError_t e;
 
+	if (forced != NULL && forced[0] != 0)
+		h = dlopen(forced, RTLD_NOW | RTLD_LOCAL);
 	for (size_t i = 0; h == NULL && i < sizeof(names) / sizeof(*names);
 	     i++)
 		h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);

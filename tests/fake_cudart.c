@@ -1,0 +1,347 @@
+/*
+ * tests/fake_cudart.c: a stand-in for libcudart, for testing the cuda
+ * backend's own logic (loading, streams, events, priorities, error
+ * mapping, the sticky error) on machines without a GPU.  It models the
+ * runtime calls cgr uses with CUDA's documented semantics, on host
+ * threads: a stream is an in-order executor thread, an event a (stream,
+ * position) pair captured at record, cudaStreamWaitEvent a wait for that
+ * position.  It proves nothing about real CUDA; scripts/gpu-check.sh runs
+ * the same tests on a GPU.
+ *
+ * Test hooks: fake_cuda_fail(err) makes every later query and launch
+ * return err (as a sticky error does); fake_cuda_calls() counts calls.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#define FQ 4096
+
+struct fop {
+	int kind; /* 1 host fn, 2 copy, 3 wait */
+	cudaHostFn_t fn;
+	void *arg;
+	void *dst;
+	const void *src;
+	size_t n;
+	struct CUstream_st *t; /* wait: until t passed pos */
+	uint64_t pos;
+};
+
+struct CUstream_st {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct fop q[FQ];
+	uint64_t enq, done;
+	bool dying;
+	int prio;
+	int refs; /* its thread, events recorded on it, waits for it */
+	pthread_t th;
+};
+
+struct CUevent_st {
+	pthread_mutex_t mu; /* CUDA events may be used from any thread */
+	struct CUstream_st *s;
+	uint64_t pos;
+};
+
+static _Atomic int fake_err;
+static _Atomic long fake_ncalls;
+static __thread int fake_dev = 0;
+
+void fake_cuda_fail(int err);
+long fake_cuda_calls(void);
+
+void fake_cuda_fail(int err)
+{
+	atomic_store(&fake_err, err);
+}
+
+long fake_cuda_calls(void)
+{
+	return atomic_load(&fake_ncalls);
+}
+
+static cudaError_t fake_enter(void)
+{
+	atomic_fetch_add(&fake_ncalls, 1);
+	return (cudaError_t)atomic_load(&fake_err);
+}
+
+static pthread_mutex_t fake_refs_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void fake_ref(struct CUstream_st *s)
+{
+	pthread_mutex_lock(&fake_refs_mu);
+	s->refs++;
+	pthread_mutex_unlock(&fake_refs_mu);
+}
+
+static void fake_unref(struct CUstream_st *s)
+{
+	int left;
+
+	if (s == NULL)
+		return;
+	pthread_mutex_lock(&fake_refs_mu);
+	left = --s->refs;
+	pthread_mutex_unlock(&fake_refs_mu);
+	if (left == 0) {
+		pthread_mutex_destroy(&s->mu);
+		pthread_cond_destroy(&s->cv);
+		free(s);
+	}
+}
+
+static void *fake_main(void *arg)
+{
+	struct CUstream_st *s = arg;
+
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		while (s->done == s->enq && !s->dying)
+			pthread_cond_wait(&s->cv, &s->mu);
+		if (s->done == s->enq && s->dying)
+			break;
+		struct fop op = s->q[s->done % FQ];
+		pthread_mutex_unlock(&s->mu);
+		if (op.kind == 1) {
+			if (atomic_load(&fake_err) == 0)
+				op.fn(op.arg);
+		} else if (op.kind == 2) {
+			memmove(op.dst, op.src, op.n);
+		} else if (op.kind == 3) {
+			pthread_mutex_lock(&op.t->mu);
+			while (op.t->done < op.pos)
+				pthread_cond_wait(&op.t->cv, &op.t->mu);
+			pthread_mutex_unlock(&op.t->mu);
+			fake_unref(op.t);
+		}
+		pthread_mutex_lock(&s->mu);
+		s->done++;
+		pthread_cond_broadcast(&s->cv);
+	}
+	pthread_mutex_unlock(&s->mu);
+	fake_unref(s);
+	return NULL;
+}
+
+static cudaError_t fake_push(struct CUstream_st *s, const struct fop *op)
+{
+	pthread_mutex_lock(&s->mu);
+	while (s->enq - s->done >= FQ)
+		pthread_cond_wait(&s->cv, &s->mu);
+	s->q[s->enq % FQ] = *op;
+	s->enq++;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+	const char *e = getenv("FAKE_CUDA_NDEV");
+	fake_enter();
+	*n = e != NULL ? atoi(e) : 1;
+	return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int dev)
+{
+	int n;
+	cudaGetDeviceCount(&n);
+	if (dev < 0 || dev >= n)
+		return cudaErrorInvalidDevice;
+	fake_dev = dev;
+	return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
+{
+	fake_enter();
+	*least = 0;
+	*greatest = -5;
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t *out, unsigned flags,
+					 int prio)
+{
+	struct CUstream_st *s;
+
+	fake_enter();
+	if (flags != cudaStreamNonBlocking || prio < -5 || prio > 0)
+		return cudaErrorInvalidValue; /* cgr clamps and asks this */
+	s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return cudaErrorMemoryAllocation;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	s->prio = prio;
+	s->refs = 1;
+	if (pthread_create(&s->th, NULL, fake_main, s) != 0) {
+		free(s);
+		return cudaErrorMemoryAllocation;
+	}
+	pthread_detach(s->th);
+	*out = s;
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+	fake_enter();
+	/* As CUDA: returns at once, the work finishes, then it is freed. */
+	pthread_mutex_lock(&s->mu);
+	s->dying = true;
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t s)
+{
+	cudaError_t e = fake_enter();
+	bool idle;
+
+	if (e != cudaSuccess)
+		return e;
+	pthread_mutex_lock(&s->mu);
+	idle = s->done == s->enq;
+	pthread_mutex_unlock(&s->mu);
+	return idle ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
+{
+	struct fop op = { .kind = 1, .fn = fn, .arg = arg };
+	cudaError_t e = fake_enter();
+
+	if (e != cudaSuccess)
+		return e;
+	return fake_push(s, &op);
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
+			    enum cudaMemcpyKind kind, cudaStream_t s)
+{
+	struct fop op = { .kind = 2, .dst = dst, .src = src, .n = n };
+	cudaError_t e = fake_enter();
+
+	if (e != cudaSuccess)
+		return e;
+	if (kind != cudaMemcpyDefault)
+		return cudaErrorInvalidValue;
+	return fake_push(s, &op);
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned flags)
+{
+	struct CUevent_st *e;
+
+	fake_enter();
+	if (flags != cudaEventDisableTiming)
+		return cudaErrorInvalidValue; /* cgr asks for no timing */
+	e = calloc(1, sizeof(*e));
+	if (e == NULL)
+		return cudaErrorMemoryAllocation;
+	pthread_mutex_init(&e->mu, NULL);
+	*out = e;
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+	fake_enter();
+	fake_unref(e->s);
+	pthread_mutex_destroy(&e->mu);
+	free(e);
+	return cudaSuccess;
+}
+
+/* A recorded event keeps its stream's counters alive (a reference), as a
+ * CUDA event outlives the stream it was recorded on. */
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s)
+{
+	cudaError_t err = fake_enter();
+	struct CUstream_st *old;
+
+	if (err != cudaSuccess)
+		return err;
+	fake_ref(s);
+	pthread_mutex_lock(&e->mu);
+	old = e->s;
+	pthread_mutex_lock(&s->mu);
+	e->s = s;
+	e->pos = s->enq;
+	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_unlock(&e->mu);
+	fake_unref(old);
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+	cudaError_t err = fake_enter();
+	bool done = true; /* CUDA: never recorded counts as done */
+
+	if (err != cudaSuccess)
+		return err;
+	pthread_mutex_lock(&e->mu);
+	if (e->s != NULL) {
+		pthread_mutex_lock(&e->s->mu);
+		done = e->s->done >= e->pos;
+		pthread_mutex_unlock(&e->s->mu);
+	}
+	pthread_mutex_unlock(&e->mu);
+	return done ? cudaSuccess : cudaErrorNotReady;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned fl)
+{
+	struct fop op = { .kind = 3 };
+	cudaError_t err = fake_enter();
+
+	if (err != cudaSuccess)
+		return err;
+	if (fl != 0)
+		return cudaErrorInvalidValue;
+	pthread_mutex_lock(&e->mu);
+	op.t = e->s;
+	op.pos = e->pos;
+	if (op.t != NULL && op.t != s)
+		fake_ref(op.t);
+	pthread_mutex_unlock(&e->mu);
+	if (op.t == NULL || op.t == s)
+		return cudaSuccess;
+	return fake_push(s, &op);
+}
+
+cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a,
+				     const void *p)
+{
+	(void)p;
+	fake_enter();
+	memset(a, 0, sizeof(*a));
+	a->type = cudaMemoryTypeUnregistered;
+	return cudaSuccess;
+}
+
+const char *cudaGetErrorName(cudaError_t e)
+{
+	return e == cudaErrorIllegalAddress ? "cudaErrorIllegalAddress" :
+	       e == cudaErrorNotReady	    ? "cudaErrorNotReady" :
+					      "cudaError";
+}
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+	return e == cudaErrorIllegalAddress ? "an illegal memory access was "
+					      "encountered (fake)" :
+					      "fake CUDA error";
+}
