@@ -515,8 +515,9 @@ size_t cgr_compiled_nargs(const cgr_compiled *c);
  * are found; the runtime is loaded at first use), whose events are CUDA
  * events without timing.  One thread enqueues on a stream at a time; an
  * idle sim stream's thread sleeps (no CPU).  Enqueueing blocks only while
- * 1024 operations are already queued (as CUDA's launch queue).  An event
- * and a stream of different backends do not mix (-EINVAL); a future does.
+ * 1024 operations are already queued (as CUDA's launch queue).  A stream
+ * may wait for an event of another backend (it polls the record it saw,
+ * 1 to 100 us apart) and for any future.
  * On CUDA streams, work left at destroy finishes in the background (CUDA
  * cannot drop it), and the CPU communicator's operations are refused
  * (-ENOTSUP: they block on their peers inside host functions, which CUDA

@@ -340,6 +340,21 @@ static int cgr__cuda_copy(cgr_stream *s, cudaStream_t cs,
 	return cgr__cu_ret(s->dev, e, "cudaLaunchHostFunc");
 }
 
+/* A host function waiting for another backend's event (a copy of the
+ * operation: host functions take one pointer). */
+struct cgr__cu_waite {
+	struct cgr__sop op;
+	struct cgr__arena *arena;
+};
+
+static void CUDART_CB cgr__cuda_waite(void *arg)
+{
+	struct cgr__cu_waite *w = arg;
+
+	cgr__waite_run(NULL, &w->op);
+	cgr__free(w->arena, w, sizeof(*w), 16);
+}
+
 static int cgr__cuda_enqueue(cgr_stream *s, const struct cgr__sop *op)
 {
 	cudaStream_t cs = cgr__cu_stream(s);
@@ -356,6 +371,18 @@ static int cgr__cuda_enqueue(cgr_stream *s, const struct cgr__sop *op)
 	case CGR__SOP_WAITF:
 		e = cgr__rt.launch_host(cs, cgr__cuda_waitf, op->u.waitf.f);
 		return cgr__cu_ret(s->dev, e, "cudaLaunchHostFunc");
+	case CGR__SOP_WAITE: {
+		struct cgr__cu_waite *w =
+			cgr__alloc(s->dev->arena, sizeof(*w), 16);
+		if (w == NULL)
+			return -ENOMEM;
+		w->op = *op;
+		w->arena = s->dev->arena;
+		e = cgr__rt.launch_host(cs, cgr__cuda_waite, w);
+		if (e != cudaSuccess)
+			cgr__free(w->arena, w, sizeof(*w), 16);
+		return cgr__cu_ret(s->dev, e, "cudaLaunchHostFunc");
+	}
 	case CGR__SOP_CALL:
 		return -ENOTSUP; /* see the comment at the top */
 	default:
@@ -363,96 +390,164 @@ static int cgr__cuda_enqueue(cgr_stream *s, const struct cgr__sop *op)
 	}
 }
 
+/*
+ * A record of a cgr event: a CUDA event with its device and the stream it
+ * was last recorded on (referenced, for its device's sticky error).  The
+ * cgr event holds one reference; a stream of another backend waiting for
+ * this record holds another, so re-recording while such a wait is pending
+ * takes a fresh CUDA event and the waiter keeps polling the record it saw.
+ */
+struct cgr__cu_rec {
+	cudaEvent_t ev;
+	int dev;
+	_Atomic uint32_t refs;
+	cgr_stream *s;
+	struct cgr__arena *arena;
+};
+
+static void cgr__cu_rec_put(struct cgr__cu_rec *r)
+{
+	if (r == NULL ||
+	    atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	cgr__rt.set_device(r->dev);
+	cgr__rt.event_destroy(r->ev);
+	if (r->s != NULL)
+		cgr__stream_put(r->s);
+	cgr__free(r->arena, r, sizeof(*r), 16);
+}
+
+/* The event's current record with a reference, or NULL. */
+static struct cgr__cu_rec *cgr__cu_rec_get(cgr_event *e)
+{
+	struct cgr__cu_rec *r;
+
+	cgr__event_lock(e);
+	r = e->cu;
+	if (r != NULL && r->s != NULL)
+		atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+	else
+		r = NULL; /* made but never recorded: nothing to see */
+	cgr__event_unlock(e);
+	return r;
+}
+
 static int cgr__cuda_event_record(cgr_event *e, cgr_stream *s)
 {
 	cudaStream_t cs = cgr__cu_stream(s);
-	cgr_stream *old;
+	struct cgr__cu_rec *r, *drop = NULL;
+	cgr_stream *old = NULL;
 	cudaError_t ce = cudaSuccess;
 	int ret = 0;
 
 	cgr__event_lock(e);
-	if (e->cu == NULL) {
-		cudaEvent_t ev;
-		ce = cgr__rt.event_create(&ev, cudaEventDisableTiming);
-		if (ce == cudaSuccess) {
-			e->cu = ev;
-			e->cu_dev = s->dev->index;
-		}
-	} else if (e->cu_dev != s->dev->index) {
+	r = e->cu;
+	if (r != NULL && r->dev != s->dev->index) {
 		ret = -EINVAL; /* a CUDA event belongs to one device */
+	} else if (r == NULL ||
+		   atomic_load_explicit(&r->refs, memory_order_acquire) > 1) {
+		/* First record, or a foreign waiter still polls the old
+		 * record: a fresh CUDA event. */
+		struct cgr__cu_rec *n = cgr__alloc(s->dev->arena, sizeof(*n), 16);
+		cudaEvent_t ev;
+		if (n == NULL) {
+			ret = -ENOMEM;
+		} else if ((ce = cgr__rt.event_create(
+				    &ev, cudaEventDisableTiming)) != cudaSuccess) {
+			cgr__free(s->dev->arena, n, sizeof(*n), 16);
+		} else {
+			n->ev = ev;
+			n->dev = s->dev->index;
+			atomic_init(&n->refs, 1);
+			n->s = NULL;
+			n->arena = s->dev->arena;
+			drop = r;
+			e->cu = r = n;
+		}
 	}
 	if (ret == 0 && ce == cudaSuccess)
-		ce = cgr__rt.event_record((cudaEvent_t)e->cu, cs);
-	old = NULL;
+		ce = cgr__rt.event_record(r->ev, cs);
 	if (ret == 0 && ce == cudaSuccess) {
 		cgr__stream_ref(s);
-		old = e->s;
-		e->s = s; /* for its device's sticky error */
+		old = r->s;
+		r->s = s;
 		e->gen++;
 	}
 	cgr__event_unlock(e);
 	if (old != NULL)
 		cgr__stream_put(old);
+	cgr__cu_rec_put(drop);
 	if (ret < 0)
 		return ret;
 	return cgr__cu_ret(s->dev, ce, "cudaEventRecord");
 }
 
-/* The event's CUDA event and stream (referenced), or NULL. */
-static void *cgr__cuda_event_get(cgr_event *e, cgr_stream **s)
+/* 1 passed, 0 not yet, or the record's device error. */
+static int cgr__cu_rec_query(struct cgr__cu_rec *r)
 {
-	void *cu;
+	int ret = cgr__device_error(r->s->dev);
+	cudaError_t ce;
 
-	cgr__event_lock(e);
-	cu = e->cu;
-	*s = e->s;
-	if (*s != NULL)
-		cgr__stream_ref(*s);
-	cgr__event_unlock(e);
-	return cu;
+	if (ret)
+		return ret;
+	ce = cgr__rt.event_query(r->ev);
+	if (ce == cudaErrorNotReady)
+		return 0;
+	if (ce == cudaSuccess)
+		return 1;
+	return cgr__cu_ret(r->s->dev, ce, "cudaEventQuery");
 }
 
 static int cgr__cuda_event_query(cgr_event *e)
 {
-	cgr_stream *s;
-	void *cu = cgr__cuda_event_get(e, &s);
+	struct cgr__cu_rec *r = cgr__cu_rec_get(e);
 	int ret;
 
-	if (s == NULL)
+	if (r == NULL)
 		return 0; /* never recorded */
-	ret = cgr__device_error(s->dev);
-	if (ret == 0) {
-		cudaError_t ce = cgr__rt.event_query((cudaEvent_t)cu);
-		ret = ce == cudaErrorNotReady ?
-			      0 :
-		      ce == cudaSuccess ?
-			      1 :
-			      cgr__cu_ret(s->dev, ce, "cudaEventQuery");
-	}
-	cgr__stream_put(s);
+	ret = cgr__cu_rec_query(r);
+	cgr__cu_rec_put(r);
 	return ret;
 }
 
 static int cgr__cuda_stream_wait_event(cgr_stream *s, cgr_event *e)
 {
-	cgr_stream *t;
-	void *cu = cgr__cuda_event_get(e, &t);
+	struct cgr__cu_rec *r = cgr__cu_rec_get(e);
 	cudaError_t ce;
 
-	if (t == NULL)
+	if (r == NULL)
 		return 0; /* never recorded: nothing to wait for */
 	/* CUDA captures the event's current record, as cgr.h says. */
-	ce = cgr__rt.stream_wait_event(cgr__cu_stream(s), (cudaEvent_t)cu, 0);
-	cgr__stream_put(t);
+	ce = cgr__rt.stream_wait_event(cgr__cu_stream(s), r->ev, 0);
+	cgr__cu_rec_put(r);
 	return cgr__cu_ret(s->dev, ce, "cudaStreamWaitEvent");
 }
 
 static void cgr__cuda_event_free(cgr_event *e)
 {
-	if (e->cu != NULL) {
-		cgr__rt.set_device(e->cu_dev);
-		cgr__rt.event_destroy((cudaEvent_t)e->cu);
-	}
+	cgr__cu_rec_put(e->cu);
+	e->cu = NULL;
+}
+
+/* For a sim stream waiting for a CUDA event: its current record. */
+static int cgr__cuda_event_snap(cgr_event *e, void **snap, uint64_t *pos)
+{
+	struct cgr__cu_rec *r = cgr__cu_rec_get(e);
+
+	*snap = r;
+	*pos = 0;
+	return r == NULL ? 1 : 0;
+}
+
+static int cgr__cuda_snap_query(void *snap, uint64_t pos)
+{
+	(void)pos;
+	return cgr__cu_rec_query(snap);
+}
+
+static void cgr__cuda_snap_put(void *snap)
+{
+	cgr__cu_rec_put(snap);
 }
 
 static void cgr__cuda_wake_all(struct cgr__device *dev)
@@ -477,6 +572,9 @@ const struct cgr__device_ops cgr__cuda_ops = {
 	.event_query = cgr__cuda_event_query,
 	.stream_wait_event = cgr__cuda_stream_wait_event,
 	.event_free = cgr__cuda_event_free,
+	.event_snap = cgr__cuda_event_snap,
+	.snap_query = cgr__cuda_snap_query,
+	.snap_put = cgr__cuda_snap_put,
 	.future_wait = cgr__bound_future_wait,
 	.wake_all = cgr__cuda_wake_all,
 };

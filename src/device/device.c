@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "device/device.h"
 
@@ -253,6 +254,23 @@ int cgr_stream_memcpy_async(cgr_stream *s, void *dst, const void *src,
 	return s->dev->ops->enqueue(s, &op);
 }
 
+void cgr__waite_run(cgr_stream *waiter, const struct cgr__sop *op)
+{
+	const struct cgr__device_ops *ops = op->u.waite.ops;
+	long nap = 1000;
+
+	while (ops->snap_query(op->u.waite.snap, op->u.waite.pos) == 0) {
+		struct timespec ts = { 0, nap };
+		if (waiter != NULL && (cgr__device_error(waiter->dev) != 0 ||
+				       cgr__stream_stopping(waiter) != 0))
+			break;
+		nanosleep(&ts, NULL);
+		if (nap < 100000)
+			nap *= 2;
+	}
+	ops->snap_put(op->u.waite.snap);
+}
+
 /* ---- events -------------------------------------------------------- */
 
 int cgr_event_create(cgr_ctx *ctx, cgr_event **out)
@@ -337,8 +355,20 @@ int cgr_stream_wait_event(cgr_stream *s, cgr_event *e)
 	cgr__event_lock(e);
 	ops = e->ops;
 	cgr__event_unlock(e);
-	if (ops != NULL && ops != s->dev->ops)
-		return -EINVAL; /* an event of another backend */
+	if (ops != NULL && ops != s->dev->ops) {
+		/* An event of another backend: s polls a snapshot of its
+		 * current record. */
+		struct cgr__sop op = { .kind = CGR__SOP_WAITE };
+		int ret = ops->event_snap(e, &op.u.waite.snap,
+					  &op.u.waite.pos);
+		if (ret != 0)
+			return ret < 0 ? ret : 0;
+		op.u.waite.ops = ops;
+		ret = s->dev->ops->enqueue(s, &op);
+		if (ret < 0)
+			ops->snap_put(op.u.waite.snap);
+		return ret;
+	}
 	return s->dev->ops->stream_wait_event(s, e);
 }
 

@@ -61,6 +61,7 @@ enum cgr__sop_kind {
 	CGR__SOP_WAIT = 3,  /* until stream s passed position pos */
 	CGR__SOP_WAITF = 4, /* until future f completed */
 	CGR__SOP_CALL = 5,  /* internal work that reports a result */
+	CGR__SOP_WAITE = 6, /* until an event of another backend passed */
 };
 
 /*
@@ -96,6 +97,11 @@ struct cgr__sop {
 			cgr__call_fn fn;
 			void *arg;
 		} call;
+		struct { /* a record of another backend's event */
+			const struct cgr__device_ops *ops;
+			void *snap; /* a reference moves into the op */
+			uint64_t pos;
+		} waite;
 	} u;
 };
 
@@ -132,6 +138,13 @@ struct cgr__device_ops {
 	int (*stream_wait_event)(cgr_stream *s, cgr_event *e);
 	/* May be NULL: frees what event_record attached to e. */
 	void (*event_free)(cgr_event *e);
+	/* For a stream of another backend waiting for e: its current record
+	 * as (*snap, *pos) with a reference (0), or nothing to wait for (1:
+	 * never recorded).  snap_query: 1 passed, 0 not yet, negative: the
+	 * device's error.  snap_put gives the reference back. */
+	int (*event_snap)(cgr_event *e, void **snap, uint64_t *pos);
+	int (*snap_query)(void *snap, uint64_t pos);
+	void (*snap_put)(void *snap);
 	/* Waits (host side) for a future bound to stream s. */
 	int (*future_wait)(struct cgr__dfuture *df, int64_t deadline);
 	/* Wakes every waiter parked on the device (sticky error set). */
@@ -227,6 +240,11 @@ int cgr__stream_create_on(struct cgr__device *dev, int priority,
  */
 int cgr__stream_enqueue(cgr_stream *s, const struct cgr__sop *op);
 
+/* Polls a foreign event's record (CGR__SOP_WAITE) until it passed, its
+ * device failed, or waiter (may be NULL) fails or stops; then gives the
+ * snapshot back.  Backs off from 1 us to 100 us between polls. */
+void cgr__waite_run(cgr_stream *waiter, const struct cgr__sop *op);
+
 /* Non-zero when the executor of s should give up a long wait: the stream
  * is being destroyed (-ECANCELED).  For CGR__SOP_CALL functions that wait
  * on other threads: poll it at least every CGR__STOP_POLL_NS. */
@@ -253,8 +271,7 @@ struct cgr_event {
 	cgr_stream *s; /* last record's stream (referenced), NULL: never */
 	uint64_t pos;  /* s's position to pass */
 	uint32_t gen;  /* records so far */
-	void *cu;      /* cuda backend: the cudaEvent_t, made at first record */
-	int cu_dev;    /* and its device */
+	void *cu;      /* cuda backend: its current record (cuda.c) */
 };
 
 static inline void cgr__event_lock(cgr_event *e)

@@ -115,6 +115,12 @@ static void cgr__sim_run(cgr_stream *s, struct cgr__sop *op)
 	case CGR__SOP_CALL:
 		op->u.call.fn(op->u.call.arg, s, err);
 		break;
+	case CGR__SOP_WAITE:
+		if (err == 0)
+			cgr__waite_run(s, op);
+		else
+			op->u.waite.ops->snap_put(op->u.waite.snap);
+		break;
 	default:
 		break;
 	}
@@ -375,6 +381,31 @@ static int cgr__sim_stream_wait_event(cgr_stream *s, cgr_event *e)
 	return ret;
 }
 
+/* For a stream of another backend waiting for a sim event. */
+static int cgr__sim_event_snap(cgr_event *e, void **snap, uint64_t *pos)
+{
+	cgr_stream *s = cgr__sim_event_get(e, pos);
+
+	*snap = s;
+	return s == NULL ? 1 : 0;
+}
+
+static int cgr__sim_snap_query(void *snap, uint64_t pos)
+{
+	cgr_stream *s = snap;
+	int err = cgr__device_error(s->dev);
+
+	if (err)
+		return err;
+	/* P1 as above. */
+	return atomic_load_explicit(&s->done, memory_order_acquire) >= pos;
+}
+
+static void cgr__sim_snap_put(void *snap)
+{
+	cgr__stream_put(snap);
+}
+
 static void cgr__sim_wake_all(struct cgr__device *dev)
 {
 	cgr_stream *s;
@@ -397,6 +428,9 @@ const struct cgr__device_ops cgr__sim_ops = {
 	.event_record = cgr__sim_event_record,
 	.event_query = cgr__sim_event_query,
 	.stream_wait_event = cgr__sim_stream_wait_event,
+	.event_snap = cgr__sim_event_snap,
+	.snap_query = cgr__sim_snap_query,
+	.snap_put = cgr__sim_snap_put,
 	.future_wait = cgr__bound_future_wait,
 	.wake_all = cgr__sim_wake_all,
 };
