@@ -160,13 +160,20 @@ typedef struct cgr_worker_params {
 	cgr_worker_init_fn init; /* may be NULL */
 	cgr_worker_fini_fn fini; /* may be NULL */
 	void *arg;		/* passed to init and fini */
+	/* The worker's device (enum cgr_device_kind: CGR_DEVICE_NONE, the
+	 * default, CGR_DEVICE_SIM, or a CUDA index): where the compute
+	 * stream of its stream tasks lives (NONE: the sim device).  Its
+	 * communication streams stay sim streams (the CPU communicator). */
+	int device;
 } cgr_worker_params;
-#define CGR_WORKER_PARAMS_INIT \
-	{ sizeof(cgr_worker_params), NULL, CGR_WORKER_THREAD, -1, NULL, NULL, NULL }
+#define CGR_WORKER_PARAMS_INIT                                             \
+	{ sizeof(cgr_worker_params), NULL, CGR_WORKER_THREAD, -1, NULL, NULL, \
+	  NULL, -1 }
 
 /*
  * Starts a worker thread and runs init on it.  Blocks until init returned.
- * Returns 0, -EINVAL, -ENOMEM, -EAGAIN (no thread), or init's code.
+ * Returns 0, -EINVAL, -ENODEV (no such CUDA device), -ENOMEM, -EAGAIN (no
+ * thread), or init's code.
  */
 int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 		      cgr_worker **out);

@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cgr.h>
@@ -421,9 +422,17 @@ int main(int argc, char **argv)
 	long clean_bad = 0, waits = 0, caught = 0, twaits = 0;
 
 	t_init(argc, argv, 240);
+#ifdef CGR_FAKE_CUDART
+	/* Compute streams on CUDA device 0 of a model of the CUDA runtime:
+	 * the communication streams wait for CUDA events. */
+	setenv("CGR_CUDART", CGR_FAKE_CUDART, 1);
+#endif
 	cgr_ctx_create(NULL, &ctx);
 	for (int i = 0; i < NW; i++) {
 		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+#ifdef CGR_FAKE_CUDART
+		wp.device = 0;
+#endif
 		cgr_worker_create(ctx, &wp, &W[i]);
 	}
 	for (long gi = 0; gi < graphs; gi++) {

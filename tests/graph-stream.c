@@ -11,8 +11,10 @@
  * execution's data or garbage.  Overlap off and on, and the errors and
  * the teardown of stream tasks.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <sched.h>
+#include <stdlib.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -395,17 +397,41 @@ int main(int argc, char **argv)
 	cgr_worker *W[2];
 
 	t_init(argc, argv, 120);
+#ifdef CGR_FAKE_CUDART
+	/* Workers on CUDA device 0 of a model of the CUDA runtime: their
+	 * compute streams are CUDA streams, the communication streams sim
+	 * streams that wait for CUDA events. */
+	setenv("CGR_CUDART", CGR_FAKE_CUDART, 1);
+	void *h = dlopen(CGR_FAKE_CUDART, RTLD_NOW);
+	long (*calls)(void) = NULL;
+	if (h != NULL)
+		*(void **)&calls = dlsym(h, "fake_cuda_calls");
+	long calls0 = calls != NULL ? calls() : 0;
+#endif
 	cgr_ctx_create(NULL, &ctx);
 	for (int i = 0; i < 2; i++) {
 		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+#ifdef CGR_FAKE_CUDART
+		wp.device = 0;
+#endif
 		cgr_worker_create(ctx, &wp, &W[i]);
 	}
 	test_pipeline(ctx, W, 1, true);
+#ifdef CGR_FAKE_CUDART
+	t_ok(calls != NULL && calls() > calls0 + 100,
+	     "the stream tasks ran on the (fake) CUDA device: %ld runtime "
+	     "calls",
+	     calls != NULL ? calls() - calls0 : 0);
+#endif
 	test_pipeline(ctx, W, 0, false);
 	test_errors(ctx, W);
 	test_teardown(ctx, W);
 	/* The workers are free again after all of that. */
 	test_pipeline(ctx, W, 1, false);
 	cgr_ctx_destroy(ctx);
+#ifdef CGR_FAKE_CUDART
+	if (h != NULL)
+		dlclose(h);
+#endif
 	return t_done();
 }

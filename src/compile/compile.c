@@ -1768,8 +1768,10 @@ static int cgr__compile(cgr_graph *g, const cgr_compile_params *prm,
 		     s++) {
 			if (!used[s])
 				continue;
-			ret = cgr_stream_create(c->ctx, CGR_DEVICE_SIM, 0,
-						&p->streams[s]);
+			int dev = CGR_DEVICE_SIM;
+			if (s == CGR__S_COMP && p->w->device >= 0)
+				dev = p->w->device; /* the worker's device */
+			ret = cgr_stream_create(c->ctx, dev, 0, &p->streams[s]);
 			if (ret == 0 && p->trace_cap > 0) {
 				p->strace[s] = cgr__c_alloc(
 					c, (size_t)p->trace_cap *

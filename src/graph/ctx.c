@@ -195,8 +195,18 @@ int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 	    (p != NULL && p->size < sizeof(size_t)))
 		return -EINVAL;
 	CGR__PARAMS_COPY(prm, p, ((cgr_worker_params)CGR_WORKER_PARAMS_INIT));
-	if (prm.kind != CGR_WORKER_THREAD || prm.cpu < -1)
+	if (prm.kind != CGR_WORKER_THREAD || prm.cpu < -1 ||
+	    (prm.device < 0 && prm.device != CGR_DEVICE_NONE &&
+	     prm.device != CGR_DEVICE_SIM))
 		return -EINVAL;
+	if (prm.device >= 0) {
+		/* The device must exist (-ENODEV; the log says why). */
+		cgr_stream *probe;
+		ret = cgr_stream_create(ctx, prm.device, 0, &probe);
+		if (ret < 0)
+			return ret;
+		cgr_stream_destroy(probe);
+	}
 	w = cgr__alloc(&ctx->arena, sizeof(*w), 64);
 	if (w == NULL)
 		return -ENOMEM;
@@ -211,6 +221,7 @@ int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 	}
 	w->ctx = ctx;
 	w->cpu = prm.cpu;
+	w->device = prm.device;
 	w->init = prm.init;
 	w->fini = prm.fini;
 	w->arg = prm.arg;

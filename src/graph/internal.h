@@ -49,6 +49,7 @@ struct cgr_worker {
 	cgr_ctx *ctx;
 	char *name;
 	int cpu;
+	int device; /* cgr_worker_params.device */
 	cgr_worker_init_fn init;
 	cgr_worker_fini_fn fini;
 	void *arg;
