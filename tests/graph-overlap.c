@@ -430,10 +430,17 @@ int main(int argc, char **argv)
 	cgr_ctx_create(NULL, &ctx);
 	for (int i = 0; i < NW; i++) {
 		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+		/* CGR_TEST_WORKER_DEVICE=i: workers on CUDA device i (a GPU
+		 * check, scripts/gpu-check.sh). */
+		if (getenv("CGR_TEST_WORKER_DEVICE") != NULL)
+			wp.device = atoi(getenv("CGR_TEST_WORKER_DEVICE"));
 #ifdef CGR_FAKE_CUDART
 		wp.device = 0;
 #endif
-		cgr_worker_create(ctx, &wp, &W[i]);
+		if (cgr_worker_create(ctx, &wp, &W[i]) != 0) {
+			printf("Bail out! no worker on device %d\n", wp.device);
+			return 1;
+		}
 	}
 	for (long gi = 0; gi < graphs; gi++) {
 		uint64_t seed = t_rand();

@@ -411,10 +411,17 @@ int main(int argc, char **argv)
 	cgr_ctx_create(NULL, &ctx);
 	for (int i = 0; i < 2; i++) {
 		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+		/* CGR_TEST_WORKER_DEVICE=i: workers on CUDA device i (a GPU
+		 * check, scripts/gpu-check.sh). */
+		if (getenv("CGR_TEST_WORKER_DEVICE") != NULL)
+			wp.device = atoi(getenv("CGR_TEST_WORKER_DEVICE"));
 #ifdef CGR_FAKE_CUDART
 		wp.device = 0;
 #endif
-		cgr_worker_create(ctx, &wp, &W[i]);
+		if (cgr_worker_create(ctx, &wp, &W[i]) != 0) {
+			printf("Bail out! no worker on device %d\n", wp.device);
+			return 1;
+		}
 	}
 	test_pipeline(ctx, W, 1, true);
 #ifdef CGR_FAKE_CUDART
