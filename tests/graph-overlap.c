@@ -25,6 +25,7 @@
 #include <cgr.h>
 
 #include "graph/internal.h"
+#include "t_workers.h"
 #include "tap.h"
 
 #define NW 3
@@ -422,26 +423,12 @@ int main(int argc, char **argv)
 	long clean_bad = 0, waits = 0, caught = 0, twaits = 0;
 
 	t_init(argc, argv, 240);
-#ifdef CGR_FAKE_CUDART
-	/* Compute streams on CUDA device 0 of a model of the CUDA runtime:
-	 * the communication streams wait for CUDA events. */
-	setenv("CGR_CUDART", CGR_FAKE_CUDART, 1);
-#endif
+	/* Compute streams on a CUDA device when asked (t_workers.h): the
+	 * communication streams then wait for CUDA events. */
+	t_workers_runtime();
 	cgr_ctx_create(NULL, &ctx);
-	for (int i = 0; i < NW; i++) {
-		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
-		/* CGR_TEST_WORKER_DEVICE=i: workers on CUDA device i (a GPU
-		 * check, scripts/gpu-check.sh). */
-		if (getenv("CGR_TEST_WORKER_DEVICE") != NULL)
-			wp.device = atoi(getenv("CGR_TEST_WORKER_DEVICE"));
-#ifdef CGR_FAKE_CUDART
-		wp.device = 0;
-#endif
-		if (cgr_worker_create(ctx, &wp, &W[i]) != 0) {
-			printf("Bail out! no worker on device %d\n", wp.device);
-			return 1;
-		}
-	}
+	if (t_workers(ctx, W, NW) != 0)
+		return 1;
 	for (long gi = 0; gi < graphs; gi++) {
 		uint64_t seed = t_rand();
 		struct model m;

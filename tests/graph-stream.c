@@ -24,6 +24,7 @@
 
 #include <cgr.h>
 
+#include "t_workers.h"
 #include "tap.h"
 
 #define NE 4    /* elements per tensor */
@@ -401,7 +402,7 @@ int main(int argc, char **argv)
 	/* Workers on CUDA device 0 of a model of the CUDA runtime: their
 	 * compute streams are CUDA streams, the communication streams sim
 	 * streams that wait for CUDA events. */
-	setenv("CGR_CUDART", CGR_FAKE_CUDART, 1);
+	t_workers_runtime();
 	void *h = dlopen(CGR_FAKE_CUDART, RTLD_NOW);
 	long (*calls)(void) = NULL;
 	if (h != NULL)
@@ -409,20 +410,8 @@ int main(int argc, char **argv)
 	long calls0 = calls != NULL ? calls() : 0;
 #endif
 	cgr_ctx_create(NULL, &ctx);
-	for (int i = 0; i < 2; i++) {
-		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
-		/* CGR_TEST_WORKER_DEVICE=i: workers on CUDA device i (a GPU
-		 * check, scripts/gpu-check.sh). */
-		if (getenv("CGR_TEST_WORKER_DEVICE") != NULL)
-			wp.device = atoi(getenv("CGR_TEST_WORKER_DEVICE"));
-#ifdef CGR_FAKE_CUDART
-		wp.device = 0;
-#endif
-		if (cgr_worker_create(ctx, &wp, &W[i]) != 0) {
-			printf("Bail out! no worker on device %d\n", wp.device);
-			return 1;
-		}
-	}
+	if (t_workers(ctx, W, 2) != 0)
+		return 1;
 	test_pipeline(ctx, W, 1, true);
 #ifdef CGR_FAKE_CUDART
 	t_ok(calls != NULL && calls() > calls0 + 100,

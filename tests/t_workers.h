@@ -1,0 +1,42 @@
+/*
+ * tests/t_workers.h: workers for the graph tests, on the device a run asks
+ * for: CGR_TEST_WORKER_DEVICE=i puts every worker's compute stream on CUDA
+ * device i (scripts/gpu-check.sh); a program built with CGR_FAKE_CUDART
+ * (the *-cuda-fake tests) loads that model of the CUDA runtime and uses its
+ * device 0.  Call t_workers_runtime() before the context exists.
+ */
+#ifndef CGR_TEST_WORKERS_H
+#define CGR_TEST_WORKERS_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <cgr.h>
+
+static inline void t_workers_runtime(void)
+{
+#ifdef CGR_FAKE_CUDART
+	setenv("CGR_CUDART", CGR_FAKE_CUDART, 1);
+#endif
+}
+
+/* Creates n workers; prints "Bail out!" and returns non-zero if one
+ * cannot be made (no such device). */
+static inline int t_workers(cgr_ctx *ctx, cgr_worker **w, int n)
+{
+	for (int i = 0; i < n; i++) {
+		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+		if (getenv("CGR_TEST_WORKER_DEVICE") != NULL)
+			wp.device = atoi(getenv("CGR_TEST_WORKER_DEVICE"));
+#ifdef CGR_FAKE_CUDART
+		wp.device = 0;
+#endif
+		if (cgr_worker_create(ctx, &wp, &w[i]) != 0) {
+			printf("Bail out! no worker on device %d\n", wp.device);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+#endif
