@@ -418,8 +418,10 @@ typedef struct cgr_compile_params {
 	int wait_mode;		   /* enum cgr_wait_mode */
 	int64_t spin_ns;	   /* adaptive spin before parking; default 50 us */
 	uint32_t trace_events;	   /* per worker, kept from the start; 0: off */
-	int overlap;		   /* 1: collectives run on a communication
-				      stream per worker, beside compute */
+	int overlap;		   /* 1: collectives run on communication
+				      streams per worker, beside compute,
+				      and stream tasks are not waited for
+				      (CGR_TASK_STREAM) */
 	/* Modelled communication, for planning and benchmarks: every
 	 * collective and device-edge transfer also takes this long once its
 	 * members agreed (the payload still moves), on its stream with
