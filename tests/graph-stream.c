@@ -23,6 +23,9 @@
 #include <unistd.h>
 
 #include <cgr.h>
+#ifdef CGR_FAKE_CUDART
+#include <cuda_runtime_api.h>
+#endif
 
 #include "t_workers.h"
 #include "tap.h"
@@ -341,6 +344,14 @@ static void test_errors(cgr_ctx *ctx, cgr_worker **W)
 		cgr_ref_release(c, ref);
 	}
 	t_ok(!ha.saw_stream, "a host task has no stream");
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	cgr_worker *bad;
+	wp.device = -3;
+	t_is(cgr_worker_create(ctx, &wp, &bad), -EINVAL,
+	     "a worker on an unknown device kind is refused");
+	wp.device = 77;
+	t_is(cgr_worker_create(ctx, &wp, &bad), -ENODEV,
+	     "a worker on a CUDA device that does not exist: -ENODEV");
 	cgr_compiled_destroy(c);
 	cgr_graph_destroy(g);
 }
@@ -392,6 +403,71 @@ static void test_teardown(cgr_ctx *ctx, cgr_worker **W)
 	cgr_graph_destroy(g);
 }
 
+#ifdef CGR_FAKE_CUDART
+static char g_log[1024];
+
+static void log_keep(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	if (level == CGR_LOG_ERROR && strstr(msg, "left the graph") != NULL)
+		snprintf(g_log, sizeof(g_log), "%s", msg);
+}
+
+/* The CUDA device under a running graph fails (an illegal address): the
+ * worker leaves with a report, gets end at their timeout, teardown and
+ * the context end cleanly. */
+static void test_device_lost(void (*fail)(int))
+{
+	static struct stask ka = { .mul = 1 };
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_ctx *c2;
+	cgr_worker *w;
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *x, *k;
+	int64_t xv = 3;
+	cgr_value a = cgr_value_bytes(&xv, 8), o;
+	cgr_ref ref;
+
+	cp.log_fn = log_keep;
+	cgr_ctx_create(&cp, &c2);
+	wp.device = 0;
+	cgr_worker_create(c2, &wp, &w);
+	cgr_graph_create(c2, &g);
+	cgr_graph_input(g, 0, &x);
+	d.name = "k", d.fn = stream_fn, d.arg = &ka;
+	d.flags = CGR_TASK_STREAM;
+	cgr_graph_task(g, w, &d, &x, 1, &k, 1);
+	cgr_graph_output(g, &k, 1);
+	pp.overlap = 1;
+	pp.get_timeout_ns = 200000000;
+	t_is(cgr_graph_compile(g, &pp, &c), 0, "compile on the CUDA worker");
+	int ret = cgr_execute(c, &a, 1, &ref);
+	if (ret == 0)
+		ret = cgr_ref_get(c, ref, -1, &o, 1);
+	t_ok(ret == 0 && o.kind == CGR_VALUE_TENSOR &&
+		     ((const int64_t *)o.u.tensor.data)[1] == 4,
+	     "an execution before the failure is right");
+	cgr_ref_release(c, ref);
+	fail(cudaErrorIllegalAddress);
+	ret = cgr_execute(c, &a, 1, &ref);
+	if (ret == 0)
+		ret = cgr_ref_get(c, ref, -1, &o, 1);
+	t_is(ret, -ETIMEDOUT, "after it, the get ends at its timeout");
+	t_is(cgr_compiled_teardown(c, 2000000000), 0, "teardown");
+	/* Read after teardown: the worker logged before it left. */
+	t_ok(strstr(g_log, "CGR_EDEVICE") != NULL,
+	     "the log says which worker left and why: %s", g_log);
+	fail(0);
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	cgr_ctx_destroy(c2);
+}
+#endif
+
 int main(int argc, char **argv)
 {
 	cgr_ctx *ctx;
@@ -426,6 +502,11 @@ int main(int argc, char **argv)
 	test_pipeline(ctx, W, 1, false);
 	cgr_ctx_destroy(ctx);
 #ifdef CGR_FAKE_CUDART
+	void (*fail)(int) = NULL;
+	if (h != NULL)
+		*(void **)&fail = dlsym(h, "fake_cuda_fail");
+	if (fail != NULL)
+		test_device_lost(fail);
 	if (h != NULL)
 		dlclose(h);
 #endif

@@ -383,9 +383,11 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 	struct cgr_compiled *c = p->c;
 	const int mode = c->p.wait_mode;
 	const int64_t spin = c->p.spin_ns;
+	uint64_t at = 0; /* the execution running, for the report below */
 	int ret = 0;
 
 	for (uint64_t seq = 0;; seq++) {
+		at = seq;
 		if (atomic_load_explicit(&c->stop, memory_order_acquire))
 			break;
 		for (size_t i = 0; i < p->nops; i++) {
@@ -492,6 +494,14 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 				      memory_order_relaxed);
 	}
 leave:
+	/* Not teardown: a stream refused work (its device failed). */
+	if (ret < 0 && ret != -ECANCELED &&
+	    !atomic_load_explicit(&c->stop, memory_order_acquire))
+		cgr__err(&c->ctx->log,
+			 "worker %s left the graph at execution %llu: %s (%s); "
+			 "its executions end at the get timeout",
+			 w->name, (unsigned long long)at, cgr_err_name(ret),
+			 cgr_strerror(ret));
 	/* The communication streams may still run collectives of this
 	 * graph: teardown stopped and aborted them, so this is short. */
 	for (int s = 0; s < CGR__NSTREAMS_ALL; s++)
