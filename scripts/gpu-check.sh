@@ -29,7 +29,8 @@ prep)
 	echo "carry: .gpulibs"
 	;;
 run)
-	export LD_LIBRARY_PATH="$PWD/.gpulibs:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+	libs="$PWD/.gpulibs:/usr/local/cuda/lib64"
+	export LD_LIBRARY_PATH="$libs:${LD_LIBRARY_PATH:-}"
 	nvidia-smi -L || true
 	out=${OUT:-/tmp}
 	set -o pipefail

@@ -448,14 +448,16 @@ static int cgr__cuda_event_record(cgr_event *e, cgr_stream *s)
 		   atomic_load_explicit(&r->refs, memory_order_acquire) > 1) {
 		/* First record, or a foreign waiter still polls the old
 		 * record: a fresh CUDA event. */
-		struct cgr__cu_rec *n = cgr__alloc(s->dev->arena, sizeof(*n), 16);
+		struct cgr__cu_rec *n =
+			cgr__alloc(s->dev->arena, sizeof(*n), 16);
 		cudaEvent_t ev;
-		if (n == NULL) {
+		if (n == NULL)
 			ret = -ENOMEM;
-		} else if ((ce = cgr__rt.event_create(
-				    &ev, cudaEventDisableTiming)) != cudaSuccess) {
+		else
+			ce = cgr__rt.event_create(&ev, cudaEventDisableTiming);
+		if (n != NULL && ce != cudaSuccess) {
 			cgr__free(s->dev->arena, n, sizeof(*n), 16);
-		} else {
+		} else if (n != NULL) {
 			n->ev = ev;
 			n->dev = s->dev->index;
 			atomic_init(&n->refs, 1);

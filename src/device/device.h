@@ -4,9 +4,10 @@
  * plugs into.
  *
  * A device is one (context, index) pair: CGR_DEVICE_SIM, or a CUDA index
- * (the cuda backend, cuda.c, built when the CUDA toolkit is present).  It carries a sticky error: once failed
- * (cgr__device_fail), every operation enqueued or pending on its streams
- * fails with that error, and every wait on it returns it.
+ * (the cuda backend, cuda.c, built when the CUDA toolkit is present).  It
+ * carries a sticky error: once failed (cgr__device_fail), every operation
+ * enqueued or pending on its streams fails with that error, and every wait
+ * on it returns it.
  *
  * Backends implement struct cgr__device_ops.  The sim backend (sim.c) runs
  * each stream on an executor thread of its own: operations execute in
