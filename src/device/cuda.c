@@ -21,6 +21,10 @@
  * every rank.  Work left on a stream at destroy is not dropped (CUDA cannot
  * cancel it): it finishes after cgr_stream_destroy returns.
  *
+ * Two operations allocate a small record each (freed by their host
+ * function): a copy between plain host buffers and a wait for another
+ * backend's event; the rest allocate nothing.
+ *
  * Errors: a CUDA error that leaves the context unusable (illegal address,
  * launch failure, ECC, ...) fails the device for good (sticky, as in
  * CUDA): every later call and pending wait returns CGR_EDEVICE.  A bad
