@@ -78,15 +78,15 @@ static void cgr__compiled_free(struct cgr_compiled *c)
 	struct cgr__arena *a = &c->ctx->arena;
 	cgr_ctx *ctx = c->ctx;
 
-	for (size_t i = 0; i < c->nprogs; i++)
+	for (size_t i = 0; i < c->nprogs; i++) {
+		struct cgr__prog *p = &c->progs[i];
 		for (int s = 0; s < CGR__NSTREAMS_ALL; s++)
-			cgr_stream_destroy(c->progs[i].streams[s]);
-	for (size_t i = 0; i < c->nprogs; i++)
-		for (size_t t = 0; t < c->progs[i].ntcs; t++) {
-			cgr_event **ev = c->progs[i].tcs[t].ev;
-			for (uint32_t q = 0; ev != NULL && q < c->nslots; q++)
-				cgr_event_destroy(ev[q]);
-		}
+			cgr_stream_destroy(p->streams[s]);
+		for (size_t t = 0; t < p->ntcs; t++)
+			for (uint32_t q = 0; p->tcs[t].ev != NULL &&
+					     q < c->nslots; q++)
+				cgr_event_destroy(p->tcs[t].ev[q]);
+	}
 	for (size_t i = 0; i < c->ncomms; i++)
 		cgr_comm_destroy(c->comms[i]);
 	for (size_t i = 0; i < c->nallocs; i++)
@@ -875,13 +875,16 @@ static bool cgr__op_uses(const struct cgr_compiled *c, const struct cgr__op *op,
 	return false;
 }
 
-/* Makes *op a WAIT for cr. */
-static void cgr__put_wait(struct cgr__op *op, struct cgr__coll_rt *cr,
+/* Makes *op a WAIT for collective cr or (tc set) stream task tc; or,
+ * kind CGR__OP_SWAIT, the wait of cr's stream for tc. */
+static void cgr__put_wait(struct cgr__op *op, int kind,
+			  struct cgr__coll_rt *cr, struct cgr_task_ctx *tc,
 			  bool order)
 {
 	memset(op, 0, sizeof(*op));
-	op->kind = CGR__OP_WAIT;
+	op->kind = kind;
 	op->coll = cr;
+	op->tc = tc;
 	op->order = order;
 }
 
@@ -909,16 +912,6 @@ static struct cgr_task_ctx *cgr__task_used(const struct cgr_compiled *c,
 		}
 	}
 	return last;
-}
-
-/* Makes *op a WAIT (or SWAIT before collective cr) for stream task tc. */
-static void cgr__put_twait(struct cgr__op *op, struct cgr_task_ctx *tc,
-			   struct cgr__coll_rt *cr)
-{
-	memset(op, 0, sizeof(*op));
-	op->kind = cr != NULL ? CGR__OP_SWAIT : CGR__OP_WAIT;
-	op->tc = tc;
-	op->coll = cr;
 }
 
 /* The last COLL of stream class s among out[0..m), or NULL. */
@@ -972,7 +965,8 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 		if (tneed != NULL && (op->kind != CGR__OP_COLL ||
 				      !op->coll->async)) {
 			if (tneed->tidx >= tdone)
-				cgr__put_twait(&out[m++], tneed, NULL);
+				cgr__put_wait(&out[m++], CGR__OP_WAIT, NULL,
+					      tneed, false);
 			if (tdone < tneed->tidx + 1)
 				tdone = tneed->tidx + 1;
 			tneed = NULL;
@@ -985,7 +979,8 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 				if (done[s] < placed[s]) {
 					struct cgr__coll_rt *last =
 						cgr__last_of(out, m, s);
-					cgr__put_wait(&out[m++], last, true);
+					cgr__put_wait(&out[m++], CGR__OP_WAIT,
+						      last, NULL, true);
 				}
 				done[s] = placed[s];
 			}
@@ -1010,7 +1005,8 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 			memmove(&out[at + 1 + w], &out[at],
 				(m - at) * sizeof(*out));
 			if (w) {
-				cgr__put_twait(&out[at], tneed, cr);
+				cgr__put_wait(&out[at], CGR__OP_SWAIT, cr,
+					      tneed, false);
 				tsdone[sc] = tneed->tidx + 1;
 			}
 			cr->swait = tneed;
@@ -1053,7 +1049,8 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 		}
 		for (int s = 0; s < CGR__NSTREAMS; s++)
 			if (need[s] != NULL) {
-				cgr__put_wait(&out[m++], need[s], false);
+				cgr__put_wait(&out[m++], CGR__OP_WAIT, need[s],
+					      NULL, false);
 				done[s] = need[s]->sidx + 1;
 			}
 		out[m++] = *op;
@@ -1088,7 +1085,7 @@ static int cgr__overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 				continue;
 			memmove(&out[i + 1], &out[i], (m - i) * sizeof(*out));
 			m++;
-			cgr__put_wait(&out[i], last, true);
+			cgr__put_wait(&out[i], CGR__OP_WAIT, last, NULL, true);
 			out[i++].prev = true;
 		}
 		break;
@@ -1141,6 +1138,12 @@ struct cgr__kn {
 	uint32_t *tmp;			 /* nq: scratch */
 	bool changed;
 };
+
+/* The compute stream's queue of program p. */
+static size_t cgr__kn_comp_q(size_t p)
+{
+	return p * CGR__NQ + CGR__S_COMP;
+}
 
 /* The queue of collective cr of program p. */
 static size_t cgr__kn_q(size_t p, const struct cgr__coll_rt *cr)
@@ -1198,7 +1201,7 @@ static size_t cgr__kn_wq(size_t p, const struct cgr__op *w, size_t *j)
 {
 	if (w->tc != NULL) {
 		*j = w->tc->tidx;
-		return p * CGR__NQ + CGR__S_COMP;
+		return cgr__kn_comp_q(p);
 	}
 	*j = w->coll->sidx;
 	return cgr__kn_q(p, w->coll);
@@ -1234,8 +1237,7 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 		case CGR__OP_COMPUTE:
 			if (op->tc->async)
 				cgr__kn_put(k, cgr__kn_at(k, k->issue,
-							  p * CGR__NQ +
-								  CGR__S_COMP,
+							  cgr__kn_comp_q(p),
 							  op->tc->tidx));
 			break;
 		case CGR__OP_COLL:
@@ -1326,7 +1328,7 @@ static void cgr__kn_stream(struct cgr__kn *k, size_t p, size_t q)
 		if (cr->swait != NULL)
 			cgr__kn_join(k, k->d,
 				     cgr__kn_at(k, k->after,
-						p * CGR__NQ + CGR__S_COMP,
+						cgr__kn_comp_q(p),
 						cr->swait->tidx));
 		cgr__kn_put(k, cgr__kn_at(k, k->start, q, j));
 		cgr__kn_finish(k, q, j);
@@ -1432,7 +1434,7 @@ static int cgr__prune_waits(struct cgr_compiled *c, size_t ntasks)
 				if (x != k.base[q] + cr->sidx)
 					cgr__kn_join(&k, k.d,
 						     k.start + x * k.nq);
-			red[i] = k.d[p * CGR__NQ + CGR__S_COMP] >
+			red[i] = k.d[cgr__kn_comp_q(p)] >
 				 pr->ops[i].tc->tidx;
 		}
 		for (size_t i = 0; i < pr->nops; i++)

@@ -556,16 +556,6 @@ static void cgr__cuda_snap_put(void *snap)
 	cgr__cu_rec_put(snap);
 }
 
-static void cgr__cuda_wake_all(struct cgr__device *dev)
-{
-	cgr_stream *s;
-
-	pthread_mutex_lock(&dev->lock);
-	for (s = dev->streams; s != NULL; s = s->next)
-		cgr__bell_ring_force(&s->pbell);
-	pthread_mutex_unlock(&dev->lock);
-}
-
 const struct cgr__device_ops cgr__cuda_ops = {
 	.name = "cuda",
 	.device_init = cgr__cuda_device_init,
@@ -581,6 +571,4 @@ const struct cgr__device_ops cgr__cuda_ops = {
 	.event_snap = cgr__cuda_event_snap,
 	.snap_query = cgr__cuda_snap_query,
 	.snap_put = cgr__cuda_snap_put,
-	.future_wait = cgr__bound_future_wait,
-	.wake_all = cgr__cuda_wake_all,
 };

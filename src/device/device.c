@@ -126,7 +126,13 @@ void cgr__device_fail(struct cgr__device *dev, int err, const char *why)
 	}
 	cgr__err(dev->log, "device %d failed (%s): %s", dev->index,
 		 cgr_err_name(err), why != NULL ? why : "(no reason)");
-	dev->ops->wake_all(dev);
+	/* Every waiter parked on the device's streams wakes and sees it. */
+	pthread_mutex_lock(&dev->lock);
+	for (cgr_stream *s = dev->streams; s != NULL; s = s->next) {
+		cgr__bell_ring_force(&s->bell);
+		cgr__bell_ring_force(&s->pbell);
+	}
+	pthread_mutex_unlock(&dev->lock);
 }
 
 /* ---- streams ------------------------------------------------------- */
@@ -472,7 +478,9 @@ static bool cgr__dfuture_ready(void *arg)
 	return cgr__dfuture_test(arg, &res) != 0;
 }
 
-int cgr__bound_future_wait(struct cgr__dfuture *df, int64_t deadline)
+/* Waits for df, bound to a stream: its completer rings the stream's
+ * position bell, a device failure every bell of the device. */
+static int cgr__bound_future_wait(struct cgr__dfuture *df, int64_t deadline)
 {
 	int res;
 
@@ -495,7 +503,7 @@ int cgr_future_wait(cgr_future *f, int64_t timeout_ns)
 		timeout_ns = 10000000000; /* the 10 s default of cgr.h */
 	deadline = cgr__deadline(timeout_ns);
 	if (df->s != NULL)
-		return df->s->dev->ops->future_wait(df, deadline);
+		return cgr__bound_future_wait(df, deadline);
 	cgr__reactor_wait(NULL, &df->bell, cgr__dfuture_ready, df, NULL,
 			  CGR_WAIT_ADAPTIVE, 20000, deadline);
 	if (cgr__dfuture_test(df, &res))

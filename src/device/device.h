@@ -146,10 +146,6 @@ struct cgr__device_ops {
 	int (*event_snap)(cgr_event *e, void **snap, uint64_t *pos);
 	int (*snap_query)(void *snap, uint64_t pos);
 	void (*snap_put)(void *snap);
-	/* Waits (host side) for a future bound to stream s. */
-	int (*future_wait)(struct cgr__dfuture *df, int64_t deadline);
-	/* Wakes every waiter parked on the device (sticky error set). */
-	void (*wake_all)(struct cgr__device *dev);
 };
 
 extern const struct cgr__device_ops cgr__sim_ops;
@@ -332,8 +328,5 @@ static inline cgr_future *cgr__dfuture_pub(struct cgr__dfuture *df)
 }
 /* The wrapper of a public handle, or NULL if f is not one of ours. */
 struct cgr__dfuture *cgr__dfuture_of(cgr_future *f);
-/* Waits (host side) for df, bound to a stream whose completer rings the
- * stream's position bell: its result, or -ETIMEDOUT at deadline. */
-int cgr__bound_future_wait(struct cgr__dfuture *df, int64_t deadline);
 
 #endif

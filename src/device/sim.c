@@ -406,18 +406,6 @@ static void cgr__sim_snap_put(void *snap)
 	cgr__stream_put(snap);
 }
 
-static void cgr__sim_wake_all(struct cgr__device *dev)
-{
-	cgr_stream *s;
-
-	pthread_mutex_lock(&dev->lock);
-	for (s = dev->streams; s != NULL; s = s->next) {
-		cgr__bell_ring_force(&s->bell);
-		cgr__bell_ring_force(&s->pbell);
-	}
-	pthread_mutex_unlock(&dev->lock);
-}
-
 const struct cgr__device_ops cgr__sim_ops = {
 	.name = "sim",
 	.stream_init = cgr__sim_stream_init,
@@ -431,6 +419,4 @@ const struct cgr__device_ops cgr__sim_ops = {
 	.event_snap = cgr__sim_event_snap,
 	.snap_query = cgr__sim_snap_query,
 	.snap_put = cgr__sim_snap_put,
-	.future_wait = cgr__bound_future_wait,
-	.wake_all = cgr__sim_wake_all,
 };

@@ -141,12 +141,24 @@ struct cgr__done_wait {
 	uint64_t want;
 };
 
-static bool cgr__coll_done(void *arg)
+static bool cgr__done_reached(void *arg)
 {
 	struct cgr__done_wait *dw = arg;
 	/* D2: pairs with D1 and D3: the outputs are in their slots. */
 	return atomic_load_explicit(dw->done, memory_order_acquire) >=
 	       dw->want;
+}
+
+/* Waits on w's reactor until *done (a stream job's count) reaches want:
+ * 0, or negative when the graph stops. */
+static int cgr__wait_done(struct cgr_compiled *c, cgr_worker *w,
+			  struct cgr_reactor *r, _Atomic uint64_t *done,
+			  uint64_t want)
+{
+	struct cgr__done_wait dw = { done, want };
+
+	return cgr__reactor_wait(r, &w->bell, cgr__done_reached, &dw, &c->stop,
+				 c->p.wait_mode, c->p.spin_ns, CGR_FOREVER);
 }
 
 /* Tests only: a hash of (execution, member's collective) that spreads
@@ -170,32 +182,36 @@ static uint64_t cgr__debug_mix(uint64_t seq, const void *cr)
  * other members finished at once and told it so.  The turn goes round so
  * that each (member, stream) is the late one in a fixed share.
  */
-static void cgr__coll_debug_late(struct cgr__coll_rt *cr, uint64_t seq,
-				 int64_t ns)
+static void cgr__debug_garble(struct cgr_compiled *c, const unsigned *ports,
+			      size_t n, uint64_t seq, int64_t ns)
 {
-	struct cgr_compiled *c = cr->c;
 	struct timespec ts = { ns / 1000000000, ns % 1000000000 };
 
-	if (seq % (uint64_t)cr->n != (uint64_t)cr->rank ||
-	    seq / (uint64_t)cr->n % CGR__NSTREAMS_ALL != (uint64_t)cr->sclass)
-		return;
 	for (int pass = 0; pass < 2; pass++) {
-		for (size_t j = 0; j < cr->k; j++) {
-			struct cgr__slot_hdr *oh;
+		for (size_t j = 0; j < n; j++) {
+			struct cgr__slot_hdr *h;
 			unsigned char *d;
-			if (cr->out_ports[j] == CGR__NO_PORT)
+			if (ports[j] == CGR__NO_PORT)
 				continue;
-			oh = cgr__port_slot(&c->ports[cr->out_ports[j]], seq);
-			if (oh->kind != CGR_VALUE_TENSOR &&
-			    oh->kind != CGR_VALUE_BYTES)
+			h = cgr__port_slot(&c->ports[ports[j]], seq);
+			if (h->kind != CGR_VALUE_TENSOR &&
+			    h->kind != CGR_VALUE_BYTES)
 				continue;
-			d = cgr__slot_data(oh);
-			for (uint64_t b = 0; b < oh->len; b++)
+			d = cgr__slot_data(h);
+			for (uint64_t b = 0; b < h->len; b++)
 				d[b] ^= 0x5a;
 		}
 		if (pass == 0)
 			nanosleep(&ts, NULL);
 	}
+}
+
+static void cgr__coll_debug_late(struct cgr__coll_rt *cr, uint64_t seq,
+				 int64_t ns)
+{
+	if (seq % (uint64_t)cr->n == (uint64_t)cr->rank &&
+	    seq / (uint64_t)cr->n % CGR__NSTREAMS_ALL == (uint64_t)cr->sclass)
+		cgr__debug_garble(cr->c, cr->out_ports, cr->k, seq, ns);
 }
 
 /* A WRITE fused into a stream job, on the stream's executor. */
@@ -255,10 +271,8 @@ static int cgr__coll_issue(struct cgr__coll_rt *cr, uint64_t seq,
 
 	/* The slot's job from nslots executions ago must have run. */
 	if (seq >= c->nslots) {
-		struct cgr__done_wait dw = { &cr->done, seq + 1 - c->nslots };
-		int ret = cgr__reactor_wait(r, &cr->w->bell, cgr__coll_done,
-					    &dw, &c->stop, c->p.wait_mode,
-					    c->p.spin_ns, CGR_FOREVER);
+		int ret = cgr__wait_done(c, cr->w, r, &cr->done,
+					 seq + 1 - c->nslots);
 		if (ret < 0)
 			return ret;
 	}
@@ -290,25 +304,10 @@ static void cgr__task_debug_late(struct cgr_task_ctx *tc, uint64_t seq,
 				 int64_t ns)
 {
 	struct cgr_compiled *c = tc->c;
-	struct timespec ts = { ns / 1000000000, ns % 1000000000 };
 
-	if (seq % c->nprogs != (uint64_t)(tc->prog - c->progs) ||
-	    seq / c->nprogs % CGR__NSTREAMS_ALL != CGR__S_COMP)
-		return;
-	for (int pass = 0; pass < 2; pass++) {
-		for (size_t o = 0; o < tc->nout; o++) {
-			struct cgr__slot_hdr *h = cgr__port_slot(
-				&c->ports[tc->out_ports[o]], seq);
-			unsigned char *d = cgr__slot_data(h);
-			if (h->kind != CGR_VALUE_TENSOR &&
-			    h->kind != CGR_VALUE_BYTES)
-				continue;
-			for (uint64_t b = 0; b < h->len; b++)
-				d[b] ^= 0x5a;
-		}
-		if (pass == 0)
-			nanosleep(&ts, NULL);
-	}
+	if (seq % c->nprogs == (uint64_t)(tc->prog - c->progs) &&
+	    seq / c->nprogs % CGR__NSTREAMS_ALL == CGR__S_COMP)
+		cgr__debug_garble(c, tc->out_ports, tc->nout, seq, ns);
 }
 
 /* After the task's work on the compute stream: its fused WRITE, done. */
@@ -342,14 +341,12 @@ static int cgr__task_issue(struct cgr_task_ctx *tc, uint64_t seq,
 	struct cgr_compiled *c = tc->c;
 	uint32_t slot = (uint32_t)(seq & (c->nslots - 1));
 	struct cgr__task_job *job = &tc->jobs[slot];
-	struct cgr__done_wait dw = { &tc->done, seq + 1 - c->nslots };
 	int ret;
 
 	/* The slot's job from nslots executions ago must have run. */
 	if (seq >= c->nslots) {
-		ret = cgr__reactor_wait(r, &tc->w->bell, cgr__coll_done, &dw,
-					&c->stop, c->p.wait_mode, c->p.spin_ns,
-					CGR_FOREVER);
+		ret = cgr__wait_done(c, tc->w, r, &tc->done,
+				     seq + 1 - c->nslots);
 		if (ret < 0)
 			return ret;
 	}
@@ -364,10 +361,7 @@ static int cgr__task_issue(struct cgr_task_ctx *tc, uint64_t seq,
 		ret = cgr_event_record(tc->ev[slot], tc->s);
 	if (ret < 0 || tc->async)
 		return ret;
-	dw.want = seq + 1;
-	return cgr__reactor_wait(r, &tc->w->bell, cgr__coll_done, &dw,
-				 &c->stop, c->p.wait_mode, c->p.spin_ns,
-				 CGR_FOREVER);
+	return cgr__wait_done(c, tc->w, r, &tc->done, seq + 1);
 }
 
 /* Waits for room in a ring (never expected: rings hold max_inflight). */
@@ -383,11 +377,10 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 	struct cgr_compiled *c = p->c;
 	const int mode = c->p.wait_mode;
 	const int64_t spin = c->p.spin_ns;
-	uint64_t at = 0; /* the execution running, for the report below */
+	uint64_t seq;
 	int ret = 0;
 
-	for (uint64_t seq = 0;; seq++) {
-		at = seq;
+	for (seq = 0;; seq++) {
 		if (atomic_load_explicit(&c->stop, memory_order_acquire))
 			break;
 		for (size_t i = 0; i < p->nops; i++) {
@@ -442,20 +435,15 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 				atomic_store_explicit(&w->current_task, NULL,
 						      memory_order_relaxed);
 				break;
-			case CGR__OP_WAIT: {
-				struct cgr__done_wait dw = {
-					op->tc != NULL ? &op->tc->done :
-							 &op->coll->done,
-					seq + !op->prev
-				};
-				ret = cgr__reactor_wait(r, &w->bell,
-							cgr__coll_done, &dw,
-							&c->stop, mode, spin,
-							CGR_FOREVER);
+			case CGR__OP_WAIT:
+				ret = cgr__wait_done(c, w, r,
+						     op->tc != NULL ?
+							     &op->tc->done :
+							     &op->coll->done,
+						     seq + !op->prev);
 				if (ret < 0)
 					goto leave;
 				break;
-			}
 			case CGR__OP_SWAIT:
 				ret = cgr_stream_wait_event(
 					p->streams[op->coll->sclass],
@@ -500,7 +488,7 @@ leave:
 		cgr__err(&c->ctx->log,
 			 "worker %s left the graph at execution %llu: %s (%s); "
 			 "its executions end at the get timeout",
-			 w->name, (unsigned long long)at, cgr_err_name(ret),
+			 w->name, (unsigned long long)seq, cgr_err_name(ret),
 			 cgr_strerror(ret));
 	/* The communication streams may still run collectives of this
 	 * graph: teardown stopped and aborted them, so this is short. */

@@ -3,10 +3,10 @@
  *
  * cgr_compiled_write_trace turns the per-worker trace buffers (filled by
  * exec/worker.c, preallocated at compile) into Chrome trace JSON, one track
- * per worker and one per communication stream (overlap), which Perfetto
- * and chrome://tracing open.  The DOT writers
- * draw the graph (one cluster per worker) and the compiled schedule (each
- * worker's program in order, rings and collectives between them).
+ * per worker and one per communication or compute stream, which Perfetto
+ * and chrome://tracing open.  The DOT writers draw the graph (one cluster
+ * per worker) and the compiled schedule (each worker's program in order,
+ * rings and collectives between them).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -75,10 +75,43 @@ static int cgr__close(FILE *f)
 	return 0;
 }
 
+/* One track's name: "worker <name><suffix>" (first: no comma before). */
+static void cgr__trace_track(FILE *f, size_t tid, bool first,
+			     const char *worker, const char *suffix)
+{
+	fprintf(f,
+		"%s{\"ph\":\"M\",\"pid\":1,\"tid\":%zu,\"name\":"
+		"\"thread_name\",\"args\":{\"name\":\"worker ",
+		first ? "" : ",\n", tid);
+	cgr__put_escaped(f, worker);
+	fprintf(f, "%s\"}}", suffix);
+}
+
+/* One record on track tid: "<verb> <what>" in category cat. */
+static void cgr__trace_op(FILE *f, const cgr_compiled *c, size_t tid,
+			  const struct cgr__trace_ev *e, const char *cat,
+			  const char *verb, const char *what)
+{
+	fprintf(f,
+		",\n{\"ph\":\"X\",\"pid\":1,\"tid\":%zu,\"ts\":%.3f,"
+		"\"dur\":%.3f,\"cat\":\"%s\",\"name\":\"",
+		tid, (double)(e->t0 - c->t_start) / 1e3,
+		(double)(e->t1 - e->t0) / 1e3, cat);
+	cgr__put_escaped(f, verb);
+	fputc(' ', f);
+	cgr__put_escaped(f, what);
+	fprintf(f, "\",\"args\":{\"execution\":%llu}}",
+		(unsigned long long)e->seq);
+}
+
 int cgr_compiled_write_trace(const cgr_compiled *c, const char *path)
 {
+	static const char *const sname[CGR__NSTREAMS_ALL] = {
+		" collective stream", " send stream", " recv stream",
+		" compute stream"
+	};
+	size_t tid = c != NULL ? c->nprogs : 0;
 	FILE *f;
-	bool first = true;
 
 	if (c == NULL || path == NULL)
 		return -EINVAL;
@@ -88,16 +121,8 @@ int cgr_compiled_write_trace(const cgr_compiled *c, const char *path)
 	if (f == NULL)
 		return -errno;
 	fprintf(f, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
-	for (size_t i = 0; i < c->nprogs; i++) {
-		const struct cgr__prog *p = &c->progs[i];
-		fprintf(f,
-			"%s{\"ph\":\"M\",\"pid\":1,\"tid\":%zu,\"name\":"
-			"\"thread_name\",\"args\":{\"name\":\"worker ",
-			first ? "" : ",\n", i);
-		cgr__put_escaped(f, p->w->name);
-		fprintf(f, "\"}}");
-		first = false;
-	}
+	for (size_t i = 0; i < c->nprogs; i++)
+		cgr__trace_track(f, i, i == 0, c->progs[i].w->name, "");
 	for (size_t i = 0; i < c->nprogs; i++) {
 		const struct cgr__prog *p = &c->progs[i];
 		/* T2: pairs with T1 in the worker: records below n are whole. */
@@ -105,26 +130,13 @@ int cgr_compiled_write_trace(const cgr_compiled *c, const char *path)
 			&((struct cgr__prog *)p)->trace_n, memory_order_acquire);
 		for (uint32_t k = 0; k < n; k++) {
 			const struct cgr__trace_ev *e = &p->trace[k];
-			fprintf(f,
-				",\n{\"ph\":\"X\",\"pid\":1,\"tid\":%zu,"
-				"\"ts\":%.3f,\"dur\":%.3f,\"cat\":\"%s\","
-				"\"name\":\"",
-				i, (double)(e->t0 - c->t_start) / 1e3,
-				(double)(e->t1 - e->t0) / 1e3,
-				cgr__op_kind_name(e->op->kind));
-			cgr__put_escaped(f, cgr__op_kind_name(e->op->kind));
-			fputc(' ', f);
-			cgr__put_escaped(f, cgr__op_label(c, e->op));
-			fprintf(f, "\",\"args\":{\"execution\":%llu}}",
-				(unsigned long long)e->seq);
+			const char *kind = cgr__op_kind_name(e->op->kind);
+			cgr__trace_op(f, c, i, e, kind, kind,
+				      cgr__op_label(c, e->op));
 		}
 	}
 	/* One track per communication or compute stream, after the
 	 * workers'. */
-	static const char *const sname[CGR__NSTREAMS_ALL] = {
-		"collective", "send", "recv", "compute"
-	};
-	size_t tid = c->nprogs;
 	for (size_t i = 0; i < c->nprogs; i++)
 		for (int s = 0; s < CGR__NSTREAMS_ALL; s++) {
 			const struct cgr__prog *p = &c->progs[i];
@@ -134,26 +146,12 @@ int cgr_compiled_write_trace(const cgr_compiled *c, const char *path)
 			uint32_t n = atomic_load_explicit(
 				&((struct cgr__prog *)p)->strace_n[s],
 				memory_order_acquire);
-			fprintf(f,
-				",\n{\"ph\":\"M\",\"pid\":1,\"tid\":%zu,"
-				"\"name\":\"thread_name\",\"args\":{\"name\":"
-				"\"worker ",
-				tid);
-			cgr__put_escaped(f, p->w->name);
-			fprintf(f, " %s stream\"}}", sname[s]);
+			cgr__trace_track(f, tid, false, p->w->name, sname[s]);
 			for (uint32_t k = 0; k < n; k++) {
 				const struct cgr__trace_ev *e = &p->strace[s][k];
-				fprintf(f,
-					",\n{\"ph\":\"X\",\"pid\":1,\"tid\":%zu,"
-					"\"ts\":%.3f,\"dur\":%.3f,\"cat\":"
-					"\"stream\",\"name\":\"run ",
-					tid, (double)(e->t0 - c->t_start) / 1e3,
-					(double)(e->t1 - e->t0) / 1e3);
-				cgr__put_escaped(f, e->coll != NULL ?
-							    e->coll->name :
-							    e->tc->name);
-				fprintf(f, "\",\"args\":{\"execution\":%llu}}",
-					(unsigned long long)e->seq);
+				cgr__trace_op(f, c, tid, e, "stream", "run",
+					      e->coll != NULL ? e->coll->name :
+								e->tc->name);
 			}
 			tid++;
 		}
