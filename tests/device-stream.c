@@ -512,11 +512,9 @@ static void test_cuda_only(void)
 	struct complete_arg ca, cc;
 	_Atomic int ran = 0;
 	cgr_stream *sim, *cu;
-	cgr_event *e;
 
 	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &sim);
 	cgr_stream_create(ctx, 0, 0, &cu);
-	cgr_event_create(ctx, &e);
 	cross_wait(cu, sim, NULL, "a CUDA stream waits for a sim event");
 	cross_wait(sim, cu, NULL, "a sim stream waits for a CUDA event");
 	cgr_stream *cu2, *sim2;
@@ -543,7 +541,6 @@ static void test_cuda_only(void)
 		cgr__dfuture_put(cc.f);
 	cgr_future_release(f);
 	cgr__dfuture_put(ca.f);
-	cgr_event_destroy(e);
 	cgr_stream_destroy(cu);
 	cgr_stream_destroy(sim);
 }
