@@ -722,6 +722,55 @@ static void test_stream_tasks_plan(cgr_ctx *ctx, cgr_worker **W)
 	}
 }
 
+/*
+ * A stream task k on W[0] feeds an allreduce run on the threads (overlap
+ * forced off for it).  When W[1]'s task b reads k over a ring before the
+ * allreduce, W[1] cannot post to it before k is done, and no data moves
+ * before every member posted: W[0] needs no WAIT for k.  Without that
+ * read it does.
+ */
+static void test_stream_task_barrier(cgr_ctx *ctx, cgr_worker **W)
+{
+	for (int via_b = 1; via_b >= 0; via_b--) {
+		char shape[64];
+		cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+		cgr_compiled *c;
+		cgr_graph *g;
+		cgr_node *x, *k, *b, *r[2];
+		cgr_task_desc d = CGR_TASK_DESC_INIT, ds = CGR_TASK_DESC_INIT;
+		cgr_coll_params cp = CGR_COLL_PARAMS_INIT;
+		d.fn = ds.fn = nop;
+		ds.flags = CGR_TASK_STREAM;
+		cgr_graph_create(ctx, &g);
+		cgr_graph_input(g, 0, &x);
+		cgr_graph_task(g, W[0], &ds, &x, 1, &k, 1);
+		cgr_graph_task(g, W[1], &d, via_b ? &k : &x, 1, &b, 1);
+		cgr_node *ain[2] = { k, b };
+		cp.kind = CGR_COLL_ALLREDUCE;
+		cp.overlap = CGR_OVERLAP_OFF;
+		cgr_graph_collective(g, &cp, W, 2, ain, 2, r, 2);
+		cgr_graph_output(g, r, 2);
+		pp.overlap = 1;
+		shape[0] = 0;
+		t_is(cgr__graph_plan(g, &pp, &c), 0, "plan: stream task barrier");
+		if (c != NULL) {
+			prog_shape(c, W[0], shape, sizeof(shape));
+			cgr__plan_free(c);
+		}
+		cgr_graph_destroy(g);
+		if (via_b)
+			t_ok(strchr(shape, 't') == NULL,
+			     "W[1] read k before the allreduce: W[0] does not "
+			     "wait for k: %s",
+			     shape);
+		else
+			t_ok(strstr(shape, "tS") != NULL,
+			     "nobody else saw k: W[0] waits for it before the "
+			     "allreduce: %s",
+			     shape);
+	}
+}
+
 /* The WAITs other orderings imply are dropped; the others stay. */
 static void test_overlap_prune(cgr_ctx *ctx, cgr_worker **W)
 {
@@ -801,6 +850,7 @@ int main(int argc, char **argv)
 	test_overlap_plan(ctx, W);
 	test_overlap_prune(ctx, W);
 	test_stream_tasks_plan(ctx, W);
+	test_stream_task_barrier(ctx, W);
 	test_overlap_streams(ctx, W);
 	test_random(ctx, W);
 	cgr_ctx_destroy(ctx);

@@ -1215,6 +1215,21 @@ static const uint32_t *cgr__kn_waited(const struct cgr__kn *k, size_t p,
 	return cgr__kn_at(k, k->after, q, j);
 }
 
+/* Joins into dst what the other members of collective cr (of program p)
+ * knew as they started it.  When members agree on shapes first
+ * (exec/coll.c), no data moves before every member posted: a wait that
+ * only guards cr's input is redundant if any of them knew it done. */
+static void cgr__kn_others(const struct cgr__kn *k, uint32_t *dst, size_t p,
+			   const struct cgr__coll_rt *cr)
+{
+	size_t q = cgr__kn_q(p, cr);
+
+	for (size_t x = k->head[cr->task->id];
+	     !cr->static_shape && x != SIZE_MAX; x = k->next[x])
+		if (x != k->base[q] + cr->sidx)
+			cgr__kn_join(k, dst, k->start + x * k->nq);
+}
+
 /* Program p's worker thread; red[i]: whether its op i is a redundant
  * WAIT (red may be NULL). */
 static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
@@ -1257,6 +1272,13 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 			size_t e = i;
 			while (e < pr->nops && pr->ops[e].kind == CGR__OP_WAIT)
 				e++;
+			/* A stream task's WAIT right before a collective on
+			 * the thread guards that collective's input. */
+			const struct cgr__coll_rt *next =
+				e < pr->nops && pr->ops[e].kind == CGR__OP_COLL &&
+						!pr->ops[e].coll->async ?
+					pr->ops[e].coll :
+					NULL;
 			for (size_t x = i; x < e && red != NULL; x++) {
 				const struct cgr__op *wx = &pr->ops[x];
 				size_t jx, qx = cgr__kn_wq(p, wx, &jx);
@@ -1270,6 +1292,8 @@ static void cgr__kn_thread(struct cgr__kn *k, const struct cgr_compiled *c,
 							     cgr__kn_waited(k, p,
 									    wy));
 				}
+				if (wx->tc != NULL && next != NULL)
+					cgr__kn_others(k, k->tmp, p, next);
 				red[x] = k->tmp[qx] > jx;
 			}
 			/* prev: another execution: kept, no news */
@@ -1429,11 +1453,7 @@ static int cgr__prune_waits(struct cgr_compiled *c, size_t ntasks)
 				continue;
 			q = cgr__kn_q(p, cr);
 			cgr__kn_before(&k, q, cr->sidx);
-			for (size_t x = k.head[cr->task->id];
-			     !cr->static_shape && x != SIZE_MAX; x = k.next[x])
-				if (x != k.base[q] + cr->sidx)
-					cgr__kn_join(&k, k.d,
-						     k.start + x * k.nq);
+			cgr__kn_others(&k, k.d, p, cr);
 			red[i] = k.d[cgr__kn_comp_q(p)] >
 				 pr->ops[i].tc->tidx;
 		}
