@@ -107,9 +107,15 @@ typedef struct cgr_ctx_params {
 	void *log_arg;
 	int log_level;	   /* messages above this level are dropped */
 	unsigned flags;	   /* CGR_CTX_* */
+	/* The CUDA runtime library to load when this context first uses a
+	 * CUDA device (a path for dlopen, copied); NULL: libcudart.so from
+	 * the loader's search path, then the toolkit's lib64 found at build
+	 * time.  A path that does not load means no CUDA device (-ENODEV,
+	 * the log says why). */
+	const char *cudart_path;
 } cgr_ctx_params;
 #define CGR_CTX_PARAMS_INIT \
-	{ sizeof(cgr_ctx_params), NULL, NULL, CGR_LOG_WARN, 0 }
+	{ sizeof(cgr_ctx_params), NULL, NULL, CGR_LOG_WARN, 0, NULL }
 
 /*
  * Creates a context: the owner of workers, graphs and cgr's jemalloc arena.

@@ -588,6 +588,7 @@ static void test_cuda_sticky(void)
 {
 	void (*fail)(int);
 	void *h = dlopen(CGR_FAKE_CUDART, RTLD_NOW | RTLD_NOLOAD);
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
 	cgr_ctx *c2;
 	cgr_stream *a;
 	cgr_event *e;
@@ -598,7 +599,8 @@ static void test_cuda_sticky(void)
 		t_skip("the fake runtime's hook not found");
 		return;
 	}
-	cgr_ctx_create(NULL, &c2);
+	cp.cudart_path = CGR_FAKE_CUDART;
+	cgr_ctx_create(&cp, &c2);
 	cgr_stream_create(c2, 0, 0, &a);
 	cgr_event_create(c2, &e);
 	cgr_event_record(e, a);
@@ -628,7 +630,7 @@ int main(int argc, char **argv)
 	t_init(argc, argv, 60);
 #ifdef CGR_FAKE_CUDART
 	/* The cuda backend over a model of the CUDA runtime (no GPU here). */
-	setenv("CGR_CUDART", CGR_FAKE_CUDART, 1);
+	cp.cudart_path = CGR_FAKE_CUDART;
 	t_diag("CUDA device 0 is %s", CGR_FAKE_CUDART);
 #endif
 	cp.log_fn = log_keep;
@@ -637,6 +639,10 @@ int main(int argc, char **argv)
 		printf("Bail out! no context\n");
 		return 1;
 	}
+	/* The context's CUDA runtime state (loaded at first use, kept until
+	 * the context goes) is in the baseline. */
+	if (cgr_stream_create(ctx, 0, 0, &probe) == 0)
+		cgr_stream_destroy(probe);
 	cgr_ctx_memory(ctx, &b0, &n0);
 	test_args();
 	test_order();

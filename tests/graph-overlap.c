@@ -425,8 +425,8 @@ int main(int argc, char **argv)
 	t_init(argc, argv, 240);
 	/* Compute streams on a CUDA device when asked (t_workers.h): the
 	 * communication streams then wait for CUDA events. */
-	t_workers_runtime();
-	cgr_ctx_create(NULL, &ctx);
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	cgr_ctx_create(t_workers_params(&cp), &ctx);
 	if (t_workers(ctx, W, NW) != 0)
 		return 1;
 	for (long gi = 0; gi < graphs; gi++) {

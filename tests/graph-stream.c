@@ -433,7 +433,7 @@ static void test_device_lost(void (*fail)(int))
 	cgr_ref ref;
 
 	cp.log_fn = log_keep;
-	cgr_ctx_create(&cp, &c2);
+	cgr_ctx_create(t_workers_params(&cp), &c2);
 	wp.device = 0;
 	cgr_worker_create(c2, &wp, &w);
 	cgr_graph_create(c2, &g);
@@ -478,14 +478,14 @@ int main(int argc, char **argv)
 	/* Workers on CUDA device 0 of a model of the CUDA runtime: their
 	 * compute streams are CUDA streams, the communication streams sim
 	 * streams that wait for CUDA events. */
-	t_workers_runtime();
 	void *h = dlopen(CGR_FAKE_CUDART, RTLD_NOW);
 	long (*calls)(void) = NULL;
 	if (h != NULL)
 		*(void **)&calls = dlsym(h, "fake_cuda_calls");
 	long calls0 = calls != NULL ? calls() : 0;
 #endif
-	cgr_ctx_create(NULL, &ctx);
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	cgr_ctx_create(t_workers_params(&cp), &ctx);
 	if (t_workers(ctx, W, 2) != 0)
 		return 1;
 	test_pipeline(ctx, W, 1, true);

@@ -3,7 +3,8 @@
  * for: CGR_TEST_WORKER_DEVICE=i puts every worker's compute stream on CUDA
  * device i (scripts/gpu-check.sh); a program built with CGR_FAKE_CUDART
  * (the *-cuda-fake tests) loads that model of the CUDA runtime and uses its
- * device 0.  Call t_workers_runtime() before the context exists.
+ * device 0: give t_workers_params() the parameters of every context the
+ * test creates.
  */
 #ifndef CGR_TEST_WORKERS_H
 #define CGR_TEST_WORKERS_H
@@ -13,11 +14,13 @@
 
 #include <cgr.h>
 
-static inline void t_workers_runtime(void)
+/* Context parameters that load the runtime the test was built for. */
+static inline cgr_ctx_params *t_workers_params(cgr_ctx_params *cp)
 {
 #ifdef CGR_FAKE_CUDART
-	setenv("CGR_CUDART", CGR_FAKE_CUDART, 1);
+	cp->cudart_path = CGR_FAKE_CUDART;
 #endif
+	return cp;
 }
 
 /* Creates n workers; prints "Bail out!" and returns non-zero if one

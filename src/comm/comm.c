@@ -94,8 +94,8 @@ int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 	if (ret < 0)
 		return ret;
 	c->ctx = ctx;
-	c->arena = cgr__ctx_arena(ctx);
-	c->log = cgr__ctx_logger(ctx);
+	c->arena = &ctx->arena;
+	c->log = &ctx->log;
 	c->n = (int)n;
 	c->backend = CGR_BACKEND_CPU;
 	c->members = NULL;

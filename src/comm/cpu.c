@@ -1721,7 +1721,7 @@ static const struct cgr__comm_ops cgr__cpu_ops = {
 
 int cgr__cpu_comm_create(cgr_ctx *ctx, int n, cgr_comm **out)
 {
-	struct cgr__arena *a = cgr__ctx_arena(ctx);
+	struct cgr__arena *a = &ctx->arena;
 	struct cgr__cpu *c;
 	size_t nn = (size_t)n;
 
@@ -1730,7 +1730,7 @@ int cgr__cpu_comm_create(cgr_ctx *ctx, int n, cgr_comm **out)
 		return -ENOMEM;
 	c->base.ops = &cgr__cpu_ops;
 	c->base.arena = a;
-	c->base.log = cgr__ctx_logger(ctx);
+	c->base.log = &ctx->log;
 	c->base.ctx = ctx;
 	c->base.n = n;
 	atomic_init(&c->aborted, 0);

@@ -94,7 +94,7 @@ static void cgr__compiled_free(struct cgr_compiled *c)
 	cgr__free(a, c->allocs, c->allocs_cap * sizeof(void *), 16);
 	cgr__free(a, c->alloc_sizes, c->allocs_cap * sizeof(size_t), 16);
 	cgr__free(a, c, sizeof(*c), 64);
-	cgr__ctx_unref(ctx);
+	cgr__ctx_put(ctx);
 }
 
 void cgr__compiled_unref(struct cgr_compiled *c)

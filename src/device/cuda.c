@@ -9,8 +9,8 @@
  * future a host function that blocks until it completes (a future is
  * completed by a CPU thread, never by CUDA work, so this is allowed).
  *
- * The CUDA runtime is loaded when a CUDA device is first used (dlopen of
- * libcudart, or of the library the environment variable CGR_CUDART names),
+ * The CUDA runtime is loaded when a context first uses a CUDA device
+ * (dlopen of libcudart, or of cgr_ctx_params.cudart_path),
  * so libcgr.a links and runs without CUDA: a CUDA index then reports
  * -ENODEV and the context's log says why.
  *
@@ -46,8 +46,12 @@
 #define CGR_CUDA_LIBDIR "/usr/local/cuda/lib64"
 #endif
 
-/* The runtime functions cgr uses, resolved from libcudart. */
-static struct {
+/* The runtime functions cgr uses, resolved from libcudart: one table per
+ * context (cgr__ctx_state), since each context may name its own library
+ * (cgr_ctx_params.cudart_path). */
+struct cgr__cudart {
+	int ndev;	/* devices, or -ENODEV */
+	char why[256];	/* why there is none */
 	cudaError_t (*get_device_count)(int *);
 	cudaError_t (*set_device)(int);
 	cudaError_t (*priority_range)(int *, int *);
@@ -66,42 +70,18 @@ static struct {
 					  const void *);
 	const char *(*error_name)(cudaError_t);
 	const char *(*error_string)(cudaError_t);
-} cgr__rt;
+};
 
-static pthread_once_t cgr__rt_once = PTHREAD_ONCE_INIT;
-static int cgr__rt_ndev;      /* devices, or -ENODEV */
-static char cgr__rt_why[256]; /* why there is none */
-
-static void cgr__rt_load(void)
+/* Resolves the table from handle h: 0, or -ENODEV with rt->why set. */
+static int rt_resolve(struct cgr__cudart *rt, void *h)
 {
-	static const char *const names[] = {
-		"libcudart.so", "libcudart.so.13", "libcudart.so.12",
-		CGR_CUDA_LIBDIR "/libcudart.so",
-	};
-	/* CGR_CUDART: the runtime library to load (a path). */
-	const char *forced = getenv("CGR_CUDART");
-	void *h = NULL;
-	int n = 0;
-	cudaError_t e;
-
-	if (forced != NULL && forced[0] != 0)
-		h = dlopen(forced, RTLD_NOW | RTLD_LOCAL);
-	for (size_t i = 0; h == NULL && i < sizeof(names) / sizeof(*names);
-	     i++)
-		h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-	cgr__rt_ndev = -ENODEV;
-	if (h == NULL) {
-		snprintf(cgr__rt_why, sizeof(cgr__rt_why),
-			 "the CUDA runtime (libcudart) could not be loaded");
-		return;
-	}
 #define CGR__SYM(field, name)                                              \
 	do {                                                               \
-		*(void **)&cgr__rt.field = dlsym(h, name);                 \
-		if (cgr__rt.field == NULL) {                               \
-			snprintf(cgr__rt_why, sizeof(cgr__rt_why),         \
+		*(void **)&rt->field = dlsym(h, name);                     \
+		if (rt->field == NULL) {                                   \
+			snprintf(rt->why, sizeof(rt->why),                 \
 				 "libcudart lacks %s", name);              \
-			return;                                            \
+			return -ENODEV;                                    \
 		}                                                          \
 	} while (0)
 	CGR__SYM(get_device_count, "cudaGetDeviceCount");
@@ -121,15 +101,66 @@ static void cgr__rt_load(void)
 	CGR__SYM(error_name, "cudaGetErrorName");
 	CGR__SYM(error_string, "cudaGetErrorString");
 #undef CGR__SYM
-	e = cgr__rt.get_device_count(&n);
-	if (e != cudaSuccess) {
-		snprintf(cgr__rt_why, sizeof(cgr__rt_why),
-			 "cudaGetDeviceCount: %s (%s)", cgr__rt.error_name(e),
-			 cgr__rt.error_string(e));
-		return;
+	return 0;
+}
+
+/*
+ * Loads the runtime for ctx: the library cgr_ctx_params.cudart_path
+ * names, else the first of the usual names that loads.  A runtime that
+ * cannot be loaded or reports no device is kept as such (ndev -ENODEV and
+ * why), so the answer is given once per context.  The library stays
+ * loaded for the life of the process: unloading libcudart under its own
+ * exit handlers is not safe.
+ */
+static int rt_make(cgr_ctx *ctx, void **out)
+{
+	static const char *const names[] = {
+		"libcudart.so", "libcudart.so.13", "libcudart.so.12",
+		CGR_CUDA_LIBDIR "/libcudart.so",
+	};
+	struct cgr__cudart *rt = cgr__alloc(&ctx->arena, sizeof(*rt), 64);
+	void *h = NULL;
+	int n = 0;
+	cudaError_t e;
+
+	if (rt == NULL)
+		return -ENOMEM;
+	*out = rt;
+	rt->ndev = -ENODEV;
+	if (ctx->cudart_path != NULL)
+		h = dlopen(ctx->cudart_path, RTLD_NOW | RTLD_LOCAL);
+	for (size_t i = 0; h == NULL && ctx->cudart_path == NULL &&
+			   i < sizeof(names) / sizeof(*names);
+	     i++)
+		h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		snprintf(rt->why, sizeof(rt->why),
+			 "the CUDA runtime (%s) could not be loaded",
+			 ctx->cudart_path != NULL ? ctx->cudart_path :
+						    "libcudart");
+		return 0;
 	}
-	cgr__rt_ndev = n;
-	/* The handle stays open for the life of the process. */
+	if (rt_resolve(rt, h) < 0)
+		return 0;
+	e = rt->get_device_count(&n);
+	if (e != cudaSuccess) {
+		snprintf(rt->why, sizeof(rt->why),
+			 "cudaGetDeviceCount: %s (%s)", rt->error_name(e),
+			 rt->error_string(e));
+		return 0;
+	}
+	rt->ndev = n;
+	return 0;
+}
+
+static void rt_fini(cgr_ctx *ctx, void *p)
+{
+	cgr__free(&ctx->arena, p, sizeof(struct cgr__cudart), 64);
+}
+
+static const struct cgr__cudart *cgr__rt_of(const struct cgr__device *dev)
+{
+	return dev->rt;
 }
 
 /* Whether err leaves the CUDA context unusable (CUDA's sticky errors). */
@@ -173,7 +204,8 @@ static int cgr__cu_ret(struct cgr__device *dev, cudaError_t err,
 		break;
 	}
 	snprintf(why, sizeof(why), "%s: %s (%s)", what,
-		 cgr__rt.error_name(err), cgr__rt.error_string(err));
+		 cgr__rt_of(dev)->error_name(err),
+		 cgr__rt_of(dev)->error_string(err));
 	if (cgr__cu_sticky(err)) {
 		cgr__device_fail(dev, CGR_EDEVICE, why);
 		return CGR_EDEVICE;
@@ -184,18 +216,25 @@ static int cgr__cu_ret(struct cgr__device *dev, cudaError_t err,
 
 static int cgr__cuda_device_init(struct cgr__device *dev)
 {
-	pthread_once(&cgr__rt_once, cgr__rt_load);
-	if (cgr__rt_ndev < 0 || dev->index >= cgr__rt_ndev) {
-		if (cgr__rt_ndev < 0)
+	struct cgr__cudart *rt;
+	void *p;
+	int ret = cgr__ctx_state(dev->ctx, CGR__CTX_CUDART, rt_make, rt_fini,
+				 &p);
+
+	if (ret < 0)
+		return ret;
+	dev->rt = rt = p;
+	if (rt->ndev < 0 || dev->index >= rt->ndev) {
+		if (rt->ndev < 0)
 			cgr__info(dev->log, "cuda device %d: %s", dev->index,
-				  cgr__rt_why);
+				  rt->why);
 		else
 			cgr__info(dev->log,
 				  "cuda device %d: only %d CUDA device(s)",
-				  dev->index, cgr__rt_ndev);
+				  dev->index, rt->ndev);
 		return -ENODEV;
 	}
-	if (cgr__rt.set_device(dev->index) != cudaSuccess) {
+	if (rt->set_device(dev->index) != cudaSuccess) {
 		cgr__info(dev->log, "cuda device %d: cudaSetDevice failed",
 			  dev->index);
 		return -ENODEV;
@@ -207,13 +246,14 @@ static int cgr__cuda_device_init(struct cgr__device *dev)
  * current device is per thread). */
 static cudaStream_t cgr__cu_stream(cgr_stream *s)
 {
-	cgr__rt.set_device(s->dev->index);
+	cgr__rt_of(s->dev)->set_device(s->dev->index);
 	return (cudaStream_t)s->cu;
 }
 
 static int cgr__cuda_stream_init(cgr_stream *s)
 {
 	struct cgr__device *dev = s->dev;
+	const struct cgr__cudart *rt = cgr__rt_of(dev);
 	int least = 0, greatest = 0, prio = s->priority;
 	cudaStream_t cs;
 	cudaError_t e;
@@ -221,14 +261,14 @@ static int cgr__cuda_stream_init(cgr_stream *s)
 	cgr__bell_init(&s->bell);
 	cgr__bell_init(&s->pbell);
 	atomic_init(&s->stop, 0);
-	e = cgr__rt.set_device(dev->index);
+	e = rt->set_device(dev->index);
 	if (e == cudaSuccess)
-		e = cgr__rt.priority_range(&least, &greatest);
+		e = rt->priority_range(&least, &greatest);
 	if (e != cudaSuccess)
 		return cgr__cu_ret(dev, e, "cudaDeviceGetStreamPriorityRange");
 	/* Lower is more urgent in both: clamp into [greatest, least]. */
 	prio = prio < greatest ? greatest : prio > least ? least : prio;
-	e = cgr__rt.stream_create(&cs, cudaStreamNonBlocking, prio);
+	e = rt->stream_create(&cs, cudaStreamNonBlocking, prio);
 	if (e != cudaSuccess)
 		return cgr__cu_ret(dev, e, "cudaStreamCreateWithPriority");
 	s->cu = cs;
@@ -243,7 +283,7 @@ static int cgr__cuda_synchronize(cgr_stream *s, int64_t deadline)
 	long nap = 1000; /* ns, doubling up to 100 us */
 
 	for (;;) {
-		cudaError_t e = cgr__rt.stream_query(cs);
+		cudaError_t e = cgr__rt_of(s->dev)->stream_query(cs);
 		int err = cgr__device_error(s->dev);
 		if (err)
 			return err;
@@ -269,7 +309,7 @@ static void cgr__cuda_stream_fini(cgr_stream *s, int64_t deadline)
 	atomic_store_explicit(&s->stop, 1, memory_order_release);
 	cgr__bell_ring_force(&s->pbell);
 	/* Returns at once; CUDA frees the stream when its work is done. */
-	cgr__rt.stream_destroy(cgr__cu_stream(s));
+	cgr__rt_of(s->dev)->stream_destroy(cgr__cu_stream(s));
 }
 
 static void cgr__cuda_stream_free(cgr_stream *s)
@@ -295,11 +335,11 @@ static void CUDART_CB cgr__cuda_waitf(void *arg)
 }
 
 /* Whether p is host memory CUDA does not know (malloc'd, stack). */
-static bool cgr__cu_plain_host(const void *p)
+static bool cgr__cu_plain_host(const struct cgr__cudart *rt, const void *p)
 {
 	struct cudaPointerAttributes a;
 
-	if (cgr__rt.pointer_attributes(&a, p) != cudaSuccess)
+	if (rt->pointer_attributes(&a, p) != cudaSuccess)
 		return true; /* older runtimes: unregistered host memory */
 	return a.type == cudaMemoryTypeUnregistered;
 }
@@ -322,12 +362,13 @@ static void CUDART_CB cgr__cuda_host_copy(void *arg)
 static int cgr__cuda_copy(cgr_stream *s, cudaStream_t cs,
 			  const struct cgr__sop *op)
 {
+	const struct cgr__cudart *rt = cgr__rt_of(s->dev);
 	struct cgr__cu_copy *c;
 	cudaError_t e;
 
-	if (!cgr__cu_plain_host(op->u.copy.dst) ||
-	    !cgr__cu_plain_host(op->u.copy.src)) {
-		e = cgr__rt.memcpy_async(op->u.copy.dst, op->u.copy.src,
+	if (!cgr__cu_plain_host(rt, op->u.copy.dst) ||
+	    !cgr__cu_plain_host(rt, op->u.copy.src)) {
+		e = rt->memcpy_async(op->u.copy.dst, op->u.copy.src,
 					 op->u.copy.n, cudaMemcpyDefault, cs);
 		return cgr__cu_ret(s->dev, e, "cudaMemcpyAsync");
 	}
@@ -338,7 +379,7 @@ static int cgr__cuda_copy(cgr_stream *s, cudaStream_t cs,
 	c->src = op->u.copy.src;
 	c->n = op->u.copy.n;
 	c->arena = s->dev->arena;
-	e = cgr__rt.launch_host(cs, cgr__cuda_host_copy, c);
+	e = rt->launch_host(cs, cgr__cuda_host_copy, c);
 	if (e != cudaSuccess)
 		cgr__free(c->arena, c, sizeof(*c), 16);
 	return cgr__cu_ret(s->dev, e, "cudaLaunchHostFunc");
@@ -361,19 +402,20 @@ static void CUDART_CB cgr__cuda_waite(void *arg)
 
 static int cgr__cuda_enqueue(cgr_stream *s, const struct cgr__sop *op)
 {
+	const struct cgr__cudart *rt = cgr__rt_of(s->dev);
 	cudaStream_t cs = cgr__cu_stream(s);
 	cudaError_t e;
 
 	switch (op->kind) {
 	case CGR__SOP_HOST:
-		e = cgr__rt.launch_host(cs, op->u.host.fn, op->u.host.arg);
+		e = rt->launch_host(cs, op->u.host.fn, op->u.host.arg);
 		return cgr__cu_ret(s->dev, e, "cudaLaunchHostFunc");
 	case CGR__SOP_COPY:
 		if (op->u.copy.n == 0)
 			return 0;
 		return cgr__cuda_copy(s, cs, op);
 	case CGR__SOP_WAITF:
-		e = cgr__rt.launch_host(cs, cgr__cuda_waitf, op->u.waitf.f);
+		e = rt->launch_host(cs, cgr__cuda_waitf, op->u.waitf.f);
 		return cgr__cu_ret(s->dev, e, "cudaLaunchHostFunc");
 	case CGR__SOP_WAITE: {
 		struct cgr__cu_waite *w =
@@ -382,7 +424,7 @@ static int cgr__cuda_enqueue(cgr_stream *s, const struct cgr__sop *op)
 			return -ENOMEM;
 		w->op = *op;
 		w->arena = s->dev->arena;
-		e = cgr__rt.launch_host(cs, cgr__cuda_waite, w);
+		e = rt->launch_host(cs, cgr__cuda_waite, w);
 		if (e != cudaSuccess)
 			cgr__free(w->arena, w, sizeof(*w), 16);
 		return cgr__cu_ret(s->dev, e, "cudaLaunchHostFunc");
@@ -404,6 +446,7 @@ static int cgr__cuda_enqueue(cgr_stream *s, const struct cgr__sop *op)
 struct cgr__cu_rec {
 	cudaEvent_t ev;
 	int dev;
+	const struct cgr__cudart *rt;
 	_Atomic uint32_t refs;
 	cgr_stream *s;
 	struct cgr__arena *arena;
@@ -414,8 +457,8 @@ static void cgr__cu_rec_put(struct cgr__cu_rec *r)
 	if (r == NULL ||
 	    atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1)
 		return;
-	cgr__rt.set_device(r->dev);
-	cgr__rt.event_destroy(r->ev);
+	r->rt->set_device(r->dev);
+	r->rt->event_destroy(r->ev);
 	if (r->s != NULL)
 		cgr__stream_put(r->s);
 	cgr__free(r->arena, r, sizeof(*r), 16);
@@ -458,12 +501,14 @@ static int cgr__cuda_event_record(cgr_event *e, cgr_stream *s)
 		if (n == NULL)
 			ret = -ENOMEM;
 		else
-			ce = cgr__rt.event_create(&ev, cudaEventDisableTiming);
+			ce = cgr__rt_of(s->dev)->event_create(
+				&ev, cudaEventDisableTiming);
 		if (n != NULL && ce != cudaSuccess) {
 			cgr__free(s->dev->arena, n, sizeof(*n), 16);
 		} else if (n != NULL) {
 			n->ev = ev;
 			n->dev = s->dev->index;
+			n->rt = cgr__rt_of(s->dev);
 			atomic_init(&n->refs, 1);
 			n->s = NULL;
 			n->arena = s->dev->arena;
@@ -472,7 +517,7 @@ static int cgr__cuda_event_record(cgr_event *e, cgr_stream *s)
 		}
 	}
 	if (ret == 0 && ce == cudaSuccess)
-		ce = cgr__rt.event_record(r->ev, cs);
+		ce = r->rt->event_record(r->ev, cs);
 	if (ret == 0 && ce == cudaSuccess) {
 		cgr__stream_ref(s);
 		old = r->s;
@@ -496,7 +541,7 @@ static int cgr__cu_rec_query(struct cgr__cu_rec *r)
 
 	if (ret)
 		return ret;
-	ce = cgr__rt.event_query(r->ev);
+	ce = r->rt->event_query(r->ev);
 	if (ce == cudaErrorNotReady)
 		return 0;
 	if (ce == cudaSuccess)
@@ -524,7 +569,8 @@ static int cgr__cuda_stream_wait_event(cgr_stream *s, cgr_event *e)
 	if (r == NULL)
 		return 0; /* never recorded: nothing to wait for */
 	/* CUDA captures the event's current record, as cgr.h says. */
-	ce = cgr__rt.stream_wait_event(cgr__cu_stream(s), r->ev, 0);
+	ce = cgr__rt_of(s->dev)->stream_wait_event(cgr__cu_stream(s),
+							 r->ev, 0);
 	cgr__cu_rec_put(r);
 	return cgr__cu_ret(s->dev, ce, "cudaStreamWaitEvent");
 }

@@ -3,10 +3,9 @@
  * the device table and sticky errors, the public stream and event calls
  * (argument checks, then the backend's ops), and futures.
  *
- * The device table is process-wide only because struct cgr_ctx has no
- * slot for it yet (graph/ owns that struct).  It maps (context, index) to
- * a device and nothing else, so contexts never see each other's devices;
- * moving the list head into struct cgr_ctx changes cgr__device_get only.
+ * The device table lives in the context (ctx->devices, under ctx->lock):
+ * it maps an index to the context's device, so contexts never see each
+ * other's devices.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -14,9 +13,6 @@
 #include <time.h>
 
 #include "device/device.h"
-
-static pthread_mutex_t cgr__devtab_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct cgr__device *cgr__devtab;
 
 static const struct cgr__device_ops *cgr__backend(int index)
 {
@@ -54,20 +50,20 @@ int cgr__device_get(cgr_ctx *ctx, int index, struct cgr__device **out)
 	ops = cgr__backend(index);
 	if (ops == NULL) /* a CUDA index: no cuda backend in this build */
 		return index >= 0 ? -ENODEV : -EINVAL;
-	pthread_mutex_lock(&cgr__devtab_lock);
-	for (dev = cgr__devtab; dev != NULL; dev = dev->next)
+	pthread_mutex_lock(&ctx->lock);
+	for (dev = ctx->devices; dev != NULL; dev = dev->next)
 		if (dev->ctx == ctx && dev->index == index &&
 		    cgr__device_tryref(dev))
 			goto found;
-	dev = cgr__alloc(cgr__ctx_arena(ctx), sizeof(*dev), CGR_CACHELINE);
+	dev = cgr__alloc(&ctx->arena, sizeof(*dev), CGR_CACHELINE);
 	if (dev == NULL) {
 		ret = -ENOMEM;
 		goto found;
 	}
 	dev->ops = ops;
 	dev->ctx = ctx;
-	dev->arena = cgr__ctx_arena(ctx);
-	dev->log = cgr__ctx_logger(ctx);
+	dev->arena = &ctx->arena;
+	dev->log = &ctx->log;
 	dev->index = index;
 	atomic_init(&dev->err, 0);
 	atomic_init(&dev->refs, 1);
@@ -79,10 +75,10 @@ int cgr__device_get(cgr_ctx *ctx, int index, struct cgr__device **out)
 		goto found;
 	}
 	cgr__ctx_ref(ctx);
-	dev->next = cgr__devtab;
-	cgr__devtab = dev;
+	dev->next = ctx->devices;
+	ctx->devices = dev;
 found:
-	pthread_mutex_unlock(&cgr__devtab_lock);
+	pthread_mutex_unlock(&ctx->lock);
 	if (ret == 0)
 		*out = dev;
 	return ret;
@@ -96,14 +92,14 @@ void cgr__device_put(struct cgr__device *dev)
 	/* Acq_rel: the last holder sees every other holder's writes. */
 	if (atomic_fetch_sub_explicit(&dev->refs, 1, memory_order_acq_rel) != 1)
 		return;
-	pthread_mutex_lock(&cgr__devtab_lock);
-	for (pp = &cgr__devtab; *pp != NULL; pp = &(*pp)->next)
+	ctx = dev->ctx;
+	pthread_mutex_lock(&ctx->lock);
+	for (pp = &ctx->devices; *pp != NULL; pp = &(*pp)->next)
 		if (*pp == dev) {
 			*pp = dev->next;
 			break;
 		}
-	pthread_mutex_unlock(&cgr__devtab_lock);
-	ctx = dev->ctx;
+	pthread_mutex_unlock(&ctx->lock);
 	pthread_mutex_destroy(&dev->lock);
 	cgr__free(dev->arena, dev, sizeof(*dev), CGR_CACHELINE);
 	cgr__ctx_put(ctx);
@@ -285,12 +281,12 @@ int cgr_event_create(cgr_ctx *ctx, cgr_event **out)
 
 	if (ctx == NULL || out == NULL)
 		return -EINVAL;
-	e = cgr__alloc(cgr__ctx_arena(ctx), sizeof(*e), CGR_CACHELINE);
+	e = cgr__alloc(&ctx->arena, sizeof(*e), CGR_CACHELINE);
 	if (e == NULL)
 		return -ENOMEM;
 	cgr__ctx_ref(ctx);
 	e->ctx = ctx;
-	e->arena = cgr__ctx_arena(ctx);
+	e->arena = &ctx->arena;
 	atomic_flag_clear(&e->lock);
 	e->ops = NULL;
 	e->s = NULL;
@@ -385,7 +381,7 @@ int cgr__dfuture_create(cgr_ctx *ctx, cgr_stream *s,
 {
 	struct cgr__dfuture *df;
 
-	df = cgr__alloc(cgr__ctx_arena(ctx), sizeof(*df), CGR_CACHELINE);
+	df = cgr__alloc(&ctx->arena, sizeof(*df), CGR_CACHELINE);
 	if (df == NULL)
 		return -ENOMEM;
 	cgr__future_init(&df->f);
@@ -398,7 +394,7 @@ int cgr__dfuture_create(cgr_ctx *ctx, cgr_stream *s,
 		cgr__stream_ref(s);
 	cgr__ctx_ref(ctx);
 	df->ctx = ctx;
-	df->arena = cgr__ctx_arena(ctx);
+	df->arena = &ctx->arena;
 	*out = df;
 	return 0;
 }

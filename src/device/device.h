@@ -39,20 +39,8 @@
 #include "base/alloc.h"
 #include "base/base.h"
 #include "base/futex.h"
+#include "ctx/ctx.h"
 #include "future/future.h"
-
-/* ---- context access ------------------------------------------------ */
-
-/*
- * The context's arena and logger, and references that keep the context
- * (and so its arena) alive past cgr_ctx_destroy while device objects live.
- * Defined in device/ctxref.c: the one file of this layer that sees
- * struct cgr_ctx (graph/internal.h), so the rest stays below graph/.
- */
-struct cgr__arena *cgr__ctx_arena(cgr_ctx *ctx);
-const struct cgr__logger *cgr__ctx_logger(cgr_ctx *ctx);
-void cgr__ctx_ref(cgr_ctx *ctx);
-void cgr__ctx_put(cgr_ctx *ctx);
 
 /* ---- stream operations --------------------------------------------- */
 
@@ -161,11 +149,12 @@ struct cgr__device {
 	struct cgr__arena *arena;
 	const struct cgr__logger *log;
 	int index; /* CGR_DEVICE_SIM or a CUDA index */
+	const void *rt; /* the backend's per-context state (cuda: runtime) */
 	_Atomic int32_t err; /* sticky: 0 or the first failure's code */
 	_Atomic uint32_t refs; /* streams, events bound to it; 0: dying */
 	pthread_mutex_t lock; /* streams list (create/destroy/fail only) */
 	cgr_stream *streams;
-	struct cgr__device *next; /* device table (device.c) */
+	struct cgr__device *next; /* ctx->devices (device.c) */
 };
 
 /*

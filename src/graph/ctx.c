@@ -14,46 +14,10 @@
 
 #include "graph/internal.h"
 
-int cgr_ctx_create(const cgr_ctx_params *p, cgr_ctx **out)
+/* The context's hook: workers live as long as the context (an abandoned
+ * thread uses its struct until it exits). */
+static void release_workers(cgr_ctx *ctx)
 {
-	cgr_ctx_params prm;
-	cgr_ctx *ctx;
-	struct cgr__arena arena;
-	int ret;
-
-	if (out == NULL || (p != NULL && p->size < sizeof(size_t)))
-		return -EINVAL;
-	CGR__PARAMS_COPY(prm, p, ((cgr_ctx_params)CGR_CTX_PARAMS_INIT));
-	if (prm.flags & ~(unsigned)CGR_CTX_NO_IO_URING)
-		return -EINVAL;
-	ret = cgr__arena_init(&arena);
-	if (ret < 0)
-		return ret;
-	ctx = cgr__alloc(&arena, sizeof(*ctx), 64);
-	if (ctx == NULL) {
-		cgr__arena_fini(&arena);
-		return -ENOMEM;
-	}
-	/* The arena moves into the context: counters included. */
-	ctx->arena.index = arena.index;
-	ctx->arena.flags = arena.flags;
-	atomic_init(&ctx->arena.live_bytes,
-		    atomic_load(&arena.live_bytes));
-	atomic_init(&ctx->arena.live_blocks,
-		    atomic_load(&arena.live_blocks));
-	ctx->log.fn = prm.log_fn;
-	ctx->log.arg = prm.log_arg;
-	ctx->log.level = prm.log_level;
-	ctx->flags = prm.flags;
-	atomic_init(&ctx->refs, 1);
-	atomic_init(&ctx->uring_fallback_logged, false);
-	*out = ctx;
-	return 0;
-}
-
-static void cgr__ctx_free(cgr_ctx *ctx)
-{
-	struct cgr__arena arena = { 0 };
 	cgr_worker *w, *next;
 
 	for (w = ctx->workers; w != NULL; w = next) {
@@ -61,28 +25,6 @@ static void cgr__ctx_free(cgr_ctx *ctx)
 		cgr__strfree(&ctx->arena, w->name);
 		cgr__free(&ctx->arena, w, sizeof(*w), 64);
 	}
-	arena.index = ctx->arena.index;
-	arena.flags = ctx->arena.flags;
-	cgr__free(&ctx->arena, ctx, sizeof(*ctx), 64);
-	cgr__arena_fini(&arena);
-}
-
-void cgr__ctx_unref(cgr_ctx *ctx)
-{
-	/* Acq_rel: the last owner sees every other owner's writes. */
-	if (atomic_fetch_sub_explicit(&ctx->refs, 1, memory_order_acq_rel) == 1)
-		cgr__ctx_free(ctx);
-}
-
-int cgr_ctx_memory(const cgr_ctx *ctx, size_t *live_bytes, size_t *live_blocks)
-{
-	if (ctx == NULL)
-		return -EINVAL;
-	if (live_bytes != NULL)
-		*live_bytes = atomic_load(&ctx->arena.live_bytes);
-	if (live_blocks != NULL)
-		*live_blocks = atomic_load(&ctx->arena.live_blocks);
-	return 0;
 }
 
 void cgr_ctx_destroy(cgr_ctx *ctx)
@@ -96,7 +38,7 @@ void cgr_ctx_destroy(cgr_ctx *ctx)
 		cgr_compiled_destroy(ctx->compiled);
 	for (w = ctx->workers; w != NULL; w = w->next)
 		cgr_worker_destroy(w, 1000000000);
-	cgr__ctx_unref(ctx);
+	cgr__ctx_put(ctx);
 }
 
 /* ---- worker threads ----------------------------------------------- */
@@ -151,7 +93,7 @@ out_init:
 			cgr__reactor_fini(r);
 			cgr__free(&ctx->arena, r, sizeof(*r), 64);
 		}
-		cgr__ctx_unref(ctx);
+		cgr__ctx_put(ctx);
 		return NULL;
 	}
 	for (;;) {
@@ -179,7 +121,7 @@ out_init:
 	cgr__free(&ctx->arena, r, sizeof(*r), 64);
 	/* L2: the last touch of w; pairs with cgr_worker_destroy's wait. */
 	cgr__future_complete(&w->exited, w->exit_gen, 0);
-	cgr__ctx_unref(ctx);
+	cgr__ctx_put(ctx);
 	return NULL;
 }
 
@@ -255,6 +197,7 @@ int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 	}
 	w->next = ctx->workers;
 	ctx->workers = w;
+	ctx->release_workers = release_workers;
 	ctx->nworkers++;
 	*out = w;
 	return 0;

@@ -19,25 +19,12 @@
 #include "base/alloc.h"
 #include "base/base.h"
 #include "base/futex.h"
+#include "ctx/ctx.h"
 #include "future/future.h"
 #include "reactor/reactor.h"
 #include "ring/ring.h"
 
 /* ---- context and workers ------------------------------------------ */
-
-struct cgr_ctx {
-	struct cgr__logger log;
-	struct cgr__arena arena;
-	unsigned flags;
-	/* Driver-side references plus one per live worker thread: a worker
-	 * abandoned in a stuck task keeps the context alive until it exits. */
-	_Atomic uint32_t refs;
-	atomic_bool uring_fallback_logged;
-	struct cgr_worker *workers; /* every worker ever created */
-	struct cgr_compiled *compiled; /* live (not destroyed) graphs */
-	unsigned nworkers;
-	bool destroyed;
-};
 
 enum cgr__wcmd {
 	CGR__WCMD_IDLE = 0,
@@ -79,8 +66,6 @@ struct cgr_worker {
 	bool abandoned;			/* driver: left stuck in a task */
 	struct cgr_worker *next;
 };
-
-void cgr__ctx_unref(cgr_ctx *ctx);
 
 /* ---- graphs -------------------------------------------------------- */
 

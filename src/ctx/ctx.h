@@ -1,0 +1,91 @@
+/*
+ * ctx/ctx.h: the context (struct cgr_ctx behind cgr.h's cgr_ctx): what one
+ * process's use of cgr owns.  Every layer takes its logger, its arena and
+ * its references from here; nothing in cgr is process-wide.
+ *
+ * A context is freed when its last reference goes: the driver's (dropped
+ * by cgr_ctx_destroy) and one per object that may outlive it (a stream, an
+ * event, a future, a communicator, a compiled graph, a live worker
+ * thread), so an object released after cgr_ctx_destroy still has its
+ * arena.
+ *
+ * Layers above keep their per-context state in it without this layer
+ * knowing their types: the device table (device/), state created on first
+ * use with a destructor run at the last reference (cgr__ctx_state: the
+ * CUDA runtime, say), and the worker and compiled-graph lists of the graph
+ * layers (opaque pointers here).
+ *
+ * Threads: the driver thread creates and destroys; references, the locks
+ * and cgr__ctx_state may be used from any thread.
+ */
+#ifndef CGR_CTX_H
+#define CGR_CTX_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "base/alloc.h"
+#include "base/base.h"
+
+struct cgr__device;
+struct cgr_worker;
+struct cgr_compiled;
+
+/* Slots of per-context state owned by higher layers (cgr__ctx_state). */
+enum cgr__ctx_slot {
+	CGR__CTX_CUDART, /* device/cuda.c: the loaded CUDA runtime */
+	CGR__CTX_NSLOTS
+};
+
+struct cgr__ctx_ext {
+	void *p;
+	void (*fini)(cgr_ctx *ctx, void *p);
+};
+
+struct cgr_ctx {
+	struct cgr__logger log;
+	struct cgr__arena arena;
+	unsigned flags;
+	char *cudart_path; /* cgr_ctx_params.cudart_path, copied, or NULL */
+	/* The driver's reference plus one per object that may outlive
+	 * cgr_ctx_destroy (see the top of this file). */
+	_Atomic uint32_t refs;
+	atomic_bool uring_fallback_logged;
+	/* Guards devices (creation and removal; rare). */
+	pthread_mutex_t lock;
+	struct cgr__device *devices; /* device/device.c */
+	/* Guards ext: taken alone, never under lock (a backend's device
+	 * set-up, under lock, may create its state). */
+	pthread_mutex_t ext_lock;
+	struct cgr__ctx_ext ext[CGR__CTX_NSLOTS];
+
+	/* The graph layers' (graph/, exec/): driver thread only.  Workers
+	 * are freed with the context (release_workers), since an abandoned
+	 * worker thread uses its struct until it exits. */
+	struct cgr_worker *workers;	/* every worker ever created */
+	struct cgr_compiled *compiled;	/* live (not destroyed) graphs */
+	unsigned nworkers;
+	void (*release_workers)(cgr_ctx *ctx);
+	bool destroyed;
+};
+
+static inline void cgr__ctx_ref(cgr_ctx *ctx)
+{
+	/* Relaxed: the caller already holds a reference. */
+	atomic_fetch_add_explicit(&ctx->refs, 1, memory_order_relaxed);
+}
+
+/* Drops a reference; the last one frees the context. */
+void cgr__ctx_put(cgr_ctx *ctx);
+
+/*
+ * The state in slot `slot`, created by make(ctx, &p) on first use (under
+ * the context's lock, so exactly once); fini(ctx, p) runs when the context
+ * is freed.  Returns 0 or make's negative code (nothing is kept then, and
+ * the next call tries again).
+ */
+int cgr__ctx_state(cgr_ctx *ctx, int slot, int (*make)(cgr_ctx *, void **),
+		   void (*fini)(cgr_ctx *, void *), void **out);
+
+#endif
