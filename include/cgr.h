@@ -647,8 +647,11 @@ enum cgr_backend {
 /* Bytes of one element, 0 for an unknown dtype. */
 size_t cgr_dtype_size(cgr_dtype dt);
 
+/* The most ranks a communicator (and members a collective node) has. */
+#define CGR_MAX_RANKS 256
+
 /*
- * Creates a communicator of n ranks (at most 256).  members (may be NULL)
+ * Creates a communicator of n ranks (at most CGR_MAX_RANKS).  members (may be NULL)
  * binds rank i to worker members[i] (distinct, non-NULL); without members,
  * any n threads may drive the ranks (one thread per rank at a time).
  * CGR_BACKEND_AUTO picks CPU.  Returns 0, -EINVAL, -ENOMEM, -EOPNOTSUPP
@@ -785,7 +788,8 @@ enum cgr_overlap_mode {
 };
 
 /*
- * A collective node over n distinct workers; rank i is members[i].  Values
+ * A collective node over n distinct workers (at most CGR_MAX_RANKS); rank
+ * i is members[i].  Values
  * are CPU tensors (or bytes, taken as a 1-D uint8 tensor), NCCL's shapes:
  *  - allreduce, allgather, reducescatter, reduce, gather, alltoall: nin ==
  *    n, in[i] is rank i's contribution;  broadcast, scatter: nin == 1, the

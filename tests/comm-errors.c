@@ -1,6 +1,6 @@
 /*
  * tests/comm-errors.c: how the CPU communicator fails: mismatched count,
- * dtype, root, op, kind or meta on one rank fail the operation on every
+ * dtype, root, op or kind on one rank fail the operation on every
  * rank with CGR_EMISMATCH and a message naming the ranks and the field,
  * and the communicator keeps working; a poisoned descriptor (or bad
  * arguments, or a failed device) on one rank fails every rank with its
@@ -111,7 +111,7 @@ static void check_works(const char *after)
 
 /* ---- mismatches ---------------------------------------------------- */
 
-enum { MM_COUNT, MM_DTYPE, MM_ROOT, MM_OP, MM_KIND, MM_META };
+enum { MM_COUNT, MM_DTYPE, MM_ROOT, MM_OP, MM_KIND };
 
 static int mismatch(int r, void *arg)
 {
@@ -141,15 +141,6 @@ static int mismatch(int r, void *arg)
 					     NULL);
 		}
 	}
-	if (what == MM_META) {
-		struct cgr__coll_desc d = {
-			.kind = CGR__COLL_ALLREDUCE, .send = in, .recv = out,
-			.count = count, .dtype = dt, .op = op, .has_meta = true,
-		};
-		d.meta[0] = 7;
-		d.meta[5] = r == 3 ? 9 : 1;
-		return cgr__comm_coll(comm, r, &d, NULL, NULL);
-	}
 	if (what == MM_ROOT)
 		return cgr_reduce(comm, r, in, out, count, dt, op, root, NULL,
 				  NULL);
@@ -168,7 +159,6 @@ static void test_mismatch(void)
 		{ MM_ROOT, "root", "rank 0 root 1", "rank 2 root 3" },
 		{ MM_OP, "op", "rank 0 op sum", "rank 2 op max" },
 		{ MM_KIND, "kind", "rank 0 allreduce", "rank 2 broadcast" },
-		{ MM_META, "meta", "meta differs from rank 3", "byte 5" },
 	};
 	int ret[N];
 
@@ -192,7 +182,7 @@ static int poisoned(int r, void *arg)
 {
 	int32_t in[16] = { 0 }, out[16];
 	struct cgr__coll_desc d = {
-		.kind = CGR__COLL_ALLGATHER, .send = in, .recv = out,
+		.kind = CGR_COLL_ALLGATHER, .send = in, .recv = out,
 		.count = 4, .dtype = CGR_INT32,
 	};
 	(void)arg;
@@ -303,7 +293,7 @@ static int with_deadline(int r, void *arg)
 {
 	int32_t in[64] = { 0 }, out[64];
 	struct cgr__coll_desc d = {
-		.kind = CGR__COLL_ALLREDUCE, .send = in, .recv = out,
+		.kind = CGR_COLL_ALLREDUCE, .send = in, .recv = out,
 		.count = 64, .dtype = CGR_INT32,
 	};
 	(void)arg;

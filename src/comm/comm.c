@@ -1,67 +1,13 @@
 /*
  * comm/comm.c: the backend-independent half of communicators: creation,
  * the public collective and point-to-point calls (each fills a descriptor
- * and goes through cgr__comm_coll), argument checks, and names.
+ * and goes through cgr__comm_coll), and argument checks.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "comm/comm.h"
-
-#define CGR__MAX_RANKS 256
-
-size_t cgr_dtype_size(cgr_dtype dt)
-{
-	static const unsigned char sz[CGR_DTYPE_COUNT] = {
-		[CGR_INT8] = 1,	   [CGR_UINT8] = 1,    [CGR_INT16] = 2,
-		[CGR_UINT16] = 2,  [CGR_INT32] = 4,    [CGR_UINT32] = 4,
-		[CGR_INT64] = 8,   [CGR_UINT64] = 8,   [CGR_FLOAT16] = 2,
-		[CGR_BFLOAT16] = 2, [CGR_FLOAT32] = 4, [CGR_FLOAT64] = 8,
-	};
-
-	if ((int)dt < 0 || dt >= CGR_DTYPE_COUNT)
-		return 0;
-	return sz[dt];
-}
-
-const char *cgr__dtype_name(int dt)
-{
-	static const char *const names[CGR_DTYPE_COUNT] = {
-		"int8",	   "uint8",    "int16",	  "uint16",
-		"int32",   "uint32",   "int64",	  "uint64",
-		"float16", "bfloat16", "float32", "float64",
-	};
-
-	return dt >= 0 && dt < CGR_DTYPE_COUNT ? names[dt] : "?dtype";
-}
-
-const char *cgr__redop_name(int op)
-{
-	static const char *const names[CGR_REDOP_COUNT] = { "sum", "prod",
-							    "min", "max",
-							    "avg" };
-
-	return op >= 0 && op < CGR_REDOP_COUNT ? names[op] : "?op";
-}
-
-const char *cgr__coll_kind_name(int kind)
-{
-	static const char *const names[CGR__COLL_KIND_END] = {
-		[CGR__COLL_ALLREDUCE] = "allreduce",
-		[CGR__COLL_ALLGATHER] = "allgather",
-		[CGR__COLL_REDUCESCATTER] = "reducescatter",
-		[CGR__COLL_REDUCE] = "reduce",
-		[CGR__COLL_BROADCAST] = "broadcast",
-		[CGR__COLL_GATHER] = "gather",
-		[CGR__COLL_SCATTER] = "scatter",
-		[CGR__COLL_ALLTOALL] = "alltoall",
-		[CGR__COLL_SEND] = "send",
-		[CGR__COLL_RECV] = "recv",
-	};
-
-	return kind > 0 && kind < CGR__COLL_KIND_END ? names[kind] : "?op";
-}
 
 /* ---- communicators ------------------------------------------------- */
 
@@ -71,7 +17,7 @@ int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 	cgr_comm *c;
 	int ret;
 
-	if (ctx == NULL || out == NULL || n == 0 || n > CGR__MAX_RANKS)
+	if (ctx == NULL || out == NULL || n == 0 || n > CGR_MAX_RANKS)
 		return -EINVAL;
 	if (members != NULL)
 		for (size_t i = 0; i < n; i++) {
@@ -163,18 +109,6 @@ static bool cgr__inplace_ok(const void *a, size_t la, const void *b,
 	return a == at || !cgr__overlap(a, la, b, lb);
 }
 
-static bool cgr__rooted(int kind)
-{
-	return kind == CGR__COLL_REDUCE || kind == CGR__COLL_BROADCAST ||
-	       kind == CGR__COLL_GATHER || kind == CGR__COLL_SCATTER;
-}
-
-static bool cgr__reduction(int kind)
-{
-	return kind == CGR__COLL_ALLREDUCE ||
-	       kind == CGR__COLL_REDUCESCATTER || kind == CGR__COLL_REDUCE;
-}
-
 /*
  * Checks what only this rank can see.  Returns 0, or -EINVAL with why
  * filled in: the caller then poisons the operation so that every rank
@@ -193,12 +127,12 @@ static int cgr__desc_check(const cgr_comm *c, int rank,
 		snprintf(why, len, "unknown dtype %d", (int)d->dtype);
 		return -EINVAL;
 	}
-	if (cgr__reduction(d->kind) &&
+	if (cgr__coll_reduces(d->kind) &&
 	    ((int)d->op < 0 || d->op >= CGR_REDOP_COUNT)) {
 		snprintf(why, len, "unknown reduction op %d", (int)d->op);
 		return -EINVAL;
 	}
-	if (cgr__rooted(d->kind) && (d->root < 0 || d->root >= c->n)) {
+	if (cgr__coll_rooted(d->kind) && (d->root < 0 || d->root >= c->n)) {
 		snprintf(why, len, "root %d out of range [0, %d)", d->root,
 			 c->n);
 		return -EINVAL;
@@ -221,36 +155,36 @@ static int cgr__desc_check(const cgr_comm *c, int rank,
 		}                                     \
 	} while (0)
 	switch (d->kind) {
-	case CGR__COLL_ALLREDUCE:
+	case CGR_COLL_ALLREDUCE:
 		CGR__NEED(s && r, "NULL buffer");
 		CGR__NEED(cgr__inplace_ok(s, b, r, b, r),
 			  "send and recv overlap but are not in place");
 		break;
-	case CGR__COLL_ALLGATHER:
+	case CGR_COLL_ALLGATHER:
 		CGR__NEED(s && r, "NULL buffer");
 		CGR__NEED(cgr__inplace_ok(s, b, r, nb, r + (size_t)rank * b),
 			  "send overlaps recv but is not recv + rank * "
 			  "sendcount (in place)");
 		break;
-	case CGR__COLL_REDUCESCATTER:
+	case CGR_COLL_REDUCESCATTER:
 		CGR__NEED(s && r, "NULL buffer");
 		CGR__NEED(cgr__inplace_ok(r, b, s, nb, s + (size_t)rank * b),
 			  "recv overlaps send but is not send + rank * "
 			  "recvcount (in place)");
 		break;
-	case CGR__COLL_REDUCE:
+	case CGR_COLL_REDUCE:
 		CGR__NEED(s, "NULL send buffer");
 		CGR__NEED(!root || r, "NULL recv buffer on the root");
 		CGR__NEED(!root || cgr__inplace_ok(s, b, r, b, r),
 			  "send and recv overlap but are not in place");
 		break;
-	case CGR__COLL_BROADCAST:
+	case CGR_COLL_BROADCAST:
 		CGR__NEED(r, "NULL recv buffer");
 		CGR__NEED(!root || s, "NULL send buffer on the root");
 		CGR__NEED(!root || cgr__inplace_ok(s, b, r, b, r),
 			  "send and recv overlap but are not in place");
 		break;
-	case CGR__COLL_GATHER:
+	case CGR_COLL_GATHER:
 		CGR__NEED(s, "NULL send buffer");
 		CGR__NEED(!root || r, "NULL recv buffer on the root");
 		CGR__NEED(!root || cgr__inplace_ok(s, b, r, nb,
@@ -258,7 +192,7 @@ static int cgr__desc_check(const cgr_comm *c, int rank,
 			  "send overlaps recv but is not recv + root * "
 			  "sendcount (in place)");
 		break;
-	case CGR__COLL_SCATTER:
+	case CGR_COLL_SCATTER:
 		CGR__NEED(r, "NULL recv buffer");
 		CGR__NEED(!root || s, "NULL send buffer on the root");
 		CGR__NEED(!root || cgr__inplace_ok(r, b, s, nb,
@@ -266,7 +200,7 @@ static int cgr__desc_check(const cgr_comm *c, int rank,
 			  "recv overlaps send but is not send + root * "
 			  "recvcount (in place)");
 		break;
-	case CGR__COLL_ALLTOALL:
+	case CGR_COLL_ALLTOALL:
 		CGR__NEED(s && r, "NULL buffer");
 		CGR__NEED(!cgr__overlap(s, nb, r, nb),
 			  "send and recv overlap (alltoall is never in place)");
@@ -296,28 +230,28 @@ int cgr__comm_coll(cgr_comm *c, int rank, const struct cgr__coll_desc *d,
 	if (c == NULL || d == NULL || rank < 0 || rank >= c->n)
 		return -EINVAL;
 	switch (d->kind) {
-	case CGR__COLL_ALLREDUCE:
+	case CGR_COLL_ALLREDUCE:
 		fn = c->ops->allreduce;
 		break;
-	case CGR__COLL_ALLGATHER:
+	case CGR_COLL_ALLGATHER:
 		fn = c->ops->allgather;
 		break;
-	case CGR__COLL_REDUCESCATTER:
+	case CGR_COLL_REDUCESCATTER:
 		fn = c->ops->reducescatter;
 		break;
-	case CGR__COLL_REDUCE:
+	case CGR_COLL_REDUCE:
 		fn = c->ops->reduce;
 		break;
-	case CGR__COLL_BROADCAST:
+	case CGR_COLL_BROADCAST:
 		fn = c->ops->broadcast;
 		break;
-	case CGR__COLL_GATHER:
+	case CGR_COLL_GATHER:
 		fn = c->ops->gather;
 		break;
-	case CGR__COLL_SCATTER:
+	case CGR_COLL_SCATTER:
 		fn = c->ops->scatter;
 		break;
-	case CGR__COLL_ALLTOALL:
+	case CGR_COLL_ALLTOALL:
 		fn = c->ops->alltoall;
 		break;
 	case CGR__COLL_SEND:
@@ -360,7 +294,7 @@ int cgr_allreduce(cgr_comm *c, int rank, const void *send, void *recv,
 		  cgr_future **out)
 {
 	struct cgr__coll_desc d =
-		CGR__DESC(CGR__COLL_ALLREDUCE, send, recv, count, dt, op, 0);
+		CGR__DESC(CGR_COLL_ALLREDUCE, send, recv, count, dt, op, 0);
 	return cgr__comm_coll(c, rank, &d, s, out);
 }
 
@@ -368,7 +302,7 @@ int cgr_allgather(cgr_comm *c, int rank, const void *send, void *recv,
 		  size_t sendcount, cgr_dtype dt, cgr_stream *s,
 		  cgr_future **out)
 {
-	struct cgr__coll_desc d = CGR__DESC(CGR__COLL_ALLGATHER, send, recv,
+	struct cgr__coll_desc d = CGR__DESC(CGR_COLL_ALLGATHER, send, recv,
 					    sendcount, dt, CGR_SUM, 0);
 	return cgr__comm_coll(c, rank, &d, s, out);
 }
@@ -377,7 +311,7 @@ int cgr_reducescatter(cgr_comm *c, int rank, const void *send, void *recv,
 		      size_t recvcount, cgr_dtype dt, cgr_redop op,
 		      cgr_stream *s, cgr_future **out)
 {
-	struct cgr__coll_desc d = CGR__DESC(CGR__COLL_REDUCESCATTER, send,
+	struct cgr__coll_desc d = CGR__DESC(CGR_COLL_REDUCESCATTER, send,
 					    recv, recvcount, dt, op, 0);
 	return cgr__comm_coll(c, rank, &d, s, out);
 }
@@ -387,7 +321,7 @@ int cgr_reduce(cgr_comm *c, int rank, const void *send, void *recv,
 	       cgr_stream *s, cgr_future **out)
 {
 	struct cgr__coll_desc d =
-		CGR__DESC(CGR__COLL_REDUCE, send, recv, count, dt, op, root);
+		CGR__DESC(CGR_COLL_REDUCE, send, recv, count, dt, op, root);
 	return cgr__comm_coll(c, rank, &d, s, out);
 }
 
@@ -395,7 +329,7 @@ int cgr_broadcast(cgr_comm *c, int rank, const void *send, void *recv,
 		  size_t count, cgr_dtype dt, int root, cgr_stream *s,
 		  cgr_future **out)
 {
-	struct cgr__coll_desc d = CGR__DESC(CGR__COLL_BROADCAST, send, recv,
+	struct cgr__coll_desc d = CGR__DESC(CGR_COLL_BROADCAST, send, recv,
 					    count, dt, CGR_SUM, root);
 	return cgr__comm_coll(c, rank, &d, s, out);
 }
@@ -404,7 +338,7 @@ int cgr_gather(cgr_comm *c, int rank, const void *send, void *recv,
 	       size_t sendcount, cgr_dtype dt, int root, cgr_stream *s,
 	       cgr_future **out)
 {
-	struct cgr__coll_desc d = CGR__DESC(CGR__COLL_GATHER, send, recv,
+	struct cgr__coll_desc d = CGR__DESC(CGR_COLL_GATHER, send, recv,
 					    sendcount, dt, CGR_SUM, root);
 	return cgr__comm_coll(c, rank, &d, s, out);
 }
@@ -413,7 +347,7 @@ int cgr_scatter(cgr_comm *c, int rank, const void *send, void *recv,
 		size_t recvcount, cgr_dtype dt, int root, cgr_stream *s,
 		cgr_future **out)
 {
-	struct cgr__coll_desc d = CGR__DESC(CGR__COLL_SCATTER, send, recv,
+	struct cgr__coll_desc d = CGR__DESC(CGR_COLL_SCATTER, send, recv,
 					    recvcount, dt, CGR_SUM, root);
 	return cgr__comm_coll(c, rank, &d, s, out);
 }
@@ -421,7 +355,7 @@ int cgr_scatter(cgr_comm *c, int rank, const void *send, void *recv,
 int cgr_alltoall(cgr_comm *c, int rank, const void *send, void *recv,
 		 size_t count, cgr_dtype dt, cgr_stream *s, cgr_future **out)
 {
-	struct cgr__coll_desc d = CGR__DESC(CGR__COLL_ALLTOALL, send, recv,
+	struct cgr__coll_desc d = CGR__DESC(CGR_COLL_ALLTOALL, send, recv,
 					    count, dt, CGR_SUM, 0);
 	return cgr__comm_coll(c, rank, &d, s, out);
 }

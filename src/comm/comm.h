@@ -1,21 +1,24 @@
 /*
  * comm/comm.h: communicators: the one interface every backend implements
- * (struct cgr__comm_ops), and the descriptor-based entry point the graph
- * layer uses (cgr__comm_coll).
+ * (struct cgr__comm_ops), and the descriptor-based entry point behind the
+ * public calls (cgr__comm_coll).
  *
  * Every operation of a rank, collective or point to point, is described by
  * a struct cgr__coll_desc.  The public calls of cgr.h (cgr_allreduce, ...,
- * cgr_send, cgr_recv) only fill one in and call cgr__comm_coll; the graph
- * layer calls cgr__comm_coll directly when it needs what the public calls
- * cannot say: the 64-byte `meta` blob the ranks must agree on (a tensor's
- * shape, say), a `poison` (this rank has no valid data: an upstream task
- * failed), or a deadline.
+ * cgr_send, cgr_recv) only fill one in and call cgr__comm_coll, which
+ * checks it and dispatches to the backend.  Two fields the public calls
+ * cannot set: a `poison` (this rank has no valid data; cgr__comm_coll sets
+ * it for arguments only this rank can see are invalid, a backend for a
+ * stream whose device failed) and a deadline.  The graph's collective
+ * nodes agree on shapes and error values among themselves first (exec/,
+ * over host memory, also for backends that cannot agree by themselves)
+ * and then use the public calls.
  *
  * Agreement: before any data moves, every rank posts its descriptor and
  * reads everybody else's.  If a rank is poisoned, the operation fails on
  * every rank with the poison code of the lowest poisoned rank; otherwise
- * if kind, count, dtype, op (reductions), root (rooted collectives) or
- * meta differ, it fails on every rank with CGR_EMISMATCH.  Either way
+ * if kind, count, dtype, op (reductions) or root (rooted collectives)
+ * differ, it fails on every rank with CGR_EMISMATCH.  Either way
  * cgr_comm_errmsg names the ranks and what differed, e.g.
  * "allreduce #12: rank 0 count 100, rank 2 count 99", and the communicator
  * stays usable for the next operation.  Point-to-point pairs agree on
@@ -35,23 +38,8 @@
 #include <stdint.h>
 
 #include "base/base.h"
+#include "comm/kinds.h"
 #include "device/device.h"
-
-enum cgr__coll_kind {
-	CGR__COLL_ALLREDUCE = 1,
-	CGR__COLL_ALLGATHER,
-	CGR__COLL_REDUCESCATTER,
-	CGR__COLL_REDUCE,
-	CGR__COLL_BROADCAST,
-	CGR__COLL_GATHER,
-	CGR__COLL_SCATTER,
-	CGR__COLL_ALLTOALL,
-	CGR__COLL_SEND,
-	CGR__COLL_RECV,
-	CGR__COLL_KIND_END
-};
-
-#define CGR__COLL_META 64
 
 /*
  * One rank's operation.  Fields mean what the matching public call's
@@ -60,7 +48,7 @@ enum cgr__coll_kind {
  * `recv` the receive buffer, `root` the peer.
  */
 struct cgr__coll_desc {
-	int kind;		/* enum cgr__coll_kind */
+	int kind;		/* enum cgr_coll_kind, CGR__COLL_SEND/RECV */
 	const void *send;
 	void *recv;
 	size_t count;
@@ -77,12 +65,10 @@ struct cgr__coll_desc {
 	 * nobody's buffers are touched. */
 	int poison;
 	const char *poison_msg; /* copied (up to 127 bytes); may be NULL */
-	bool has_meta;		/* compare meta too */
-	unsigned char meta[CGR__COLL_META];
 };
 
 /*
- * The graph layer's entry point: rank `rank` of c issues operation *d,
+ * The entry point of every operation: rank `rank` of c issues operation *d,
  * copied before return.  Stream ordering, futures and groups behave as in
  * the public calls: on stream s (NULL: run on the calling thread and
  * return the operation's result), *out (may be NULL) receives a future;
@@ -92,11 +78,6 @@ struct cgr__coll_desc {
  */
 int cgr__comm_coll(cgr_comm *c, int rank, const struct cgr__coll_desc *d,
 		   cgr_stream *s, cgr_future **out);
-
-/* Names used in messages ("allreduce", "float16", "sum"). */
-const char *cgr__coll_kind_name(int kind);
-const char *cgr__dtype_name(int dt);
-const char *cgr__redop_name(int op);
 
 /* ---- the backend interface ------------------------------------------ */
 

@@ -97,11 +97,9 @@
 struct cgr__cdesc {
 	int32_t kind, dtype, op, root;
 	int32_t poison;
-	bool has_meta;
 	size_t count;
 	const void *send;
 	void *recv;
-	unsigned char meta[CGR__COLL_META];
 	char msg[CGR__MSG];
 };
 
@@ -114,21 +112,20 @@ struct cgr__rpub {
 
 /*
  * A rank's latency line for collective #k, at k % 2: the compact
- * descriptor, then (unless CGR__FAST_SLOW) meta if any and what the rank
- * stages, all written before `seq` = k (release).  For a small payload the
+ * descriptor, then (unless CGR__FAST_SLOW) what the rank stages, all
+ * written before `seq` = k (release).  For a small payload the
  * whole line is one cache line: one transfer per peer.
  */
-#define CGR__FAST_META 1u /* meta follows in data[] */
 #define CGR__FAST_SLOW 2u /* this rank takes the full path */
 #define CGR__FAST_HEAD 24
 #define CGR__FAST_SIZE                                                      \
-	((CGR__FAST_HEAD + CGR__COLL_META + CGR__FAST + CGR_CACHELINE - 1) / \
+	((CGR__FAST_HEAD + CGR__FAST + CGR_CACHELINE - 1) / \
 	 CGR_CACHELINE * CGR_CACHELINE)
 
 struct cgr__fast {
 	_Atomic uint64_t seq;
 	/* The agreed fields: op and root are 0 where they are not compared,
-	 * so equal heads mean agreement (given equal meta). */
+	 * so equal heads mean agreement. */
 	uint64_t count;
 	uint8_t kind, dtype, op, flags;
 	int32_t root;
@@ -435,18 +432,6 @@ static int cgr__stage_wait(struct cgr__wctx *w, uint64_t target, int only,
 
 /* ---- collectives --------------------------------------------------- */
 
-static bool cgr__is_reduction(int kind)
-{
-	return kind == CGR__COLL_ALLREDUCE ||
-	       kind == CGR__COLL_REDUCESCATTER || kind == CGR__COLL_REDUCE;
-}
-
-static bool cgr__is_rooted(int kind)
-{
-	return kind == CGR__COLL_REDUCE || kind == CGR__COLL_BROADCAST ||
-	       kind == CGR__COLL_GATHER || kind == CGR__COLL_SCATTER;
-}
-
 /* Appends ", rank j <field>" for every rank whose field differs from
  * rank 0's, after "rank 0 <field>". */
 #define CGR__DIFF(field, fmtv)                                              \
@@ -533,30 +518,10 @@ static int cgr__agree(struct cgr__wctx *w, uint64_t k)
 	name = cgr__coll_kind_name(D(0)->kind);
 	CGR__DIFF(count, cgr__fmt_u);
 	CGR__DIFF(dtype, cgr__fmt_dt);
-	if (cgr__is_reduction(D(0)->kind))
+	if (cgr__coll_reduces(D(0)->kind))
 		CGR__DIFF(op, cgr__fmt_op);
-	if (cgr__is_rooted(D(0)->kind))
+	if (cgr__coll_rooted(D(0)->kind))
 		CGR__DIFF(root, cgr__fmt_i);
-	for (int j = 1; j < n; j++) {
-		if (D(j)->has_meta == D(0)->has_meta &&
-		    (!D(0)->has_meta ||
-		     memcmp(D(j)->meta, D(0)->meta, CGR__COLL_META) == 0))
-			continue;
-		if (D(j)->has_meta != D(0)->has_meta)
-			return cgr__fail(w, CGR_EMISMATCH,
-					 "%s #%llu: rank 0 %s meta, rank %d "
-					 "%s",
-					 name, (unsigned long long)k,
-					 D(0)->has_meta ? "has" : "has no", j,
-					 D(j)->has_meta ? "has" : "has none");
-		for (o = 0; D(j)->meta[o] == D(0)->meta[o]; o++)
-			;
-		return cgr__fail(w, CGR_EMISMATCH,
-				 "%s #%llu: rank 0 meta differs from rank %d "
-				 "(first at byte %d: %u vs %u)",
-				 name, (unsigned long long)k, j, o,
-				 D(0)->meta[o], D(j)->meta[o]);
-	}
 #undef D
 	return 0;
 }
@@ -600,20 +565,20 @@ static bool cgr__eager(const struct cgr__coll_desc *d, int n, int rank,
 	*src = d->send;
 	*len = b;
 	switch (d->kind) {
-	case CGR__COLL_ALLREDUCE:
-	case CGR__COLL_REDUCE:
-	case CGR__COLL_ALLGATHER:
-	case CGR__COLL_GATHER:
+	case CGR_COLL_ALLREDUCE:
+	case CGR_COLL_REDUCE:
+	case CGR_COLL_ALLGATHER:
+	case CGR_COLL_GATHER:
 		return b <= CGR__EAGER;
-	case CGR__COLL_BROADCAST:
+	case CGR_COLL_BROADCAST:
 		if (rank != d->root)
 			*len = 0;
 		return b <= CGR__EAGER;
-	case CGR__COLL_SCATTER:
+	case CGR_COLL_SCATTER:
 		*len = rank == d->root ? nb : 0;
 		return nb <= CGR__EAGER;
-	case CGR__COLL_REDUCESCATTER:
-	case CGR__COLL_ALLTOALL:
+	case CGR_COLL_REDUCESCATTER:
+	case CGR_COLL_ALLTOALL:
 		*len = nb;
 		return nb <= CGR__EAGER;
 	default:
@@ -635,42 +600,42 @@ static void cgr__move_staged(int kind, int n, int r, int root, size_t count,
 			     void *recv, const unsigned char *const *e)
 {
 	const unsigned char *mine = own;
-	const void *srcs[256];
+	const void *srcs[CGR_MAX_RANKS];
 	size_t b = count * cgr_dtype_size(dt);
 	char *rb = recv;
 
 	switch (kind) {
-	case CGR__COLL_ALLREDUCE:
-	case CGR__COLL_REDUCESCATTER:
+	case CGR_COLL_ALLREDUCE:
+	case CGR_COLL_REDUCESCATTER:
 		for (int j = 0; j < n; j++)
-			srcs[j] = e[j] + (kind == CGR__COLL_ALLREDUCE ?
+			srcs[j] = e[j] + (kind == CGR_COLL_ALLREDUCE ?
 						  0 :
 						  (size_t)r * b);
 		cgr__reduce(rb, srcs, n, count, dt, op, n);
 		break;
-	case CGR__COLL_REDUCE:
+	case CGR_COLL_REDUCE:
 		if (r != root)
 			break;
 		for (int j = 0; j < n; j++)
 			srcs[j] = e[j];
 		cgr__reduce(rb, srcs, n, count, dt, op, n);
 		break;
-	case CGR__COLL_GATHER:
+	case CGR_COLL_GATHER:
 		if (r != root)
 			break;
 		/* fall through */
-	case CGR__COLL_ALLGATHER:
+	case CGR_COLL_ALLGATHER:
 		for (int j = 0; j < n; j++)
 			cgr__copy(rb + (size_t)j * b, j == r ? mine : e[j],
 				  b);
 		break;
-	case CGR__COLL_BROADCAST:
+	case CGR_COLL_BROADCAST:
 		cgr__copy(rb, r == root ? mine : e[root], b);
 		break;
-	case CGR__COLL_SCATTER:
+	case CGR_COLL_SCATTER:
 		cgr__copy(rb, (r == root ? mine : e[root]) + (size_t)r * b, b);
 		break;
-	case CGR__COLL_ALLTOALL:
+	case CGR_COLL_ALLTOALL:
 		for (int j = 0; j < n; j++)
 			cgr__copy(rb + (size_t)j * b,
 				  (j == r ? mine : e[j]) + (size_t)r * b, b);
@@ -685,7 +650,7 @@ static void cgr__move_eager(struct cgr__wctx *w, uint64_t k)
 {
 	struct cgr__cpu *c = w->c;
 	const struct cgr__cdesc *me = &c->pub[w->rank].d[k & 1];
-	const unsigned char *e[256];
+	const unsigned char *e[CGR_MAX_RANKS];
 	int n = c->base.n;
 
 	for (int j = 0; j < n; j++)
@@ -700,7 +665,7 @@ static int cgr__move(struct cgr__wctx *w, uint64_t k)
 {
 	struct cgr__cpu *c = w->c;
 	const struct cgr__cdesc *me = &c->pub[w->rank].d[k & 1];
-	const void *srcs[256];
+	const void *srcs[CGR_MAX_RANKS];
 	const char *name = cgr__coll_kind_name(me->kind);
 	int n = c->base.n, r = w->rank, root = me->root, ns = 0;
 	size_t es = cgr_dtype_size(me->dtype), cnt = me->count, b = cnt * es;
@@ -717,7 +682,7 @@ static int cgr__move(struct cgr__wctx *w, uint64_t k)
 				 "%s #%llu: aborted", name,
 				 (unsigned long long)k);
 	switch (me->kind) {
-	case CGR__COLL_ALLREDUCE:
+	case CGR_COLL_ALLREDUCE:
 		/* Block by block, so that each reduced block is pushed to
 		 * the peers while it is still in cache. */
 		cgr__chunk(cnt, es, n, r, &off, &len);
@@ -738,14 +703,14 @@ static int cgr__move(struct cgr__wctx *w, uint64_t k)
 						  m * es);
 		}
 		break;
-	case CGR__COLL_REDUCESCATTER:
+	case CGR_COLL_REDUCESCATTER:
 		srcs[ns++] = S(r) + (size_t)r * b;
 		for (int j = 0; j < n; j++)
 			if (j != r)
 				srcs[ns++] = S(j) + (size_t)r * b;
 		cgr__reduce(R(r), srcs, ns, cnt, me->dtype, me->op, n);
 		break;
-	case CGR__COLL_REDUCE:
+	case CGR_COLL_REDUCE:
 		cgr__chunk(cnt, es, n, r, &off, &len);
 		if (len == 0)
 			break;
@@ -756,23 +721,23 @@ static int cgr__move(struct cgr__wctx *w, uint64_t k)
 		cgr__reduce(R(root) + off * es, srcs, ns, len, me->dtype,
 			    me->op, n);
 		break;
-	case CGR__COLL_ALLGATHER:
+	case CGR_COLL_ALLGATHER:
 		for (int j = 0; j < n; j++)
 			cgr__copy(R(j) + (size_t)r * b, S(r), b);
 		break;
-	case CGR__COLL_BROADCAST:
+	case CGR_COLL_BROADCAST:
 		cgr__copy(R(r), S(root), b);
 		wait_for = r == root ? -1 : -2;
 		break;
-	case CGR__COLL_GATHER:
+	case CGR_COLL_GATHER:
 		cgr__copy(R(root) + (size_t)r * b, S(r), b);
 		wait_for = r == root ? -1 : -2;
 		break;
-	case CGR__COLL_SCATTER:
+	case CGR_COLL_SCATTER:
 		cgr__copy(R(r), S(root) + (size_t)r * b, b);
 		wait_for = r == root ? -1 : -2;
 		break;
-	case CGR__COLL_ALLTOALL:
+	case CGR_COLL_ALLTOALL:
 		for (int j = 0; j < n; j++)
 			cgr__copy(R(r) + (size_t)j * b, S(j) + (size_t)r * b,
 				  b);
@@ -845,7 +810,7 @@ static bool cgr__fast_post(struct cgr__cpu *c, int r, uint64_t k,
 			   const struct cgr__coll_desc *d)
 {
 	struct cgr__fast *f = cgr__fast_of(c, r, k);
-	size_t mlen = d->has_meta ? CGR__COLL_META : 0, len;
+	size_t len;
 	const void *src;
 	bool ok;
 
@@ -854,7 +819,7 @@ static bool cgr__fast_post(struct cgr__cpu *c, int r, uint64_t k,
 	 * one, the others nothing. */
 	ok = d->poison == 0 && cgr__eager(d, c->base.n, r, &src, &len) &&
 	     d->count * cgr_dtype_size(d->dtype) *
-			     (d->kind == CGR__COLL_SCATTER ?
+			     (d->kind == CGR_COLL_SCATTER ?
 				      (size_t)c->base.n :
 				      1) <=
 		     CGR__FAST &&
@@ -862,16 +827,11 @@ static bool cgr__fast_post(struct cgr__cpu *c, int r, uint64_t k,
 	f->count = d->count;
 	f->kind = (uint8_t)d->kind;
 	f->dtype = (uint8_t)d->dtype;
-	f->op = cgr__is_reduction(d->kind) ? (uint8_t)d->op : 0;
-	f->root = cgr__is_rooted(d->kind) ? d->root : 0;
-	f->flags = (uint8_t)((d->has_meta ? CGR__FAST_META : 0) |
-			     (ok ? 0 : CGR__FAST_SLOW));
-	if (ok) {
-		if (mlen)
-			memcpy(f->data, d->meta, mlen);
-		if (len)
-			memcpy(f->data + mlen, src, len);
-	}
+	f->op = cgr__coll_reduces(d->kind) ? (uint8_t)d->op : 0;
+	f->root = cgr__coll_rooted(d->kind) ? d->root : 0;
+	f->flags = ok ? 0 : CGR__FAST_SLOW;
+	if (ok && len)
+		memcpy(f->data, src, len);
 	/* F0: release: the line; pairs with F1.  The caller rings the bell
 	 * (see cgr__coll). */
 	atomic_store_explicit(&f->seq, k, memory_order_release);
@@ -893,9 +853,6 @@ static bool cgr__fast_agree(struct cgr__cpu *c, int r, uint64_t k)
 		    f->dtype != me->dtype || f->op != me->op ||
 		    f->root != me->root || f->flags != me->flags)
 			return false;
-		if ((me->flags & CGR__FAST_META) && j != r &&
-		    memcmp(f->data, me->data, CGR__COLL_META) != 0)
-			return false;
 	}
 	return true;
 }
@@ -904,12 +861,11 @@ static bool cgr__fast_agree(struct cgr__cpu *c, int r, uint64_t k)
 static void cgr__fast_move(struct cgr__cpu *c, int r, uint64_t k,
 			   const struct cgr__coll_desc *d)
 {
-	const unsigned char *e[256];
-	size_t mlen = d->has_meta ? CGR__COLL_META : 0;
+	const unsigned char *e[CGR_MAX_RANKS];
 	int n = c->base.n;
 
 	for (int j = 0; j < n; j++)
-		e[j] = cgr__fast_of(c, j, k)->data + mlen;
+		e[j] = cgr__fast_of(c, j, k)->data;
 	cgr__move_staged(d->kind, n, r, d->root, d->count, d->dtype, d->op,
 			 d->send, d->recv, e);
 }
@@ -982,9 +938,6 @@ static int cgr__coll(struct cgr__wctx *w, const struct cgr__coll_desc *d)
 	me->send = d->send;
 	me->recv = d->recv;
 	me->poison = d->poison;
-	me->has_meta = d->has_meta;
-	if (d->has_meta)
-		memcpy(me->meta, d->meta, CGR__COLL_META);
 	snprintf(me->msg, sizeof(me->msg), "%s",
 		 d->poison && d->poison_msg ? d->poison_msg : "");
 	if (d->poison == 0 && d->count != 0 &&

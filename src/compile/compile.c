@@ -1180,10 +1180,8 @@ static void cgr__kn_finish(struct cgr__kn *k, size_t q, size_t j)
 {
 	const struct cgr__coll_rt *cr = k->coll[k->base[q] + j];
 	/* Else only what the data needs is proven. */
-	bool rooted = !cr->joins_all && (cr->kind == CGR_COLL_BROADCAST ||
-					 cr->kind == CGR_COLL_SCATTER);
-	bool at_root = !cr->joins_all && (cr->kind == CGR_COLL_REDUCE ||
-					  cr->kind == CGR_COLL_GATHER);
+	bool rooted = !cr->joins_all && cgr__coll_in_at_root(cr->kind);
+	bool at_root = !cr->joins_all && cgr__coll_out_at_root(cr->kind);
 
 	if ((!rooted || cr->rank != cr->root) &&
 	    (!at_root || cr->rank == cr->root))

@@ -94,45 +94,6 @@ void cgr__coll_board_init(struct cgr__coll_board *b, size_t n, size_t k,
 	}
 }
 
-/* ---- dtypes ------------------------------------------------------- */
-
-/* DLPack's (code, bits) of each cgr_dtype, both ways. */
-static const struct {
-	uint8_t code, bits;
-} cgr__dl_map[CGR_DTYPE_COUNT] = {
-	[CGR_INT8] = { kDLInt, 8 },	  [CGR_UINT8] = { kDLUInt, 8 },
-	[CGR_INT16] = { kDLInt, 16 },	  [CGR_UINT16] = { kDLUInt, 16 },
-	[CGR_INT32] = { kDLInt, 32 },	  [CGR_UINT32] = { kDLUInt, 32 },
-	[CGR_INT64] = { kDLInt, 64 },	  [CGR_UINT64] = { kDLUInt, 64 },
-	[CGR_FLOAT16] = { kDLFloat, 16 }, [CGR_BFLOAT16] = { kDLBfloat, 16 },
-	[CGR_FLOAT32] = { kDLFloat, 32 }, [CGR_FLOAT64] = { kDLFloat, 64 },
-};
-
-/* The cgr_dtype of a DLPack type, or -1. */
-static int cgr__dl_dtype(DLDataType t)
-{
-	for (int dt = 0; dt < CGR_DTYPE_COUNT && t.lanes == 1; dt++)
-		if (cgr__dl_map[dt].bits == t.bits &&
-		    cgr__dl_map[dt].code == t.code && t.bits != 0)
-			return dt;
-	return -1;
-}
-
-static DLDataType cgr__to_dl(int dt)
-{
-	DLDataType t = { cgr__dl_map[dt].code, cgr__dl_map[dt].bits, 1 };
-	return t;
-}
-
-static const char *cgr__dtype_name(int dt)
-{
-	static const char *const n[CGR_DTYPE_COUNT] = {
-		"int8",	  "uint8",  "int16",   "uint16",   "int32",	  "uint32",
-		"int64",  "uint64", "float16", "bfloat16", "float32", "float64",
-	};
-	return dt >= 0 && dt < CGR_DTYPE_COUNT ? n[dt] : "?";
-}
-
 /* ---- describing and comparing ------------------------------------- */
 
 static void cgr__describe(struct cgr__agree *a, const cgr_value *v, bool has)
@@ -155,7 +116,9 @@ static void cgr__describe(struct cgr__agree *a, const cgr_value *v, bool has)
 		a->shape[0] = (int64_t)v->u.bytes.len;
 		break;
 	case CGR_VALUE_TENSOR:
-		a->dtype = cgr__dl_dtype(v->u.tensor.dtype);
+		a->dtype = cgr__dtype_of_dl(v->u.tensor.dtype.code,
+					    v->u.tensor.dtype.bits,
+					    v->u.tensor.dtype.lanes);
 		a->ndim = v->u.tensor.ndim;
 		for (int i = 0; i < a->ndim; i++)
 			a->shape[i] = v->u.tensor.shape[i];
@@ -204,9 +167,7 @@ struct cgr__verdict {
 
 static bool cgr__has_input(int kind, int rank, int root)
 {
-	if (kind == CGR_COLL_BROADCAST || kind == CGR_COLL_SCATTER)
-		return rank == root;
-	return true;
+	return !cgr__coll_in_at_root(kind) || rank == root;
 }
 
 /*
@@ -474,11 +435,9 @@ static void cgr__set_out(struct cgr__slot_hdr *oh, const struct cgr__verdict *v)
 		oh->ndim = 0;
 		return;
 	}
-	DLDataType dl = cgr__to_dl(v->out.dtype);
 	oh->kind = CGR_VALUE_TENSOR;
 	oh->ndim = v->out.ndim;
-	oh->dt_code = dl.code;
-	oh->dt_bits = dl.bits;
+	cgr__dtype_to_dl(v->out.dtype, &oh->dt_code, &oh->dt_bits);
 	oh->dt_lanes = 1;
 	oh->dev_type = kDLCPU;
 	oh->dev_id = 0;

@@ -266,12 +266,7 @@ const char *cgr_node_name(const cgr_node *n)
 
 const char *cgr__coll_name(int kind)
 {
-	static const char *const names[] = {
-		"task",	     "allreduce", "allgather", "reducescatter",
-		"reduce",    "broadcast", "gather",	   "scatter",
-		"alltoall",
-	};
-	return kind >= 0 && kind <= CGR_COLL_ALLTOALL ? names[kind] : "?";
+	return kind == 0 ? "task" : cgr__coll_kind_name(kind);
 }
 
 int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
@@ -287,21 +282,18 @@ int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
 	char buf[64];
 
 	if (g == NULL || p == NULL || p->size < sizeof(size_t) ||
-	    members == NULL || n == 0 || n > 1024 || in == NULL ||
+	    members == NULL || n == 0 || n > CGR_MAX_RANKS || in == NULL ||
 	    out == NULL)
 		return -EINVAL;
 	CGR__PARAMS_COPY(cp, p, ((cgr_coll_params)CGR_COLL_PARAMS_INIT));
-	if (cp.kind < CGR_COLL_ALLREDUCE || cp.kind > CGR_COLL_ALLTOALL)
+	if (!cgr__coll_valid(cp.kind))
 		return cgr__graph_fail(g, -EINVAL, "unknown collective kind %d",
 				       cp.kind);
 	if (g->compiled)
 		return cgr__graph_fail(g, CGR_ECOMPILED,
 				       "graph already compiled");
-	rooted = cp.kind == CGR_COLL_REDUCE || cp.kind == CGR_COLL_BROADCAST ||
-		 cp.kind == CGR_COLL_GATHER || cp.kind == CGR_COLL_SCATTER;
-	reducing = cp.kind == CGR_COLL_ALLREDUCE ||
-		   cp.kind == CGR_COLL_REDUCESCATTER ||
-		   cp.kind == CGR_COLL_REDUCE;
+	rooted = cgr__coll_rooted(cp.kind);
+	reducing = cgr__coll_reduces(cp.kind);
 	if (cp.ntensors == 0)
 		cp.ntensors = 1;
 	if (cp.overlap < CGR_OVERLAP_DEFAULT || cp.overlap > CGR_OVERLAP_OFF)
@@ -319,13 +311,9 @@ int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
 				       "%s: at most 64 tensors per member, and "
 				       "not with static shapes",
 				       cp.name ? cp.name : "collective");
-	want_in = (cp.kind == CGR_COLL_BROADCAST ||
-		   cp.kind == CGR_COLL_SCATTER) ?
-			  cp.ntensors :
-			  n * cp.ntensors;
-	want_out = (cp.kind == CGR_COLL_REDUCE || cp.kind == CGR_COLL_GATHER) ?
-			   1 :
-			   n * cp.ntensors;
+	want_in = cgr__coll_in_at_root(cp.kind) ? cp.ntensors :
+						  n * cp.ntensors;
+	want_out = cgr__coll_out_at_root(cp.kind) ? 1 : n * cp.ntensors;
 	if (cp.name == NULL) {
 		snprintf(buf, sizeof(buf), "%s%u", cgr__coll_name(cp.kind),
 			 g->ntasks);
@@ -424,9 +412,9 @@ int cgr_graph_allreduce(cgr_graph *g, cgr_node *const *in, size_t n,
 			cgr_redop op, cgr_comm *comm, cgr_node **out)
 {
 	cgr_coll_params p = CGR_COLL_PARAMS_INIT;
-	cgr_worker *m[1024];
+	cgr_worker *m[CGR_MAX_RANKS];
 
-	if (g == NULL || in == NULL || n == 0 || n > 1024)
+	if (g == NULL || in == NULL || n == 0 || n > CGR_MAX_RANKS)
 		return -EINVAL;
 	for (size_t i = 0; i < n; i++) {
 		if (in[i] == NULL || in[i]->kind != CGR__NODE_TASK ||
@@ -525,14 +513,15 @@ static bool cgr__same_readers(cgr_worker *const *a, size_t na,
  */
 int cgr__graph_lower_edges(cgr_graph *g)
 {
-	static const size_t MAXM = 256, MAXK = 64;
+	static const size_t MAXM = CGR_MAX_RANKS, MAXK = 64;
 
 	for (struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
 		if (t->edge)
 			continue;
 		for (size_t o = 0; o < t->nout; o++) {
-			cgr_node *n = t->out[o], *grp[64], *outs[256 * 64 / 16];
-			cgr_worker *m[256], *m2[256], *p;
+			cgr_node *n = t->out[o], *grp[64];
+			cgr_node *outs[CGR_MAX_RANKS * 64 / 16];
+			cgr_worker *m[CGR_MAX_RANKS], *m2[CGR_MAX_RANKS], *p;
 			cgr_coll_params cp = CGR_COLL_PARAMS_INIT;
 			size_t nm, k = 0;
 			char name[80];

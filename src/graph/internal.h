@@ -19,6 +19,7 @@
 #include "base/alloc.h"
 #include "base/base.h"
 #include "base/futex.h"
+#include "comm/kinds.h"
 #include "ctx/ctx.h"
 #include "future/future.h"
 #include "reactor/reactor.h"
@@ -140,7 +141,7 @@ static inline cgr_worker *cgr__in_worker(const struct cgr__task *t, size_t i)
 {
 	if (!t->coll)
 		return t->w;
-	if (t->coll == CGR_COLL_BROADCAST || t->coll == CGR_COLL_SCATTER)
+	if (cgr__coll_in_at_root(t->coll))
 		return t->members[t->cp.root];
 	return t->members[i / t->cp.ntensors];
 }
@@ -149,7 +150,7 @@ static inline cgr_worker *cgr__out_worker(const struct cgr__task *t, size_t o)
 {
 	if (!t->coll)
 		return t->w;
-	if (t->coll == CGR_COLL_REDUCE || t->coll == CGR_COLL_GATHER)
+	if (cgr__coll_out_at_root(t->coll))
 		return t->members[t->cp.root];
 	return t->members[o / t->cp.ntensors];
 }
