@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # scripts/test.sh [DIR [configure args...]]: installs what is missing,
-# builds cgr in DIR (default: build) and runs the whole test suite.
+# builds cgr in DIR (default: build) with the tests' fault injection
+# (--enable-fault-injection) and runs the whole test suite.
 # Prints one closing line: "tests: N passed, N failed, N skipped".
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 dir=${1:-build}
+[ $# -gt 0 ] && shift
 "$top/scripts/deps.sh" || exit 1
-if ! "$top/scripts/build.sh" "$@"; then
+if ! "$top/scripts/build.sh" "$dir" --enable-fault-injection "$@"; then
 	echo "tests: 0 passed, 1 failed, 0 skipped"
 	exit 1
 fi

@@ -15,7 +15,7 @@
 
 #include <cgr.h>
 
-#include "graph/internal.h"
+#include "compile/compile.h"
 #include "tap.h"
 
 static int nop(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,

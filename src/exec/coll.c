@@ -3,100 +3,26 @@
  *
  * Agreement first: each member posts a description of its input (value
  * kind, dtype, shape, or its error) on the collective's board for this
- * execution, rings the other members, and waits until all have posted.
- * Every member then runs the same comparison over the same descriptions,
- * so all of them reach the same verdict: either an error value on every
- * output (naming the ranks and what differed), or the communicator call,
- * with counts and output shapes derived identically everywhere.  Nobody
- * can be left waiting inside the communicator for a member that decided
- * otherwise.
- *
- * The board has one description per member per buffer slot, plus a
- * per-member "done" sequence: a member does not overwrite slot s until
- * every member finished comparing the execution that used it before.
+ * execution (chan/board.h) and waits until all have posted.  Every member
+ * then runs the same comparison over the same descriptions, so all of
+ * them reach the same verdict: either an error value on every output
+ * (naming the ranks and what differed), or the communicator call, with
+ * counts and output shapes derived identically everywhere.  Nobody can be
+ * left waiting inside the communicator for a member that decided
+ * otherwise.  With static shapes only the first execution agrees; later
+ * a member that changed its shape still takes part with its real count,
+ * so the communicator's own check fails every member.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-#include "graph/internal.h"
-
-struct cgr__agree {
-	_Atomic uint64_t seq; /* execution + 1 once posted */
-	int32_t kind;	      /* value kind; CGR_VALUE_NONE: no input here */
-	int32_t code;	      /* error value: its code */
-	int32_t dtype;	      /* cgr_dtype, -1 if none */
-	int32_t ndim;
-	int64_t shape[CGR_MAX_NDIM];
-	char msg[CGR__AGREE_SIZE - 24 - 8 * CGR_MAX_NDIM];
-};
-_Static_assert(sizeof(struct cgr__agree) == CGR__AGREE_SIZE,
-	       "agreement record size");
-
-struct cgr__coll_board {
-	uint32_t n, k, nslots; /* members, tensors per member, slots */
-	struct cgr_bell **bells; /* each member worker's doorbell */
-	/* followed by done[n] (a line each), then agree[nslots][n] */
-};
-
-struct cgr__done {
-	_Atomic uint64_t seq;
-	char pad[CGR_CACHELINE - 8];
-};
-
-static size_t cgr__board_hdr(size_t n)
-{
-	return CGR__ALIGN_UP(sizeof(struct cgr__coll_board), 64) +
-	       CGR__ALIGN_UP(n * sizeof(struct cgr_bell *), 64);
-}
-
-size_t cgr__coll_board_size(size_t n, size_t k, uint32_t nslots)
-{
-	return cgr__board_hdr(n) + n * sizeof(struct cgr__done) +
-	       (size_t)nslots * n * k * sizeof(struct cgr__agree);
-}
-
-static struct cgr__done *cgr__board_done(struct cgr__coll_board *b)
-{
-	return (struct cgr__done *)((unsigned char *)b + cgr__board_hdr(b->n));
-}
-
-static struct cgr__agree *cgr__board_slot(struct cgr__coll_board *b,
-					  uint64_t seq)
-{
-	unsigned char *base = (unsigned char *)cgr__board_done(b) +
-			      b->n * sizeof(struct cgr__done);
-	return (struct cgr__agree *)(base + (size_t)(seq & (b->nslots - 1)) *
-						    b->n * b->k *
-						    sizeof(struct cgr__agree));
-}
-
-void cgr__coll_board_init(struct cgr__coll_board *b, size_t n, size_t k,
-			  uint32_t nslots, cgr_worker *const *members)
-{
-	struct cgr__done *d;
-
-	b->n = (uint32_t)n;
-	b->k = (uint32_t)k;
-	b->nslots = nslots;
-	b->bells = (struct cgr_bell **)((unsigned char *)b +
-					CGR__ALIGN_UP(sizeof(*b), 64));
-	for (size_t i = 0; i < n; i++)
-		b->bells[i] = &members[i]->bell;
-	d = cgr__board_done(b);
-	for (size_t i = 0; i < n; i++)
-		atomic_init(&d[i].seq, 0);
-	for (uint32_t s = 0; s < nslots; s++) {
-		struct cgr__agree *a = cgr__board_slot(b, s);
-		for (size_t i = 0; i < n * k; i++)
-			atomic_init(&a[i].seq, 0);
-	}
-}
+#include "exec/exec.h"
 
 /* ---- describing and comparing ------------------------------------- */
 
-static void cgr__describe(struct cgr__agree *a, const cgr_value *v, bool has)
+static void describe(struct cgr__agree *a, const cgr_value *v, bool has)
 {
 	a->kind = has ? v->kind : CGR_VALUE_NONE;
 	a->code = 0;
@@ -128,7 +54,7 @@ static void cgr__describe(struct cgr__agree *a, const cgr_value *v, bool has)
 	}
 }
 
-static int cgr__fmt_shape(char *buf, size_t len, const struct cgr__agree *a)
+static int fmt_shape(char *buf, size_t len, const struct cgr__agree *a)
 {
 	size_t off = 0;
 
@@ -146,7 +72,7 @@ static int cgr__fmt_shape(char *buf, size_t len, const struct cgr__agree *a)
 	return (int)off;
 }
 
-static bool cgr__same_shape(const struct cgr__agree *a,
+static bool same_shape(const struct cgr__agree *a,
 			    const struct cgr__agree *b)
 {
 	if (a->kind != b->kind || a->dtype != b->dtype || a->ndim != b->ndim)
@@ -157,81 +83,83 @@ static bool cgr__same_shape(const struct cgr__agree *a,
 	return true;
 }
 
-struct cgr__verdict {
-	int err;
-	char msg[640];
-	struct cgr__agree out; /* the output's description */
-	size_t count;	       /* elements for the communicator call */
-	size_t in_bytes, out_bytes;
-};
-
-static bool cgr__has_input(int kind, int rank, int root)
+static bool has_input(int kind, int rank, int root)
 {
 	return !cgr__coll_in_at_root(kind) || rank == root;
 }
 
-/*
- * The verdict every member reaches from the same n descriptions.  cap is
- * the data capacity of the collective's output buffers.
- */
-static void cgr__judge(const struct cgr__coll_rt *cr, uint64_t seq,
-		       const struct cgr__agree *all, size_t stride, size_t cap,
-		       struct cgr__verdict *v)
-{
-#define d(r) (all[(size_t)(r) * stride])
-	const int n = cr->n, kind = cr->kind;
-	const struct cgr__agree *ref = NULL;
-	char pre[120], sa[120], sb[120];
-	size_t nelem = 1, esz;
+#define D(r) (all[(size_t)(r) * stride])
 
-	memset(v, 0, sizeof(*v));
-	snprintf(pre, sizeof(pre), "%s %s (execution %llu)",
-		 cgr__coll_name(kind), cr->name, (unsigned long long)seq);
-	for (int r = 0; r < n; r++)
-		if (d(r).kind == CGR_VALUE_ERROR) {
-			v->err = d(r).code ? d(r).code : CGR_ETASK;
+/* The inputs' verdict: an error value at some member, a member without a
+ * tensor, or a mismatch (v->err set), else the reference description. */
+static const struct cgr__agree *judge_inputs(const struct cgr__coll_rt *cr,
+					     const char *pre,
+					     const struct cgr__agree *all,
+					     size_t stride,
+					     struct cgr__verdict *v)
+{
+	const struct cgr__agree *ref = NULL;
+	char sa[120], sb[120];
+
+	for (int r = 0; r < cr->n; r++)
+		if (D(r).kind == CGR_VALUE_ERROR) {
+			v->err = D(r).code ? D(r).code : CGR_ETASK;
 			snprintf(v->msg, sizeof(v->msg),
 				 "%s: rank %d contributed an error value: %s",
-				 pre, r, d(r).msg);
-			return;
+				 pre, r, D(r).msg);
+			return NULL;
 		}
-	for (int r = 0; r < n; r++) {
-		if (!cgr__has_input(kind, r, cr->root))
+	for (int r = 0; r < cr->n; r++) {
+		if (!has_input(cr->kind, r, cr->root))
 			continue;
-		if ((d(r).kind != CGR_VALUE_BYTES &&
-		     d(r).kind != CGR_VALUE_TENSOR) ||
-		    d(r).dtype < 0) {
+		if ((D(r).kind != CGR_VALUE_BYTES &&
+		     D(r).kind != CGR_VALUE_TENSOR) ||
+		    D(r).dtype < 0) {
 			v->err = CGR_EBADVALUE;
 			snprintf(v->msg, sizeof(v->msg),
 				 "%s: rank %d has no tensor of a supported "
 				 "dtype (value kind %d)",
-				 pre, r, d(r).kind);
-			return;
+				 pre, r, D(r).kind);
+			return NULL;
 		}
 		if (ref == NULL) {
-			ref = &d(r);
+			ref = &D(r);
 			continue;
 		}
-		if (!cgr__same_shape(ref, &d(r))) {
+		if (!same_shape(ref, &D(r))) {
 			int r0 = (int)((ref - all) / (ptrdiff_t)stride);
-			cgr__fmt_shape(sa, sizeof(sa), ref);
-			cgr__fmt_shape(sb, sizeof(sb), &d(r));
+			fmt_shape(sa, sizeof(sa), ref);
+			fmt_shape(sb, sizeof(sb), &D(r));
 			v->err = CGR_EMISMATCH;
 			snprintf(v->msg, sizeof(v->msg),
 				 "%s: %s mismatch: rank %d has %s, rank %d "
 				 "has %s",
 				 pre,
-				 ref->dtype != d(r).dtype ? "dtype" : "shape",
+				 ref->dtype != D(r).dtype ? "dtype" : "shape",
 				 r0, sa, r, sb);
-			return;
+			return NULL;
 		}
 	}
+	return ref;
+}
+
+#undef D
+
+/* The output's shape, the count of the communicator call and the bytes,
+ * from the agreed input ref (v->err set if it cannot be). */
+static void judge_output(const struct cgr__coll_rt *cr, const char *pre,
+			 const struct cgr__agree *ref, size_t cap,
+			 struct cgr__verdict *v)
+{
+	const int n = cr->n, kind = cr->kind;
+	size_t nelem = 1;
+
 	v->out = *ref;
 	for (int i = 0; i < ref->ndim; i++)
 		nelem *= (size_t)ref->shape[i];
-	esz = cgr_dtype_size((cgr_dtype)ref->dtype);
-	v->in_bytes = nelem * esz;
+	v->in_bytes = nelem * cgr_dtype_size((cgr_dtype)ref->dtype);
 	v->count = nelem;
+	v->out_bytes = v->in_bytes;
 	if (kind == CGR_COLL_ALLGATHER || kind == CGR_COLL_GATHER) {
 		if (v->out.ndim == 0) {
 			v->out.ndim = 1;
@@ -254,11 +182,7 @@ static void cgr__judge(const struct cgr__coll_rt *cr, uint64_t seq,
 		if (kind != CGR_COLL_ALLTOALL) {
 			v->out.shape[0] /= n;
 			v->out_bytes = v->in_bytes / (size_t)n;
-		} else {
-			v->out_bytes = v->in_bytes;
 		}
-	} else {
-		v->out_bytes = v->in_bytes;
 	}
 	if (v->out_bytes > cap) {
 		v->err = CGR_ETOOBIG;
@@ -267,53 +191,34 @@ static void cgr__judge(const struct cgr__coll_rt *cr, uint64_t seq,
 			 "buffer (set max_out_bytes)",
 			 pre, v->out_bytes, cap);
 	}
-#undef d
+}
+
+/*
+ * The verdict every member reaches from the same n descriptions (all, one
+ * every stride records).  cap is the data capacity of the collective's
+ * output buffers.
+ */
+static void judge(const struct cgr__coll_rt *cr, uint64_t seq,
+		  const struct cgr__agree *all, size_t stride, size_t cap,
+		  struct cgr__verdict *v)
+{
+	const struct cgr__agree *ref;
+	char pre[120];
+
+	memset(v, 0, sizeof(*v));
+	snprintf(pre, sizeof(pre), "%s %s (execution %llu)",
+		 cgr__coll_kind_name(cr->kind), cr->name,
+		 (unsigned long long)seq);
+	ref = judge_inputs(cr, pre, all, stride, v);
+	if (ref != NULL)
+		judge_output(cr, pre, ref, cap, v);
 }
 
 /* ---- running ------------------------------------------------------ */
 
-struct cgr__posted {
-	struct cgr__agree *slot;
-	int n; /* records: members x tensors */
-	uint64_t want;
-};
-
-static bool cgr__all_posted(void *arg)
-{
-	struct cgr__posted *p = arg;
-	for (int r = 0; r < p->n; r++)
-		/* A1: pairs with the release store of each member's post. */
-		if (atomic_load_explicit(&p->slot[r].seq,
-					 memory_order_acquire) != p->want)
-			return false;
-	return true;
-}
-
-struct cgr__drained {
-	struct cgr__done *done;
-	int n;
-	uint64_t floor;
-};
-
-static bool cgr__all_done(void *arg)
-{
-	struct cgr__drained *p = arg;
-	for (int r = 0; r < p->n; r++)
-		if (atomic_load_explicit(&p->done[r].seq,
-					 memory_order_acquire) < p->floor)
-			return false;
-	return true;
-}
-
-static void cgr__ring_members(struct cgr__coll_board *b, int self)
-{
-	for (uint32_t r = 0; r < b->n; r++)
-		if ((int)r != self)
-			cgr__bell_ring(b->bells[r]);
-}
-
-static void cgr__coll_fail(struct cgr__coll_rt *cr, uint64_t seq, int err,
-			   const char *msg)
+/* Every output of this member for execution seq becomes an error value. */
+static void coll_fail(struct cgr__coll_rt *cr, uint64_t seq, int err,
+		      const char *msg)
 {
 	for (size_t j = 0; j < cr->k; j++) {
 		struct cgr__port *p;
@@ -325,54 +230,35 @@ static void cgr__coll_fail(struct cgr__coll_rt *cr, uint64_t seq, int err,
 	}
 }
 
-/* Posts this member's description and waits for everybody's.  Returns
- * 0, or -ECANCELED at teardown.  The overlap pass relies on this wait:
- * a member that got past it knows every member started this collective
- * (compile.c, cgr__kn_finish). */
-static int cgr__agree_all(struct cgr__coll_rt *cr, uint64_t seq,
-			  const struct cgr__agree *mine, struct cgr__agree *all,
-			  struct cgr_reactor *r)
+/* The communicator failed on this member: its outputs name why. */
+static void comm_fail(struct cgr__coll_rt *cr, uint64_t seq, int ret)
+{
+	const char *why = cgr_comm_errmsg(cr->comm, cr->rank);
+	char msg[700];
+
+	snprintf(msg, sizeof(msg), "%s %s (execution %llu): %s",
+		 cgr__coll_kind_name(cr->kind), cr->name,
+		 (unsigned long long)seq,
+		 why != NULL && *why ? why : cgr_strerror(ret));
+	coll_fail(cr, seq, ret, msg);
+}
+
+/* Posts this member's k descriptions (cr->mine) and waits for everybody's
+ * (into cr->cached).  Returns 0, or -ECANCELED at teardown.  The overlap
+ * pass relies on this wait: a member that got past it knows every member
+ * started this collective (compile/prune.c, kn_finish). */
+static int agree(struct cgr__coll_rt *cr, uint64_t seq, struct cgr_reactor *r)
 {
 	struct cgr_compiled *c = cr->c;
-	struct cgr__coll_board *b = cr->board;
-	struct cgr__done *done = cgr__board_done(b);
-	struct cgr__agree *slot = cgr__board_slot(b, seq);
-	int ret;
 
-	/* The slot's previous execution must be compared by everybody. */
-	if (seq >= b->nslots) {
-		struct cgr__drained dr = { done, cr->n, seq + 1 - b->nslots };
-		ret = cgr__reactor_wait(r, &cr->w->bell, cgr__all_done, &dr,
-					&c->stop, c->p.wait_mode, c->p.spin_ns,
-					CGR_FOREVER);
-		if (ret < 0)
-			return ret;
-	}
-	for (size_t j = 0; j < cr->k; j++) {
-		struct cgr__agree *a = &slot[(size_t)cr->rank * cr->k + j];
-		memcpy((char *)a + sizeof(a->seq),
-		       (const char *)&mine[j] + sizeof(mine->seq),
-		       sizeof(*mine) - sizeof(mine->seq));
-		/* R1: publishes the description; pairs with A1. */
-		atomic_store_explicit(&a->seq, seq + 1, memory_order_release);
-	}
-	cgr__ring_members(b, cr->rank);
-	struct cgr__posted po = { slot, cr->n * (int)cr->k, seq + 1 };
-	ret = cgr__reactor_wait(r, &cr->w->bell, cgr__all_posted, &po,
-				&c->stop, c->p.wait_mode, c->p.spin_ns,
-				CGR_FOREVER);
-	if (ret < 0)
-		return ret;
-	memcpy(all, slot, (size_t)cr->n * cr->k * sizeof(*all));
-	atomic_store_explicit(&done[cr->rank].seq, seq + 1,
-			      memory_order_release);
-	cgr__ring_members(b, cr->rank);
-	return 0;
+	return cgr__board_exchange(cr->board, cr->rank, seq, cr->mine,
+				   cr->cached, r, &c->stop, c->p.wait_mode,
+				   c->p.spin_ns);
 }
 
 /* cgr_compile_params.sim_comm_ns: the modelled duration, after agreement
  * and before the data moves; cut short by teardown (slept in slices). */
-static void cgr__sim_comm(struct cgr__coll_rt *cr)
+static void sim_comm(struct cgr__coll_rt *cr)
 {
 	int64_t left = cr->c->p.sim_comm_ns;
 
@@ -385,14 +271,14 @@ static void cgr__sim_comm(struct cgr__coll_rt *cr)
 	}
 }
 
-static int cgr__coll_call(struct cgr__coll_rt *cr, const void *in, void *out,
+static int coll_call(struct cgr__coll_rt *cr, const void *in, void *out,
 			  size_t count, cgr_dtype dt)
 {
 	cgr_comm *m = cr->comm;
 	const int rk = cr->rank, root = cr->root;
 	const bool is_root = rk == root;
 
-	cgr__sim_comm(cr);
+	sim_comm(cr);
 
 	switch (cr->kind) {
 	case CGR_COLL_ALLREDUCE:
@@ -426,7 +312,7 @@ static int cgr__coll_call(struct cgr__coll_rt *cr, const void *in, void *out,
 }
 
 /* Writes the header of an output slot from the verdict. */
-static void cgr__set_out(struct cgr__slot_hdr *oh, const struct cgr__verdict *v)
+static void set_out(struct cgr__slot_hdr *oh, const struct cgr__verdict *v)
 {
 	oh->code = 0;
 	oh->len = v->out_bytes;
@@ -445,65 +331,42 @@ static void cgr__set_out(struct cgr__slot_hdr *oh, const struct cgr__verdict *v)
 		oh->shape[i] = v->out.shape[i];
 }
 
-int cgr__coll_rt_init(struct cgr__coll_rt *cr)
-{
-	struct cgr_compiled *c = cr->c;
-	size_t n = (size_t)cr->n, k = cr->k;
-
-	cr->mine = cgr__c_alloc(c, k * sizeof(struct cgr__agree), 64);
-	cr->cached = cgr__c_alloc(c, n * k * sizeof(struct cgr__agree), 64);
-	if (cr->mine == NULL || cr->cached == NULL)
-		return -ENOMEM;
-	if (k == 1 && cr->edge) {
-		/* Lists over a device edge: their tensors travel packed. */
-		cr->bucket_in = cgr__c_alloc(c, cr->cap, 64);
-		cr->bucket_out = cgr__c_alloc(c, cr->cap, 64);
-		return cr->bucket_in && cr->bucket_out ? 0 : -ENOMEM;
-	}
-	if (k == 1)
-		return 0;
-	cr->verdicts = cgr__c_alloc(c, k * sizeof(struct cgr__verdict), 64);
-	cr->bucket_in = cgr__c_alloc(c, k * cr->cap, 64);
-	cr->bucket_out = cgr__c_alloc(
-		c, k * cr->cap * (cr->kind == CGR_COLL_ALLGATHER ? n : 1), 64);
-	return cr->verdicts && cr->bucket_in && cr->bucket_out ? 0 : -ENOMEM;
-}
-
 /*
- * A bucket: k tensors per member, one fused allreduce or allgather.  The
- * inputs are packed back to back, moved in one operation, and unpacked
- * into the k outputs (for allgather, rank q's block of tensor j is at
- * q * total + offset j of the gathered bucket).
+ * A bucket: k tensors per member, one fused allreduce, allgather or
+ * broadcast.  The inputs are packed back to back, moved in one operation,
+ * and unpacked into the k outputs (for allgather, rank q's block of
+ * tensor j is at q * total + offset j of the gathered bucket).
  */
-static void cgr__coll_run_bucket(struct cgr__coll_rt *cr, uint64_t seq,
-				 struct cgr_reactor *r)
+
+/* Describes the k inputs (src[j]: tensor j's data, NULL if none here),
+ * agrees and judges each; *total gets the elements in all.  Returns 0 to
+ * go on, 1 when the outputs became error values, negative at teardown. */
+static int bucket_agree(struct cgr__coll_rt *cr, uint64_t seq,
+			struct cgr_reactor *r, const void **src, size_t *total)
 {
 	struct cgr_compiled *c = cr->c;
 	struct cgr__verdict *v = cr->verdicts;
-	const size_t k = cr->k, n = (size_t)cr->n;
-	const void *src[64];
-	size_t total = 0, esz, off;
 	char msg[700];
 	int ret;
 
-	for (size_t j = 0; j < k; j++) {
-		cgr_value in;
+	for (size_t j = 0; j < cr->k; j++) {
 		bool has = cr->in_ports[j] != CGR__NO_PORT;
+		cgr_value in;
 		memset(&in, 0, sizeof(in));
 		if (has)
 			cgr__value_load(
 				cgr__port_slot(&c->ports[cr->in_ports[j]], seq),
 				&in);
-		cgr__describe(&cr->mine[j], &in, has);
+		describe(&cr->mine[j], &in, has);
 		src[j] = !has ? NULL :
 			 in.kind == CGR_VALUE_TENSOR ? in.u.tensor.data :
 						       in.u.bytes.data;
 	}
-	ret = cgr__agree_all(cr, seq, cr->mine, cr->cached, r);
-	if (ret < 0)
-		return; /* teardown */
-	for (size_t j = 0; j < k; j++) {
-		cgr__judge(cr, seq, cr->cached + j, k, cr->cap, &v[j]);
+	if ((ret = agree(cr, seq, r)) < 0)
+		return ret; /* teardown */
+	*total = 0;
+	for (size_t j = 0; j < cr->k; j++) {
+		judge(cr, seq, cr->cached + j, cr->k, cr->cap, &v[j]);
 		if (v[j].err == 0 && v[j].out.dtype != v[0].out.dtype) {
 			v[j].err = -EINVAL;
 			snprintf(v[j].msg, sizeof(v[j].msg),
@@ -513,47 +376,44 @@ static void cgr__coll_run_bucket(struct cgr__coll_rt *cr, uint64_t seq,
 				 cgr__dtype_name(v[j].out.dtype));
 		}
 		if (v[j].err != 0) {
-			snprintf(msg, sizeof(msg), "tensor %zu of %zu: %s", j, k,
-				 v[j].msg);
-			cgr__coll_fail(cr, seq, v[j].err, msg);
-			return;
+			snprintf(msg, sizeof(msg), "tensor %zu of %zu: %s", j,
+				 cr->k, v[j].msg);
+			coll_fail(cr, seq, v[j].err, msg);
+			return 1;
 		}
-		total += v[j].count;
+		*total += v[j].count;
 	}
-	esz = cgr_dtype_size((cgr_dtype)v[0].out.dtype);
-	off = 0;
-	for (size_t j = 0; j < k && src[0] != NULL; j++) {
-		memcpy(cr->bucket_in + off * esz, src[j], v[j].count * esz);
-		off += v[j].count;
-	}
-	cgr__sim_comm(cr);
-	if (cr->kind == CGR_COLL_BROADCAST) {
-		bool root = cr->rank == cr->root;
-		ret = cgr_broadcast(cr->comm, cr->rank,
-				    root ? cr->bucket_in : NULL,
-				    root ? cr->bucket_in : cr->bucket_out, total,
-				    (cgr_dtype)v[0].out.dtype, cr->root, NULL,
-				    NULL);
-	} else if (cr->kind == CGR_COLL_ALLREDUCE)
-		ret = cgr_allreduce(cr->comm, cr->rank, cr->bucket_in,
-				    cr->bucket_out, total,
-				    (cgr_dtype)v[0].out.dtype, cr->op, NULL,
-				    NULL);
-	else
-		ret = cgr_allgather(cr->comm, cr->rank, cr->bucket_in,
-				    cr->bucket_out, total,
-				    (cgr_dtype)v[0].out.dtype, NULL, NULL);
-	if (ret < 0) {
-		const char *why = cgr_comm_errmsg(cr->comm, cr->rank);
-		snprintf(msg, sizeof(msg), "%s %s (execution %llu): %s",
-			 cgr__coll_name(cr->kind), cr->name,
-			 (unsigned long long)seq,
-			 why != NULL && *why ? why : cgr_strerror(ret));
-		cgr__coll_fail(cr, seq, ret, msg);
-		return;
-	}
-	off = 0;
-	for (size_t j = 0; j < k; off += v[j].count, j++) {
+	return 0;
+}
+
+/* The fused operation over the packed bucket of total elements. */
+static int bucket_move(struct cgr__coll_rt *cr, size_t total, cgr_dtype dt)
+{
+	bool root = cr->rank == cr->root;
+
+	sim_comm(cr);
+	if (cr->kind == CGR_COLL_BROADCAST)
+		return cgr_broadcast(cr->comm, cr->rank,
+				     root ? cr->bucket_in : NULL,
+				     root ? cr->bucket_in : cr->bucket_out,
+				     total, dt, cr->root, NULL, NULL);
+	if (cr->kind == CGR_COLL_ALLREDUCE)
+		return cgr_allreduce(cr->comm, cr->rank, cr->bucket_in,
+				     cr->bucket_out, total, dt, cr->op, NULL,
+				     NULL);
+	return cgr_allgather(cr->comm, cr->rank, cr->bucket_in, cr->bucket_out,
+			     total, dt, NULL, NULL);
+}
+
+/* Unpacks the moved bucket into this member's outputs. */
+static void bucket_unpack(struct cgr__coll_rt *cr, uint64_t seq, size_t total,
+			  size_t esz)
+{
+	struct cgr_compiled *c = cr->c;
+	const struct cgr__verdict *v = cr->verdicts;
+	size_t off = 0;
+
+	for (size_t j = 0; j < cr->k; off += v[j].count, j++) {
 		if (cr->out_ports[j] == CGR__NO_PORT)
 			continue; /* a device edge's root keeps no copy */
 		struct cgr__slot_hdr *oh =
@@ -563,12 +423,36 @@ static void cgr__coll_run_bucket(struct cgr__coll_rt *cr, uint64_t seq,
 		if (cr->kind != CGR_COLL_ALLGATHER)
 			memcpy(dst, cr->bucket_out + off * esz, bytes);
 		else
-			for (size_t q = 0; q < n; q++)
+			for (size_t q = 0; q < (size_t)cr->n; q++)
 				memcpy(dst + q * bytes,
 				       cr->bucket_out + (q * total + off) * esz,
 				       bytes);
-		cgr__set_out(oh, &v[j]);
+		set_out(oh, &v[j]);
 	}
+}
+
+static void run_bucket(struct cgr__coll_rt *cr, uint64_t seq,
+		       struct cgr_reactor *r)
+{
+	const void *src[64];
+	size_t total, esz, off = 0;
+	cgr_dtype dt;
+	int ret;
+
+	if (bucket_agree(cr, seq, r, src, &total) != 0)
+		return;
+	dt = (cgr_dtype)cr->verdicts[0].out.dtype;
+	esz = cgr_dtype_size(dt);
+	for (size_t j = 0; j < cr->k && src[0] != NULL; j++) {
+		memcpy(cr->bucket_in + off * esz, src[j],
+		       cr->verdicts[j].count * esz);
+		off += cr->verdicts[j].count;
+	}
+	ret = bucket_move(cr, total, dt);
+	if (ret < 0)
+		comm_fail(cr, seq, ret);
+	else
+		bucket_unpack(cr, seq, total, esz);
 }
 
 /*
@@ -577,7 +461,7 @@ static void cgr__coll_run_bucket(struct cgr__coll_rt *cr, uint64_t seq,
  * while the tensor items' data moves through the communicator, packed into
  * one broadcast.
  */
-static void cgr__coll_run_list(struct cgr__coll_rt *cr, uint64_t seq)
+static void run_list(struct cgr__coll_rt *cr, uint64_t seq)
 {
 	struct cgr_compiled *c = cr->c;
 	struct cgr__slot_hdr *rh =
@@ -599,7 +483,7 @@ static void cgr__coll_run_list(struct cgr__coll_rt *cr, uint64_t seq)
 			 "exceeds the %zu-byte buffer",
 			 cr->name, (unsigned long long)seq,
 			 (unsigned long long)rh->len, cr->cap);
-		cgr__coll_fail(cr, seq, CGR_ETOOBIG, msg);
+		coll_fail(cr, seq, CGR_ETOOBIG, msg);
 		return;
 	}
 	if (root) {
@@ -616,16 +500,12 @@ static void cgr__coll_run_list(struct cgr__coll_rt *cr, uint64_t seq)
 		oh = cgr__port_slot(&c->ports[cr->out_ports[0]], seq);
 		cgr__list_store(oh, &rv, false);
 	}
-	cgr__sim_comm(cr);
+	sim_comm(cr);
 	ret = cgr_broadcast(cr->comm, cr->rank, root ? cr->bucket_in : NULL,
 			    root ? cr->bucket_in : cr->bucket_out, total,
 			    CGR_UINT8, cr->root, NULL, NULL);
 	if (ret < 0) {
-		const char *why = cgr_comm_errmsg(cr->comm, cr->rank);
-		snprintf(msg, sizeof(msg), "broadcast %s (execution %llu): %s",
-			 cr->name, (unsigned long long)seq,
-			 why != NULL && *why ? why : cgr_strerror(ret));
-		cgr__coll_fail(cr, seq, ret, msg);
+		comm_fail(cr, seq, ret);
 		return;
 	}
 	if (oh == NULL)
@@ -643,64 +523,100 @@ static void cgr__coll_run_list(struct cgr__coll_rt *cr, uint64_t seq)
 	}
 }
 
+/* A single-tensor collective's share of the agreement: agrees (unless
+ * the shapes are static and agreed already) and says whether this member
+ * changed its static shape since.  Returns 1 when a list over a device
+ * edge was handled whole, 0 to go on, negative at teardown. */
+static int single_agree(struct cgr__coll_rt *cr, uint64_t seq,
+			struct cgr_reactor *r, const cgr_value *in,
+			bool *changed)
+{
+	struct cgr__agree *mine = cr->mine, *all = cr->cached;
+
+	describe(mine, in, cr->in_ports[0] != CGR__NO_PORT);
+	*changed = false;
+	/* Lists always agree: their host part is read from the producer's
+	 * slot, which only the agreement orders after its writing. */
+	if (!cr->static_shape || !cr->have_cached ||
+	    (cr->edge && all[cr->root].kind == CGR_VALUE_LIST)) {
+		int ret = agree(cr, seq, r);
+		if (ret < 0)
+			return ret;
+		cr->have_cached = true;
+		if (cr->edge && all[cr->root].kind == CGR_VALUE_LIST) {
+			run_list(cr, seq);
+			return 1;
+		}
+		return 0;
+	}
+	/* Static shapes: the first agreement holds for everybody; only
+	 * this member's own change is visible here. */
+	*changed = !same_shape(mine, &all[cr->rank]) ||
+		   mine->kind == CGR_VALUE_ERROR;
+	return 0;
+}
+
+/* The count a member that changed its static shape calls with: its own
+ * (so the communicator's check fails everybody on a different count),
+ * never more than the agreed one (no result overflows its buffer). */
+static size_t changed_count(const struct cgr__coll_rt *cr, size_t agreed)
+{
+	const struct cgr__agree *mine = cr->mine;
+	size_t ne = mine->kind == CGR_VALUE_ERROR ? 0 : 1;
+
+	for (int i = 0; i < mine->ndim; i++)
+		ne *= (size_t)mine->shape[i];
+	if (cr->kind == CGR_COLL_REDUCESCATTER || cr->kind == CGR_COLL_SCATTER ||
+	    cr->kind == CGR_COLL_ALLTOALL)
+		ne /= (size_t)cr->n;
+	return ne == agreed ? ne : (ne < agreed ? ne : 0);
+}
+
+static void static_changed(struct cgr__coll_rt *cr, uint64_t seq)
+{
+	char msg[400], sa[120], sb[120];
+
+	fmt_shape(sa, sizeof(sa), &cr->cached[cr->rank]);
+	fmt_shape(sb, sizeof(sb), cr->mine);
+	snprintf(msg, sizeof(msg),
+		 "%s %s (execution %llu): rank %d changed its static shape "
+		 "from %s to %s",
+		 cgr__coll_kind_name(cr->kind), cr->name,
+		 (unsigned long long)seq, cr->rank, sa, sb);
+	coll_fail(cr, seq, CGR_EMISMATCH, msg);
+}
+
 void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 		   struct cgr_reactor *r)
 {
 	struct cgr_compiled *c = cr->c;
-	struct cgr__agree *mine = cr->mine, *all = cr->cached;
 	struct cgr__verdict v;
-	cgr_value in;
+	struct cgr__slot_hdr *oh = NULL;
 	const void *src = NULL;
 	void *dst = NULL;
-	struct cgr__slot_hdr *oh = NULL;
+	size_t count;
+	bool changed;
+	cgr_value in;
 	int ret;
 
 	if (cr->k > 1) {
-		cgr__coll_run_bucket(cr, seq, r);
+		run_bucket(cr, seq, r);
 		return;
 	}
 	memset(&in, 0, sizeof(in));
 	if (cr->in_ports[0] != CGR__NO_PORT)
 		cgr__value_load(cgr__port_slot(&c->ports[cr->in_ports[0]], seq),
 				&in);
-	cgr__describe(mine, &in, cr->in_ports[0] != CGR__NO_PORT);
-	bool changed = false;
-	/* Lists always agree: their host part is read from the producer's
-	 * slot, which only the agreement orders after its writing. */
-	if (!cr->static_shape || !cr->have_cached ||
-	    (cr->edge && all[cr->root].kind == CGR_VALUE_LIST)) {
-		ret = cgr__agree_all(cr, seq, mine, all, r);
-		if (ret < 0)
-			return; /* teardown */
-		cr->have_cached = true;
-		if (cr->edge && all[cr->root].kind == CGR_VALUE_LIST) {
-			cgr__coll_run_list(cr, seq);
-			return;
-		}
-	} else {
-		/* Static shapes: the first agreement holds for everybody; only
-		 * this member's own change is visible here. */
-		changed = !cgr__same_shape(mine, &all[cr->rank]) ||
-			  mine->kind == CGR_VALUE_ERROR;
-	}
-	cgr__judge(cr, seq, all, 1, cr->cap, &v);
+	if (single_agree(cr, seq, r, &in, &changed) != 0)
+		return; /* a list, or teardown */
+	judge(cr, seq, cr->cached, 1, cr->cap, &v);
 	if (v.err != 0) {
-		cgr__coll_fail(cr, seq, v.err, v.msg);
+		coll_fail(cr, seq, v.err, v.msg);
 		return;
 	}
-	size_t count = v.count;
-	if (changed && cgr__has_input(cr->kind, cr->rank, cr->root)) {
-		/* Still take part, with the count this member really has: the
-		 * communicator's own check fails everybody on a different
-		 * count, and no result can overflow its buffer. */
-		size_t ne = mine->kind == CGR_VALUE_ERROR ? 0 : 1;
-		for (int i = 0; i < mine->ndim; i++)
-			ne *= (size_t)mine->shape[i];
-		if (cr->kind == CGR_COLL_REDUCESCATTER ||
-		    cr->kind == CGR_COLL_SCATTER || cr->kind == CGR_COLL_ALLTOALL)
-			ne /= (size_t)cr->n;
-		count = ne == v.count ? ne : (ne < v.count ? ne : 0);
-	}
+	count = v.count;
+	if (changed && has_input(cr->kind, cr->rank, cr->root))
+		count = changed_count(cr, v.count);
 	if (cr->in_ports[0] != CGR__NO_PORT)
 		src = in.kind == CGR_VALUE_TENSOR ? in.u.tensor.data :
 						    in.u.bytes.data;
@@ -708,37 +624,11 @@ void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 		oh = cgr__port_slot(&c->ports[cr->out_ports[0]], seq);
 		dst = cgr__slot_data(oh);
 	}
-	ret = cgr__coll_call(cr, src, dst, count, (cgr_dtype)v.out.dtype);
-	if (ret == 0 && changed) {
-		char msg[400], sa[120], sb[120];
-		cgr__fmt_shape(sa, sizeof(sa), &all[cr->rank]);
-		cgr__fmt_shape(sb, sizeof(sb), mine);
-		snprintf(msg, sizeof(msg),
-			 "%s %s (execution %llu): rank %d changed its static "
-			 "shape from %s to %s",
-			 cgr__coll_name(cr->kind), cr->name,
-			 (unsigned long long)seq, cr->rank, sa, sb);
-		cgr__coll_fail(cr, seq, CGR_EMISMATCH, msg);
-		return;
-	}
-	if (ret < 0) {
-		char msg[400];
-		const char *why = cgr_comm_errmsg(cr->comm, cr->rank);
-		snprintf(msg, sizeof(msg), "%s %s (execution %llu): %s",
-			 cgr__coll_name(cr->kind), cr->name,
-			 (unsigned long long)seq,
-			 why != NULL && *why ? why : cgr_strerror(ret));
-		cgr__coll_fail(cr, seq, ret, msg);
-		return;
-	}
-	if (oh != NULL)
-		cgr__set_out(oh, &v);
-}
-
-bool cgr__coll_member(const struct cgr__coll_rt *cr, const cgr_worker *w)
-{
-	for (uint32_t r = 0; r < cr->board->n; r++)
-		if (cr->board->bells[r] == &w->bell)
-			return true;
-	return false;
+	ret = coll_call(cr, src, dst, count, (cgr_dtype)v.out.dtype);
+	if (ret == 0 && changed)
+		static_changed(cr, seq);
+	else if (ret < 0)
+		comm_fail(cr, seq, ret);
+	else if (oh != NULL)
+		set_out(oh, &v);
 }

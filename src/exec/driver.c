@@ -14,17 +14,11 @@
 #include <sched.h>
 #include <string.h>
 
-#include "graph/internal.h"
+#include "exec/exec.h"
 
 static inline uint32_t cgr__slot(const struct cgr_compiled *c, uint64_t seq)
 {
 	return (uint32_t)(seq & (c->nslots - 1));
-}
-
-static bool cgr__ring_room(void *arg)
-{
-	struct cgr_ring *r = arg;
-	return cgr_ring_count(r) < cgr_ring_capacity(r);
 }
 
 int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
@@ -57,24 +51,16 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 	c->arrived[slot] = 0;
 	c->released[slot] = 0;
 	c->next_seq = seq + 1;
-	for (size_t a = 0; a < nargs; a++) {
-		struct cgr__msg m = { seq };
+	/* Rings hold max_inflight messages: a write never waits while the
+	 * driver bounds executions; bounded by submit_timeout_ns anyway. */
+	for (size_t a = 0; a < nargs; a++)
 		for (size_t k = 0; k < c->arg_nchans[a]; k++) {
-			struct cgr__chan *ch = &c->chans[c->arg_chans[a][k]];
-			while (cgr_ring_enqueue(&ch->prod, &m, sizeof(m)) ==
-			       -EAGAIN) {
-				/* Cannot happen while rings hold
-				 * max_inflight messages; bounded anyway. */
-				ret = cgr__reactor_wait(
-					NULL, &c->drv_bell, cgr__ring_room,
-					&ch->prod, &c->stop, CGR_WAIT_BUSY, 0,
-					cgr__deadline(c->p.submit_timeout_ns));
-				if (ret < 0)
-					return ret;
-			}
-			cgr__bell_ring(ch->consumer_bell);
+			ret = cgr__chan_write(
+				&c->chans[c->arg_chans[a][k]], seq, &c->stop,
+				c->p.submit_timeout_ns);
+			if (ret < 0)
+				return ret;
 		}
-	}
 	*out = seq;
 	return 0;
 }
@@ -85,9 +71,9 @@ static void cgr__drain(cgr_compiled *c)
 	for (size_t j = 0; j < c->ndrv_chans; j++) {
 		struct cgr__chan *ch = &c->chans[c->drv_chans[j]];
 		const struct cgr__msg *m;
-		while ((m = cgr_ring_peek(&ch->cons)) != NULL) {
+		while ((m = cgr__chan_peek(ch)) != NULL) {
 			c->arrived[cgr__slot(c, m->seq)] += c->drv_mult[j];
-			cgr_ring_consume(&ch->cons);
+			cgr__chan_consume(ch);
 		}
 	}
 }

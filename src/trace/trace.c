@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "graph/internal.h"
+#include "compile/prog.h"
 
 static const char *cgr__op_kind_name(int kind)
 {
@@ -308,7 +308,7 @@ int cgr_compiled_write_dot(const cgr_compiled *c, const char *path)
 					const struct cgr__op *o2 =
 						&c->progs[q].ops[m];
 					if (q != i && o2->kind == CGR__OP_COLL &&
-					    o2->coll->board == op->coll->board)
+					    o2->coll->task_id == op->coll->task_id)
 						fprintf(f,
 							"  p%zu_%zu -> p%zu_%zu "
 							"[dir=none,color=blue,"

@@ -1,5 +1,5 @@
 /*
- * graph/ctx.c: contexts and workers.
+ * exec/thread.c: worker threads, and destroying a context.
  *
  * A worker is a thread with its own reactor that runs the user's init, then
  * waits on its mailbox for a program (a compiled graph's share of work) or
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "graph/internal.h"
+#include "exec/exec.h"
 
 /* The context's hook: workers live as long as the context (an abandoned
  * thread uses its struct until it exits). */

@@ -1,5 +1,5 @@
 /*
- * exec/value.c: moving values in and out of buffer slots.  A slot is a
+ * chan/value.c: moving values in and out of buffer slots.  A slot is a
  * 128-byte header (kind, code, length, tensor dtype and shape) followed by
  * the data.  Values handed out point into the slot; values handed in are
  * copied, except when their data already is the slot's data (zero copy).
@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "graph/internal.h"
+#include "chan/chan.h"
 
 size_t cgr_tensor_nbytes(const DLTensor *t)
 {

@@ -1,0 +1,64 @@
+/*
+ * chan/board.h: an agreement board: the members of one collective post a
+ * fixed-size record each per execution (a description of their input) and
+ * every member reads all of them once everybody has posted.  exec/coll.c
+ * uses it so that every member reaches the same verdict from the same
+ * records before any data moves.
+ *
+ * Layout: a header, each member's doorbell, a "done" line per member, then
+ * nslots rows of n * k records (k per member).  Row seq % nslots is reused
+ * by execution seq + nslots only after every member copied the records of
+ * execution seq (its done line passed seq).  Records carry the execution's
+ * number + 1 as their publication word.
+ *
+ * Threads: member rank posts from its own thread (or stream executor), one
+ * post per execution in execution order.
+ */
+#ifndef CGR_CHAN_BOARD_H
+#define CGR_CHAN_BOARD_H
+
+#include <stdint.h>
+
+#include "base/base.h"
+#include "base/futex.h"
+#include "reactor/reactor.h"
+
+/* One member's description of one input for one execution. */
+#define CGR__AGREE_SIZE 256
+struct cgr__agree {
+	_Atomic uint64_t seq; /* execution + 1 once posted */
+	int32_t kind;	      /* value kind; CGR_VALUE_NONE: no input here */
+	int32_t code;	      /* error value: its code */
+	int32_t dtype;	      /* cgr_dtype, -1 if none */
+	int32_t ndim;
+	int64_t shape[CGR_MAX_NDIM];
+	char msg[CGR__AGREE_SIZE - 24 - 8 * CGR_MAX_NDIM];
+};
+_Static_assert(sizeof(struct cgr__agree) == CGR__AGREE_SIZE,
+	       "agreement record size");
+
+struct cgr__board;
+
+/* Bytes of a board for n members posting k records each, nslots
+ * executions in flight (a power of two). */
+size_t cgr__board_size(size_t n, size_t k, uint32_t nslots);
+
+/* Lays the board out in b (cgr__board_size bytes, 64-byte aligned);
+ * bells[r] is the doorbell member r waits on. */
+void cgr__board_init(struct cgr__board *b, size_t n, size_t k,
+		     uint32_t nslots, struct cgr_bell *const *bells);
+
+/*
+ * Member rank posts its k records `mine` for execution seq (only the
+ * fields after seq are read), waits until every member posted, and copies
+ * all n * k records (member-major) into `all`.  Waits on reactor r (NULL:
+ * futex) with rank's doorbell, mode and spin_ns as cgr__reactor_wait.
+ * Returns 0 or -ECANCELED once *cancel is set.  A member that returned 0
+ * knows every member started this execution's exchange.
+ */
+int cgr__board_exchange(struct cgr__board *b, int rank, uint64_t seq,
+			const struct cgr__agree *mine, struct cgr__agree *all,
+			struct cgr_reactor *r, const _Atomic uint32_t *cancel,
+			int mode, int64_t spin_ns);
+
+#endif

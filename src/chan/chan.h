@@ -1,0 +1,196 @@
+/*
+ * chan/chan.h: channels between the operation that writes a value and its
+ * readers.  A value lives in a port: one buffer slot per execution in
+ * flight (slot seq & mask), each a 128-byte header (kind, code, length,
+ * dtype, shape) followed by the data.  A channel announces, per execution,
+ * that a port's slot is ready to one reader (a worker or the driver): an
+ * SPSC ring of one-line messages carrying the execution's number, and the
+ * reader's doorbell.  The value itself never moves: readers see the
+ * writer's slot (zero copy); chan/value.c stores values into slots and
+ * loads them out.
+ *
+ * The worker loop (READ, WRITE), the fused WRITE at the end of a stream
+ * job and the driver (arguments in, outputs out) all use these calls.
+ *
+ * Threads: one writer and one reader per channel, as the ring; a port's
+ * slot belongs to its writer until announced, then is read-only until the
+ * execution is released.
+ */
+#ifndef CGR_CHAN_H
+#define CGR_CHAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "base/base.h"
+#include "base/futex.h"
+#include "reactor/reactor.h"
+#include "ring/ring.h"
+
+/* ---- ports and slots ------------------------------------------------ */
+
+/* Header of one buffer slot; the data follows at CGR__SLOT_HDR. */
+struct cgr__slot_hdr {
+	uint32_t kind; /* enum cgr_value_kind */
+	int32_t code;
+	uint64_t len; /* data bytes */
+	int32_t ndim;
+	uint8_t dt_code, dt_bits;
+	uint16_t dt_lanes;
+	int32_t dev_type, dev_id;
+	int64_t shape[CGR_MAX_NDIM];
+};
+#define CGR__SLOT_HDR 128
+_Static_assert(sizeof(struct cgr__slot_hdr) <= CGR__SLOT_HDR,
+	       "slot header must fit its reserved space");
+
+/* Smallest data capacity of a slot: room for an error message. */
+#define CGR__MIN_VALUE_BYTES 256u
+
+/* A value-producing port and its nslots buffer slots. */
+struct cgr__port {
+	unsigned char *mem;
+	size_t slot_bytes; /* header + capacity */
+	size_t cap;	   /* data capacity per slot */
+	uint32_t nslots;   /* 1 for constants */
+	uint32_t mask;
+	char name[64];
+};
+
+/* The capacity a port of `want` data bytes gets (at least
+ * CGR__MIN_VALUE_BYTES, a multiple of 64). */
+static inline size_t cgr__port_cap(size_t want)
+{
+	return CGR__ALIGN_UP(want < CGR__MIN_VALUE_BYTES ? CGR__MIN_VALUE_BYTES :
+							   want,
+			     64);
+}
+
+/* Bytes of memory a port of capacity cgr__port_cap(want) and nslots
+ * slots (a power of two) needs. */
+static inline size_t cgr__port_memsize(size_t want, uint32_t nslots)
+{
+	return (CGR__SLOT_HDR + cgr__port_cap(want)) * nslots;
+}
+
+/* Lays port p out over mem (cgr__port_memsize(want, nslots) bytes, 64-byte
+ * aligned) and touches every page now: a first touch during an execution
+ * would be a page fault, the kernel allocating on the hot path. */
+void cgr__port_init(struct cgr__port *p, void *mem, size_t want,
+		    uint32_t nslots, const char *name);
+
+static inline struct cgr__slot_hdr *cgr__port_slot(const struct cgr__port *p,
+						  uint64_t seq)
+{
+	return (struct cgr__slot_hdr *)(p->mem +
+					(size_t)(seq & p->mask) * p->slot_bytes);
+}
+
+static inline void *cgr__slot_data(struct cgr__slot_hdr *h)
+{
+	return (unsigned char *)h + CGR__SLOT_HDR;
+}
+
+/* ---- channels ------------------------------------------------------- */
+
+/* A channel message: the execution whose slot is ready. */
+struct cgr__msg {
+	uint64_t seq;
+};
+
+/* One ring from a port's writer to one reader (a worker or the driver). */
+struct cgr__chan {
+	void *mem;
+	size_t memsize;
+	struct cgr_ring prod, cons;
+	struct cgr_bell *reader_bell; /* the reader's doorbell */
+	unsigned port;
+};
+
+/* Bytes of ring memory for a channel carrying nslots executions. */
+size_t cgr__chan_memsize(uint32_t nslots);
+
+/* Sets up ch over mem (cgr__chan_memsize(nslots) bytes) for port `port`,
+ * read by the owner of reader_bell.  Returns 0 or -EINVAL. */
+int cgr__chan_init(struct cgr__chan *ch, void *mem, size_t memsize,
+		   uint32_t nslots, unsigned port, struct cgr_bell *reader_bell);
+
+int cgr__chan_write_wait(struct cgr__chan *ch, uint64_t seq,
+			 const _Atomic uint32_t *cancel, int64_t timeout_ns);
+int cgr__chan_read_wait(struct cgr__chan *ch, struct cgr_reactor *r,
+			struct cgr_bell *b, const _Atomic uint32_t *cancel,
+			int mode, int64_t spin_ns, uint64_t *seq);
+
+/*
+ * Writer: announces execution seq and rings the reader's bell.  A ring
+ * holds as many messages as executions may be in flight, so it is never
+ * full while the driver bounds them; should it be, this waits (spinning,
+ * yielding) until there is room, *cancel is set (-ECANCELED; cancel may be
+ * NULL) or timeout_ns passes (-ETIMEDOUT; CGR_FOREVER: never).  Returns 0.
+ */
+static inline int cgr__chan_write(struct cgr__chan *ch, uint64_t seq,
+				  const _Atomic uint32_t *cancel,
+				  int64_t timeout_ns)
+{
+	struct cgr__msg m = { seq };
+
+	if (cgr__likely(cgr_ring_enqueue(&ch->prod, &m, sizeof(m)) == 0)) {
+		cgr__bell_ring(ch->reader_bell);
+		return 0;
+	}
+	return cgr__chan_write_wait(ch, seq, cancel, timeout_ns);
+}
+
+/* Reader: the next announcement, or NULL; consumed by cgr__chan_consume. */
+static inline const struct cgr__msg *cgr__chan_peek(struct cgr__chan *ch)
+{
+	return cgr_ring_peek(&ch->cons);
+}
+
+static inline void cgr__chan_consume(struct cgr__chan *ch)
+{
+	cgr_ring_consume(&ch->cons);
+}
+
+/*
+ * Reader: the next announcement, consumed: *seq gets its execution.  If
+ * there is none yet, waits on reactor r and the reader's bell b (mode and
+ * spin_ns as cgr__reactor_wait).  Returns 0 or -ECANCELED (*cancel set).
+ */
+static inline int cgr__chan_read(struct cgr__chan *ch, struct cgr_reactor *r,
+				 struct cgr_bell *b,
+				 const _Atomic uint32_t *cancel, int mode,
+				 int64_t spin_ns, uint64_t *seq)
+{
+	const struct cgr__msg *m = cgr_ring_peek(&ch->cons);
+
+	if (cgr__unlikely(m == NULL))
+		return cgr__chan_read_wait(ch, r, b, cancel, mode, spin_ns,
+					   seq);
+	*seq = m->seq;
+	cgr_ring_consume(&ch->cons);
+	return 0;
+}
+
+/* ---- values in slots (chan/value.c) ---------------------------------- */
+
+/* Checks a value the caller hands in; *bytes (may be NULL) gets what it
+ * takes in a slot.  0, CGR_ETOOBIG (more than cap) or CGR_EBADVALUE. */
+int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes);
+/* Stores v into slot h of capacity cap: 0, or the error code, an error
+ * value naming it stored instead. */
+int cgr__value_store(struct cgr__slot_hdr *h, size_t cap, const cgr_value *v);
+/* The same with the data copied by stream s, in order (NULL: now); a
+ * list is refused (CGR_EBADVALUE, stored as an error value). */
+int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
+			const cgr_value *v, cgr_stream *s);
+/* The value in slot h, pointing into it. */
+void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v);
+void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,
+			    const char *msg);
+/* Lays list v out in slot h (checked to fit); with copy_tensors false the
+ * tensors' data is left for the caller (a device edge moves it). */
+void cgr__list_store(struct cgr__slot_hdr *h, const cgr_value *v,
+		     bool copy_tensors);
+
+#endif

@@ -1,0 +1,79 @@
+/*
+ * compile/compile.h: the compiler's passes and what they share.  One
+ * compilation (struct cgr__cc) runs, in compile.c:
+ *
+ *   validate  params, tasks bound to live free workers, device edges
+ *             lowered to broadcasts (edges.c), a topological order, every
+ *             task reaching an output, every argument used (validate.c)
+ *   lower     ports, channels, the driver's side, one program per worker
+ *             in the global order (lower.c)
+ *   verify    the programs cannot deadlock (verify.c)
+ *   overlap   collectives onto communication streams, stream tasks left
+ *             running, WAITs where values are used (overlap.c)
+ *   prune     the WAITs other orderings imply dropped (prune.c)
+ *   verify    again, on the final programs: streams included
+ *   create    communicators, events, streams (create.c; skipped when only
+ *             planning)
+ *
+ * Threads: the driver thread.
+ */
+#ifndef CGR_COMPILE_H
+#define CGR_COMPILE_H
+
+#include "compile/prog.h"
+
+/* One compilation. */
+struct cgr__cc {
+	cgr_graph *g;
+	struct cgr_compiled *c;
+	bool plan_only;		/* no communicators, events or streams */
+	size_t ntasks;		/* tasks after edges were lowered */
+	struct cgr__task **by_id; /* task id -> task */
+	struct cgr__task **order; /* topological, preferring bind order */
+	struct cgr__board **boards; /* per task id: collectives' boards */
+	cgr_worker **ws;	/* a program each, in first-use order */
+	size_t nw;
+	unsigned *node_port;	/* node id -> port (inputs: arg port) */
+	/* The channel table under construction: (port, reader). */
+	unsigned *ch_port;
+	cgr_worker **ch_w;	/* NULL: the driver */
+	size_t nch, chcap;
+	/* Communicators made for collectives: the collective each was made
+	 * for (c->comms[i] for comm_owner[i]). */
+	struct cgr__task **comm_owner;
+};
+
+/* validate.c */
+int cgr__compile_params(cgr_compile_params *p, const cgr_compile_params *in);
+int cgr__validate_tasks(cgr_graph *g);
+int cgr__validate_graph(struct cgr__cc *cc);
+
+/* edges.c: each device-transport edge becomes a broadcast (the graph
+ * gains the broadcasts; the readers read their copies). */
+int cgr__lower_edges(cgr_graph *g);
+
+/* lower.c */
+int cgr__lower_ports(struct cgr__cc *cc);
+int cgr__lower_progs(struct cgr__cc *cc);
+
+/* overlap.c: 1 if a program was rewritten (prune then), 0, or -ENOMEM. */
+int cgr__overlap(struct cgr__cc *cc);
+
+/* prune.c */
+int cgr__prune_waits(struct cgr_compiled *c, size_t ntasks);
+
+/* verify.c: runs the programs of c abstractly (threads and streams) for
+ * two executions; 0, or CGR_EDEADLOCK with the cycle in msg. */
+int cgr__verify(struct cgr_compiled *c, char *msg, size_t len);
+
+/* create.c */
+int cgr__create(struct cgr__cc *cc);
+
+/* For schedule tests: validates and lowers g (and overlaps, prunes and
+ * verifies) without starting anything or creating communicators, events
+ * or streams; free with cgr__plan_free. */
+int cgr__graph_plan(cgr_graph *g, const cgr_compile_params *p,
+		    cgr_compiled **out);
+void cgr__plan_free(cgr_compiled *c);
+
+#endif

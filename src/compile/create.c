@@ -1,0 +1,120 @@
+/*
+ * compile/create.c: the last pass: what the programs use beyond memory.
+ * Communicators (the user's, or one per member set and use), an event per
+ * slot for each stream task, and each worker's streams: the communication
+ * streams its collectives run on (sim streams) and the compute stream of
+ * its stream tasks (on the worker's device).  Skipped when only planning.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "compile/compile.h"
+
+/* Whether collectives t and u may share a communicator made at compile:
+ * the same members, and the same use (collectives, or device edges from
+ * one root: the overlap pass puts each use on one stream per member). */
+static bool same_use(const struct cgr__task *t, const struct cgr__task *u)
+{
+	return u->nmembers == t->nmembers &&
+	       memcmp(u->members, t->members,
+		      t->nmembers * sizeof(*t->members)) == 0 &&
+	       u->edge == t->edge && (!t->edge || u->cp.root == t->cp.root);
+}
+
+/* The communicator collective t uses: the user's, or one made for its
+ * member set and use. */
+static int coll_comm(struct cgr__cc *cc, struct cgr__task *t, cgr_comm **out)
+{
+	struct cgr_compiled *c = cc->c;
+	cgr_comm *comm = t->cp.comm;
+	int ret;
+
+	for (size_t i = 0; comm == NULL && i < c->ncomms; i++)
+		if (same_use(t, cc->comm_owner[i]))
+			comm = c->comms[i];
+	if (comm == NULL) {
+		ret = cgr_comm_create(c->ctx, t->members, t->nmembers,
+				      CGR_BACKEND_CPU, &comm);
+		if (ret < 0)
+			return ret;
+		cc->comm_owner[c->ncomms] = t;
+		c->comms[c->ncomms++] = comm;
+	}
+	*out = comm;
+	for (size_t i = 0; i < c->nused_comms; i++)
+		if (c->used_comms[i] == comm)
+			return 0;
+	c->used_comms[c->nused_comms++] = comm;
+	return 0;
+}
+
+static int create_comms(struct cgr__cc *cc)
+{
+	struct cgr_compiled *c = cc->c;
+	size_t n = cc->ntasks + 1;
+	int ret;
+
+	c->comms = cgr__c_alloc(c, n * sizeof(cgr_comm *));
+	c->used_comms = cgr__c_alloc(c, n * sizeof(cgr_comm *));
+	cc->comm_owner = cgr__c_alloc(c, n * sizeof(struct cgr__task *));
+	if (c->comms == NULL || c->used_comms == NULL || cc->comm_owner == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->nprogs; i++)
+		for (size_t k = 0; k < c->progs[i].nops; k++) {
+			struct cgr__coll_rt *cr = c->progs[i].ops[k].coll;
+			if (c->progs[i].ops[k].kind != CGR__OP_COLL)
+				continue;
+			ret = coll_comm(cc, cc->by_id[cr->task_id], &cr->comm);
+			if (ret < 0)
+				return ret;
+		}
+	return 0;
+}
+
+/* The streams program p uses, its stream tasks' events, and (tracing)
+ * each stream's trace buffer. */
+static int create_streams(struct cgr_compiled *c, struct cgr__prog *p)
+{
+	bool used[CGR__NSTREAMS_ALL] = { false };
+	int ret;
+
+	for (size_t k = 0; k < p->ntcs; k++)
+		used[CGR__S_COMP] |= p->tcs[k].stream;
+	for (size_t k = 0; k < p->nops; k++)
+		if (p->ops[k].kind == CGR__OP_COLL && p->ops[k].coll->async)
+			used[p->ops[k].coll->sclass] = true;
+	for (int s = 0; s < CGR__NSTREAMS_ALL; s++) {
+		int dev = CGR_DEVICE_SIM;
+		if (!used[s])
+			continue;
+		if (s == CGR__S_COMP && p->w->device >= 0)
+			dev = p->w->device; /* the worker's device */
+		ret = cgr_stream_create(c->ctx, dev, 0, &p->streams[s]);
+		if (ret < 0)
+			return ret;
+		if (p->trace_cap == 0)
+			continue;
+		p->strace[s] = cgr__c_alloc(c, (size_t)p->trace_cap *
+						       sizeof(*p->strace[s]));
+		if (p->strace[s] == NULL)
+			return -ENOMEM;
+	}
+	for (size_t k = 0; k < p->ntcs; k++) {
+		struct cgr_task_ctx *tc = &p->tcs[k];
+		tc->s = p->streams[CGR__S_COMP];
+		for (uint32_t q = 0; tc->stream && q < c->nslots; q++)
+			if ((ret = cgr_event_create(c->ctx, &tc->ev[q])) < 0)
+				return ret;
+	}
+	return 0;
+}
+
+int cgr__create(struct cgr__cc *cc)
+{
+	struct cgr_compiled *c = cc->c;
+	int ret = create_comms(cc);
+
+	for (size_t i = 0; ret == 0 && i < c->nprogs; i++)
+		ret = create_streams(c, &c->progs[i]);
+	return ret;
+}

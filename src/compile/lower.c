@@ -1,0 +1,552 @@
+/*
+ * compile/lower.c: from the validated graph to programs.  One value port
+ * per argument, constant and task output, each with one buffer slot per
+ * execution in flight; one channel per (port, reading worker) pair and per
+ * port the driver reads; one program of READ / COMPUTE / COLL / WRITE
+ * operations per worker, in the global order restricted to that worker,
+ * so that all members meet at each collective in the same order.
+ *
+ * Why that cannot deadlock: rings hold max_inflight messages, and the
+ * driver admits at most max_inflight executions, so a WRITE never waits.
+ * Every program follows one global order, so the earliest unfinished
+ * (execution, position) operation anywhere has all of its inputs.
+ * verify.c checks it anyway, before and after overlap.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "compile/compile.h"
+
+/* ---- ports and channels --------------------------------------------- */
+
+static int port_init(struct cgr_compiled *c, struct cgr__port *p,
+		     size_t want, uint32_t nslots, const char *name)
+{
+	void *mem = cgr__c_alloc(c, cgr__port_memsize(want, nslots));
+
+	if (mem == NULL)
+		return -ENOMEM;
+	cgr__port_init(p, mem, want, nslots, name);
+	return 0;
+}
+
+/* Finds or adds the channel (port -> reader w; NULL: the driver).
+ * Returns its index. */
+static int chan_get(struct cgr__cc *cc, unsigned port, cgr_worker *w)
+{
+	for (size_t i = 0; i < cc->nch; i++)
+		if (cc->ch_port[i] == port && cc->ch_w[i] == w)
+			return (int)i;
+	if (cc->nch == cc->chcap)
+		return -ENOSPC;
+	cc->ch_port[cc->nch] = port;
+	cc->ch_w[cc->nch] = w;
+	return (int)cc->nch++;
+}
+
+/* The worker producing node n (NULL: the driver; constants never
+ * travel). */
+static cgr_worker *node_owner(const cgr_node *n)
+{
+	return n->kind == CGR__NODE_TASK ? cgr__out_worker(n->task, n->port) :
+					   NULL;
+}
+
+static bool node_is_all(const cgr_node *n)
+{
+	return n->kind == CGR__NODE_INPUT && n->index == CGR_INPUT_ALL;
+}
+
+/* Expanded input count of t: CGR_INPUT_ALL stands for every argument. */
+static size_t nin_expanded(const struct cgr_compiled *c,
+			   const struct cgr__task *t)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < t->nin; i++)
+		n += node_is_all(t->in[i]) ? c->nargs : 1;
+	return n;
+}
+
+/* Ports: arguments first, then constants and task outputs. */
+static int make_ports(struct cgr__cc *cc)
+{
+	cgr_graph *g = cc->g;
+	struct cgr_compiled *c = cc->c;
+	size_t nports = c->nargs;
+	unsigned pi;
+	int ret;
+
+	for (cgr_node *n = g->nodes; n != NULL; n = n->next)
+		if (n->kind != CGR__NODE_INPUT)
+			nports++;
+	c->ports = cgr__c_alloc(c, (nports + 1) * sizeof(*c->ports));
+	cc->node_port = cgr__c_alloc(c, (g->nnodes + 1) * sizeof(unsigned));
+	c->arg_port = cgr__c_alloc(c, (c->nargs + 1) * sizeof(unsigned));
+	if (c->ports == NULL || cc->node_port == NULL || c->arg_port == NULL)
+		return -ENOMEM;
+	c->nports = nports;
+	for (pi = 0; pi < c->nargs; pi++) {
+		char name[32];
+		snprintf(name, sizeof(name), "input[%u]", pi);
+		ret = port_init(c, &c->ports[pi], c->p.max_value_bytes,
+				c->nslots, name);
+		if (ret < 0)
+			return ret;
+		c->arg_port[pi] = pi;
+	}
+	for (cgr_node *n = g->nodes; n != NULL; n = n->next) {
+		if (n->kind == CGR__NODE_INPUT) {
+			cc->node_port[n->id] =
+				n->index == CGR_INPUT_ALL ? 0 : (unsigned)n->index;
+			continue;
+		}
+		if (n->kind == CGR__NODE_CONST) {
+			struct cgr__slot_hdr *h = n->cdata;
+			ret = port_init(c, &c->ports[pi],
+					n->cdata_len - CGR__SLOT_HDR, 1, n->name);
+			if (ret == 0)
+				memcpy(c->ports[pi].mem, n->cdata,
+				       CGR__SLOT_HDR + (size_t)h->len);
+		} else {
+			size_t cap = n->task->max_out_bytes ?
+					     n->task->max_out_bytes :
+					     c->p.max_value_bytes;
+			ret = port_init(c, &c->ports[pi], cap, c->nslots,
+					n->name);
+		}
+		if (ret < 0)
+			return ret;
+		cc->node_port[n->id] = pi++;
+	}
+	return 0;
+}
+
+/* The channel table: at most one per (port, reader), in the order of
+ * first use, then the driver's. */
+static int make_chan_table(struct cgr__cc *cc)
+{
+	cgr_graph *g = cc->g;
+	struct cgr_compiled *c = cc->c;
+	size_t maxch = g->noutputs;
+
+	for (struct cgr__task *t = g->tasks; t != NULL; t = t->next)
+		maxch += nin_expanded(c, t);
+	cc->chcap = maxch + 1;
+	cc->ch_port = cgr__c_alloc(c, cc->chcap * sizeof(unsigned));
+	cc->ch_w = cgr__c_alloc(c, cc->chcap * sizeof(cgr_worker *));
+	if (cc->ch_port == NULL || cc->ch_w == NULL)
+		return -ENOMEM;
+	for (size_t k = 0; k < cc->ntasks; k++) {
+		struct cgr__task *t = cc->order[k];
+		for (size_t i = 0; i < t->nin; i++) {
+			cgr_node *n = t->in[i];
+			cgr_worker *cw = cgr__in_worker(t, i);
+			if (n->kind == CGR__NODE_CONST || node_owner(n) == cw)
+				continue;
+			if (!node_is_all(n)) {
+				chan_get(cc, cc->node_port[n->id], cw);
+				continue;
+			}
+			for (unsigned a = 0; a < c->nargs; a++)
+				chan_get(cc, a, cw);
+		}
+	}
+	for (size_t i = 0; i < g->noutputs; i++)
+		chan_get(cc, cc->node_port[g->outputs[i]->id], NULL);
+	return 0;
+}
+
+static int make_chans(struct cgr__cc *cc)
+{
+	struct cgr_compiled *c = cc->c;
+	size_t rsize = cgr__chan_memsize(c->nslots);
+	int ret;
+
+	c->nchans = cc->nch;
+	c->chans = cgr__c_alloc(c, (cc->nch + 1) * sizeof(*c->chans));
+	if (c->chans == NULL || rsize == 0)
+		return -ENOMEM;
+	for (size_t i = 0; i < cc->nch; i++) {
+		void *mem = cgr__c_alloc(c, rsize);
+		if (mem == NULL)
+			return -ENOMEM;
+		ret = cgr__chan_init(&c->chans[i], mem, rsize, c->nslots,
+				     cc->ch_port[i],
+				     cc->ch_w[i] != NULL ? &cc->ch_w[i]->bell :
+							   &c->drv_bell);
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
+
+/* The driver's side: each argument's fan-out, and the output channels
+ * (distinct; drv_mult counts the outputs each carries). */
+static int make_driver(struct cgr__cc *cc)
+{
+	cgr_graph *g = cc->g;
+	struct cgr_compiled *c = cc->c;
+
+	c->arg_chans = cgr__c_alloc(c, (c->nargs + 1) * sizeof(unsigned *));
+	c->arg_nchans = cgr__c_alloc(c, (c->nargs + 1) * sizeof(size_t));
+	if (c->arg_chans == NULL || c->arg_nchans == NULL)
+		return -ENOMEM;
+	for (unsigned a = 0; a < c->nargs; a++) {
+		size_t k = 0;
+		c->arg_chans[a] =
+			cgr__c_alloc(c, (cc->nch + 1) * sizeof(unsigned));
+		if (c->arg_chans[a] == NULL)
+			return -ENOMEM;
+		for (size_t i = 0; i < cc->nch; i++)
+			if (cc->ch_port[i] == a && cc->ch_w[i] != NULL)
+				c->arg_chans[a][k++] = (unsigned)i;
+		c->arg_nchans[a] = k;
+	}
+	c->nout = g->noutputs;
+	c->out_port = cgr__c_alloc(c, c->nout * sizeof(unsigned));
+	c->out_chan = cgr__c_alloc(c, c->nout * sizeof(unsigned));
+	c->drv_chans = cgr__c_alloc(c, c->nout * sizeof(unsigned));
+	c->drv_mult = cgr__c_alloc(c, c->nout * sizeof(uint32_t));
+	if (c->out_port == NULL || c->out_chan == NULL ||
+	    c->drv_chans == NULL || c->drv_mult == NULL)
+		return -ENOMEM;
+	for (size_t o = 0; o < c->nout; o++) {
+		unsigned port = cc->node_port[g->outputs[o]->id];
+		int ch = chan_get(cc, port, NULL);
+		size_t j;
+		c->out_port[o] = port;
+		for (j = 0; j < c->ndrv_chans; j++)
+			if (c->drv_chans[j] == (unsigned)ch)
+				break;
+		if (j == c->ndrv_chans)
+			c->drv_chans[c->ndrv_chans++] = (unsigned)ch;
+		c->drv_mult[j]++;
+		c->out_chan[o] = (unsigned)j;
+	}
+	return 0;
+}
+
+int cgr__lower_ports(struct cgr__cc *cc)
+{
+	int ret = make_ports(cc);
+
+	if (ret == 0)
+		ret = make_chan_table(cc);
+	if (ret == 0)
+		ret = make_chans(cc);
+	if (ret == 0)
+		ret = make_driver(cc);
+	return ret;
+}
+
+/* ---- programs ------------------------------------------------------- */
+
+/* One program under construction. */
+struct pl {
+	struct cgr__cc *cc;
+	struct cgr__prog *p;
+	cgr_worker *w;
+	bool *read; /* per channel: this program reads it already */
+};
+
+/* Adds a READ for (port -> w) unless this program already reads it. */
+static int add_read(struct pl *pl, unsigned port)
+{
+	int ch = chan_get(pl->cc, port, pl->w);
+	struct cgr__op *op;
+
+	if (ch < 0)
+		return ch;
+	if (pl->read[ch])
+		return 0;
+	pl->read[ch] = true;
+	op = &pl->p->ops[pl->p->nops++];
+	op->kind = CGR__OP_READ;
+	op->chan = (unsigned)ch;
+	return 0;
+}
+
+/* READs for input a of t, if w reads it over a channel (first use). */
+static int add_reads(struct pl *pl, const struct cgr__task *t, size_t a)
+{
+	const struct cgr_compiled *c = pl->cc->c;
+	cgr_node *n = t->in[a];
+	unsigned first = pl->cc->node_port[n->id], cnt = 1;
+	int ret = 0;
+
+	if (n->kind == CGR__NODE_CONST || node_owner(n) == pl->w ||
+	    cgr__in_worker(t, a) != pl->w)
+		return 0;
+	if (node_is_all(n)) {
+		first = 0;
+		cnt = (unsigned)c->nargs;
+	}
+	for (unsigned q = first; q < first + cnt && ret == 0; q++)
+		ret = add_read(pl, q);
+	return ret;
+}
+
+/* Adds a WRITE to every channel fed by an output of t that w produces. */
+static int add_write(struct pl *pl, const struct cgr__task *t)
+{
+	struct cgr_compiled *c = pl->cc->c;
+	size_t nw = 0;
+	struct cgr__op *op = NULL;
+
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t ch = 0; ch < c->nchans; ch++)
+			for (size_t o = 0; o < t->nout; o++) {
+				if (cgr__out_worker(t, o) != pl->w ||
+				    c->chans[ch].port !=
+					    pl->cc->node_port[t->out[o]->id])
+					continue;
+				if (pass == 0)
+					nw++;
+				else
+					op->chans[op->nchans++] = (unsigned)ch;
+			}
+		if (pass == 0) {
+			if (nw == 0)
+				return 0;
+			op = &pl->p->ops[pl->p->nops++];
+			op->kind = CGR__OP_WRITE;
+			op->chans = cgr__c_alloc(c, nw * sizeof(unsigned));
+			if (op->chans == NULL)
+				return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+/* Allocates cr's scratch for the run (cr->k, n, cap, edge set). */
+static int coll_scratch(struct cgr_compiled *c, struct cgr__coll_rt *cr)
+{
+	size_t n = (size_t)cr->n, k = cr->k;
+
+	cr->mine = cgr__c_alloc(c, k * sizeof(struct cgr__agree));
+	cr->cached = cgr__c_alloc(c, n * k * sizeof(struct cgr__agree));
+	if (cr->mine == NULL || cr->cached == NULL)
+		return -ENOMEM;
+	if (k == 1 && cr->edge) {
+		/* Lists over a device edge: their tensors travel packed. */
+		cr->bucket_in = cgr__c_alloc(c, cr->cap);
+		cr->bucket_out = cgr__c_alloc(c, cr->cap);
+		return cr->bucket_in && cr->bucket_out ? 0 : -ENOMEM;
+	}
+	if (k == 1)
+		return 0;
+	cr->verdicts = cgr__c_alloc(c, k * sizeof(struct cgr__verdict));
+	cr->bucket_in = cgr__c_alloc(c, k * cr->cap);
+	cr->bucket_out = cgr__c_alloc(
+		c, k * cr->cap * (cr->kind == CGR_COLL_ALLGATHER ? n : 1));
+	return cr->verdicts && cr->bucket_in && cr->bucket_out ? 0 : -ENOMEM;
+}
+
+/* The share of collective t (rank `rank`) of this program's worker. */
+static int lower_coll(struct pl *pl, struct cgr__task *t, int rank)
+{
+	struct cgr__cc *cc = pl->cc;
+	struct cgr_compiled *c = cc->c;
+	struct cgr__coll_rt *cr = cgr__c_alloc(c, sizeof(*cr));
+	const cgr_comm *user = t->cp.comm;
+	struct cgr__op *op;
+
+	if (cr == NULL || (cr->name = cgr__c_strdup(c, t->name)) == NULL)
+		return -ENOMEM;
+	cr->c = c;
+	cr->task_id = t->id;
+	cr->w = pl->w;
+	cr->rank = rank;
+	cr->n = (int)t->nmembers;
+	cr->kind = t->coll;
+	cr->op = t->cp.op;
+	cr->root = t->cp.root;
+	cr->static_shape = t->cp.static_shape != 0;
+	/* Agreeing on shapes every execution joins everybody; so does the
+	 * backend's own protocol if it says so. */
+	cr->joins_all = !cr->static_shape ||
+			cgr__backend_joins_all(user != NULL ? user->backend :
+							      CGR_BACKEND_CPU);
+	cr->overlap = t->cp.overlap;
+	cr->board = cc->boards[t->id];
+	cr->cap = cgr__port_cap(t->max_out_bytes ? t->max_out_bytes :
+						   c->p.max_value_bytes);
+	cr->k = t->cp.ntensors;
+	cr->edge = t->edge;
+	cr->root_port = t->edge ? cc->node_port[t->in[0]->id] : CGR__NO_PORT;
+	cr->in_ports = cgr__c_alloc(c, cr->k * sizeof(unsigned));
+	cr->out_ports = cgr__c_alloc(c, cr->k * sizeof(unsigned));
+	if (cr->in_ports == NULL || cr->out_ports == NULL)
+		return -ENOMEM;
+	for (size_t j = 0; j < cr->k; j++)
+		cr->in_ports[j] = cr->out_ports[j] = CGR__NO_PORT;
+	for (size_t a = 0; a < t->nin; a++)
+		if (cgr__in_worker(t, a) == pl->w)
+			cr->in_ports[a % cr->k] = cc->node_port[t->in[a]->id];
+	for (size_t o = 0; o < t->nout; o++)
+		if (cgr__out_worker(t, o) == pl->w &&
+		    !(t->edge && (int)(o / cr->k) == t->cp.root))
+			cr->out_ports[o % cr->k] = cc->node_port[t->out[o]->id];
+	if (coll_scratch(c, cr) < 0)
+		return -ENOMEM;
+	op = &pl->p->ops[pl->p->nops++];
+	op->kind = CGR__OP_COLL;
+	op->coll = cr;
+	return 0;
+}
+
+/* Plain task t's context (its COMPUTE), on this program's worker. */
+static int lower_task(struct pl *pl, struct cgr__task *t)
+{
+	struct cgr_compiled *c = pl->cc->c;
+	struct cgr__prog *p = pl->p;
+	struct cgr_task_ctx *tc = &p->tcs[p->ntcs++];
+	size_t nin = nin_expanded(c, t), j = 0;
+	struct cgr__op *op;
+
+	tc->c = c;
+	tc->task_id = t->id;
+	tc->w = pl->w;
+	tc->name = cgr__c_strdup(c, t->name);
+	tc->in_ports = cgr__c_alloc(c, (nin + 1) * sizeof(unsigned));
+	tc->out_ports = cgr__c_alloc(c, t->nout * sizeof(unsigned));
+	tc->inv = cgr__c_alloc(c, (nin + 1) * sizeof(cgr_value));
+	tc->outv = cgr__c_alloc(c, t->nout * sizeof(cgr_value));
+	if (tc->name == NULL || tc->in_ports == NULL ||
+	    tc->out_ports == NULL || tc->inv == NULL || tc->outv == NULL)
+		return -ENOMEM;
+	tc->nin = nin;
+	tc->nout = t->nout;
+	tc->fn = t->fn;
+	tc->arg = t->arg;
+	tc->prog = p;
+	tc->stream = (t->flags & CGR_TASK_STREAM) != 0;
+	tc->async = tc->stream && c->p.overlap;
+	atomic_init(&tc->done, 0);
+	if (tc->stream) {
+		tc->jobs = cgr__c_alloc(c, c->nslots * sizeof(*tc->jobs));
+		tc->ev = cgr__c_alloc(c, c->nslots * sizeof(*tc->ev));
+		if (tc->jobs == NULL || tc->ev == NULL)
+			return -ENOMEM;
+		for (uint32_t q = 0; q < c->nslots; q++)
+			tc->jobs[q].tc = tc;
+	}
+	for (size_t a = 0; a < t->nin; a++) {
+		cgr_node *n = t->in[a];
+		if (!node_is_all(n)) {
+			tc->in_ports[j++] = pl->cc->node_port[n->id];
+			continue;
+		}
+		for (unsigned q = 0; q < c->nargs; q++)
+			tc->in_ports[j++] = q;
+	}
+	for (size_t o = 0; o < t->nout; o++)
+		tc->out_ports[o] = pl->cc->node_port[t->out[o]->id];
+	op = &p->ops[p->nops++];
+	op->kind = CGR__OP_COMPUTE;
+	op->tc = tc;
+	return 0;
+}
+
+/* Builds the program of worker w: its share of every task, in the global
+ * order. */
+static int lower_prog(struct pl *pl)
+{
+	struct cgr__cc *cc = pl->cc;
+	struct cgr_compiled *c = cc->c;
+	struct cgr__prog *p = pl->p;
+	size_t ntasks = 0;
+	int ret;
+
+	for (size_t i = 0; i < cc->ntasks; i++)
+		ntasks += cgr__task_rank(cc->order[i], pl->w) >= 0;
+	/* At most: every channel read once, plus one COMPUTE or COLL and
+	 * one WRITE per task. */
+	p->ops = cgr__c_alloc(c, (c->nchans + 2 * ntasks + 1) * sizeof(*p->ops));
+	p->tcs = cgr__c_alloc(c, (ntasks + 1) * sizeof(*p->tcs));
+	pl->read = cgr__c_alloc(c, c->nchans + 1);
+	if (p->ops == NULL || p->tcs == NULL || pl->read == NULL)
+		return -ENOMEM;
+	p->c = c;
+	p->w = pl->w;
+	for (size_t i = 0; i < cc->ntasks; i++) {
+		struct cgr__task *t = cc->order[i];
+		int rank = cgr__task_rank(t, pl->w);
+
+		if (rank < 0)
+			continue;
+		ret = 0;
+		for (size_t a = 0; a < t->nin && ret == 0; a++)
+			ret = add_reads(pl, t, a);
+		if (ret == 0)
+			ret = t->coll ? lower_coll(pl, t, rank) :
+					lower_task(pl, t);
+		if (ret == 0)
+			ret = add_write(pl, t);
+		if (ret < 0)
+			return ret;
+	}
+	if (c->p.trace_events > 0) {
+		p->trace_cap = c->p.trace_events;
+		p->trace = cgr__c_alloc(c, (size_t)p->trace_cap *
+						   sizeof(*p->trace));
+		if (p->trace == NULL)
+			return -ENOMEM;
+	}
+	atomic_init(&p->trace_n, 0);
+	cgr__future_init(&p->left);
+	p->left_gen = cgr__future_arm(&p->left);
+	atomic_init(&p->done_seq, 0);
+	return 0;
+}
+
+/* The programs' owners, in first-use order, and each collective's board. */
+static int lower_members(struct cgr__cc *cc)
+{
+	struct cgr_compiled *c = cc->c;
+	struct cgr_bell *bells[CGR_MAX_RANKS];
+
+	for (size_t i = 0; i < cc->ntasks; i++) {
+		struct cgr__task *t = cc->order[i];
+		size_t nm = t->coll ? t->nmembers : 1, bs;
+		for (size_t m = 0; m < nm; m++) {
+			cgr_worker *w = t->coll ? t->members[m] : t->w;
+			size_t j;
+			for (j = 0; j < cc->nw && cc->ws[j] != w; j++)
+				;
+			if (j == cc->nw)
+				cc->ws[cc->nw++] = w;
+			bells[m] = &w->bell;
+		}
+		if (!t->coll)
+			continue;
+		bs = cgr__board_size(t->nmembers, t->cp.ntensors, c->nslots);
+		cc->boards[t->id] = cgr__c_alloc(c, bs);
+		if (cc->boards[t->id] == NULL)
+			return -ENOMEM;
+		cgr__board_init(cc->boards[t->id], t->nmembers,
+				t->cp.ntensors, c->nslots, bells);
+	}
+	return 0;
+}
+
+int cgr__lower_progs(struct cgr__cc *cc)
+{
+	struct cgr_compiled *c = cc->c;
+	int ret = lower_members(cc);
+
+	if (ret < 0)
+		return ret;
+	c->progs = cgr__c_alloc(c, (cc->nw + 1) * sizeof(*c->progs));
+	if (c->progs == NULL)
+		return -ENOMEM;
+	c->nprogs = cc->nw;
+	for (size_t i = 0; i < cc->nw; i++) {
+		struct pl pl = { cc, &c->progs[i], cc->ws[i], NULL };
+		ret = lower_prog(&pl);
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}

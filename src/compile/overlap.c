@@ -1,0 +1,353 @@
+/*
+ * compile/overlap.c: the overlap rewrite (cgr_compile_params.overlap, and
+ * per node cgr_coll_params.overlap / cgr_node_set_overlap).
+ *
+ * Each collective goes to one of its worker's communication streams: a
+ * device edge's broadcast to the send stream at its root and to the recv
+ * stream at its readers, any other collective to the collective stream.
+ * A communicator is only ever used by one stream (or the thread) per
+ * member, in the global order, so overlap never reorders communication
+ * ops among themselves.  Each collective is issued as early as its local
+ * inputs allow, but never before an earlier one of its stream nor before
+ * a collective the thread runs; the WRITE of its outputs is fused into its
+ * job; a WAIT goes right before the first operation that consumes its
+ * outputs (one WAIT for the latest collective of a stream an operation
+ * needs covers the earlier ones of that stream).
+ *
+ * Stream tasks (CGR_TASK_STREAM) stay in program order; their WRITE is
+ * fused into their stream job.  Their outputs are joined where first
+ * used: by stream order on the compute stream, by a device-side SWAIT
+ * right before an asynchronous collective (on that collective's stream),
+ * by a WAIT on the thread otherwise; the latest task covers the earlier.
+ *
+ * prune.c then drops the WAITs other orderings already imply, and
+ * verify.c checks the result.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "compile/compile.h"
+
+static bool has_port(const unsigned *ports, size_t n, unsigned port)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ports[i] == port)
+			return true;
+	return false;
+}
+
+/* Whether op (on this worker) produces port. */
+static bool op_makes(const struct cgr_compiled *c, const struct cgr__op *op,
+		     unsigned port)
+{
+	switch (op->kind) {
+	case CGR__OP_READ:
+		return c->chans[op->chan].port == port;
+	case CGR__OP_COMPUTE:
+		return has_port(op->tc->out_ports, op->tc->nout, port);
+	case CGR__OP_COLL:
+		return has_port(op->coll->out_ports, op->coll->k, port);
+	default:
+		return false;
+	}
+}
+
+/* Whether op reads port (COLL inputs excluded: the stream orders them). */
+static bool op_uses(const struct cgr_compiled *c, const struct cgr__op *op,
+		    unsigned port)
+{
+	if (op->kind == CGR__OP_COMPUTE)
+		return has_port(op->tc->in_ports, op->tc->nin, port);
+	if (op->kind == CGR__OP_WRITE)
+		for (size_t j = 0; j < op->nchans; j++)
+			if (c->chans[op->chans[j]].port == port)
+				return true;
+	return false;
+}
+
+/* Makes *op a WAIT for collective cr or (tc set) stream task tc; or,
+ * kind CGR__OP_SWAIT, the wait of cr's stream for tc. */
+static void put_wait(struct cgr__op *op, int kind, struct cgr__coll_rt *cr,
+		     struct cgr_task_ctx *tc, bool order)
+{
+	memset(op, 0, sizeof(*op));
+	op->kind = kind;
+	op->coll = cr;
+	op->tc = tc;
+	op->order = order;
+}
+
+/* One program being rewritten: out[0..m) so far. */
+struct ov {
+	struct cgr_compiled *c;
+	struct cgr__prog *p;
+	struct cgr__op *out;
+	size_t m;
+	/* Per stream: where its last COLL is in out (+1); COLLs placed, and
+	 * how many of them are known done (waited for). */
+	size_t last_coll[CGR__NSTREAMS];
+	uint32_t placed[CGR__NSTREAMS], done[CGR__NSTREAMS];
+	/* Stream tasks placed; known done on the thread, on each stream. */
+	uint32_t tplaced, tdone, tsdone[CGR__NSTREAMS];
+};
+
+/* The latest asynchronous stream task placed whose outputs op reads (a
+ * COLL: its inputs), or NULL. */
+static struct cgr_task_ctx *task_used(const struct ov *o,
+				      const struct cgr__op *op)
+{
+	struct cgr_task_ctx *last = NULL;
+
+	for (size_t j = 0; j < o->m; j++) {
+		struct cgr_task_ctx *tc = o->out[j].tc;
+		if (o->out[j].kind != CGR__OP_COMPUTE || !tc->async)
+			continue;
+		for (size_t q = 0; q < tc->nout; q++) {
+			unsigned port = tc->out_ports[q];
+			if (op->kind == CGR__OP_COLL ?
+				    has_port(op->coll->in_ports, op->coll->k,
+					     port) :
+				    op_uses(o->c, op, port)) {
+				last = tc;
+				break;
+			}
+		}
+	}
+	return last;
+}
+
+/* The last asynchronous COLL of stream class s placed, or NULL. */
+static struct cgr__coll_rt *last_of(const struct ov *o, int s)
+{
+	struct cgr__coll_rt *last = NULL;
+	for (size_t j = 0; j < o->m; j++)
+		if (o->out[j].kind == CGR__OP_COLL && o->out[j].coll->async &&
+		    o->out[j].coll->sclass == s)
+			last = o->out[j].coll;
+	return last;
+}
+
+/* Whether op + 1 (of n) is a WRITE that can be fused into op's job. */
+static const struct cgr__op *next_write(const struct cgr__prog *p, size_t i)
+{
+	return i + 1 < p->nops && p->ops[i + 1].kind == CGR__OP_WRITE ?
+		       &p->ops[i + 1] :
+		       NULL;
+}
+
+/* A collective the thread runs: every collective issued before it must be
+ * done first, so that the order stays; the last one of each stream stands
+ * for its stream. */
+static void place_sync_coll(struct ov *o, const struct cgr__op *op)
+{
+	for (int s = 0; s < CGR__NSTREAMS; s++) {
+		if (o->done[s] < o->placed[s])
+			put_wait(&o->out[o->m++], CGR__OP_WAIT, last_of(o, s),
+				 NULL, true);
+		o->done[s] = o->placed[s];
+	}
+	o->out[o->m++] = *op;
+	for (int s = 0; s < CGR__NSTREAMS; s++)
+		o->last_coll[s] = o->m;
+}
+
+/*
+ * A collective on its stream, as early as its inputs and its stream allow,
+ * its stream first joining stream task tneed (if any) by an SWAIT.
+ * Returns 1 if the WRITE after it (op i + 1) was fused into its job, 0, or
+ * -ENOMEM.
+ */
+static int place_async_coll(struct ov *o, size_t i,
+			    struct cgr_task_ctx *tneed)
+{
+	const struct cgr__op *op = &o->p->ops[i];
+	struct cgr__coll_rt *cr = op->coll;
+	int sc = cr->sclass;
+	size_t at = o->last_coll[sc], w;
+
+	for (size_t j = 0; j < o->m; j++)
+		for (size_t q = 0; q < cr->k; q++)
+			if (cr->in_ports[q] != CGR__NO_PORT &&
+			    op_makes(o->c, &o->out[j], cr->in_ports[q]) &&
+			    j + 1 > at)
+				at = j + 1;
+	w = tneed != NULL && tneed->tidx >= o->tsdone[sc];
+	memmove(&o->out[at + 1 + w], &o->out[at],
+		(o->m - at) * sizeof(*o->out));
+	if (w) {
+		put_wait(&o->out[at], CGR__OP_SWAIT, cr, tneed, false);
+		o->tsdone[sc] = tneed->tidx + 1;
+	}
+	cr->swait = tneed;
+	o->out[at + w] = *op;
+	o->m += 1 + w;
+	for (int s = 0; s < CGR__NSTREAMS; s++)
+		if (o->last_coll[s] > at)
+			o->last_coll[s] += 1 + w;
+	o->last_coll[sc] = at + 1 + w;
+	cr->sidx = o->placed[sc]++;
+	cr->fused_write = next_write(o->p, i);
+	cr->prog = o->p;
+	cr->jobs = cgr__c_alloc(o->c, o->c->nslots * sizeof(*cr->jobs));
+	if (cr->jobs == NULL)
+		return -ENOMEM;
+	for (uint32_t q = 0; q < o->c->nslots; q++)
+		cr->jobs[q].cr = cr;
+	return cr->fused_write != NULL;
+}
+
+/* Any other operation: per stream, a WAIT for the last collective whose
+ * output it reads (unless one already covers it).  Returns 1 if it is a
+ * stream task whose WRITE (op i + 1) was fused into its job, else 0. */
+static int place_other(struct ov *o, size_t i)
+{
+	struct cgr__op *op = &o->p->ops[i];
+	struct cgr__coll_rt *need[CGR__NSTREAMS] = { NULL };
+
+	for (size_t j = 0; j < o->m; j++) {
+		struct cgr__coll_rt *cr = o->out[j].coll;
+		if (o->out[j].kind != CGR__OP_COLL || !cr->async ||
+		    cr->sidx < o->done[cr->sclass])
+			continue;
+		for (size_t q = 0; q < cr->k; q++)
+			if (cr->out_ports[q] != CGR__NO_PORT &&
+			    op_uses(o->c, op, cr->out_ports[q])) {
+				if (need[cr->sclass] == NULL ||
+				    need[cr->sclass]->sidx < cr->sidx)
+					need[cr->sclass] = cr;
+				break;
+			}
+	}
+	for (int s = 0; s < CGR__NSTREAMS; s++)
+		if (need[s] != NULL) {
+			put_wait(&o->out[o->m++], CGR__OP_WAIT, need[s], NULL,
+				 false);
+			o->done[s] = need[s]->sidx + 1;
+		}
+	o->out[o->m++] = *op;
+	if (op->kind != CGR__OP_COMPUTE || !op->tc->async)
+		return 0;
+	op->tc->tidx = o->tplaced++;
+	op->tc->fused_write = next_write(o->p, i);
+	return op->tc->fused_write != NULL;
+}
+
+/*
+ * Across executions: the thread may start the next execution's first
+ * synchronous collective while a stream still runs this one's later
+ * collectives, which may share a communicator with it.  For each stream
+ * with no collective before it in the same execution (whose WAIT would
+ * order them), it waits for the stream's last one of the previous
+ * execution (a `prev` WAIT).
+ */
+static void add_prev_waits(struct ov *o)
+{
+	for (size_t i = 0; i < o->m; i++) {
+		if (o->out[i].kind != CGR__OP_COLL || o->out[i].coll->async)
+			continue;
+		for (int s = 0; s < CGR__NSTREAMS; s++) {
+			struct cgr__coll_rt *last = NULL;
+			bool before = false;
+			for (size_t j = 0; j < o->m; j++)
+				if (o->out[j].kind == CGR__OP_COLL &&
+				    o->out[j].coll->async &&
+				    o->out[j].coll->sclass == s) {
+					before |= j < i;
+					last = o->out[j].coll;
+				}
+			if (before || last == NULL)
+				continue;
+			memmove(&o->out[i + 1], &o->out[i],
+				(o->m - i) * sizeof(*o->out));
+			o->m++;
+			put_wait(&o->out[i], CGR__OP_WAIT, last, NULL, true);
+			o->out[i++].prev = true;
+		}
+		break;
+	}
+}
+
+/* A stream task's WAIT on the thread before op, unless op is a
+ * collective on a stream (whose stream joins by SWAIT instead). */
+static struct cgr_task_ctx *join_tasks(struct ov *o, const struct cgr__op *op)
+{
+	struct cgr_task_ctx *tneed = NULL;
+
+	if (op->kind != CGR__OP_COMPUTE || !op->tc->async)
+		tneed = task_used(o, op);
+	if (tneed == NULL || (op->kind == CGR__OP_COLL && op->coll->async))
+		return tneed;
+	if (tneed->tidx >= o->tdone)
+		put_wait(&o->out[o->m++], CGR__OP_WAIT, NULL, tneed, false);
+	if (o->tdone < tneed->tidx + 1)
+		o->tdone = tneed->tidx + 1;
+	return NULL;
+}
+
+static int overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
+{
+	size_t n = p->nops;
+	struct ov o = { .c = c, .p = p };
+	int ret;
+
+	o.out = cgr__c_alloc(c, (CGR__NSTREAMS + 3) * (n + 1) * sizeof(*o.out));
+	if (o.out == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		struct cgr__op *op = &p->ops[i];
+		struct cgr_task_ctx *tneed = join_tasks(&o, op);
+		if (op->kind == CGR__OP_COLL && !op->coll->async) {
+			place_sync_coll(&o, op);
+			continue;
+		}
+		ret = op->kind == CGR__OP_COLL ? place_async_coll(&o, i, tneed) :
+						 place_other(&o, i);
+		if (ret < 0)
+			return ret;
+		i += (size_t)ret; /* its WRITE was fused */
+	}
+	add_prev_waits(&o);
+	p->ops = o.out;
+	p->nops = o.m;
+	return 0;
+}
+
+/* Decides where each collective of p runs; whether p has anything to
+ * overlap. */
+static bool choose_streams(struct cgr_compiled *c, struct cgr__prog *p)
+{
+	bool any = false;
+
+	for (size_t k = 0; k < p->ntcs; k++)
+		any |= p->tcs[k].async;
+	for (size_t k = 0; k < p->nops; k++) {
+		struct cgr__coll_rt *cr = p->ops[k].coll;
+		if (p->ops[k].kind != CGR__OP_COLL)
+			continue;
+		cr->async = cr->overlap == CGR_OVERLAP_ON ||
+			    (cr->overlap == CGR_OVERLAP_DEFAULT &&
+			     c->p.overlap);
+		cr->sclass = !cr->edge		  ? CGR__S_COLL :
+			     cr->rank == cr->root ? CGR__S_SEND :
+						    CGR__S_RECV;
+		any |= cr->async;
+	}
+	return any;
+}
+
+int cgr__overlap(struct cgr__cc *cc)
+{
+	struct cgr_compiled *c = cc->c;
+	bool overlapped = false;
+	int ret;
+
+	for (size_t i = 0; i < c->nprogs; i++) {
+		if (!choose_streams(c, &c->progs[i]))
+			continue;
+		ret = overlap_prog(c, &c->progs[i]);
+		if (ret < 0)
+			return ret;
+		overlapped = true;
+	}
+	return overlapped;
+}

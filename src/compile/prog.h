@@ -1,0 +1,256 @@
+/*
+ * compile/prog.h: what a compiled graph is (struct cgr_compiled behind
+ * cgr.h's handle): its ports and channels, one program per worker (a fixed
+ * list of operations run once per execution), the runtime state of each
+ * task and collective in those programs, and the driver's side.  The
+ * compiler (compile/) builds it; exec/ runs it; trace/ draws it.
+ *
+ * Threads: the driver side belongs to the driver thread.  A program
+ * belongs to its worker's thread and, for the jobs it issues, to the
+ * executors of its streams; what they share is marked _Atomic or is
+ * written before the program is published (cgr__worker_post) and
+ * read-only afterwards.
+ */
+#ifndef CGR_COMPILE_PROG_H
+#define CGR_COMPILE_PROG_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "chan/board.h"
+#include "chan/chan.h"
+#include "comm/comm.h"
+#include "graph/graph.h"
+
+enum cgr__op_kind {
+	CGR__OP_READ = 1,
+	CGR__OP_COMPUTE = 2,
+	CGR__OP_WRITE = 3,
+	CGR__OP_COLL = 4,
+	CGR__OP_WAIT = 5, /* overlap: until a collective (or stream task) of
+			     this execution is done on its stream */
+	CGR__OP_SWAIT = 6, /* overlap: the stream of the collective that
+			      follows waits for a stream task (device side) */
+};
+
+/* Overlap: a worker's streams. */
+enum cgr__stream_class {
+	CGR__S_COLL, /* collectives */
+	CGR__S_SEND, /* device edges this worker is the root of */
+	CGR__S_RECV, /* device edges this worker reads */
+	CGR__NSTREAMS,
+	/* Not a communication stream: stream tasks' work (CGR_TASK_STREAM). */
+	CGR__S_COMP = CGR__NSTREAMS,
+	CGR__NSTREAMS_ALL
+};
+
+#define CGR__NO_PORT 0xffffffffu
+
+struct cgr__task_job {
+	struct cgr_task_ctx *tc;
+	uint64_t seq;
+	int64_t t0; /* trace: when the stream reached the task's work */
+};
+
+/* A plain task's share of a program (struct cgr_task_ctx behind cgr.h's
+ * cgr_task_ctx: what a task function is handed). */
+struct cgr_task_ctx {
+	struct cgr_compiled *c;
+	unsigned task_id; /* the graph's task (compile time: the graph may be
+			     gone later) */
+	cgr_worker *w;
+	uint64_t seq;
+	unsigned *in_ports; /* nin: CGR_INPUT_ALL expanded */
+	size_t nin;
+	unsigned *out_ports; /* nout */
+	size_t nout;
+	cgr_value *inv, *outv; /* scratch, sized at compile */
+	int err_code;
+	char errmsg[256];
+	char *name;
+	void *arg;
+	cgr_task_fn fn;
+	/* CGR_TASK_STREAM: the work runs on the compute stream s; then the
+	 * stream runs jobs[slot] (the fused WRITE of the outputs, done
+	 * published as execution + 1), and ev[slot] is recorded after it. */
+	bool stream;
+	bool async;    /* overlap: the thread does not wait for the stream */
+	uint32_t tidx; /* overlap: its place among the stream tasks */
+	cgr_stream *s;
+	struct cgr__task_job *jobs;
+	cgr_event **ev;
+	const struct cgr__op *fused_write;
+	struct cgr__prog *prog;
+	_Atomic uint64_t done;
+};
+
+/* The verdict every member of a collective reaches for one execution
+ * from the same agreement records (exec/coll.c). */
+struct cgr__verdict {
+	int err;
+	char msg[640];
+	struct cgr__agree out; /* the output's description */
+	size_t count;	       /* elements for the communicator call */
+	size_t in_bytes, out_bytes;
+};
+
+/* A member's share of a collective (exec/coll.c runs it). */
+struct cgr__coll_rt {
+	struct cgr_compiled *c;
+	unsigned task_id;	/* the graph's task (compile time only) */
+	int kind;		/* enum cgr_coll_kind */
+	cgr_redop op;
+	int root;
+	bool static_shape;
+	cgr_worker *w;
+	int rank, n;
+	cgr_comm *comm;
+	size_t k;	   /* tensors per member (buckets) */
+	bool edge;	   /* a device-transport edge's broadcast */
+	bool async;	   /* overlap: runs on the communication stream */
+	bool joins_all;	   /* finishing proves every member started it */
+	int sclass;	   /* overlap: its stream (enum cgr__stream_class) */
+	uint32_t sidx;	   /* overlap: its place in its stream's order (or,
+			      on the thread, among the thread's) */
+	int overlap;	   /* enum cgr_overlap_mode of the node */
+	/* overlap: the stream task its stream joins first (an SWAIT, kept
+	 * or found redundant), or NULL */
+	struct cgr_task_ctx *swait;
+	unsigned root_port; /* edge: the producer's port (lists' host part) */
+	unsigned *in_ports;  /* k; CGR__NO_PORT: none on this member */
+	unsigned *out_ports; /* k; CGR__NO_PORT: none on this member */
+	struct cgr__agree *mine; /* k records */
+	struct cgr__verdict *verdicts; /* k, buckets only */
+	unsigned char *bucket_in, *bucket_out; /* buckets and lists only */
+	struct cgr__board *board; /* shared by the members */
+	struct cgr__agree *cached; /* n * k: the last agreement */
+	bool have_cached;
+	size_t cap; /* data capacity of the outputs, the same on every member */
+	char *name;
+	/* Overlap: the job runs on the worker's communication stream, then
+	 * performs fused_write (the WRITE of its outputs) and publishes done
+	 * (execution + 1). */
+	struct cgr__coll_job *jobs; /* one per slot */
+	const struct cgr__op *fused_write;
+	_Atomic uint64_t done;
+	struct cgr__prog *prog;
+};
+
+struct cgr__coll_job {
+	struct cgr__coll_rt *cr;
+	uint64_t seq;
+};
+
+struct cgr__op {
+	int kind;
+	bool order; /* WAIT: keeps collective order (not a data hazard) */
+	bool prev;  /* WAIT: for the previous execution's run of coll */
+	/* COLL; WAIT: the collective waited for (NULL: tc is); SWAIT: the
+	 * collective whose stream waits */
+	struct cgr__coll_rt *coll;
+	unsigned chan;		/* READ */
+	/* COMPUTE; WAIT, SWAIT: the stream task waited for (or NULL) */
+	struct cgr_task_ctx *tc;
+	unsigned *chans;	/* WRITE: channels fed by this task's outputs */
+	size_t nchans;
+};
+
+struct cgr__trace_ev {
+	int64_t t0, t1; /* CLOCK_MONOTONIC ns */
+	uint64_t seq;
+	const struct cgr__op *op;	  /* a worker's operation, or NULL */
+	const struct cgr__coll_rt *coll; /* a stream's job (op NULL) */
+	const struct cgr_task_ctx *tc;	  /* a compute stream's job */
+};
+
+/* One worker's program. */
+struct cgr__prog {
+	struct cgr_compiled *c;
+	cgr_worker *w;
+	struct cgr__op *ops;
+	size_t nops;
+	struct cgr_task_ctx *tcs;
+	size_t ntcs;
+	struct cgr_future left; /* completed when the worker leaves */
+	uint32_t left_gen;
+	_Atomic uint64_t done_seq; /* executions completed (for reports) */
+	/* Trace: the first trace_cap operations, written by the worker only;
+	 * trace_n is published with release after each record. */
+	struct cgr__trace_ev *trace;
+	uint32_t trace_cap;
+	_Atomic uint32_t trace_n;
+	/* Overlap: communication; and the compute stream of stream tasks. */
+	cgr_stream *streams[CGR__NSTREAMS_ALL];
+	/* Trace of each stream's jobs (trace_cap each), written by that
+	 * stream's executor only; published like trace_n. */
+	struct cgr__trace_ev *strace[CGR__NSTREAMS_ALL];
+	_Atomic uint32_t strace_n[CGR__NSTREAMS_ALL];
+};
+
+struct cgr_compiled {
+	cgr_ctx *ctx;
+	_Atomic uint32_t refs; /* driver + each worker running a program */
+	cgr_compile_params p;
+	uint32_t nslots;
+
+	struct cgr__port *ports;
+	size_t nports;
+	struct cgr__chan *chans;
+	size_t nchans;
+	struct cgr__prog *progs;
+	size_t nprogs;
+
+	/* Driver side. */
+	size_t nargs;
+	unsigned *arg_port;   /* nargs */
+	unsigned **arg_chans; /* per arg: channels to readers */
+	size_t *arg_nchans;
+	size_t nout;
+	unsigned *out_port; /* per output */
+	unsigned *drv_chans; /* distinct channels into the driver */
+	size_t ndrv_chans;
+	unsigned *out_chan; /* per output: index into drv_chans */
+	uint32_t *drv_mult; /* per driver channel: outputs it serves */
+	struct cgr_bell drv_bell cgr__aligned;
+
+	uint64_t next_seq; /* next execution */
+	uint64_t oldest;   /* oldest not released */
+	uint32_t *arrived; /* per slot: outputs arrived */
+	uint8_t *released; /* per slot */
+
+	_Atomic uint32_t stop;
+	int64_t t_start; /* compile time: trace timestamps start here */
+#ifdef CGR_FAULT_INJECTION
+	/* Tests only (exec/fault.c): the communication streams sleep a
+	 * pseudo-random time up to a quarter of this before each collective,
+	 * and (one member's stream per execution) this long after it with
+	 * the outputs garbled, to expose missing waits.  Atomic: a job with
+	 * no local input may start before the first execution. */
+	_Atomic int64_t debug_coll_delay_ns;
+#endif
+	bool torn_down;
+	int teardown_result;
+	struct cgr_compiled *next; /* ctx's list */
+
+	/* Communicators created for collectives, freed with the graph. */
+	cgr_comm **comms;
+	size_t ncomms;
+	/* Every communicator the graph uses: teardown aborts them. */
+	cgr_comm **used_comms;
+	size_t nused_comms;
+
+	/* Memory this graph allocated, freed in one place. */
+	void **allocs;
+	size_t *alloc_sizes;
+	size_t nallocs, allocs_cap;
+};
+
+/* Memory owned by c (64-byte aligned, zeroed), freed with it; NULL when
+ * out of memory. */
+void *cgr__c_alloc(struct cgr_compiled *c, size_t size);
+char *cgr__c_strdup(struct cgr_compiled *c, const char *s);
+/* Drops a reference (the driver's, or a worker's when it leaves the
+ * program); the last one frees c, its streams and communicators. */
+void cgr__compiled_unref(struct cgr_compiled *c);
+
+#endif

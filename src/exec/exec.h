@@ -1,0 +1,77 @@
+/*
+ * exec/exec.h: running compiled graphs: a worker's program loop
+ * (worker.c), a member's share of a collective (coll.c), the stream jobs
+ * of overlap (stream.c), the worker threads (thread.c) and the driver
+ * (driver.c); and the test builds' fault injection (fault.c).
+ */
+#ifndef CGR_EXEC_H
+#define CGR_EXEC_H
+
+#include "compile/prog.h"
+
+/* Runs program p on worker w's thread (reactor r) until the graph stops
+ * or a stream refuses work; then leaves it (W1: p->left completes). */
+void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
+		     struct cgr_reactor *r);
+
+/* Runs plain task tc of execution seq: loads its inputs, calls it (or
+ * forwards an error value among the inputs), stores its outputs. */
+void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq);
+
+/* Runs member cr's share of a collective for execution seq, on its
+ * worker's thread (r: its reactor) or a stream's executor (r NULL). */
+void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
+		   struct cgr_reactor *r);
+
+/* Overlap (stream.c): issues collective cr of execution seq to its
+ * communication stream; runs stream task tc (its function now, its work
+ * and its fused WRITE on the compute stream; waits for it unless async);
+ * waits on w's reactor until *done (a stream job's count) reaches want.
+ * Each returns 0 or negative when the graph stops or a stream refuses. */
+int cgr__coll_issue(struct cgr__coll_rt *cr, uint64_t seq,
+		    struct cgr_reactor *r);
+int cgr__task_issue(struct cgr_task_ctx *tc, uint64_t seq,
+		    struct cgr_reactor *r);
+int cgr__wait_done(struct cgr_compiled *c, cgr_worker *w,
+		   struct cgr_reactor *r, _Atomic uint64_t *done,
+		   uint64_t want);
+
+/* Trace records (worker.c): an operation of the thread, a job of stream
+ * s.  Each stops once trace_cap records were made. */
+void cgr__trace_record(struct cgr__prog *p, const struct cgr__op *op,
+		       uint64_t seq, int64_t t0);
+void cgr__strace_record(struct cgr__prog *p, int s,
+			const struct cgr__coll_rt *cr,
+			const struct cgr_task_ctx *tc, uint64_t seq,
+			int64_t t0);
+
+/*
+ * Fault injection for the tests (--enable-fault-injection; see
+ * compile/prog.h, debug_coll_delay_ns): a collective's job sleeps a
+ * little before it runs, and in some executions one member's stream
+ * finishes late with its outputs garbled in the meantime.  Release builds
+ * compile none of it.
+ */
+#ifdef CGR_FAULT_INJECTION
+void cgr__fault_coll_before(struct cgr__coll_rt *cr, uint64_t seq);
+void cgr__fault_coll_after(struct cgr__coll_rt *cr, uint64_t seq);
+void cgr__fault_task_after(struct cgr_task_ctx *tc, uint64_t seq);
+#else
+static inline void cgr__fault_coll_before(struct cgr__coll_rt *cr,
+					  uint64_t seq)
+{
+	(void)cr, (void)seq;
+}
+static inline void cgr__fault_coll_after(struct cgr__coll_rt *cr,
+					 uint64_t seq)
+{
+	(void)cr, (void)seq;
+}
+static inline void cgr__fault_task_after(struct cgr_task_ctx *tc,
+					 uint64_t seq)
+{
+	(void)tc, (void)seq;
+}
+#endif
+
+#endif

@@ -1,0 +1,78 @@
+/*
+ * graph/worker.h: the worker (struct cgr_worker behind cgr.h's handle): a
+ * thread with its own reactor that runs one compiled graph's program at a
+ * time.  The graph builder and the compiler read its identity and state;
+ * exec/thread.c runs its thread and lifecycle; exec/worker.c its program.
+ *
+ * Mailbox: the driver publishes a program (prog), then the command (cmd,
+ * release), then rings bell; the worker parks on bell while idle or
+ * waiting for input, and every producer of something it waits for rings
+ * it.
+ *
+ * Threads: fields marked driver belong to the driver thread; the rest is
+ * written before the thread starts, or is _Atomic.
+ */
+#ifndef CGR_GRAPH_WORKER_H
+#define CGR_GRAPH_WORKER_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "base/base.h"
+#include "base/futex.h"
+#include "ctx/ctx.h"
+#include "future/future.h"
+
+struct cgr__prog;
+
+enum cgr__wcmd {
+	CGR__WCMD_IDLE = 0,
+	CGR__WCMD_RUN = 1,
+	CGR__WCMD_STOP = 2,
+};
+
+struct cgr_worker {
+	cgr_ctx *ctx;
+	char *name;
+	int cpu;
+	int device; /* cgr_worker_params.device */
+	cgr_worker_init_fn init;
+	cgr_worker_fini_fn fini;
+	void *arg;
+	void *state;
+	pthread_t thread;
+	unsigned index;
+
+	_Atomic uint32_t cmd;
+	struct cgr__prog *_Atomic prog;
+	struct cgr_bell bell cgr__aligned;
+
+	/* Completed once init ran (result: init's code); exited when the
+	 * thread is about to return. */
+	struct cgr_future life;
+	uint32_t life_gen;
+	struct cgr_future exited;
+	uint32_t exit_gen;
+
+	/* What the thread is doing, for teardown's report. */
+	const char *_Atomic current_task;
+	_Atomic uint64_t current_seq;
+
+	struct cgr_compiled *busy_with; /* driver: live graph using us */
+	bool destroyed;			/* driver */
+	bool abandoned;			/* driver: left stuck in a task */
+	struct cgr_worker *next;	/* ctx->workers */
+};
+
+/* Driver: hands program p to idle worker w and wakes it. */
+static inline void cgr__worker_post(struct cgr_worker *w, struct cgr__prog *p)
+{
+	atomic_store_explicit(&w->prog, p, memory_order_relaxed);
+	/* P1: publishes the program; pairs with the worker's acquire of
+	 * cmd. */
+	atomic_store_explicit(&w->cmd, CGR__WCMD_RUN, memory_order_release);
+	cgr__bell_ring_force(&w->bell);
+}
+
+#endif
