@@ -1,14 +1,19 @@
 /*
  * tests/graph-schedule.c: the compiler's schedules never deadlock.
  *
- * 1e4 random small graphs (tasks, collectives and device-transport edges
- * over 2-4 workers, some with a late-bound back edge) are lowered without running.  A graph with
- * a cycle must be rejected with CGR_ECYCLE (checked by the test's own DFS);
- * every accepted graph's per-worker programs are explored exhaustively
- * over every interleaving of two executions (a brute-force state search):
- * no reachable state may be stuck.  Then mutations: swapping two
- * collectives in one worker's program must make the compiler's verifier
- * report CGR_EDEADLOCK naming the workers of the cycle.
+ * 1e4 random small graphs (tasks, stream tasks, collectives and
+ * device-transport edges over 2-4 workers, some with a late-bound back
+ * edge) are planned without running, with overlap off and on.  A graph
+ * with a cycle must be rejected with CGR_ECYCLE (checked by the test's own
+ * DFS); every accepted graph's final programs (threads and streams) are
+ * explored exhaustively over every interleaving of two executions (a
+ * brute-force state search): no reachable state may be stuck.  Then
+ * mutations: swapping two collectives in one worker's program (on its
+ * thread, or on its stream), or a WAIT before its collective's issue,
+ * must make the compiler's verifier report CGR_EDEADLOCK naming the
+ * workers (and streams) of the cycle.  Plan shapes with overlap: receives
+ * issued first, the send and recv streams, WAITs pruned where other
+ * orderings imply them and kept where not, stream tasks joined.
  */
 #include <errno.h>
 #include <string.h>
@@ -27,104 +32,383 @@ static int nop(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
 
 /* ---- brute force over interleavings -------------------------------- */
 
+/*
+ * Every interleaving of the final programs, threads and streams, for two
+ * executions: an exhaustive search of the states, written apart from the
+ * compiler's verifier (compile/verify.c), with the same rules: READ takes
+ * a message, WRITE adds one (and so does a stream job's fused WRITE), a
+ * collective is one joint step of every member (on its thread or at the
+ * head of its stream, once issued), a WAIT needs its job run, an SWAIT
+ * (a stream job) the stream task's job, a stream task without overlap is
+ * waited for by its thread, and the driver admits at most max_inflight
+ * executions whose outputs have not all arrived.
+ */
 #define MAXP 8
 #define MAXC 64
+#define NS 4 /* streams per worker */
 #define EXECS 2
 
 struct state {
 	uint16_t pc[MAXP];
+	uint8_t pos[MAXP][NS];
 	uint8_t have[MAXC];
+	uint8_t admitted;
 };
 
 struct bf {
 	struct cgr_compiled *c;
-	struct state *seen;
-	size_t nseen, cap;
+	/* per program and stream: the ops it gets jobs from, in order */
+	uint16_t jobs[MAXP][NS][64];
+	uint8_t njobs[MAXP][NS];
+	bool driver[MAXC];
+	/* seen states: open addressing */
+	struct state *tab;
+	bool *used;
+	size_t cap, n;
 	long explored;
 	int stuck;
 };
 
-static size_t end_of(const struct cgr_compiled *c, size_t i)
+static int op_stream(const struct cgr__op *op)
 {
-	return c->progs[i].nops * EXECS;
+	if (op->kind == CGR__OP_COLL && op->coll->async)
+		return op->coll->sclass;
+	if (op->kind == CGR__OP_SWAIT)
+		return op->coll->sclass;
+	if (op->kind == CGR__OP_COMPUTE && op->tc->stream)
+		return CGR__S_COMP;
+	return -1;
+}
+
+static const struct cgr__op *fused(const struct cgr__op *op)
+{
+	if (op->kind == CGR__OP_COLL && op->coll->async)
+		return op->coll->fused_write;
+	if (op->kind == CGR__OP_COMPUTE && op->tc->stream)
+		return op->tc->fused_write;
+	return NULL;
+}
+
+static uint64_t state_hash(const struct state *s)
+{
+	const unsigned char *b = (const unsigned char *)s;
+	uint64_t h = 1469598103934665603ull;
+	for (size_t i = 0; i < sizeof(*s); i++)
+		h = (h ^ b[i]) * 1099511628211ull;
+	return h;
 }
 
 static bool seen_before(struct bf *b, const struct state *s)
 {
-	for (size_t i = 0; i < b->nseen; i++)
-		if (memcmp(&b->seen[i], s, sizeof(*s)) == 0)
-			return true;
-	if (b->nseen == b->cap) {
-		b->cap = b->cap ? b->cap * 2 : 1024;
-		b->seen = realloc(b->seen, b->cap * sizeof(*s));
+	size_t i;
+
+	if (2 * (b->n + 1) > b->cap) {
+		struct state *ot = b->tab;
+		bool *ou = b->used;
+		size_t oc = b->cap;
+		b->cap = b->cap ? 2 * b->cap : 4096;
+		b->tab = malloc(b->cap * sizeof(*s));
+		b->used = calloc(b->cap, 1);
+		b->n = 0;
+		for (size_t j = 0; j < oc; j++)
+			if (ou[j])
+				seen_before(b, &ot[j]);
+		free(ot);
+		free(ou);
 	}
-	b->seen[b->nseen++] = *s;
+	for (i = state_hash(s) & (b->cap - 1); b->used[i];
+	     i = (i + 1) & (b->cap - 1))
+		if (memcmp(&b->tab[i], s, sizeof(*s)) == 0)
+			return true;
+	b->used[i] = true;
+	b->tab[i] = *s;
+	b->n++;
 	return false;
+}
+
+static size_t nops_of(const struct bf *b, size_t p)
+{
+	return b->c->progs[p].nops;
+}
+
+/* The position of op k among the jobs of its stream s in program p. */
+static size_t job_index(const struct bf *b, size_t p, int s, size_t k)
+{
+	for (size_t j = 0; j < b->njobs[p][s]; j++)
+		if (b->jobs[p][s][j] == k)
+			return j;
+	return SIZE_MAX;
+}
+
+/* Whether the job of op k (program p) of execution ex has run; an op of
+ * the thread alone: whether the thread passed it. */
+static bool ran(const struct bf *b, const struct state *st, size_t p,
+		size_t k, size_t ex)
+{
+	const struct cgr__op *op = &b->c->progs[p].ops[k];
+	int s = op_stream(op);
+	if (s < 0)
+		return st->pc[p] > ex * nops_of(b, p) + k;
+	return st->pos[p][s] > ex * b->njobs[p][s] + job_index(b, p, s, k);
+}
+
+static void add_write(struct state *n, const struct cgr__op *w)
+{
+	for (size_t j = 0; w != NULL && j < w->nchans; j++)
+		n->have[w->chans[j]]++;
+}
+
+/* Where member q is for collective `task` of execution ex: 0 not there,
+ * 1 its thread, 2 + s the head of its stream s. */
+static int at_coll(const struct bf *b, const struct state *st, size_t q,
+		   unsigned task, size_t ex)
+{
+	const struct cgr__prog *pr = &b->c->progs[q];
+	size_t n = pr->nops;
+
+	if (st->pc[q] < EXECS * n) {
+		const struct cgr__op *op = &pr->ops[st->pc[q] % n];
+		if (op->kind == CGR__OP_COLL && !op->coll->async &&
+		    op->coll->task_id == task && st->pc[q] / n == ex)
+			return 1;
+	}
+	for (int s = 0; s < NS; s++) {
+		size_t j = st->pos[q][s], nj = b->njobs[q][s], k;
+		const struct cgr__op *op;
+		if (nj == 0 || j >= EXECS * nj)
+			continue;
+		k = b->jobs[q][s][j % nj];
+		op = &pr->ops[k];
+		if (op->kind == CGR__OP_COLL && op->coll->task_id == task &&
+		    j / nj == ex && st->pc[q] > ex * n + k)
+			return 2 + s;
+	}
+	return 0;
+}
+
+static bool member(const struct bf *b, size_t q, unsigned task)
+{
+	const struct cgr__prog *pr = &b->c->progs[q];
+	for (size_t k = 0; k < pr->nops; k++)
+		if (pr->ops[k].kind == CGR__OP_COLL &&
+		    pr->ops[k].coll->task_id == task)
+			return true;
+	return false;
+}
+
+/* The joint step of collective `task` of execution ex, if every member is
+ * there (taken from the lowest-numbered member only). */
+static bool joint(const struct bf *b, const struct state *st, size_t self,
+		  unsigned task, size_t ex, struct state *n)
+{
+	const struct cgr_compiled *c = b->c;
+	int where[MAXP];
+
+	for (size_t q = 0; q < c->nprogs; q++) {
+		where[q] = member(b, q, task) ? at_coll(b, st, q, task, ex) : -1;
+		if (where[q] == 0 || (where[q] > 0 && q < self))
+			return false;
+	}
+	*n = *st;
+	for (size_t q = 0; q < c->nprogs; q++) {
+		const struct cgr__prog *pr = &c->progs[q];
+		if (where[q] == 1) {
+			n->pc[q]++;
+		} else if (where[q] >= 2) {
+			int s = where[q] - 2;
+			size_t k = b->jobs[q][s][n->pos[q][s] % b->njobs[q][s]];
+			n->pos[q][s]++;
+			add_write(n, fused(&pr->ops[k]));
+		}
+	}
+	return true;
+}
+
+/* The thread of p: its next state in *n, if it can move. */
+static bool thread_move(const struct bf *b, const struct state *st, size_t p,
+			struct state *n)
+{
+	const struct cgr_compiled *c = b->c;
+	size_t nops = nops_of(b, p), k = st->pc[p] % nops, ex = st->pc[p] / nops;
+	const struct cgr__op *op = &c->progs[p].ops[k];
+	int s = op_stream(op);
+
+	if (s >= 0 && op->kind != CGR__OP_SWAIT && ex >= c->nslots &&
+	    !ran(b, st, p, k, ex - c->nslots))
+		return false;
+	*n = *st;
+	switch (op->kind) {
+	case CGR__OP_READ:
+		if (st->have[op->chan] == 0)
+			return false;
+		n->have[op->chan]--;
+		break;
+	case CGR__OP_WRITE:
+		add_write(n, op);
+		break;
+	case CGR__OP_COMPUTE:
+		if (op->tc->stream && !op->tc->async) {
+			if (st->pos[p][s] != ex * b->njobs[p][s] +
+						    job_index(b, p, s, k))
+				return false;
+			n->pos[p][s]++;
+			add_write(n, op->tc->fused_write);
+		}
+		break;
+	case CGR__OP_COLL:
+		if (!op->coll->async)
+			return joint(b, st, p, op->coll->task_id, ex, n);
+		break;
+	case CGR__OP_WAIT: {
+		size_t t = SIZE_MAX, tex = ex;
+		const struct cgr__prog *pr = &c->progs[p];
+		if (op->prev && ex == 0)
+			break;
+		tex -= op->prev;
+		for (size_t q = 0; q < pr->nops; q++)
+			if (op->tc != NULL ?
+				    pr->ops[q].kind == CGR__OP_COMPUTE &&
+					    pr->ops[q].tc == op->tc :
+				    pr->ops[q].kind == CGR__OP_COLL &&
+					    pr->ops[q].coll == op->coll)
+				t = q;
+		if (t != SIZE_MAX && !ran(b, st, p, t, tex))
+			return false;
+		break;
+	}
+	default:
+		break;
+	}
+	n->pc[p]++;
+	return true;
+}
+
+/* Stream s of p: its next state in *n, if it can move. */
+static bool stream_move(const struct bf *b, const struct state *st, size_t p,
+			int s, struct state *n)
+{
+	const struct cgr__prog *pr = &b->c->progs[p];
+	size_t nj = b->njobs[p][s], j = st->pos[p][s], k, ex;
+	const struct cgr__op *op;
+
+	if (nj == 0 || j >= EXECS * nj)
+		return false;
+	k = b->jobs[p][s][j % nj];
+	ex = j / nj;
+	op = &pr->ops[k];
+	if (st->pc[p] <= ex * pr->nops + k)
+		return false; /* not issued */
+	if (op->kind == CGR__OP_COLL)
+		return joint(b, st, p, op->coll->task_id, ex, n);
+	if (op->kind == CGR__OP_SWAIT)
+		for (size_t q = 0; q < pr->nops; q++)
+			if (pr->ops[q].kind == CGR__OP_COMPUTE &&
+			    pr->ops[q].tc == op->tc && !ran(b, st, p, q, ex))
+				return false;
+	*n = *st;
+	n->pos[p][s]++;
+	add_write(n, fused(op));
+	return true;
+}
+
+/* The driver admits execution 1 once execution 1 - max_inflight has every
+ * output. */
+static void admit(const struct bf *b, struct state *n)
+{
+	const struct cgr_compiled *c = b->c;
+
+	while (n->admitted < EXECS) {
+		if (n->admitted >= c->p.max_inflight)
+			for (size_t j = 0; j < c->ndrv_chans; j++)
+				if (n->have[c->drv_chans[j]] <
+				    n->admitted - c->p.max_inflight + 1)
+					return;
+		for (size_t ch = 0; ch < c->nchans; ch++)
+			if (b->driver[ch])
+				n->have[ch]++;
+		n->admitted++;
+	}
+}
+
+static bool finished(const struct bf *b, const struct state *s)
+{
+	for (size_t p = 0; p < b->c->nprogs; p++) {
+		if (s->pc[p] < EXECS * nops_of(b, p))
+			return false;
+		for (int q = 0; q < NS; q++)
+			if (s->pos[p][q] < EXECS * b->njobs[p][q])
+				return false;
+	}
+	return true;
 }
 
 static void explore(struct bf *b, struct state *s)
 {
-	struct cgr_compiled *c = b->c;
-	bool any = false, finished = true;
+	const struct cgr_compiled *c = b->c;
+	bool any = false;
+	struct state n;
 
+	admit(b, s);
 	if (b->stuck || seen_before(b, s))
 		return;
 	b->explored++;
-	for (size_t i = 0; i < c->nprogs; i++) {
-		struct cgr__prog *p = &c->progs[i];
-		struct state n;
-		if (s->pc[i] >= end_of(c, i))
-			continue;
-		finished = false;
-		struct cgr__op *op = &p->ops[s->pc[i] % p->nops];
-		size_t ex = s->pc[i] / p->nops;
-		n = *s;
-		if (op->kind == CGR__OP_READ) {
-			if (s->have[op->chan] == 0)
-				continue;
-			n.have[op->chan]--;
-		} else if (op->kind == CGR__OP_WRITE) {
-			for (size_t j = 0; j < op->nchans; j++)
-				n.have[op->chans[j]]++;
-		} else if (op->kind == CGR__OP_COLL) {
-			/* A joint step of every member, taken from the
-			 * lowest-numbered member only. */
-			int at = 0;
-			bool lowest = true;
-			for (size_t q = 0; q < c->nprogs; q++) {
-				struct cgr__prog *o = &c->progs[q];
-				struct cgr__op *oo;
-				if (s->pc[q] >= end_of(c, q))
-					continue;
-				oo = &o->ops[s->pc[q] % o->nops];
-				if (oo->kind == CGR__OP_COLL &&
-				    oo->coll->board == op->coll->board &&
-				    s->pc[q] / o->nops == ex) {
-					at++;
-					if (q < i)
-						lowest = false;
-				}
-			}
-			if (at < op->coll->n || !lowest)
-				continue;
-			for (size_t q = 0; q < c->nprogs; q++) {
-				struct cgr__prog *o = &c->progs[q];
-				struct cgr__op *oo;
-				if (q == i || s->pc[q] >= end_of(c, q))
-					continue;
-				oo = &o->ops[s->pc[q] % o->nops];
-				if (oo->kind == CGR__OP_COLL &&
-				    oo->coll->board == op->coll->board &&
-				    s->pc[q] / o->nops == ex)
-					n.pc[q]++;
-			}
+	for (size_t p = 0; p < c->nprogs; p++) {
+		if (s->pc[p] < EXECS * nops_of(b, p) && thread_move(b, s, p, &n)) {
+			any = true;
+			explore(b, &n);
 		}
-		n.pc[i]++;
-		any = true;
-		explore(b, &n);
+		for (int q = 0; q < NS; q++)
+			if (stream_move(b, s, p, q, &n)) {
+				any = true;
+				explore(b, &n);
+			}
 	}
-	if (!finished && !any)
+	if (!any && !finished(b, s))
 		b->stuck = 1;
+}
+
+/* Explores every interleaving of c's programs; 1 if one gets stuck, 0,
+ * or -1 if c is too large for the search. */
+static int brute_force(struct cgr_compiled *c, long *states)
+{
+	struct bf *b = calloc(1, sizeof(*b));
+	struct state s0;
+	int ret = 0;
+
+	b->c = c;
+	if (c->nprogs > MAXP || c->nchans > MAXC)
+		ret = -1;
+	for (size_t p = 0; ret == 0 && p < c->nprogs; p++)
+		for (size_t k = 0; k < c->progs[p].nops; k++) {
+			const struct cgr__op *op = &c->progs[p].ops[k];
+			int s = op_stream(op);
+			if (s >= 0 && b->njobs[p][s] < 64)
+				b->jobs[p][s][b->njobs[p][s]++] = (uint16_t)k;
+		}
+	for (size_t ch = 0; ret == 0 && ch < c->nchans; ch++) {
+		b->driver[ch] = c->chans[ch].reader_bell != &c->drv_bell;
+		for (size_t p = 0; p < c->nprogs; p++)
+			for (size_t k = 0; k < c->progs[p].nops; k++) {
+				const struct cgr__op *op = &c->progs[p].ops[k];
+				const struct cgr__op *w =
+					op->kind == CGR__OP_WRITE ? op :
+								    fused(op);
+				for (size_t j = 0; w != NULL && j < w->nchans;
+				     j++)
+					if (w->chans[j] == ch)
+						b->driver[ch] = false;
+			}
+	}
+	if (ret == 0) {
+		memset(&s0, 0, sizeof(s0));
+		explore(b, &s0);
+		*states += b->explored;
+		ret = b->stuck;
+	}
+	free(b->tab);
+	free(b->used);
+	free(b);
+	return ret;
 }
 
 /* ---- random graphs -------------------------------------------------- */
@@ -197,6 +481,8 @@ static bool random_graph(cgr_graph *g, cgr_worker **W, int nw, struct rg *r)
 			int nin = 1 + (int)(t_rand() % 3);
 			int nout = 1 + (int)(t_rand() % 2);
 			d.fn = nop;
+			if (t_rand() % 4 == 0) /* work on the compute stream */
+				d.flags = CGR_TASK_STREAM;
 			for (int i = 0; i < nin; i++) {
 				int j = pick(r);
 				ins[i] = r->nodes[j];
@@ -213,9 +499,14 @@ static bool random_graph(cgr_graph *g, cgr_worker **W, int nw, struct rg *r)
 				       (size_t)nin, outs, (size_t)nout);
 			if (late_task == t && late == NULL)
 				late = outs[0];
-			if (t_rand() % 5 == 0) /* sent by broadcast */
+			if (t_rand() % 5 == 0) { /* sent by broadcast */
 				cgr_node_set_transport(outs[0],
 						       CGR_TRANSPORT_DEVICE, 0);
+				if (t_rand() % 4 == 0)
+					cgr_node_set_overlap(
+						outs[0],
+						1 + (int)(t_rand() % 2));
+			}
 			for (int o = 0; o < nout; o++)
 				add_node(r, outs[o], t);
 		} else {
@@ -235,6 +526,8 @@ static bool random_graph(cgr_graph *g, cgr_worker **W, int nw, struct rg *r)
 					m[used++] = W[perm[i]];
 			p.kind = 1 + (int)(t_rand() % CGR_COLL_ALLTOALL);
 			p.root = (int)(t_rand() % (uint64_t)n);
+			if (t_rand() % 4 == 0) /* forced on or off */
+				p.overlap = 1 + (int)(t_rand() % 2);
 			int nin = (p.kind == CGR_COLL_BROADCAST ||
 				   p.kind == CGR_COLL_SCATTER) ?
 					  1 :
@@ -285,89 +578,88 @@ static bool random_graph(cgr_graph *g, cgr_worker **W, int nw, struct rg *r)
 	return has_cycle(r);
 }
 
+/* What planning one random graph gave. */
+enum { R_ACCEPTED, R_CYCLE_OK, R_OTHER, R_BAD };
+
+static int plan_random(cgr_ctx *ctx, cgr_worker **W, int nw, uint64_t seed,
+		       const cgr_compile_params *pp, long it, long *states,
+		       bool *cyclic)
+{
+	cgr_graph *g;
+	cgr_compiled *c = NULL;
+	struct rg r;
+	int ret, res;
+
+	t__rng = seed;
+	cgr_graph_create(ctx, &g);
+	*cyclic = random_graph(g, W, nw, &r);
+	ret = cgr__graph_plan(g, pp, &c);
+	if (ret == -EINVAL && strstr(cgr_graph_errmsg(g), "device transport")) {
+		res = R_OTHER; /* a device edge with no remote reader */
+		*cyclic = false;
+	} else if (*cyclic) {
+		res = ret == CGR_ECYCLE ? R_CYCLE_OK : R_BAD;
+	} else if (ret == 0) {
+		int stuck = brute_force(c, states);
+		res = stuck < 0 ? R_OTHER : stuck ? R_BAD : R_ACCEPTED;
+		if (stuck > 0)
+			t_diag("iteration %ld (overlap %d): a stuck interleaving",
+			       it, pp->overlap);
+	} else if (ret == CGR_EUNUSEDARG || ret == CGR_EUNREACHABLE) {
+		res = R_OTHER; /* legitimately rejected shapes */
+	} else {
+		res = R_BAD;
+		t_diag("iteration %ld (overlap %d): %s: %s", it, pp->overlap,
+		       cgr_err_name(ret), cgr_graph_errmsg(g));
+	}
+	if (res == R_BAD && *cyclic)
+		t_diag("iteration %ld: a cycle not rejected (%s)", it,
+		       cgr_err_name(ret));
+	cgr__plan_free(c);
+	cgr_graph_destroy(g);
+	return res;
+}
+
+/*
+ * 1e4 random graphs, each planned with overlap off and on (stream tasks,
+ * collectives and edges forced on or off here and there; one in four with
+ * one execution in flight): the compiler (whose verifier runs on the final
+ * programs) must accept every acyclic graph it does not reject for its
+ * shape, and the brute force must find no stuck interleaving of the
+ * programs it made.
+ */
 static void test_random(cgr_ctx *ctx, cgr_worker **W)
 {
-	long n = t_scale(10000), accepted = 0, cycles = 0, rejected_ok = 0,
-	     bad = 0, other = 0, states = 0;
-	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	long n = t_scale(10000), accepted[2] = { 0, 0 }, cycles = 0,
+	     rejected_ok = 0, bad = 0, other = 0, states[2] = { 0, 0 };
 
-	pp.max_inflight = 2;
-	pp.max_value_bytes = 256;
 	for (long it = 0; it < n; it++) {
-		cgr_graph *g;
-		cgr_compiled *c = NULL;
-		struct rg r;
-		int nw = 2 + (int)(t_rand() % 3);
-		bool cyc;
-		int ret;
-
-		cgr_graph_create(ctx, &g);
-		cyc = random_graph(g, W, nw, &r);
-		ret = cgr__graph_plan(g, &pp, &c);
-		if (ret == -EINVAL &&
-		    strstr(cgr_graph_errmsg(g), "device transport")) {
-			other++; /* a device edge with no remote reader */
-		} else if (cyc) {
-			cycles++;
-			if (ret == CGR_ECYCLE)
-				rejected_ok++;
-			else
-				bad++;
-		} else if (ret == 0) {
-			struct bf b = { c, NULL, 0, 0, 0, 0 };
-			struct state s0;
-			memset(&s0, 0, sizeof(s0));
-			if (c->nprogs > MAXP || c->nchans > MAXC) {
-				other++;
-			} else {
-				for (size_t ch = 0; ch < c->nchans; ch++) {
-					bool driver = true;
-					for (size_t i = 0; i < c->nprogs; i++)
-						for (size_t k = 0;
-						     k < c->progs[i].nops; k++) {
-							struct cgr__op *op =
-								&c->progs[i].ops[k];
-							if (op->kind !=
-							    CGR__OP_WRITE)
-								continue;
-							for (size_t j = 0;
-							     j < op->nchans;
-							     j++)
-								if (op->chans[j] ==
-								    ch)
-									driver = false;
-						}
-					if (driver)
-						s0.have[ch] = EXECS;
-				}
-				explore(&b, &s0);
-				accepted++;
-				states += b.explored;
-				if (b.stuck) {
-					bad++;
-					t_diag("stuck schedule, iteration %ld",
-					       it);
-				}
-			}
-			free(b.seen);
-		} else if (ret == CGR_EUNUSEDARG || ret == CGR_EUNREACHABLE ||
-			   (ret == -EINVAL &&
-			    strstr(cgr_graph_errmsg(g), "device transport"))) {
-			other++; /* legitimately rejected shapes */
-		} else {
-			bad++;
-			t_diag("iteration %ld: %s: %s", it, cgr_err_name(ret),
-			       cgr_graph_errmsg(g));
+		uint64_t seed = t_rand();
+		int nw = 2 + (int)(seed % 3);
+		for (int ov = 0; ov < 2; ov++) {
+			cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+			bool cyc;
+			int res;
+			pp.max_inflight = seed % 4 == 0 ? 1 : 2;
+			pp.max_value_bytes = 256;
+			pp.overlap = ov;
+			res = plan_random(ctx, W, nw, seed, &pp, it, &states[ov],
+					  &cyc);
+			cycles += cyc && ov == 0;
+			rejected_ok += res == R_CYCLE_OK && ov == 0;
+			accepted[ov] += res == R_ACCEPTED;
+			other += res == R_OTHER && ov == 0;
+			bad += res == R_BAD;
 		}
-		cgr__plan_free(c);
-		cgr_graph_destroy(g);
 	}
 	t_is(bad, 0,
-	     "%ld random graphs: %ld accepted and explored (%ld states), "
-	     "%ld/%ld cycles rejected, %ld other",
-	     n, accepted, states, rejected_ok, cycles, other);
-	t_ok(accepted > n / 2, "most random graphs were accepted (%ld)",
-	     accepted);
+	     "%ld random graphs, overlap off / on: %ld / %ld accepted and "
+	     "explored (%ld / %ld states), %ld/%ld cycles rejected, %ld other",
+	     n, accepted[0], accepted[1], states[0], states[1], rejected_ok,
+	     cycles, other);
+	t_ok(accepted[0] > n / 2 && accepted[1] > n / 2,
+	     "most random graphs were accepted (%ld, %ld)", accepted[0],
+	     accepted[1]);
 	t_ok(cycles > 0 && rejected_ok == cycles,
 	     "every cyclic graph was rejected with CGR_ECYCLE");
 }
@@ -381,6 +673,7 @@ static void test_mutation(cgr_ctx *ctx, cgr_worker **W)
 	cgr_node *x, *a[2], *b[2], *ra[2], *rb[2], *outs[4];
 	cgr_task_desc d = CGR_TASK_DESC_INIT;
 	char msg[512];
+	long states = 0;
 
 	d.fn = nop;
 	cgr_graph_create(ctx, &g);
@@ -415,6 +708,7 @@ static void test_mutation(cgr_ctx *ctx, cgr_worker **W)
 	t_ok(strstr(msg, W[0]->name) && strstr(msg, W[1]->name) &&
 		     strstr(msg, "allreduce"),
 	     "the message names both workers and the collectives");
+	t_is(brute_force(c, &states), 1, "the brute force gets stuck too");
 	cgr__plan_free(c);
 	cgr_graph_destroy(g);
 
@@ -443,6 +737,88 @@ static void test_mutation(cgr_ctx *ctx, cgr_worker **W)
 		}
 	t_is(cgr__verify(c, msg, sizeof(msg)), CGR_EDEADLOCK,
 	     "read hoisted above its producer's write: %s", msg);
+	cgr__plan_free(c);
+	cgr_graph_destroy(g);
+}
+
+/*
+ * The verifier on the final programs.  Two allreduces over W[0] and W[1],
+ * both on the collective streams: swapping them in W[0]'s program makes
+ * the two streams meet them in different orders; a WAIT moved before the
+ * issue of its collective waits for a job its own thread has not issued.
+ * Both must be reported, naming the streams.
+ */
+static void test_mutation_overlap(cgr_ctx *ctx, cgr_worker **W)
+{
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_node *x, *a[2], *b[2], *ra[2], *rb[2], *f[2];
+	struct cgr__prog *p;
+	cgr_compiled *c;
+	cgr_graph *g;
+	char msg[512];
+	size_t k1 = SIZE_MAX, k2 = SIZE_MAX, wk = SIZE_MAX;
+	long states = 0;
+
+	d.fn = nop;
+	pp.overlap = 1;
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int i = 0; i < 2; i++) {
+		cgr_graph_task(g, W[i], &d, &x, 1, &a[i], 1);
+		cgr_graph_task(g, W[i], &d, &x, 1, &b[i], 1);
+	}
+	cgr_graph_allreduce(g, a, 2, CGR_SUM, NULL, ra);
+	cgr_graph_allreduce(g, b, 2, CGR_SUM, NULL, rb);
+	for (int i = 0; i < 2; i++) {
+		cgr_node *in[2] = { ra[i], rb[i] };
+		cgr_graph_task(g, W[i], &d, in, 2, &f[i], 1);
+	}
+	cgr_graph_output(g, f, 2);
+	t_is(cgr__graph_plan(g, &pp, &c), 0, "overlap: two allreduces plan");
+	t_is(cgr__verify(c, msg, sizeof(msg)), 0, "the final programs verify");
+	p = &c->progs[0];
+	for (size_t k = 0; k < p->nops; k++) {
+		if (p->ops[k].kind == CGR__OP_COLL && k1 == SIZE_MAX)
+			k1 = k;
+		else if (p->ops[k].kind == CGR__OP_COLL)
+			k2 = k;
+		if (p->ops[k].kind == CGR__OP_WAIT && wk == SIZE_MAX)
+			wk = k;
+	}
+	t_ok(k1 != SIZE_MAX && k2 != SIZE_MAX && wk != SIZE_MAX &&
+		     p->ops[k1].coll->async && p->ops[k2].coll->async,
+	     "W[0] issues both to its collective stream and waits");
+	if (k1 == SIZE_MAX || k2 == SIZE_MAX || wk == SIZE_MAX) {
+		cgr__plan_free(c);
+		cgr_graph_destroy(g);
+		return;
+	}
+	struct cgr__op tmp = p->ops[k1];
+	p->ops[k1] = p->ops[k2];
+	p->ops[k2] = tmp;
+	t_is(cgr__verify(c, msg, sizeof(msg)), CGR_EDEADLOCK,
+	     "the streams meet the allreduces in different orders: %s", msg);
+	t_ok(strstr(msg, "w0's collective stream") &&
+		     strstr(msg, "w1's collective stream") &&
+		     strstr(msg, "allreduce"),
+	     "the message names both streams and the collectives");
+	t_is(brute_force(c, &states), 1, "the brute force gets stuck too");
+	p->ops[k2] = p->ops[k1];
+	p->ops[k1] = tmp;
+	t_is(cgr__verify(c, msg, sizeof(msg)), 0, "swapped back: verifies");
+	t_is(brute_force(c, &states), 0, "and no interleaving gets stuck");
+	/* The first WAIT moved to the front, before its collective's
+	 * issue. */
+	tmp = p->ops[wk];
+	memmove(&p->ops[1], &p->ops[0], wk * sizeof(tmp));
+	p->ops[0] = tmp;
+	t_is(cgr__verify(c, msg, sizeof(msg)), CGR_EDEADLOCK,
+	     "a WAIT before its collective's issue: %s", msg);
+	t_ok(strstr(msg, "w0 waits for w0's collective stream") &&
+		     strstr(msg, "w0's collective stream waits for w0 (issue"),
+	     "the message names the thread and its stream");
+	t_is(brute_force(c, &states), 1, "the brute force gets stuck too");
 	cgr__plan_free(c);
 	cgr_graph_destroy(g);
 }
@@ -846,6 +1222,7 @@ int main(int argc, char **argv)
 		cgr_worker_create(ctx, &wp, &W[i]);
 	}
 	test_mutation(ctx, W);
+	test_mutation_overlap(ctx, W);
 	test_edge_group(ctx, W);
 	test_overlap_plan(ctx, W);
 	test_overlap_prune(ctx, W);
