@@ -50,9 +50,9 @@ static void *pong(void *arg)
 		}
 	} else {
 		for (long i = 0; i < p->iters; i++) {
-			while (cgr_ring_dequeue(&p->a2b_c, m) != 0)
+			while (cgr__ring_dequeue(&p->a2b_c, m) != 0)
 				perf_relax();
-			while (cgr_ring_enqueue(&p->b2a_p, m, MSG) != 0)
+			while (cgr__ring_enqueue(&p->b2a_p, m, MSG) != 0)
 				perf_relax();
 		}
 	}
@@ -63,18 +63,18 @@ static void *pong(void *arg)
 static void pingpong(int mode, long n, double *lat, double tick)
 {
 	static struct pp p;
-	size_t sz = cgr_ring_memsize(64, MSG);
+	size_t sz = cgr__ring_memsize(64, MSG);
 	unsigned char *ra = aligned_alloc(64, sz), *rb = aligned_alloc(64, sz);
 	pthread_t t;
 	char m[MSG] = { 1 };
 
 	memset(&p, 0, sizeof(p));
-	cgr_ring_init(ra, sz, 64, MSG, 0);
-	cgr_ring_init(rb, sz, 64, MSG, 0);
-	cgr_ring_attach(&p.a2b_p, ra, sz, CGR_RING_PRODUCER);
-	cgr_ring_attach(&p.a2b_c, ra, sz, CGR_RING_CONSUMER);
-	cgr_ring_attach(&p.b2a_p, rb, sz, CGR_RING_PRODUCER);
-	cgr_ring_attach(&p.b2a_c, rb, sz, CGR_RING_CONSUMER);
+	cgr__ring_init(ra, sz, 64, MSG, 0);
+	cgr__ring_init(rb, sz, 64, MSG, 0);
+	cgr__ring_attach(&p.a2b_p, ra, sz, CGR_RING_PRODUCER);
+	cgr__ring_attach(&p.a2b_c, ra, sz, CGR_RING_CONSUMER);
+	cgr__ring_attach(&p.b2a_p, rb, sz, CGR_RING_PRODUCER);
+	cgr__ring_attach(&p.b2a_c, rb, sz, CGR_RING_CONSUMER);
 	p.iters = n;
 	p.mode = mode;
 	p.cpu = 1;
@@ -90,9 +90,9 @@ static void pingpong(int mode, long n, double *lat, double tick)
 			       2 * (uint64_t)i + 2)
 				perf_relax();
 		} else {
-			while (cgr_ring_enqueue(&p.a2b_p, m, MSG) != 0)
+			while (cgr__ring_enqueue(&p.a2b_p, m, MSG) != 0)
 				perf_relax();
-			while (cgr_ring_dequeue(&p.b2a_c, m) != 0)
+			while (cgr__ring_dequeue(&p.b2a_c, m) != 0)
 				perf_relax();
 		}
 		lat[i] = (double)(perf_ticks() - t0) * tick;

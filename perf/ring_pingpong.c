@@ -79,7 +79,7 @@ static void layout_make(void)
 	size_t off = sizeof(struct arena_hdr);
 	int d;
 
-	lay.cgr_size = cgr_ring_memsize(COUNT, CGR_MSG);
+	lay.cgr_size = cgr__ring_memsize(COUNT, CGR_MSG);
 	for (d = 0; d < 2; d++) {
 		lay.cgr[d] = off;
 		off = CGR__ALIGN_UP(off + lay.cgr_size, 4096);
@@ -111,7 +111,7 @@ static int arena_init(unsigned char *base)
 
 	memset(base, 0, sizeof(struct arena_hdr));
 	for (d = 0; d < 2; d++) {
-		ret = cgr_ring_init(base + lay.cgr[d], lay.cgr_size, COUNT,
+		ret = cgr__ring_init(base + lay.cgr[d], lay.cgr_size, COUNT,
 				    CGR_MSG, 0);
 		if (ret)
 			return ret;
@@ -166,10 +166,10 @@ static int side_attach(struct side *s, unsigned char *base, int id)
 	s->bar = &h->bar;
 	s->floor = &h->floor;
 	s->floor_v = 0;
-	ret = cgr_ring_attach(&s->tx, base + lay.cgr[tx], lay.cgr_size,
+	ret = cgr__ring_attach(&s->tx, base + lay.cgr[tx], lay.cgr_size,
 			      CGR_RING_PRODUCER);
 	if (ret == 0)
-		ret = cgr_ring_attach(&s->rx, base + lay.cgr[rx], lay.cgr_size,
+		ret = cgr__ring_attach(&s->rx, base + lay.cgr[rx], lay.cgr_size,
 				      CGR_RING_CONSUMER);
 #ifdef HAVE_CK
 	s->ck_tx = (struct ck_ring *)(base + lay.ck[tx]);
@@ -188,19 +188,19 @@ static int side_attach(struct side *s, unsigned char *base, int id)
 
 static inline int cgrring_send(struct side *s, void *m)
 {
-	return cgr_ring_enqueue(&s->tx, m, CGR_MSG) == 0;
+	return cgr__ring_enqueue(&s->tx, m, CGR_MSG) == 0;
 }
 static inline int cgrring_recv(struct side *s, void *m)
 {
-	return cgr_ring_dequeue(&s->rx, m) == 0;
+	return cgr__ring_dequeue(&s->rx, m) == 0;
 }
 static inline unsigned cgrring_send_n(struct side *s, void *m, unsigned n)
 {
-	return cgr_ring_enqueue_burst(&s->tx, m, n);
+	return cgr__ring_enqueue_burst(&s->tx, m, n);
 }
 static inline unsigned cgrring_recv_n(struct side *s, void *m, unsigned n)
 {
-	return cgr_ring_dequeue_burst(&s->rx, m, n);
+	return cgr__ring_dequeue_burst(&s->rx, m, n);
 }
 
 #ifdef HAVE_CK

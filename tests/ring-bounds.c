@@ -41,20 +41,20 @@ static int check_msg(const unsigned char *m, uint64_t v, size_t len)
 
 static void test_sizes(void)
 {
-	t_is(cgr_ring_memsize(0, ES), 0, "memsize: count 0");
-	t_is(cgr_ring_memsize(1, ES), sizeof(struct cgr_ring_shared) + 64,
+	t_is(cgr__ring_memsize(0, ES), 0, "memsize: count 0");
+	t_is(cgr__ring_memsize(1, ES), sizeof(struct cgr_ring_shared) + 64,
 	     "memsize: count 1 is a ring of one");
-	t_is(cgr_ring_memsize(3, ES), 0, "memsize: count not a power of two");
-	t_is(cgr_ring_memsize(CGR_RING_MAX_COUNT * 2, ES), 0,
+	t_is(cgr__ring_memsize(3, ES), 0, "memsize: count not a power of two");
+	t_is(cgr__ring_memsize(CGR_RING_MAX_COUNT * 2, ES), 0,
 	     "memsize: count too large");
-	t_is(cgr_ring_memsize(8, 0), 0, "memsize: esize 0");
-	t_is(cgr_ring_memsize(8, CGR_RING_MAX_ESIZE + 1), 0,
+	t_is(cgr__ring_memsize(8, 0), 0, "memsize: esize 0");
+	t_is(cgr__ring_memsize(8, CGR_RING_MAX_ESIZE + 1), 0,
 	     "memsize: esize too large");
-	t_is(cgr_ring_memsize(4, 56), sizeof(struct cgr_ring_shared) + 4 * 64,
+	t_is(cgr__ring_memsize(4, 56), sizeof(struct cgr_ring_shared) + 4 * 64,
 	     "memsize: 56-byte messages take one line each");
-	t_is(cgr_ring_memsize(4, 57), sizeof(struct cgr_ring_shared) + 4 * 128,
+	t_is(cgr__ring_memsize(4, 57), sizeof(struct cgr_ring_shared) + 4 * 128,
 	     "memsize: 57-byte messages take two lines");
-	t_is(cgr_ring_memsize(CGR_RING_MAX_COUNT, CGR_RING_MAX_ESIZE),
+	t_is(cgr__ring_memsize(CGR_RING_MAX_COUNT, CGR_RING_MAX_ESIZE),
 	     sizeof(struct cgr_ring_shared) +
 		 (size_t)CGR_RING_MAX_COUNT * (CGR_RING_MAX_ESIZE + 64),
 	     "memsize: the largest ring");
@@ -62,58 +62,58 @@ static void test_sizes(void)
 
 static void test_init_args(void)
 {
-	size_t ms = cgr_ring_memsize(8, ES);
+	size_t ms = cgr__ring_memsize(8, ES);
 	unsigned char *mem = xalloc(ms + 64), *copy = xalloc(ms + 64);
 	struct cgr_ring r, before;
 	int bad = 0;
 
 	memset(mem, 0xa5, ms + 64);
 	memcpy(copy, mem, ms + 64);
-	t_is(cgr_ring_init(mem, ms, 8, ES, 1), -EINVAL, "init: unknown flag");
-	t_is(cgr_ring_init(mem, ms, 8, ES, 1u << 31), -EINVAL,
+	t_is(cgr__ring_init(mem, ms, 8, ES, 1), -EINVAL, "init: unknown flag");
+	t_is(cgr__ring_init(mem, ms, 8, ES, 1u << 31), -EINVAL,
 	     "init: unknown high flag");
-	t_is(cgr_ring_init(mem, ms - 1, 8, ES, 0), -EINVAL,
+	t_is(cgr__ring_init(mem, ms - 1, 8, ES, 0), -EINVAL,
 	     "init: memory too small");
-	t_is(cgr_ring_init(mem + 8, ms, 8, ES, 0), -EINVAL,
+	t_is(cgr__ring_init(mem + 8, ms, 8, ES, 0), -EINVAL,
 	     "init: misaligned memory");
-	t_is(cgr_ring_init(NULL, ms, 8, ES, 0), -EINVAL, "init: NULL memory");
-	t_is(cgr_ring_init(mem, ms, 0, ES, 0), -EINVAL, "init: count 0");
-	t_is(cgr_ring_init(mem, ms, 6, ES, 0), -EINVAL,
+	t_is(cgr__ring_init(NULL, ms, 8, ES, 0), -EINVAL, "init: NULL memory");
+	t_is(cgr__ring_init(mem, ms, 0, ES, 0), -EINVAL, "init: count 0");
+	t_is(cgr__ring_init(mem, ms, 6, ES, 0), -EINVAL,
 	     "init: count not a power of two");
-	t_is(cgr_ring_init(mem, ms, CGR_RING_MAX_COUNT << 1, ES, 0), -EINVAL,
+	t_is(cgr__ring_init(mem, ms, CGR_RING_MAX_COUNT << 1, ES, 0), -EINVAL,
 	     "init: count too large");
-	t_is(cgr_ring_init(mem, ms, 8, 0, 0), -EINVAL, "init: esize 0");
-	t_is(cgr_ring_init(mem, ms, 8, CGR_RING_MAX_ESIZE + 1, 0), -EINVAL,
+	t_is(cgr__ring_init(mem, ms, 8, 0, 0), -EINVAL, "init: esize 0");
+	t_is(cgr__ring_init(mem, ms, 8, CGR_RING_MAX_ESIZE + 1, 0), -EINVAL,
 	     "init: esize too large");
 	t_ok(memcmp(mem, copy, ms + 64) == 0, "init: failures write nothing");
 
 	memset(&r, 0x5a, sizeof(r));
 	before = r;
-	t_is(cgr_ring_attach(&r, mem, ms, CGR_RING_CONSUMER), CGR_ECORRUPT,
+	t_is(cgr__ring_attach(&r, mem, ms, CGR_RING_CONSUMER), CGR_ECORRUPT,
 	     "attach: uninitialised memory is corrupt");
 	memset(mem, 0, ms);
-	t_is(cgr_ring_attach(&r, mem, ms, CGR_RING_PRODUCER), CGR_ECORRUPT,
+	t_is(cgr__ring_attach(&r, mem, ms, CGR_RING_PRODUCER), CGR_ECORRUPT,
 	     "attach: zeroed memory is corrupt");
 	t_ok(memcmp(&r, &before, sizeof(r)) == 0,
 	     "attach: the handle is untouched on failure");
 
-	t_is(cgr_ring_init(mem, ms, 8, ES, 0), 0, "init: ok");
-	t_is(cgr_ring_attach(&r, mem, ms, 0), -EINVAL, "attach: role 0");
-	t_is(cgr_ring_attach(&r, mem, ms, 3), -EINVAL, "attach: role 3");
-	t_is(cgr_ring_attach(NULL, mem, ms, CGR_RING_PRODUCER), -EINVAL,
+	t_is(cgr__ring_init(mem, ms, 8, ES, 0), 0, "init: ok");
+	t_is(cgr__ring_attach(&r, mem, ms, 0), -EINVAL, "attach: role 0");
+	t_is(cgr__ring_attach(&r, mem, ms, 3), -EINVAL, "attach: role 3");
+	t_is(cgr__ring_attach(NULL, mem, ms, CGR_RING_PRODUCER), -EINVAL,
 	     "attach: NULL handle");
-	t_is(cgr_ring_attach(&r, NULL, ms, CGR_RING_PRODUCER), -EINVAL,
+	t_is(cgr__ring_attach(&r, NULL, ms, CGR_RING_PRODUCER), -EINVAL,
 	     "attach: NULL memory");
-	t_is(cgr_ring_attach(&r, mem, ms - 1, CGR_RING_PRODUCER), CGR_ECORRUPT,
+	t_is(cgr__ring_attach(&r, mem, ms - 1, CGR_RING_PRODUCER), CGR_ECORRUPT,
 	     "attach: memsize smaller than the ring");
-	t_is(cgr_ring_attach(&r, mem, 16, CGR_RING_PRODUCER), CGR_ECORRUPT,
+	t_is(cgr__ring_attach(&r, mem, 16, CGR_RING_PRODUCER), CGR_ECORRUPT,
 	     "attach: memsize smaller than the header");
-	t_is(cgr_ring_attach(&r, mem, ms + 64, CGR_RING_PRODUCER), 0,
+	t_is(cgr__ring_attach(&r, mem, ms + 64, CGR_RING_PRODUCER), 0,
 	     "attach: larger memsize is fine");
 	for (int i = 0; i < 100; i++) {
 		/* A random flag set with at least one bit. */
 		unsigned f = (unsigned)t_rand() | 1u << (t_rand() % 32);
-		bad += cgr_ring_init(mem, ms, 8, ES, f) != -EINVAL;
+		bad += cgr__ring_init(mem, ms, 8, ES, f) != -EINVAL;
 	}
 	t_is(bad, 0, "init: 100 random flag sets all rejected");
 	free(mem);
@@ -122,71 +122,71 @@ static void test_init_args(void)
 
 static void test_full_empty(void)
 {
-	size_t ms = cgr_ring_memsize(8, ES);
+	size_t ms = cgr__ring_memsize(8, ES);
 	unsigned char *mem = xalloc(ms), m[ES], big[ES + 8];
 	struct cgr_ring p, c;
 	int ok = 1;
 	uint64_t v;
 
-	cgr_ring_init(mem, ms, 8, ES, 0);
-	t_is(cgr_ring_attach(&p, mem, ms, CGR_RING_PRODUCER), 0, "attach p");
-	t_is(cgr_ring_attach(&c, mem, ms, CGR_RING_CONSUMER), 0, "attach c");
-	t_is(cgr_ring_capacity(&p), 8, "capacity 8");
-	t_is(cgr_ring_dequeue(&c, m), -EAGAIN, "empty: dequeue -EAGAIN");
-	t_ok(cgr_ring_peek(&c) == NULL, "empty: peek NULL");
-	t_ok(!cgr_ring_ready(&c), "empty: consumer not ready");
-	t_ok(cgr_ring_ready(&p), "empty: producer ready");
-	t_is(cgr_ring_count(&c), 0, "empty: count 0");
+	cgr__ring_init(mem, ms, 8, ES, 0);
+	t_is(cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER), 0, "attach p");
+	t_is(cgr__ring_attach(&c, mem, ms, CGR_RING_CONSUMER), 0, "attach c");
+	t_is(cgr__ring_capacity(&p), 8, "capacity 8");
+	t_is(cgr__ring_dequeue(&c, m), -EAGAIN, "empty: dequeue -EAGAIN");
+	t_ok(cgr__ring_peek(&c) == NULL, "empty: peek NULL");
+	t_ok(!cgr__ring_ready(&c), "empty: consumer not ready");
+	t_ok(cgr__ring_ready(&p), "empty: producer ready");
+	t_is(cgr__ring_count(&c), 0, "empty: count 0");
 
 	for (v = 0; v < 8; v++) {
 		fill_msg(m, v, ES);
-		ok &= cgr_ring_enqueue(&p, m, ES) == 0;
+		ok &= cgr__ring_enqueue(&p, m, ES) == 0;
 	}
 	t_ok(ok, "8 enqueues fill the ring");
-	t_is(cgr_ring_enqueue(&p, m, ES), -EAGAIN, "full: enqueue -EAGAIN");
-	t_ok(!cgr_ring_ready(&p), "full: producer not ready");
-	t_ok(cgr_ring_ready(&c), "full: consumer ready");
-	t_is(cgr_ring_count(&p), 8, "full: count 8 (producer)");
-	t_is(cgr_ring_count(&c), 8, "full: count 8 (consumer)");
-	t_is(cgr_ring_enqueue_burst(&p, m, 1), 0, "full: burst 0");
+	t_is(cgr__ring_enqueue(&p, m, ES), -EAGAIN, "full: enqueue -EAGAIN");
+	t_ok(!cgr__ring_ready(&p), "full: producer not ready");
+	t_ok(cgr__ring_ready(&c), "full: consumer ready");
+	t_is(cgr__ring_count(&p), 8, "full: count 8 (producer)");
+	t_is(cgr__ring_count(&c), 8, "full: count 8 (consumer)");
+	t_is(cgr__ring_enqueue_burst(&p, m, 1), 0, "full: burst 0");
 
 	/* Wrong-role calls do nothing. */
-	t_is(cgr_ring_enqueue(&c, m, ES), -EINVAL, "consumer enqueue -EINVAL");
-	t_is(cgr_ring_dequeue(&p, m), -EINVAL, "producer dequeue -EINVAL");
-	t_is(cgr_ring_enqueue_burst(&c, m, 1), 0, "consumer burst enqueue 0");
-	t_is(cgr_ring_dequeue_burst(&p, m, 1), 0, "producer burst dequeue 0");
-	t_ok(cgr_ring_peek(&p) == NULL, "producer peek NULL");
-	cgr_ring_consume(&p);
-	t_is(cgr_ring_count(&c), 8, "producer consume is a no-op");
+	t_is(cgr__ring_enqueue(&c, m, ES), -EINVAL, "consumer enqueue -EINVAL");
+	t_is(cgr__ring_dequeue(&p, m), -EINVAL, "producer dequeue -EINVAL");
+	t_is(cgr__ring_enqueue_burst(&c, m, 1), 0, "consumer burst enqueue 0");
+	t_is(cgr__ring_dequeue_burst(&p, m, 1), 0, "producer burst dequeue 0");
+	t_ok(cgr__ring_peek(&p) == NULL, "producer peek NULL");
+	cgr__ring_consume(&p);
+	t_is(cgr__ring_count(&c), 8, "producer consume is a no-op");
 
 	for (v = 0; v < 8; v++)
-		ok &= cgr_ring_dequeue(&c, m) == 0 && check_msg(m, v, ES);
+		ok &= cgr__ring_dequeue(&c, m) == 0 && check_msg(m, v, ES);
 	t_ok(ok, "8 dequeues in FIFO order with intact payloads");
-	t_is(cgr_ring_dequeue(&c, m), -EAGAIN, "empty again");
+	t_is(cgr__ring_dequeue(&c, m), -EAGAIN, "empty again");
 
 	/* -EMSGSIZE changes nothing; a short message is zero-filled. */
-	t_is(cgr_ring_enqueue(&p, big, ES + 1), -EMSGSIZE,
+	t_is(cgr__ring_enqueue(&p, big, ES + 1), -EMSGSIZE,
 	     "esize + 1: -EMSGSIZE");
-	t_is(cgr_ring_enqueue(&p, big, SIZE_MAX), -EMSGSIZE,
+	t_is(cgr__ring_enqueue(&p, big, SIZE_MAX), -EMSGSIZE,
 	     "SIZE_MAX: -EMSGSIZE");
-	t_is(cgr_ring_count(&c), 0, "-EMSGSIZE enqueued nothing");
+	t_is(cgr__ring_count(&c), 0, "-EMSGSIZE enqueued nothing");
 	/* Go round the ring once with full messages so every slot is dirty. */
 	for (v = 0; v < 8; v++) {
 		memset(m, 0xff, ES);
-		cgr_ring_enqueue(&p, m, ES);
-		cgr_ring_dequeue(&c, m);
+		cgr__ring_enqueue(&p, m, ES);
+		cgr__ring_dequeue(&c, m);
 	}
 	fill_msg(m, 7, 10);
-	t_is(cgr_ring_enqueue(&p, m, 10), 0, "10-byte message");
-	t_is(cgr_ring_enqueue(&p, m, 0), 0, "empty message");
+	t_is(cgr__ring_enqueue(&p, m, 10), 0, "10-byte message");
+	t_is(cgr__ring_enqueue(&p, m, 0), 0, "empty message");
 	memset(m, 0xee, ES);
-	cgr_ring_dequeue(&c, m);
+	cgr__ring_dequeue(&c, m);
 	ok = check_msg(m, 7, 10);
 	for (size_t i = 10; i < ES; i++)
 		ok &= m[i] == 0;
 	t_ok(ok, "short message comes out zero-filled to esize");
 	memset(m, 0xee, ES);
-	cgr_ring_dequeue(&c, m);
+	cgr__ring_dequeue(&c, m);
 	ok = 1;
 	for (size_t i = 0; i < ES; i++)
 		ok &= m[i] == 0;
@@ -196,32 +196,32 @@ static void test_full_empty(void)
 
 static void test_one_slot(void)
 {
-	size_t ms = cgr_ring_memsize(1, 8);
+	size_t ms = cgr__ring_memsize(1, 8);
 	unsigned char *mem = xalloc(ms);
 	struct cgr_ring p, c;
 	uint64_t v, w = 0;
 	int ok = 1;
 
-	t_is(cgr_ring_init_at(mem, ms, 1, 8, 0, UINT64_MAX - 2), 0,
+	t_is(cgr__ring_init_at(mem, ms, 1, 8, 0, UINT64_MAX - 2), 0,
 	     "one slot: init near the wrap");
-	cgr_ring_attach(&p, mem, ms, CGR_RING_PRODUCER);
-	cgr_ring_attach(&c, mem, ms, CGR_RING_CONSUMER);
+	cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER);
+	cgr__ring_attach(&c, mem, ms, CGR_RING_CONSUMER);
 	for (v = 0; v < 6; v++) {
-		ok &= cgr_ring_dequeue(&c, &w) == -EAGAIN;
-		ok &= cgr_ring_enqueue(&p, &v, 8) == 0;
-		ok &= cgr_ring_enqueue(&p, &v, 8) == -EAGAIN;
-		ok &= cgr_ring_count(&c) == 1;
-		ok &= cgr_ring_dequeue(&c, &w) == 0 && w == v;
+		ok &= cgr__ring_dequeue(&c, &w) == -EAGAIN;
+		ok &= cgr__ring_enqueue(&p, &v, 8) == 0;
+		ok &= cgr__ring_enqueue(&p, &v, 8) == -EAGAIN;
+		ok &= cgr__ring_count(&c) == 1;
+		ok &= cgr__ring_dequeue(&c, &w) == 0 && w == v;
 	}
 	t_ok(ok, "one slot: full after one, empty after one, across the wrap");
-	t_is(cgr_ring_attach(&p, mem, ms, CGR_RING_PRODUCER), 0,
+	t_is(cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER), 0,
 	     "one slot: re-attach validates");
 	free(mem);
 }
 
 static void test_burst_bulk(void)
 {
-	size_t ms = cgr_ring_memsize(8, ES);
+	size_t ms = cgr__ring_memsize(8, ES);
 	unsigned char *mem = xalloc(ms), in[16 * ES], out[16 * ES];
 	struct cgr_ring p, c;
 	const void *pk, *pk2;
@@ -230,56 +230,56 @@ static void test_burst_bulk(void)
 
 	for (i = 0; i < 16; i++)
 		fill_msg(in + i * ES, i, ES);
-	cgr_ring_init(mem, ms, 8, ES, 0);
-	cgr_ring_attach(&p, mem, ms, CGR_RING_PRODUCER);
-	cgr_ring_attach(&c, mem, ms, CGR_RING_CONSUMER);
+	cgr__ring_init(mem, ms, 8, ES, 0);
+	cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER);
+	cgr__ring_attach(&c, mem, ms, CGR_RING_CONSUMER);
 
-	t_is(cgr_ring_enqueue_bulk(&p, in, 0), 0, "bulk 0");
-	t_is(cgr_ring_enqueue_burst(&p, in, 0), 0, "burst 0");
-	t_is(cgr_ring_enqueue_bulk(&p, in, 9), 0, "bulk above capacity: 0");
-	t_is(cgr_ring_enqueue_bulk(&p, in, 5), 5, "bulk 5 into empty ring");
-	t_is(cgr_ring_enqueue_bulk(&p, in + 5 * ES, 4), 0,
+	t_is(cgr__ring_enqueue_bulk(&p, in, 0), 0, "bulk 0");
+	t_is(cgr__ring_enqueue_burst(&p, in, 0), 0, "burst 0");
+	t_is(cgr__ring_enqueue_bulk(&p, in, 9), 0, "bulk above capacity: 0");
+	t_is(cgr__ring_enqueue_bulk(&p, in, 5), 5, "bulk 5 into empty ring");
+	t_is(cgr__ring_enqueue_bulk(&p, in + 5 * ES, 4), 0,
 	     "bulk 4 with 3 free: none");
-	t_is(cgr_ring_count(&c), 5, "... and nothing enqueued");
-	t_is(cgr_ring_enqueue_burst(&p, in + 5 * ES, 4), 3,
+	t_is(cgr__ring_count(&c), 5, "... and nothing enqueued");
+	t_is(cgr__ring_enqueue_burst(&p, in + 5 * ES, 4), 3,
 	     "burst 4 with 3 free: 3");
-	t_is(cgr_ring_count(&c), 8, "ring full");
+	t_is(cgr__ring_count(&c), 8, "ring full");
 
-	t_is(cgr_ring_dequeue_bulk(&c, out, 9), 0, "dequeue bulk 9: 0");
-	t_is(cgr_ring_dequeue_bulk(&c, out, 3), 3, "dequeue bulk 3");
-	t_is(cgr_ring_dequeue_burst(&c, out + 3 * ES, 16), 5,
+	t_is(cgr__ring_dequeue_bulk(&c, out, 9), 0, "dequeue bulk 9: 0");
+	t_is(cgr__ring_dequeue_bulk(&c, out, 3), 3, "dequeue bulk 3");
+	t_is(cgr__ring_dequeue_burst(&c, out + 3 * ES, 16), 5,
 	     "dequeue burst 16 with 5 there: 5");
 	t_ok(memcmp(in, out, 8 * ES) == 0, "bulk/burst keep FIFO order");
-	t_is(cgr_ring_dequeue_burst(&c, out, 4), 0,
+	t_is(cgr__ring_dequeue_burst(&c, out, 4), 0,
 	     "dequeue burst on empty: 0");
 
 	/* Burst larger than the ring is capped at the ring. */
-	t_is(cgr_ring_enqueue_burst(&p, in, 16), 8, "burst 16 into 8: 8");
-	t_is(cgr_ring_dequeue_bulk(&c, out, 8), 8, "dequeue bulk 8");
+	t_is(cgr__ring_enqueue_burst(&p, in, 16), 8, "burst 16 into 8: 8");
+	t_is(cgr__ring_dequeue_bulk(&c, out, 8), 8, "dequeue bulk 8");
 	t_ok(memcmp(in, out, 8 * ES) == 0, "... in order");
 
 	/* Partial dequeue burst, partial bulk refusal. */
-	t_is(cgr_ring_enqueue_burst(&p, in, 2), 2, "burst 2");
-	t_is(cgr_ring_dequeue_bulk(&c, out, 3), 0, "dequeue bulk 3 of 2: 0");
-	t_is(cgr_ring_dequeue_burst(&c, out, 3), 2, "dequeue burst 3 of 2: 2");
+	t_is(cgr__ring_enqueue_burst(&p, in, 2), 2, "burst 2");
+	t_is(cgr__ring_dequeue_bulk(&c, out, 3), 0, "dequeue bulk 3 of 2: 0");
+	t_is(cgr__ring_dequeue_burst(&c, out, 3), 2, "dequeue burst 3 of 2: 2");
 
 	/* peek/consume. */
-	t_ok(cgr_ring_peek(&c) == NULL, "peek on empty: NULL");
-	cgr_ring_consume(&c);
-	t_is(cgr_ring_count(&p), 0, "consume on empty: no-op");
-	cgr_ring_enqueue(&p, in + 3 * ES, ES);
-	cgr_ring_enqueue(&p, in + 4 * ES, ES);
-	pk = cgr_ring_peek(&c);
-	pk2 = cgr_ring_peek(&c);
+	t_ok(cgr__ring_peek(&c) == NULL, "peek on empty: NULL");
+	cgr__ring_consume(&c);
+	t_is(cgr__ring_count(&p), 0, "consume on empty: no-op");
+	cgr__ring_enqueue(&p, in + 3 * ES, ES);
+	cgr__ring_enqueue(&p, in + 4 * ES, ES);
+	pk = cgr__ring_peek(&c);
+	pk2 = cgr__ring_peek(&c);
 	t_ok(pk != NULL && pk == pk2, "peek twice: same message");
 	t_ok(pk != NULL && ((uintptr_t)pk & 7) == 0, "peek: 8-byte aligned");
 	t_ok(pk != NULL && check_msg(pk, 3, ES), "peek: content in place");
-	cgr_ring_consume(&c);
-	pk = cgr_ring_peek(&c);
+	cgr__ring_consume(&c);
+	pk = cgr__ring_peek(&c);
 	t_ok(pk != NULL && check_msg(pk, 4, ES), "consume moves to the next");
-	cgr_ring_consume(&c);
-	t_ok(cgr_ring_peek(&c) == NULL, "both consumed");
-	t_is(cgr_ring_count(&c), 0, "count 0");
+	cgr__ring_consume(&c);
+	t_ok(cgr__ring_peek(&c) == NULL, "both consumed");
+	t_is(cgr__ring_count(&c), 0, "count 0");
 
 	/* Random mix against a model FIFO. */
 	{
@@ -292,19 +292,19 @@ static void test_burst_bulk(void)
 			case 0:
 				for (i = 0; i < n; i++)
 					fill_msg(buf + i * ES, tail + i, ES);
-				k = cgr_ring_enqueue_burst(&p, buf, n);
+				k = cgr__ring_enqueue_burst(&p, buf, n);
 				ok &= k == (n < room ? n : room);
 				tail += k;
 				break;
 			case 1:
 				for (i = 0; i < n; i++)
 					fill_msg(buf + i * ES, tail + i, ES);
-				k = cgr_ring_enqueue_bulk(&p, buf, n);
+				k = cgr__ring_enqueue_bulk(&p, buf, n);
 				ok &= k == (n <= room ? n : 0);
 				tail += k;
 				break;
 			case 2:
-				k = cgr_ring_dequeue_burst(&c, buf, n);
+				k = cgr__ring_dequeue_burst(&c, buf, n);
 				ok &= k == (n < 8 - room ? n : 8 - room);
 				for (i = 0; i < k; i++)
 					ok &= check_msg(buf + i * ES, head + i,
@@ -312,7 +312,7 @@ static void test_burst_bulk(void)
 				head += k;
 				break;
 			case 3:
-				k = cgr_ring_dequeue_bulk(&c, buf, n);
+				k = cgr__ring_dequeue_bulk(&c, buf, n);
 				ok &= k == (n <= 8 - room ? n : 0);
 				for (i = 0; i < k; i++)
 					ok &= check_msg(buf + i * ES, head + i,
@@ -321,20 +321,20 @@ static void test_burst_bulk(void)
 				break;
 			case 4:
 				fill_msg(buf, tail, ES);
-				k = cgr_ring_enqueue(&p, buf, ES) == 0;
+				k = cgr__ring_enqueue(&p, buf, ES) == 0;
 				ok &= k == (room > 0);
 				tail += k;
 				break;
 			default:
-				pk = cgr_ring_peek(&c);
+				pk = cgr__ring_peek(&c);
 				ok &= (pk != NULL) == (tail != head);
 				if (pk != NULL) {
 					ok &= check_msg(pk, head, ES);
-					cgr_ring_consume(&c);
+					cgr__ring_consume(&c);
 					head++;
 				}
 			}
-			ok &= cgr_ring_count(&c) == tail - head;
+			ok &= cgr__ring_count(&c) == tail - head;
 		}
 		t_ok(ok, "20000 random operations match a model FIFO");
 	}
@@ -343,39 +343,39 @@ static void test_burst_bulk(void)
 
 static void test_wrap(void)
 {
-	size_t ms = cgr_ring_memsize(4, 16);
+	size_t ms = cgr__ring_memsize(4, 16);
 	unsigned char *mem = xalloc(ms), m[16], buf[3 * 16];
 	struct cgr_ring p, c;
 	struct cgr_ring_shared *sh = (void *)mem;
 	uint64_t v = 0, w = 0;
 	int ok = 1;
 
-	t_is(cgr_ring_init_at(mem, ms, 4, 16, 0, UINT64_MAX - 5), 0,
+	t_is(cgr__ring_init_at(mem, ms, 4, 16, 0, UINT64_MAX - 5), 0,
 	     "init_at UINT64_MAX - 5");
-	cgr_ring_attach(&p, mem, ms, CGR_RING_PRODUCER);
-	cgr_ring_attach(&c, mem, ms, CGR_RING_CONSUMER);
+	cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER);
+	cgr__ring_attach(&c, mem, ms, CGR_RING_CONSUMER);
 	t_ok(p.pos == UINT64_MAX - 5 && c.pos == UINT64_MAX - 5,
 	     "handles start at the given position");
 	while (v < 40) {
 		unsigned n = 1 + (unsigned)(t_rand() % 3), k, i;
 		for (i = 0; i < n; i++)
 			fill_msg(buf + i * 16, v + i, 16);
-		k = cgr_ring_enqueue_burst(&p, buf, n);
+		k = cgr__ring_enqueue_burst(&p, buf, n);
 		v += k;
-		k = cgr_ring_dequeue_burst(&c, buf,
+		k = cgr__ring_dequeue_burst(&c, buf,
 					   1 + (unsigned)(t_rand() % 3));
 		for (i = 0; i < k; i++)
 			ok &= check_msg(buf + i * 16, w + i, 16);
 		w += k;
-		ok &= cgr_ring_count(&p) == v - w;
+		ok &= cgr__ring_count(&p) == v - w;
 	}
-	while (cgr_ring_dequeue(&c, m) == 0)
+	while (cgr__ring_dequeue(&c, m) == 0)
 		ok &= check_msg(m, w++, 16);
 	t_ok(ok && w == v, "40 messages across the 64-bit wrap, in order");
 	t_ok(atomic_load(&sh->prod_pos) == v - 6 &&
 		 atomic_load(&sh->cons_pos) == v - 6,
 	     "published positions wrapped past 0");
-	t_is(cgr_ring_attach(&p, mem, ms, CGR_RING_PRODUCER), 0,
+	t_is(cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER), 0,
 	     "re-attach after the wrap validates");
 	t_ok(p.pos == v - 6, "... at the wrapped position");
 	free(mem);
@@ -399,7 +399,7 @@ static int corrupt_one(unsigned char *mem, size_t ms, size_t off, size_t len,
 	val = old ^ x;
 	memcpy(mem + off, &val, len);
 	memcpy(snap, mem, ms);
-	ret = cgr_ring_attach(&r, mem, ms, role);
+	ret = cgr__ring_attach(&r, mem, ms, role);
 	same = memcmp(snap, mem, ms) == 0;
 	memcpy(mem + off, &old, len);
 	return ret == CGR_ECORRUPT && same;
@@ -408,7 +408,7 @@ static int corrupt_one(unsigned char *mem, size_t ms, size_t off, size_t len,
 static void test_corrupt(void)
 {
 	const uint32_t n = 8;
-	size_t ms = cgr_ring_memsize(n, 24);
+	size_t ms = cgr__ring_memsize(n, 24);
 	unsigned char *mem = xalloc(ms), *snap = xalloc(ms), *good = xalloc(ms),
 		      m[24] = {0};
 	struct cgr_ring p, c;
@@ -422,14 +422,14 @@ static void test_corrupt(void)
 	size_t i;
 	int k, role;
 
-	cgr_ring_init_at(mem, ms, n, 24, 0, 1000);
-	cgr_ring_attach(&p, mem, ms, CGR_RING_PRODUCER);
-	cgr_ring_attach(&c, mem, ms, CGR_RING_CONSUMER);
+	cgr__ring_init_at(mem, ms, n, 24, 0, 1000);
+	cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER);
+	cgr__ring_attach(&c, mem, ms, CGR_RING_CONSUMER);
 	/* Three messages in flight, position 1003 vs 1001. */
 	for (k = 0; k < 3; k++)
-		cgr_ring_enqueue(&p, m, sizeof(m));
-	cgr_ring_dequeue(&c, m);
-	cgr_ring_enqueue(&p, m, sizeof(m));
+		cgr__ring_enqueue(&p, m, sizeof(m));
+	cgr__ring_dequeue(&c, m);
+	cgr__ring_enqueue(&p, m, sizeof(m));
 	memcpy(good, mem, ms);
 
 	for (i = 0; i < CGR__ARRAY_SIZE(f); i++) {
@@ -501,9 +501,9 @@ static void test_corrupt(void)
 		 * attaching does not (its own side cannot be half done).
 		 */
 		atomic_store(&sh->prod_pos, pp + 1);
-		t_is(cgr_ring_attach(&c, mem, ms, CGR_RING_CONSUMER), 0,
+		t_is(cgr__ring_attach(&c, mem, ms, CGR_RING_CONSUMER), 0,
 		     "prod_pos + 1 (producer mid-enqueue): consumer attaches");
-		t_is(cgr_ring_attach(&p, mem, ms, CGR_RING_PRODUCER),
+		t_is(cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER),
 		     CGR_ECORRUPT, "prod_pos + 1: producer does not");
 		atomic_store(&sh->prod_pos, pp);
 	}
@@ -526,10 +526,10 @@ static void test_corrupt(void)
 		t_ok(ok, "corrupt slot sequences: CGR_ECORRUPT, memory intact");
 	}
 	t_ok(memcmp(mem, good, ms) == 0, "memory restored");
-	t_is(cgr_ring_attach(&p, mem, ms, CGR_RING_PRODUCER), 0,
+	t_is(cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER), 0,
 	     "intact ring attaches (producer)");
 	t_is(p.pos, 1004, "... at position 1004");
-	t_is(cgr_ring_attach(&c, mem, ms, CGR_RING_CONSUMER), 0,
+	t_is(cgr__ring_attach(&c, mem, ms, CGR_RING_CONSUMER), 0,
 	     "intact ring attaches (consumer)");
 	t_is(c.pos, 1001, "... at position 1001");
 	free(mem);

@@ -114,7 +114,7 @@ static void side_wait(struct side *s, unsigned *spins)
 		return;
 	}
 	s->parks++;
-	if (cgr_ring_wait(&s->r, cgr__now_ns() + 5000000000ll) == -ETIMEDOUT)
+	if (cgr__ring_wait(&s->r, cgr__now_ns() + 5000000000ll) == -ETIMEDOUT)
 		s->timeouts++;
 }
 
@@ -136,18 +136,18 @@ static void *producer(void *arg)
 		case 1: {
 			struct msg m;
 			make_msg(&m, seq, 16 + (uint32_t)(r >> 16) % (ES - 15));
-			k = cgr_ring_enqueue(&s->r, &m, m.len) == 0;
+			k = cgr__ring_enqueue(&s->r, &m, m.len) == 0;
 			break;
 		}
 		case 2:
 			for (k = 0; k < want; k++)
 				make_msg(&batch[k], seq + k, ES);
-			k = cgr_ring_enqueue_burst(&s->r, batch, want);
+			k = cgr__ring_enqueue_burst(&s->r, batch, want);
 			break;
 		default:
 			for (k = 0; k < want; k++)
 				make_msg(&batch[k], seq + k, ES);
-			k = cgr_ring_enqueue_bulk(&s->r, batch, want);
+			k = cgr__ring_enqueue_bulk(&s->r, batch, want);
 		}
 		if (k == 0) {
 			side_wait(s, &spins);
@@ -155,7 +155,7 @@ static void *producer(void *arg)
 		}
 		spins = 0;
 		seq += k;
-		cgr_ring_notify(&s->r);
+		cgr__ring_notify(&s->r);
 	}
 	s->done = seq;
 	return NULL;
@@ -177,23 +177,23 @@ static void *consumer(void *arg)
 			want = (unsigned)(s->n - seq);
 		switch (r % 4) {
 		case 0:
-			if (cgr_ring_dequeue(&s->r, batch) == 0)
+			if (cgr__ring_dequeue(&s->r, batch) == 0)
 				k = 1;
 			break;
 		case 1:
-			k = cgr_ring_dequeue_burst(&s->r, batch, want);
+			k = cgr__ring_dequeue_burst(&s->r, batch, want);
 			break;
 		case 2:
-			k = cgr_ring_dequeue_bulk(&s->r, batch, want);
+			k = cgr__ring_dequeue_bulk(&s->r, batch, want);
 			break;
 		default:
-			pm = cgr_ring_peek(&s->r);
+			pm = cgr__ring_peek(&s->r);
 			if (pm != NULL) {
 				s->bad += !check_msg(pm, seq);
-				cgr_ring_consume(&s->r);
+				cgr__ring_consume(&s->r);
 				seq++;
 				spins = 0;
-				cgr_ring_notify(&s->r);
+				cgr__ring_notify(&s->r);
 				continue;
 			}
 		}
@@ -205,7 +205,7 @@ static void *consumer(void *arg)
 			s->bad += !check_msg(&batch[i], seq + i);
 		spins = 0;
 		seq += k;
-		cgr_ring_notify(&s->r);
+		cgr__ring_notify(&s->r);
 	}
 	s->done = seq;
 	return NULL;
@@ -223,15 +223,15 @@ static void *xalloc(size_t n)
 static void fifo_threads(const char *what, uint32_t count, uint64_t n,
 			 uint64_t start, int park)
 {
-	size_t ms = cgr_ring_memsize(count, ES);
+	size_t ms = cgr__ring_memsize(count, ES);
 	void *mem = xalloc(ms);
 	struct cgr_ring_shared *sh = mem;
 	struct side p = {0}, c = {0};
 	pthread_t tp, tc;
 
-	cgr_ring_init_at(mem, ms, count, ES, 0, start);
-	cgr_ring_attach(&p.r, mem, ms, CGR_RING_PRODUCER);
-	cgr_ring_attach(&c.r, mem, ms, CGR_RING_CONSUMER);
+	cgr__ring_init_at(mem, ms, count, ES, 0, start);
+	cgr__ring_attach(&p.r, mem, ms, CGR_RING_PRODUCER);
+	cgr__ring_attach(&c.r, mem, ms, CGR_RING_CONSUMER);
 	p.n = c.n = n;
 	p.seed = t_rand();
 	c.seed = t_rand();
@@ -274,7 +274,7 @@ static void test_four_pairs(void)
 {
 	enum { PAIRS = 4 };
 	uint32_t count = 32;
-	size_t ms = cgr_ring_memsize(count, ES);
+	size_t ms = cgr__ring_memsize(count, ES);
 	void *mem[PAIRS];
 	struct side p[PAIRS], c[PAIRS];
 	pthread_t tp[PAIRS], tc[PAIRS];
@@ -285,9 +285,9 @@ static void test_four_pairs(void)
 	memset(c, 0, sizeof(c));
 	for (i = 0; i < PAIRS; i++) {
 		mem[i] = xalloc(ms);
-		cgr_ring_init(mem[i], ms, count, ES, 0);
-		cgr_ring_attach(&p[i].r, mem[i], ms, CGR_RING_PRODUCER);
-		cgr_ring_attach(&c[i].r, mem[i], ms, CGR_RING_CONSUMER);
+		cgr__ring_init(mem[i], ms, count, ES, 0);
+		cgr__ring_attach(&p[i].r, mem[i], ms, CGR_RING_PRODUCER);
+		cgr__ring_attach(&c[i].r, mem[i], ms, CGR_RING_CONSUMER);
 		p[i].n = c[i].n = n;
 		p[i].seed = t_rand();
 		c[i].seed = t_rand();
@@ -320,7 +320,7 @@ struct xresult {
 static void test_processes(void)
 {
 	uint32_t count = 64;
-	size_t ms = cgr_ring_memsize(count, ES);
+	size_t ms = cgr__ring_memsize(count, ES);
 	size_t roff = CGR__ALIGN_UP(ms, 64);
 	struct cgr__shm seg;
 	struct side p = {0};
@@ -335,7 +335,7 @@ static void test_processes(void)
 	if (ret != 0)
 		return;
 	xr = (struct xresult *)((char *)seg.addr + roff);
-	t_is(cgr_ring_init(seg.addr, ms, count, ES, 0), 0, "processes: init");
+	t_is(cgr__ring_init(seg.addr, ms, count, ES, 0), 0, "processes: init");
 	pid = fork();
 	if (pid == 0) {
 		/* Child: the consumer, through its own mapping only. */
@@ -350,7 +350,7 @@ static void test_processes(void)
 		/* Drop the inherited mapping: a stray pointer into it now
 		 * faults instead of passing. */
 		cgr__shm_close(&seg);
-		if (cgr_ring_attach(&c.r, mine.addr, ms, CGR_RING_CONSUMER))
+		if (cgr__ring_attach(&c.r, mine.addr, ms, CGR_RING_CONSUMER))
 			_exit(4);
 		c.n = n;
 		c.seed = cseed;
@@ -368,7 +368,7 @@ static void test_processes(void)
 		cgr__shm_close(&seg);
 		return;
 	}
-	t_is(cgr_ring_attach(&p.r, seg.addr, ms, CGR_RING_PRODUCER), 0,
+	t_is(cgr__ring_attach(&p.r, seg.addr, ms, CGR_RING_PRODUCER), 0,
 	     "processes: producer attaches");
 	p.n = n;
 	p.seed = t_rand();
@@ -405,16 +405,16 @@ struct bellside {
 
 static void bell_recv(struct bellside *b, uint64_t want)
 {
-	struct cgr_bell *bell = cgr_ring_bell(&b->rx, CGR_RING_CONSUMER);
+	struct cgr_bell *bell = cgr__ring_bell(&b->rx, CGR_RING_CONSUMER);
 	uint64_t v;
 	uint32_t seq;
 	int ret;
 
 	for (;;) {
-		if (cgr_ring_dequeue(&b->rx, &v) == 0)
+		if (cgr__ring_dequeue(&b->rx, &v) == 0)
 			break;
 		seq = cgr__bell_prepare(bell);
-		if (cgr_ring_dequeue(&b->rx, &v) == 0) {
+		if (cgr__ring_dequeue(&b->rx, &v) == 0) {
 			cgr__bell_cancel(bell);
 			break;
 		}
@@ -422,7 +422,7 @@ static void bell_recv(struct bellside *b, uint64_t want)
 		ret = cgr__futex_wait(&bell->seq, seq,
 				      cgr__now_ns() + 2000000000ll);
 		cgr__bell_cancel(bell);
-		if (ret == -ETIMEDOUT && cgr_ring_ready(&b->rx))
+		if (ret == -ETIMEDOUT && cgr__ring_ready(&b->rx))
 			b->lost++;
 	}
 	b->bad += v != want;
@@ -440,9 +440,9 @@ static void *bell_side(void *arg)
 		 * close. */
 		for (unsigned k = (unsigned)(rnd(&rs) % 64); k; k--)
 			cgr__cpu_relax();
-		if (cgr_ring_enqueue(&b->tx, &i, sizeof(i)) != 0)
+		if (cgr__ring_enqueue(&b->tx, &i, sizeof(i)) != 0)
 			b->bad++;
-		cgr_ring_notify(&b->tx);
+		cgr__ring_notify(&b->tx);
 		if (b->first)
 			bell_recv(b, i);
 	}
@@ -451,18 +451,18 @@ static void *bell_side(void *arg)
 
 static void test_doorbell(void)
 {
-	size_t ms = cgr_ring_memsize(4, 8);
+	size_t ms = cgr__ring_memsize(4, 8);
 	void *m1 = xalloc(ms), *m2 = xalloc(ms);
 	struct bellside a = {0}, b = {0};
 	pthread_t ta, tb;
 	uint64_t n = (uint64_t)t_scale(20000);
 
-	cgr_ring_init(m1, ms, 4, 8, 0);
-	cgr_ring_init(m2, ms, 4, 8, 0);
-	cgr_ring_attach(&a.tx, m1, ms, CGR_RING_PRODUCER);
-	cgr_ring_attach(&b.rx, m1, ms, CGR_RING_CONSUMER);
-	cgr_ring_attach(&b.tx, m2, ms, CGR_RING_PRODUCER);
-	cgr_ring_attach(&a.rx, m2, ms, CGR_RING_CONSUMER);
+	cgr__ring_init(m1, ms, 4, 8, 0);
+	cgr__ring_init(m2, ms, 4, 8, 0);
+	cgr__ring_attach(&a.tx, m1, ms, CGR_RING_PRODUCER);
+	cgr__ring_attach(&b.rx, m1, ms, CGR_RING_CONSUMER);
+	cgr__ring_attach(&b.tx, m2, ms, CGR_RING_PRODUCER);
+	cgr__ring_attach(&a.rx, m2, ms, CGR_RING_CONSUMER);
 	a.n = b.n = n;
 	a.first = 1;
 	a.seed = t_rand();

@@ -27,20 +27,20 @@ static uint32_t chan_count(uint32_t nslots)
 
 size_t cgr__chan_memsize(uint32_t nslots)
 {
-	return cgr_ring_memsize(chan_count(nslots), sizeof(struct cgr__msg));
+	return cgr__ring_memsize(chan_count(nslots), sizeof(struct cgr__msg));
 }
 
 int cgr__chan_init(struct cgr__chan *ch, void *mem, size_t memsize,
 		   uint32_t nslots, unsigned port, struct cgr_bell *reader_bell)
 {
-	int ret = cgr_ring_init(mem, memsize, chan_count(nslots),
+	int ret = cgr__ring_init(mem, memsize, chan_count(nslots),
 				sizeof(struct cgr__msg), 0);
 
 	if (ret == 0)
-		ret = cgr_ring_attach(&ch->prod, mem, memsize,
+		ret = cgr__ring_attach(&ch->prod, mem, memsize,
 				      CGR_RING_PRODUCER);
 	if (ret == 0)
-		ret = cgr_ring_attach(&ch->cons, mem, memsize,
+		ret = cgr__ring_attach(&ch->cons, mem, memsize,
 				      CGR_RING_CONSUMER);
 	if (ret < 0)
 		return ret;
@@ -59,7 +59,7 @@ int cgr__chan_write_wait(struct cgr__chan *ch, uint64_t seq,
 	unsigned spins = 0;
 
 	/* Not expected (see chan.h): bounded, never parked. */
-	while (cgr_ring_enqueue(&ch->prod, &m, sizeof(m)) == -EAGAIN) {
+	while (cgr__ring_enqueue(&ch->prod, &m, sizeof(m)) == -EAGAIN) {
 		if (cancel != NULL &&
 		    atomic_load_explicit(cancel, memory_order_acquire))
 			return -ECANCELED;
@@ -77,7 +77,7 @@ int cgr__chan_write_wait(struct cgr__chan *ch, uint64_t seq,
 
 static bool chan_ready(void *arg)
 {
-	return cgr_ring_peek(arg) != NULL;
+	return cgr__ring_peek(arg) != NULL;
 }
 
 int cgr__chan_read_wait(struct cgr__chan *ch, struct cgr_reactor *r,
@@ -90,8 +90,8 @@ int cgr__chan_read_wait(struct cgr__chan *ch, struct cgr_reactor *r,
 
 	if (ret < 0)
 		return ret;
-	m = cgr_ring_peek(&ch->cons);
+	m = cgr__ring_peek(&ch->cons);
 	*seq = m->seq;
-	cgr_ring_consume(&ch->cons);
+	cgr__ring_consume(&ch->cons);
 	return 0;
 }

@@ -134,7 +134,7 @@ static inline int cgr__chan_write(struct cgr__chan *ch, uint64_t seq,
 {
 	struct cgr__msg m = { seq };
 
-	if (cgr__likely(cgr_ring_enqueue(&ch->prod, &m, sizeof(m)) == 0)) {
+	if (cgr__likely(cgr__ring_enqueue(&ch->prod, &m, sizeof(m)) == 0)) {
 		cgr__bell_ring(ch->reader_bell);
 		return 0;
 	}
@@ -144,12 +144,12 @@ static inline int cgr__chan_write(struct cgr__chan *ch, uint64_t seq,
 /* Reader: the next announcement, or NULL; consumed by cgr__chan_consume. */
 static inline const struct cgr__msg *cgr__chan_peek(struct cgr__chan *ch)
 {
-	return cgr_ring_peek(&ch->cons);
+	return cgr__ring_peek(&ch->cons);
 }
 
 static inline void cgr__chan_consume(struct cgr__chan *ch)
 {
-	cgr_ring_consume(&ch->cons);
+	cgr__ring_consume(&ch->cons);
 }
 
 /*
@@ -162,13 +162,13 @@ static inline int cgr__chan_read(struct cgr__chan *ch, struct cgr_reactor *r,
 				 const _Atomic uint32_t *cancel, int mode,
 				 int64_t spin_ns, uint64_t *seq)
 {
-	const struct cgr__msg *m = cgr_ring_peek(&ch->cons);
+	const struct cgr__msg *m = cgr__ring_peek(&ch->cons);
 
 	if (cgr__unlikely(m == NULL))
 		return cgr__chan_read_wait(ch, r, b, cancel, mode, spin_ns,
 					   seq);
 	*seq = m->seq;
-	cgr_ring_consume(&ch->cons);
+	cgr__ring_consume(&ch->cons);
 	return 0;
 }
 

@@ -75,7 +75,7 @@ static inline void cgr__ring_copy(void *dst, const void *src, size_t n)
 		memcpy(dst, src, n);
 }
 
-size_t cgr_ring_memsize(uint32_t count, uint32_t esize)
+size_t cgr__ring_memsize(uint32_t count, uint32_t esize)
 {
 	if (!cgr__ring_geometry_ok(count, esize))
 		return 0;
@@ -98,12 +98,12 @@ static uint32_t cgr__ring_check(const struct cgr_ring_shared *sh)
 	return h;
 }
 
-int cgr_ring_init_at(void *mem, size_t memsize, uint32_t count, uint32_t esize,
+int cgr__ring_init_at(void *mem, size_t memsize, uint32_t count, uint32_t esize,
 		     unsigned flags, uint64_t start)
 {
 	struct cgr_ring_shared *sh = mem;
 	uint32_t slot_size = cgr__ring_slot_size(esize);
-	size_t need = cgr_ring_memsize(count, esize);
+	size_t need = cgr__ring_memsize(count, esize);
 	unsigned char *slots;
 	uint64_t k;
 
@@ -142,10 +142,10 @@ int cgr_ring_init_at(void *mem, size_t memsize, uint32_t count, uint32_t esize,
 	return 0;
 }
 
-int cgr_ring_init(void *mem, size_t memsize, uint32_t count, uint32_t esize,
+int cgr__ring_init(void *mem, size_t memsize, uint32_t count, uint32_t esize,
 		  unsigned flags)
 {
-	return cgr_ring_init_at(mem, memsize, count, esize, flags, 0);
+	return cgr__ring_init_at(mem, memsize, count, esize, flags, 0);
 }
 
 /*
@@ -182,7 +182,7 @@ static bool cgr__ring_scan(const struct cgr_ring *r, uint64_t c, uint64_t p,
 	return true;
 }
 
-int cgr_ring_attach(struct cgr_ring *r, void *mem, size_t memsize, int role)
+int cgr__ring_attach(struct cgr_ring *r, void *mem, size_t memsize, int role)
 {
 	struct cgr_ring_shared *sh = mem;
 	struct cgr_ring h;
@@ -199,7 +199,7 @@ int cgr_ring_attach(struct cgr_ring *r, void *mem, size_t memsize, int role)
 	    sh->slot_size != cgr__ring_slot_size(sh->esize) ||
 	    sh->slots_off != sizeof(*sh) || sh->check != cgr__ring_check(sh))
 		return CGR_ECORRUPT;
-	need = cgr_ring_memsize(sh->count, sh->esize);
+	need = cgr__ring_memsize(sh->count, sh->esize);
 	if (sh->memsize != need || memsize < need)
 		return CGR_ECORRUPT;
 
@@ -259,7 +259,7 @@ static inline uint32_t cgr__ring_room(struct cgr_ring *r, uint32_t want)
 	return (uint32_t)((uint64_t)r->mask + 1 - (r->pos - r->peer));
 }
 
-int cgr_ring_enqueue(struct cgr_ring *r, const void *msg, size_t len)
+int cgr__ring_enqueue(struct cgr_ring *r, const void *msg, size_t len)
 {
 	uint64_t pos = r->pos;
 	unsigned char *slot;
@@ -302,7 +302,7 @@ static void cgr__ring_put(struct cgr_ring *r, const unsigned char *src,
 	}
 }
 
-unsigned cgr_ring_enqueue_bulk(struct cgr_ring *r, const void *msgs, unsigned n)
+unsigned cgr__ring_enqueue_bulk(struct cgr_ring *r, const void *msgs, unsigned n)
 {
 	if (r->role != CGR_RING_PRODUCER || n == 0 || n > r->mask + 1u ||
 	    cgr__ring_room(r, n) < n)
@@ -311,7 +311,7 @@ unsigned cgr_ring_enqueue_bulk(struct cgr_ring *r, const void *msgs, unsigned n)
 	return n;
 }
 
-unsigned cgr_ring_enqueue_burst(struct cgr_ring *r, const void *msgs,
+unsigned cgr__ring_enqueue_burst(struct cgr_ring *r, const void *msgs,
 				unsigned n)
 {
 	uint32_t room;
@@ -328,7 +328,7 @@ unsigned cgr_ring_enqueue_burst(struct cgr_ring *r, const void *msgs,
 
 /* ---- consumer ---- */
 
-int cgr_ring_dequeue(struct cgr_ring *r, void *msg)
+int cgr__ring_dequeue(struct cgr_ring *r, void *msg)
 {
 	uint64_t pos = r->pos;
 	unsigned char *slot = cgr__ring_slot(r, pos);
@@ -361,7 +361,7 @@ static void cgr__ring_take(struct cgr_ring *r, unsigned char *dst, unsigned k)
 	atomic_store_explicit(&r->sh->cons_pos, pos + k, memory_order_release);
 }
 
-unsigned cgr_ring_dequeue_burst(struct cgr_ring *r, void *msgs, unsigned n)
+unsigned cgr__ring_dequeue_burst(struct cgr_ring *r, void *msgs, unsigned n)
 {
 	unsigned char *dst = msgs;
 	uint64_t pos = r->pos;
@@ -393,7 +393,7 @@ unsigned cgr_ring_dequeue_burst(struct cgr_ring *r, void *msgs, unsigned n)
 	return k;
 }
 
-unsigned cgr_ring_dequeue_bulk(struct cgr_ring *r, void *msgs, unsigned n)
+unsigned cgr__ring_dequeue_bulk(struct cgr_ring *r, void *msgs, unsigned n)
 {
 	if (r->role != CGR_RING_CONSUMER || n == 0 || n > r->mask + 1u)
 		return 0;
@@ -408,7 +408,7 @@ unsigned cgr_ring_dequeue_bulk(struct cgr_ring *r, void *msgs, unsigned n)
 	return n;
 }
 
-const void *cgr_ring_peek(struct cgr_ring *r)
+const void *cgr__ring_peek(struct cgr_ring *r)
 {
 	unsigned char *slot = cgr__ring_slot(r, r->pos);
 
@@ -421,7 +421,7 @@ const void *cgr_ring_peek(struct cgr_ring *r)
 	return slot + CGR_RING_SLOT_HDR;
 }
 
-void cgr_ring_consume(struct cgr_ring *r)
+void cgr__ring_consume(struct cgr_ring *r)
 {
 	uint64_t pos = r->pos;
 
@@ -440,7 +440,7 @@ void cgr_ring_consume(struct cgr_ring *r)
 
 /* ---- state, doorbells ---- */
 
-bool cgr_ring_ready(const struct cgr_ring *r)
+bool cgr__ring_ready(const struct cgr_ring *r)
 {
 	if (r->role == CGR_RING_CONSUMER)
 		/* A1: pairs with R1. */
@@ -456,7 +456,7 @@ bool cgr_ring_ready(const struct cgr_ring *r)
 	       r->mask;
 }
 
-uint32_t cgr_ring_count(const struct cgr_ring *r)
+uint32_t cgr__ring_count(const struct cgr_ring *r)
 {
 	uint64_t n;
 
@@ -470,12 +470,12 @@ uint32_t cgr_ring_count(const struct cgr_ring *r)
 	return n > (uint64_t)r->mask + 1 ? r->mask + 1 : (uint32_t)n;
 }
 
-uint32_t cgr_ring_capacity(const struct cgr_ring *r)
+uint32_t cgr__ring_capacity(const struct cgr_ring *r)
 {
 	return r->mask + 1;
 }
 
-struct cgr_bell *cgr_ring_bell(struct cgr_ring *r, int role)
+struct cgr_bell *cgr__ring_bell(struct cgr_ring *r, int role)
 {
 	if (role == CGR_RING_CONSUMER)
 		return &r->sh->cons_bell;
@@ -484,7 +484,7 @@ struct cgr_bell *cgr_ring_bell(struct cgr_ring *r, int role)
 	return NULL;
 }
 
-void cgr_ring_notify(struct cgr_ring *r)
+void cgr__ring_notify(struct cgr_ring *r)
 {
 	/* The other side's bell: the producer wakes a consumer parked on an
 	 * empty ring, the consumer a producer parked on a full one. */
@@ -492,27 +492,27 @@ void cgr_ring_notify(struct cgr_ring *r)
 						    : &r->sh->prod_bell);
 }
 
-int cgr_ring_wait(struct cgr_ring *r, int64_t deadline_ns)
+int cgr__ring_wait(struct cgr_ring *r, int64_t deadline_ns)
 {
-	struct cgr_bell *b = cgr_ring_bell(r, r->role);
+	struct cgr_bell *b = cgr__ring_bell(r, r->role);
 	uint32_t seq;
 	int ret;
 
 	if (b == NULL)
 		return -EINVAL;
 	for (;;) {
-		if (cgr_ring_ready(r))
+		if (cgr__ring_ready(r))
 			return 0;
 		/* Register, then re-check: a notify after our check sees the
 		 * registration (the store-buffer pattern of base/futex.h). */
 		seq = cgr__bell_prepare(b);
-		if (cgr_ring_ready(r)) {
+		if (cgr__ring_ready(r)) {
 			cgr__bell_cancel(b);
 			return 0;
 		}
 		ret = cgr__futex_wait(&b->seq, seq, deadline_ns);
 		cgr__bell_cancel(b);
 		if (ret < 0)
-			return cgr_ring_ready(r) ? 0 : ret;
+			return cgr__ring_ready(r) ? 0 : ret;
 	}
 }

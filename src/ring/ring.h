@@ -2,15 +2,15 @@
  * ring/ring.h: single-producer single-consumer ring of fixed-size messages.
  *
  * The shared part (header + slots) lives in caller memory: size it with
- * cgr_ring_memsize, initialise it once with cgr_ring_init, then each side
- * attaches its own local handle with cgr_ring_attach.  The shared part holds
+ * cgr__ring_memsize, initialise it once with cgr__ring_init, then each side
+ * attaches its own local handle with cgr__ring_attach.  The shared part holds
  * offsets and indices only, never pointers, so two processes may map it at
  * different addresses.  Each slot carries its own sequence number, so a
  * message of up to CGR_RING_INLINE_MAX bytes costs one cache-line transfer.
  *
  * Threads: one producer handle and one consumer handle per ring; each handle
- * is used by one thread at a time.  No call blocks except cgr_ring_wait, and
- * only cgr_ring_wait and cgr_ring_notify (when the other side sleeps) make a
+ * is used by one thread at a time.  No call blocks except cgr__ring_wait, and
+ * only cgr__ring_wait and cgr__ring_notify (when the other side sleeps) make a
  * system call.
  *
  * Protocol: the slot of position q holds seq == q + 1 once the message of
@@ -50,7 +50,7 @@ enum cgr_ring_role {
 /*
  * The shared header, at the start of the ring's memory, followed by the
  * slots at slots_off.  Offsets and indices only, never pointers.  Each line
- * has one writer: line 0 is written once by cgr_ring_init, line 1 by the
+ * has one writer: line 0 is written once by cgr__ring_init, line 1 by the
  * producer, line 2 by the consumer; the bells have a line each so a sleeper
  * registering never disturbs the lines the hot path touches.
  */
@@ -62,7 +62,7 @@ struct cgr_ring_shared {
 	uint32_t esize;	    /* message bytes */
 	uint32_t slot_size; /* bytes per slot, a multiple of 64 */
 	uint32_t flags;	    /* 0 */
-	uint64_t memsize;   /* cgr_ring_memsize(count, esize) */
+	uint64_t memsize;   /* cgr__ring_memsize(count, esize) */
 	uint64_t slots_off; /* offset of slot 0 from this header */
 	uint32_t check;	    /* hash of the fields above (but magic) */
 	/* line 1: the producer's next position (for attach and count only) */
@@ -93,7 +93,7 @@ struct cgr_ring {
  * 0, not a power of two or above CGR_RING_MAX_COUNT, or esize is 0 or above
  * CGR_RING_MAX_ESIZE.  Any thread.
  */
-size_t cgr_ring_memsize(uint32_t count, uint32_t esize);
+size_t cgr__ring_memsize(uint32_t count, uint32_t esize);
 
 /*
  * Initialises the shared part in mem (64-byte aligned, memsize bytes): the
@@ -101,12 +101,12 @@ size_t cgr_ring_memsize(uint32_t count, uint32_t esize);
  * -EINVAL (bad count/esize/flags, memory too small or misaligned), and then
  * writes nothing.  Call it before either side attaches, from one thread.
  */
-int cgr_ring_init(void *mem, size_t memsize, uint32_t count, uint32_t esize,
+int cgr__ring_init(void *mem, size_t memsize, uint32_t count, uint32_t esize,
 		  unsigned flags);
 
-/* As cgr_ring_init, with both indices starting at start (for tests of the
+/* As cgr__ring_init, with both indices starting at start (for tests of the
  * index wrap). */
-int cgr_ring_init_at(void *mem, size_t memsize, uint32_t count,
+int cgr__ring_init_at(void *mem, size_t memsize, uint32_t count,
 		     uint32_t esize, unsigned flags, uint64_t start);
 
 /*
@@ -122,62 +122,62 @@ int cgr_ring_init_at(void *mem, size_t memsize, uint32_t count,
  * cons_pos is only checked to lie within count below prod_pos.
  * Reads every slot: O(count).  Any thread; at most one handle per role.
  */
-int cgr_ring_attach(struct cgr_ring *r, void *mem, size_t memsize, int role);
+int cgr__ring_attach(struct cgr_ring *r, void *mem, size_t memsize, int role);
 
 /*
  * Producer: copies one message of len <= esize bytes (the rest of the slot
  * is zero-filled).  Returns 0, -EAGAIN when full, -EMSGSIZE when too long,
  * -EINVAL on a consumer handle.  Does not wake the consumer: call
- * cgr_ring_notify after a batch.
+ * cgr__ring_notify after a batch.
  */
-int cgr_ring_enqueue(struct cgr_ring *r, const void *msg, size_t len);
+int cgr__ring_enqueue(struct cgr_ring *r, const void *msg, size_t len);
 
 /* Producer: bulk, all or nothing, of n messages of esize bytes each
  * (contiguous in msgs).  Returns n or 0. */
-unsigned cgr_ring_enqueue_bulk(struct cgr_ring *r, const void *msgs,
+unsigned cgr__ring_enqueue_bulk(struct cgr_ring *r, const void *msgs,
 			       unsigned n);
 /* Producer: burst, as many of n as fit.  Returns how many. */
-unsigned cgr_ring_enqueue_burst(struct cgr_ring *r, const void *msgs,
+unsigned cgr__ring_enqueue_burst(struct cgr_ring *r, const void *msgs,
 				unsigned n);
 
 /* Consumer: copies the oldest message (esize bytes) out.  0, -EAGAIN when
  * empty, -EINVAL on a producer handle. */
-int cgr_ring_dequeue(struct cgr_ring *r, void *msg);
+int cgr__ring_dequeue(struct cgr_ring *r, void *msg);
 /* Consumer: up to n messages into msgs (esize stride).  Returns how many. */
-unsigned cgr_ring_dequeue_burst(struct cgr_ring *r, void *msgs, unsigned n);
+unsigned cgr__ring_dequeue_burst(struct cgr_ring *r, void *msgs, unsigned n);
 /* Consumer: bulk, all n messages or none.  Returns n or 0. */
-unsigned cgr_ring_dequeue_bulk(struct cgr_ring *r, void *msgs, unsigned n);
+unsigned cgr__ring_dequeue_bulk(struct cgr_ring *r, void *msgs, unsigned n);
 
 /* Consumer: the oldest message in place (esize bytes, 8-byte aligned), or
- * NULL when empty.  It stays in the ring until cgr_ring_consume. */
-const void *cgr_ring_peek(struct cgr_ring *r);
-/* Consumer: frees the message cgr_ring_peek returned; a no-op when there is
+ * NULL when empty.  It stays in the ring until cgr__ring_consume. */
+const void *cgr__ring_peek(struct cgr_ring *r);
+/* Consumer: frees the message cgr__ring_peek returned; a no-op when there is
  * none. */
-void cgr_ring_consume(struct cgr_ring *r);
+void cgr__ring_consume(struct cgr_ring *r);
 
 /* Whether this side can go on now: a message waits (consumer) or a slot is
  * free (producer).  Never blocks. */
-bool cgr_ring_ready(const struct cgr_ring *r);
+bool cgr__ring_ready(const struct cgr_ring *r);
 
 /* Messages the ring holds now (approximate while the other side runs). */
-uint32_t cgr_ring_count(const struct cgr_ring *r);
-uint32_t cgr_ring_capacity(const struct cgr_ring *r);
+uint32_t cgr__ring_count(const struct cgr_ring *r);
+uint32_t cgr__ring_capacity(const struct cgr_ring *r);
 
 /*
  * Doorbells in the shared header: the consumer parks on the consumer bell
- * when empty, the producer on the producer bell when full.  cgr_ring_notify
+ * when empty, the producer on the producer bell when full.  cgr__ring_notify
  * wakes the other side if it registered as a sleeper (one system call then,
  * none otherwise).
  */
-struct cgr_bell *cgr_ring_bell(struct cgr_ring *r, int role);
-void cgr_ring_notify(struct cgr_ring *r);
+struct cgr_bell *cgr__ring_bell(struct cgr_ring *r, int role);
+void cgr__ring_notify(struct cgr_ring *r);
 
 /*
- * Parks this side on its bell until cgr_ring_ready holds, or the absolute
+ * Parks this side on its bell until cgr__ring_ready holds, or the absolute
  * CLOCK_MONOTONIC deadline (CGR_FOREVER: none) passes.  Returns 0 (ready),
- * -ETIMEDOUT or -EINTR.  Blocks; the other side must call cgr_ring_notify
+ * -ETIMEDOUT or -EINTR.  Blocks; the other side must call cgr__ring_notify
  * after it enqueues (or dequeues) for this to wake early.
  */
-int cgr_ring_wait(struct cgr_ring *r, int64_t deadline_ns);
+int cgr__ring_wait(struct cgr_ring *r, int64_t deadline_ns);
 
 #endif
