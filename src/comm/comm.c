@@ -93,7 +93,7 @@ const char *cgr_comm_errmsg(const cgr_comm *c, int rank)
 
 /* ---- argument checks ----------------------------------------------- */
 
-static bool cgr__overlap(const void *a, size_t la, const void *b, size_t lb)
+static bool ranges_overlap(const void *a, size_t la, const void *b, size_t lb)
 {
 	uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
 
@@ -106,13 +106,14 @@ static bool cgr__overlap(const void *a, size_t la, const void *b, size_t lb)
 static bool cgr__inplace_ok(const void *a, size_t la, const void *b,
 			    size_t lb, const void *at)
 {
-	return a == at || !cgr__overlap(a, la, b, lb);
+	return a == at || !ranges_overlap(a, la, b, lb);
 }
 
 /*
  * Checks what only this rank can see.  Returns 0, or -EINVAL with why
  * filled in: the caller then poisons the operation so that every rank
- * fails, not only this one.
+ * fails, not only this one.  (Long: one case per operation kind, kept
+ * together so that the buffer rules read as one table.)
  */
 static int cgr__desc_check(const cgr_comm *c, int rank,
 			   const struct cgr__coll_desc *d, char *why,
@@ -202,7 +203,7 @@ static int cgr__desc_check(const cgr_comm *c, int rank,
 		break;
 	case CGR_COLL_ALLTOALL:
 		CGR__NEED(s && r, "NULL buffer");
-		CGR__NEED(!cgr__overlap(s, nb, r, nb),
+		CGR__NEED(!ranges_overlap(s, nb, r, nb),
 			  "send and recv overlap (alltoall is never in place)");
 		break;
 	case CGR__COLL_SEND:

@@ -660,27 +660,18 @@ static void cgr__move_eager(struct cgr__wctx *w, uint64_t k)
 			 me->recv, e);
 }
 
-/* Moves the data of collective #k (agreed), then the final barrier. */
-static int cgr__move(struct cgr__wctx *w, uint64_t k)
+/* Rank r's share of the data of collective #k (agreed; me is its
+ * descriptor).  Returns whom it must then wait for: -1 all, -2 nobody. */
+static int move_data(struct cgr__cpu *c, const struct cgr__cdesc *me,
+		     uint64_t k, int r)
 {
-	struct cgr__cpu *c = w->c;
-	const struct cgr__cdesc *me = &c->pub[w->rank].d[k & 1];
 	const void *srcs[CGR_MAX_RANKS];
-	const char *name = cgr__coll_kind_name(me->kind);
-	int n = c->base.n, r = w->rank, root = me->root, ns = 0;
+	int n = c->base.n, root = me->root, ns = 0;
 	size_t es = cgr_dtype_size(me->dtype), cnt = me->count, b = cnt * es;
 	size_t off, len;
-	uint64_t done = 4 * k + 2;
-	int wait_for = -1; /* -1 all, -2 nobody, else that rank */
 
 #define S(j) ((const char *)c->pub[(j)].d[k & 1].send)
 #define R(j) ((char *)c->pub[(j)].d[k & 1].recv)
-	if (cnt == 0)
-		return 0;
-	if (!cgr__move_begin(c))
-		return cgr__fail(w, cgr__bail(w, -ECANCELED),
-				 "%s #%llu: aborted", name,
-				 (unsigned long long)k);
 	switch (me->kind) {
 	case CGR_COLL_ALLREDUCE:
 		/* Block by block, so that each reduced block is pushed to
@@ -702,58 +693,70 @@ static int cgr__move(struct cgr__wctx *w, uint64_t k)
 					cgr__copy(R(j) + o * es, R(r) + o * es,
 						  m * es);
 		}
-		break;
+		return -1;
 	case CGR_COLL_REDUCESCATTER:
 		srcs[ns++] = S(r) + (size_t)r * b;
 		for (int j = 0; j < n; j++)
 			if (j != r)
 				srcs[ns++] = S(j) + (size_t)r * b;
 		cgr__reduce(R(r), srcs, ns, cnt, me->dtype, me->op, n);
-		break;
+		return -1;
 	case CGR_COLL_REDUCE:
 		cgr__chunk(cnt, es, n, r, &off, &len);
 		if (len == 0)
-			break;
+			return -1;
 		srcs[ns++] = S(root) + off * es;
 		for (int j = 0; j < n; j++)
 			if (j != root)
 				srcs[ns++] = S(j) + off * es;
 		cgr__reduce(R(root) + off * es, srcs, ns, len, me->dtype,
 			    me->op, n);
-		break;
+		return -1;
 	case CGR_COLL_ALLGATHER:
 		for (int j = 0; j < n; j++)
 			cgr__copy(R(j) + (size_t)r * b, S(r), b);
-		break;
+		return -1;
 	case CGR_COLL_BROADCAST:
 		cgr__copy(R(r), S(root), b);
-		wait_for = r == root ? -1 : -2;
-		break;
+		return r == root ? -1 : -2;
 	case CGR_COLL_GATHER:
 		cgr__copy(R(root) + (size_t)r * b, S(r), b);
-		wait_for = r == root ? -1 : -2;
-		break;
+		return r == root ? -1 : -2;
 	case CGR_COLL_SCATTER:
 		cgr__copy(R(r), S(root) + (size_t)r * b, b);
-		wait_for = r == root ? -1 : -2;
-		break;
+		return r == root ? -1 : -2;
 	case CGR_COLL_ALLTOALL:
 		for (int j = 0; j < n; j++)
 			cgr__copy(R(r) + (size_t)j * b, S(j) + (size_t)r * b,
 				  b);
-		break;
+		return -1;
 	default:
-		break;
-	}
-	cgr__move_end(c);
-	cgr__publish(c, r, done);
-	if (n > 1 && wait_for != -2) {
-		int ret = cgr__stage_wait(w, done, wait_for, name, k);
-		if (ret)
-			return ret;
+		return -1;
 	}
 #undef S
 #undef R
+}
+
+/* Moves the data of collective #k (agreed), then the final barrier. */
+static int cgr__move(struct cgr__wctx *w, uint64_t k)
+{
+	struct cgr__cpu *c = w->c;
+	const struct cgr__cdesc *me = &c->pub[w->rank].d[k & 1];
+	const char *name = cgr__coll_kind_name(me->kind);
+	uint64_t done = 4 * k + 2;
+	int wait_for;
+
+	if (me->count == 0)
+		return 0;
+	if (!cgr__move_begin(c))
+		return cgr__fail(w, cgr__bail(w, -ECANCELED),
+				 "%s #%llu: aborted", name,
+				 (unsigned long long)k);
+	wait_for = move_data(c, me, k, w->rank);
+	cgr__move_end(c);
+	cgr__publish(c, w->rank, done);
+	if (c->base.n > 1 && wait_for != -2)
+		return cgr__stage_wait(w, done, wait_for, name, k);
 	return 0;
 }
 
@@ -1032,104 +1035,111 @@ static bool cgr__p2p_ready(void *arg)
 }
 
 /* One step of item it, if it can progress.  Returns true if it did. */
-static bool cgr__p2p_step(struct cgr__wctx *w, struct cgr__item *it)
+/* A send's step: post the message (phase 0 to 1), then, once taken, its
+ * result (phase 2). */
+static bool p2p_send_step(struct cgr__wctx *w, struct cgr__item *it)
 {
 	struct cgr__cpu *c = w->c;
 	int n = c->base.n, r = w->rank, peer = it->d.root;
-	size_t es = cgr_dtype_size(it->d.dtype);
+	struct cgr__pair *p = &c->pairs[(size_t)r * n + peer];
+	struct cgr__slot *sl = &p->slot[it->idx % CGR__P2P_SLOTS];
 
-	if (!cgr__p2p_can(c, r, it))
-		return false;
-	if (it->d.kind == CGR__COLL_SEND) {
-		struct cgr__pair *p = &c->pairs[(size_t)r * n + peer];
-		struct cgr__slot *sl = &p->slot[it->idx % CGR__P2P_SLOTS];
-
-		if (it->phase == 0) {
-			sl->buf = it->d.send;
-			sl->count = it->d.count;
-			sl->dtype = (int32_t)it->d.dtype;
-			sl->poison = it->d.poison;
-			sl->msg = it->msg;
-			/* S0: release: the slot; pairs with the receiver's
-			 * acquire of sent (cgr__p2p_can). */
-			atomic_store_explicit(&p->sent, it->idx + 1,
-					      memory_order_release);
-			cgr__bell_ring(&c->bell);
-			it->phase = 1;
-			return true;
-		}
-		/* Taken (acquire in cgr__p2p_can): the status is ours, and
-		 * once read the slot may take the message CGR__P2P_SLOTS
-		 * later. */
-		it->phase = 2;
-		*cgr__sfree(c, r, peer, it->idx) = it->idx + CGR__P2P_SLOTS;
-		if (sl->status == CGR_EMISMATCH)
-			it->result = cgr__fail(
-				w, CGR_EMISMATCH,
-				"send #%llu to rank %d: rank %d sends %zu %s, "
-				"rank %d receives %zu %s",
-				(unsigned long long)it->idx + 1, peer, r,
-				it->d.count, cgr__dtype_name(it->d.dtype), peer,
-				sl->rcount, cgr__dtype_name(sl->rdtype));
-		else if (it->d.poison)
-			it->result = cgr__fail(w, it->d.poison,
-					       "send #%llu to rank %d: %s",
-					       (unsigned long long)it->idx + 1,
-					       peer, it->msg);
-		else if (sl->status)
-			it->result = cgr__fail(
-				w, sl->status,
-				"send #%llu to rank %d: rank %d failed before "
-				"the operation (%s)",
-				(unsigned long long)it->idx + 1, peer, peer,
-				cgr_err_name(sl->status));
-		return true;
-	} else {
-		struct cgr__pair *p = &c->pairs[(size_t)peer * n + r];
-		struct cgr__slot *sl = &p->slot[it->idx % CGR__P2P_SLOTS];
-		int st = 0;
-
-		if (sl->poison) {
-			st = sl->poison;
-			it->result = cgr__fail(
-				w, st,
-				"recv #%llu from rank %d: rank %d failed "
-				"before the operation (%s)%s%s",
-				(unsigned long long)it->idx + 1, peer, peer,
-				cgr_err_name(st), sl->msg[0] ? ": " : "",
-				sl->msg);
-		} else if (it->d.poison) {
-			st = it->d.poison;
-			it->result = cgr__fail(w, st, "recv #%llu from rank %d: %s",
-					       (unsigned long long)it->idx + 1,
-					       peer, it->msg);
-		} else if (sl->dtype != (int32_t)it->d.dtype ||
-			   sl->count != it->d.count) {
-			st = CGR_EMISMATCH;
-			it->result = cgr__fail(
-				w, st,
-				"recv #%llu from rank %d: rank %d sends %zu %s, "
-				"rank %d receives %zu %s",
-				(unsigned long long)it->idx + 1, peer, peer,
-				sl->count, cgr__dtype_name(sl->dtype), r,
-				it->d.count, cgr__dtype_name(it->d.dtype));
-		} else if (it->d.count != 0) {
-			if (!cgr__move_begin(c))
-				return false; /* aborted: the wait reports it */
-			cgr__copy(it->d.recv, sl->buf, it->d.count * es);
-			cgr__move_end(c);
-		}
-		sl->status = st;
-		sl->rcount = it->d.count;
-		sl->rdtype = (int32_t)it->d.dtype;
-		/* T0: release: our copy out of the sender's buffer and the
-		 * status; pairs with the sender's acquire of taken. */
-		atomic_store_explicit(&p->taken, it->idx + 1,
+	if (it->phase == 0) {
+		sl->buf = it->d.send;
+		sl->count = it->d.count;
+		sl->dtype = (int32_t)it->d.dtype;
+		sl->poison = it->d.poison;
+		sl->msg = it->msg;
+		/* S0: release: the slot; pairs with the receiver's acquire of
+		 * sent (cgr__p2p_can). */
+		atomic_store_explicit(&p->sent, it->idx + 1,
 				      memory_order_release);
 		cgr__bell_ring(&c->bell);
-		it->phase = 2;
+		it->phase = 1;
 		return true;
 	}
+	/* Taken (acquire in cgr__p2p_can): the status is ours, and once
+	 * read the slot may take the message CGR__P2P_SLOTS later. */
+	it->phase = 2;
+	*cgr__sfree(c, r, peer, it->idx) = it->idx + CGR__P2P_SLOTS;
+	if (sl->status == CGR_EMISMATCH)
+		it->result = cgr__fail(
+			w, CGR_EMISMATCH,
+			"send #%llu to rank %d: rank %d sends %zu %s, rank %d "
+			"receives %zu %s",
+			(unsigned long long)it->idx + 1, peer, r, it->d.count,
+			cgr__dtype_name(it->d.dtype), peer, sl->rcount,
+			cgr__dtype_name(sl->rdtype));
+	else if (it->d.poison)
+		it->result = cgr__fail(w, it->d.poison,
+				       "send #%llu to rank %d: %s",
+				       (unsigned long long)it->idx + 1, peer,
+				       it->msg);
+	else if (sl->status)
+		it->result = cgr__fail(
+			w, sl->status,
+			"send #%llu to rank %d: rank %d failed before the "
+			"operation (%s)",
+			(unsigned long long)it->idx + 1, peer, peer,
+			cgr_err_name(sl->status));
+	return true;
+}
+
+/* A receive's one step: check the posted message against ours, copy it
+ * out of the sender's buffer, hand back the status. */
+static bool p2p_recv_step(struct cgr__wctx *w, struct cgr__item *it)
+{
+	struct cgr__cpu *c = w->c;
+	int n = c->base.n, r = w->rank, peer = it->d.root;
+	struct cgr__pair *p = &c->pairs[(size_t)peer * n + r];
+	struct cgr__slot *sl = &p->slot[it->idx % CGR__P2P_SLOTS];
+	unsigned long long idx = (unsigned long long)it->idx + 1;
+	int st = 0;
+
+	if (sl->poison) {
+		st = sl->poison;
+		it->result = cgr__fail(w, st,
+				       "recv #%llu from rank %d: rank %d "
+				       "failed before the operation (%s)%s%s",
+				       idx, peer, peer, cgr_err_name(st),
+				       sl->msg[0] ? ": " : "", sl->msg);
+	} else if (it->d.poison) {
+		st = it->d.poison;
+		it->result = cgr__fail(w, st, "recv #%llu from rank %d: %s",
+				       idx, peer, it->msg);
+	} else if (sl->dtype != (int32_t)it->d.dtype ||
+		   sl->count != it->d.count) {
+		st = CGR_EMISMATCH;
+		it->result = cgr__fail(
+			w, st,
+			"recv #%llu from rank %d: rank %d sends %zu %s, rank %d "
+			"receives %zu %s",
+			idx, peer, peer, sl->count, cgr__dtype_name(sl->dtype),
+			r, it->d.count, cgr__dtype_name(it->d.dtype));
+	} else if (it->d.count != 0) {
+		if (!cgr__move_begin(c))
+			return false; /* aborted: the wait reports it */
+		cgr__copy(it->d.recv, sl->buf,
+			  it->d.count * cgr_dtype_size(it->d.dtype));
+		cgr__move_end(c);
+	}
+	sl->status = st;
+	sl->rcount = it->d.count;
+	sl->rdtype = (int32_t)it->d.dtype;
+	/* T0: release: our copy out of the sender's buffer and the status;
+	 * pairs with the sender's acquire of taken. */
+	atomic_store_explicit(&p->taken, it->idx + 1, memory_order_release);
+	cgr__bell_ring(&c->bell);
+	it->phase = 2;
+	return true;
+}
+
+static bool cgr__p2p_step(struct cgr__wctx *w, struct cgr__item *it)
+{
+	if (!cgr__p2p_can(w->c, w->rank, it))
+		return false;
+	return it->d.kind == CGR__COLL_SEND ? p2p_send_step(w, it) :
+					      p2p_recv_step(w, it);
 }
 
 static void cgr__p2p(struct cgr__wctx *w, struct cgr__item *items,
@@ -1411,6 +1421,54 @@ static int cgr__group_grow(struct cgr__cpu *c, struct cgr__rank *rk)
 	return 0;
 }
 
+/* A completed future for an operation that ran inline, in *out. */
+static int done_future(struct cgr__cpu *c, cgr_future **out)
+{
+	struct cgr__dfuture *df;
+
+	if (cgr__dfuture_create(c->base.ctx, NULL, &df) < 0)
+		return -ENOMEM;
+	cgr__dfuture_complete(df, 0);
+	*out = cgr__dfuture_pub(df);
+	return 0;
+}
+
+/* Inside a group: the operation joins rank r's list (issued at the
+ * outermost cgr_group_end).  All of a group's operations use one stream;
+ * one on another is poisoned, so the group fails everywhere. */
+static int group_add(struct cgr__cpu *c, struct cgr__rank *rk,
+		     const struct cgr__coll_desc *d, cgr_stream *s,
+		     cgr_future **out)
+{
+	struct cgr__dfuture *df = NULL;
+	struct cgr__coll_desc p = *d;
+	struct cgr__item *gi;
+	int ret;
+
+	if (!rk->gstream_set) {
+		rk->gstream = s;
+		rk->gstream_set = true;
+	} else if (s != rk->gstream && p.poison == 0) {
+		p.poison = -EINVAL;
+		p.poison_msg = "invalid arguments: operations of one group on "
+			       "different streams";
+		out = NULL;
+	}
+	if (rk->gn == rk->gcap && cgr__group_grow(c, rk) < 0)
+		return -ENOMEM;
+	if (out != NULL) {
+		ret = cgr__dfuture_create(c->base.ctx, rk->gstream, &df);
+		if (ret < 0)
+			return ret;
+	}
+	gi = &rk->gitems[rk->gn++];
+	cgr__item_fill(gi, &p);
+	gi->fut = df;
+	if (df != NULL)
+		*out = cgr__dfuture_pub(df);
+	return p.poison != d->poison ? -EINVAL : 0;
+}
+
 static int cgr__cpu_op(cgr_comm *cc, int r, const struct cgr__coll_desc *d,
 		       cgr_stream *s, cgr_future **out)
 {
@@ -1422,33 +1480,8 @@ static int cgr__cpu_op(cgr_comm *cc, int r, const struct cgr__coll_desc *d,
 
 	if (cgr__is_p2p(d->kind) && d->root == r && rk->gdepth == 0)
 		return -EINVAL; /* would wait for itself: needs a group */
-	if (rk->gdepth > 0) {
-		struct cgr__item *gi;
-		struct cgr__coll_desc p = *d;
-
-		if (!rk->gstream_set) {
-			rk->gstream = s;
-			rk->gstream_set = true;
-		} else if (s != rk->gstream && p.poison == 0) {
-			p.poison = -EINVAL;
-			p.poison_msg = "invalid arguments: operations of one "
-				       "group on different streams";
-			out = NULL;
-		}
-		if (rk->gn == rk->gcap && cgr__group_grow(c, rk) < 0)
-			return -ENOMEM;
-		if (out != NULL) {
-			ret = cgr__dfuture_create(c->base.ctx, rk->gstream, &df);
-			if (ret < 0)
-				return ret;
-		}
-		gi = &rk->gitems[rk->gn++];
-		cgr__item_fill(gi, &p);
-		gi->fut = df;
-		if (df != NULL)
-			*out = cgr__dfuture_pub(df);
-		return p.poison != d->poison ? -EINVAL : 0;
-	}
+	if (rk->gdepth > 0)
+		return group_add(c, rk, d, s, out);
 	if (s == NULL && !cgr__is_p2p(d->kind) &&
 	    atomic_load_explicit(&rk->done, memory_order_acquire) ==
 		    rk->issued) {
@@ -1466,12 +1499,8 @@ static int cgr__cpu_op(cgr_comm *cc, int r, const struct cgr__coll_desc *d,
 					cgr__coll_kind_name(d->kind));
 		else
 			ret = cgr__coll(&w, d);
-		if (ret == 0 && out != NULL) {
-			if (cgr__dfuture_create(c->base.ctx, NULL, &df) < 0)
-				return -ENOMEM;
-			cgr__dfuture_complete(df, 0);
-			*out = cgr__dfuture_pub(df);
-		}
+		if (ret == 0 && out != NULL)
+			ret = done_future(c, out);
 		return ret;
 	}
 	cgr__item_fill(&it, d);
@@ -1487,13 +1516,8 @@ static int cgr__cpu_op(cgr_comm *cc, int r, const struct cgr__coll_desc *d,
 			*out = cgr__dfuture_pub(df);
 		return 0;
 	}
-	if (ret == 0 && out != NULL) {
-		/* Inline and done: a completed future. */
-		if (cgr__dfuture_create(c->base.ctx, NULL, &df) < 0)
-			return -ENOMEM;
-		cgr__dfuture_complete(df, 0);
-		*out = cgr__dfuture_pub(df);
-	}
+	if (ret == 0 && out != NULL)
+		ret = done_future(c, out); /* inline and done */
 	return ret;
 }
 

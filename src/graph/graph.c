@@ -270,110 +270,95 @@ const char *cgr__coll_name(int kind)
 	return kind == 0 ? "task" : cgr__coll_kind_name(kind);
 }
 
-int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
-			 cgr_worker *const *members, size_t n,
-			 cgr_node *const *in, size_t nin, cgr_node **out,
-			 size_t nout)
+/* The parameters of a collective (cp, names defaulted) against its kind:
+ * tensors per member, root, op, overlap mode.  0 or a failure. */
+static int coll_check_params(cgr_graph *g, cgr_coll_params *cp, size_t n)
 {
-	struct cgr__arena *a;
-	struct cgr__task *task;
-	cgr_coll_params cp;
-	size_t want_in, want_out;
-	bool rooted, reducing;
-	char buf[64];
+	const char *name = cp->name;
 
-	if (g == NULL || p == NULL || p->size < sizeof(size_t) ||
-	    members == NULL || n == 0 || n > CGR_MAX_RANKS || in == NULL ||
-	    out == NULL)
-		return -EINVAL;
-	CGR__PARAMS_COPY(cp, p, ((cgr_coll_params)CGR_COLL_PARAMS_INIT));
-	if (!cgr__coll_valid(cp.kind))
-		return cgr__graph_fail(g, -EINVAL, "unknown collective kind %d",
-				       cp.kind);
-	if (g->compiled)
-		return cgr__graph_fail(g, CGR_ECOMPILED,
-				       "graph already compiled");
-	rooted = cgr__coll_rooted(cp.kind);
-	reducing = cgr__coll_reduces(cp.kind);
-	if (cp.ntensors == 0)
-		cp.ntensors = 1;
-	if (cp.overlap < CGR_OVERLAP_DEFAULT || cp.overlap > CGR_OVERLAP_OFF)
+	if (cp->ntensors == 0)
+		cp->ntensors = 1;
+	if (cp->overlap < CGR_OVERLAP_DEFAULT || cp->overlap > CGR_OVERLAP_OFF)
 		return cgr__graph_fail(g, -EINVAL, "unknown overlap mode %d",
-				       cp.overlap);
-	if (cp.ntensors > 1 && cp.kind != CGR_COLL_ALLREDUCE &&
-	    cp.kind != CGR_COLL_ALLGATHER && cp.kind != CGR_COLL_BROADCAST)
+				       cp->overlap);
+	if (cp->ntensors > 1 && cp->kind != CGR_COLL_ALLREDUCE &&
+	    cp->kind != CGR_COLL_ALLGATHER && cp->kind != CGR_COLL_BROADCAST)
 		return cgr__graph_fail(g, -EINVAL,
 				       "%s: only allreduce, allgather and "
 				       "broadcast take several tensors per "
 				       "member",
-				       cp.name ? cp.name : "collective");
-	if (cp.ntensors > 64 || (cp.ntensors > 1 && cp.static_shape))
+				       name);
+	if (cp->ntensors > 64 || (cp->ntensors > 1 && cp->static_shape))
 		return cgr__graph_fail(g, -EINVAL,
 				       "%s: at most 64 tensors per member, and "
 				       "not with static shapes",
-				       cp.name ? cp.name : "collective");
-	want_in = cgr__coll_in_at_root(cp.kind) ? cp.ntensors :
-						  n * cp.ntensors;
-	want_out = cgr__coll_out_at_root(cp.kind) ? 1 : n * cp.ntensors;
-	if (cp.name == NULL) {
-		snprintf(buf, sizeof(buf), "%s%u", cgr__coll_name(cp.kind),
-			 g->ntasks);
-		cp.name = buf;
-	}
-	if (nin != want_in || nout != want_out)
-		return cgr__graph_fail(g, -EINVAL,
-				       "%s %s: takes %zu inputs and %zu outputs "
-				       "for %zu members, not %zu and %zu",
-				       cgr__coll_name(cp.kind), cp.name,
-				       want_in, want_out, n, nin, nout);
-	if (rooted && (cp.root < 0 || (size_t)cp.root >= n))
+				       name);
+	if (cgr__coll_rooted(cp->kind) &&
+	    (cp->root < 0 || (size_t)cp->root >= n))
 		return cgr__graph_fail(g, -EINVAL, "%s: root %d out of range",
-				       cp.name, cp.root);
-	if (reducing && ((int)cp.op < 0 || cp.op >= CGR_REDOP_COUNT))
+				       name, cp->root);
+	if (cgr__coll_reduces(cp->kind) &&
+	    ((int)cp->op < 0 || cp->op >= CGR_REDOP_COUNT))
 		return cgr__graph_fail(g, -EINVAL, "%s: unknown reduction %d",
-				       cp.name, (int)cp.op);
+				       name, (int)cp->op);
+	if (cp->comm != NULL && cgr_comm_size(cp->comm) != (int)n)
+		return cgr__graph_fail(g, -EINVAL,
+				       "%s: communicator has %d ranks, not %zu",
+				       name, cgr_comm_size(cp->comm), n);
+	return 0;
+}
+
+/* Members distinct workers of g's context; inputs nodes of g. */
+static int coll_check_nodes(cgr_graph *g, const char *name,
+			    cgr_worker *const *members, size_t n,
+			    cgr_node *const *in, size_t nin)
+{
 	for (size_t i = 0; i < n; i++) {
 		if (members[i] == NULL || members[i]->ctx != g->ctx)
 			return cgr__graph_fail(g, -EINVAL,
 					       "%s: member %zu is not a worker "
 					       "of this context",
-					       cp.name, i);
+					       name, i);
 		for (size_t j = 0; j < i; j++)
 			if (members[j] == members[i])
 				return cgr__graph_fail(
 					g, -EINVAL,
 					"%s: ranks %zu and %zu are both worker "
 					"%s; members must be distinct",
-					cp.name, j, i, members[i]->name);
+					name, j, i, members[i]->name);
 	}
-	if (cp.comm != NULL && cgr_comm_size(cp.comm) != (int)n)
-		return cgr__graph_fail(g, -EINVAL,
-				       "%s: communicator has %d ranks, not %zu",
-				       cp.name, cgr_comm_size(cp.comm), n);
 	for (size_t i = 0; i < nin; i++) {
 		if (in[i] == NULL || in[i]->g != g)
 			return cgr__graph_fail(g, -EINVAL,
 					       "%s: input %zu is not a node of "
 					       "this graph",
-					       cp.name, i);
+					       name, i);
 		if (in[i]->kind == CGR__NODE_INPUT &&
 		    in[i]->index == CGR_INPUT_ALL)
 			return cgr__graph_fail(g, -EINVAL,
 					       "%s: input[*] cannot feed a "
 					       "collective",
-					       cp.name);
+					       name);
 	}
+	return 0;
+}
 
-	a = &g->ctx->arena;
-	task = cgr__alloc(a, sizeof(*task), 16);
+/* The collective's task and its output nodes (checked already). */
+static int coll_add(cgr_graph *g, cgr_coll_params *cp,
+		    cgr_worker *const *members, size_t n, cgr_node *const *in,
+		    size_t nin, cgr_node **out, size_t nout)
+{
+	struct cgr__arena *a = &g->ctx->arena;
+	struct cgr__task *task = cgr__alloc(a, sizeof(*task), 16);
+
 	if (task == NULL)
 		return -ENOMEM;
 	task->id = g->ntasks;
-	task->coll = cp.kind;
-	task->name = cgr__strdup(a, cp.name);
-	cp.name = NULL; /* the copy lives in task->name */
-	task->cp = cp;
-	task->max_out_bytes = cp.max_out_bytes;
+	task->coll = cp->kind;
+	task->name = cgr__strdup(a, cp->name);
+	cp->name = NULL; /* the copy lives in task->name */
+	task->cp = *cp;
+	task->max_out_bytes = cp->max_out_bytes;
 	task->nin = nin;
 	task->nout = nout;
 	task->nmembers = n;
@@ -396,17 +381,62 @@ int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
 			return -ENOMEM;
 		nd->task = task;
 		nd->port = i;
-		if (cp.ntensors > 1)
+		if (cp->ntensors > 1)
 			snprintf(nd->name, sizeof(nd->name), "%s#%zu.%zu",
-				 task->name, i / cp.ntensors, i % cp.ntensors);
+				 task->name, i / cp->ntensors,
+				 i % cp->ntensors);
 		else
 			snprintf(nd->name, sizeof(nd->name), "%s#%zu",
-				 task->name, want_out == 1 ? (size_t)cp.root : i);
+				 task->name, nout == 1 ? (size_t)cp->root : i);
 		task->out[i] = nd;
 	}
 	for (size_t i = 0; i < nout; i++)
 		out[i] = task->out[i];
 	return 0;
+}
+
+int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
+			 cgr_worker *const *members, size_t n,
+			 cgr_node *const *in, size_t nin, cgr_node **out,
+			 size_t nout)
+{
+	cgr_coll_params cp;
+	size_t want_in, want_out;
+	char buf[64];
+	int ret;
+
+	if (g == NULL || p == NULL || p->size < sizeof(size_t) ||
+	    members == NULL || n == 0 || n > CGR_MAX_RANKS || in == NULL ||
+	    out == NULL)
+		return -EINVAL;
+	CGR__PARAMS_COPY(cp, p, ((cgr_coll_params)CGR_COLL_PARAMS_INIT));
+	if (!cgr__coll_valid(cp.kind))
+		return cgr__graph_fail(g, -EINVAL, "unknown collective kind %d",
+				       cp.kind);
+	if (g->compiled)
+		return cgr__graph_fail(g, CGR_ECOMPILED,
+				       "graph already compiled");
+	if (cp.name == NULL) {
+		snprintf(buf, sizeof(buf), "%s%u", cgr__coll_name(cp.kind),
+			 g->ntasks);
+		cp.name = buf;
+	}
+	ret = coll_check_params(g, &cp, n);
+	if (ret < 0)
+		return ret;
+	want_in = cgr__coll_in_at_root(cp.kind) ? cp.ntensors :
+						  n * cp.ntensors;
+	want_out = cgr__coll_out_at_root(cp.kind) ? 1 : n * cp.ntensors;
+	if (nin != want_in || nout != want_out)
+		return cgr__graph_fail(g, -EINVAL,
+				       "%s %s: takes %zu inputs and %zu outputs "
+				       "for %zu members, not %zu and %zu",
+				       cgr__coll_name(cp.kind), cp.name,
+				       want_in, want_out, n, nin, nout);
+	ret = coll_check_nodes(g, cp.name, members, n, in, nin);
+	if (ret < 0)
+		return ret;
+	return coll_add(g, &cp, members, n, in, nin, out, nout);
 }
 
 int cgr_graph_allreduce(cgr_graph *g, cgr_node *const *in, size_t n,

@@ -73,6 +73,9 @@ int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
 		      int64_t spin_ns, int64_t deadline);
 
 /* Timers: fire once from cgr__reactor_run_timers at or after deadline.
+ * Not used by the library yet (its waits carry their own deadline): they
+ * are for per-worker deadlines driven from the reactor's loop, such as a
+ * process worker's watch of its peers; tests/reactor.c covers them.
  * Returns 0 and an id, or -ENOSPC. */
 int cgr__reactor_timer_add(struct cgr_reactor *r, int64_t deadline,
 			   cgr__timer_fn fn, void *arg, uint64_t *id);

@@ -9,6 +9,11 @@
  * the memory goes away when the last fd and mapping are gone, so nothing is
  * left behind when a process dies.
  *
+ * Who uses it: nothing in the library yet; it is the ground the process
+ * workers stand on (rings, payload slots and the CPU communicator's buffers
+ * in shared memory handed to a worker process).  tests/ring-stress.c and
+ * perf/ring_pingpong.c run rings between processes over it today.
+ *
  * Threads: a segment is a plain struct; create/map/close it from one thread.
  */
 #ifndef CGR_SHM_H
