@@ -119,7 +119,7 @@ struct cgr_comm {
  * every rank started it.  The CPU backend: yes, every rank reads every
  * peer's latency line or descriptor first (cpu.c).  NCCL: no (a root can
  * finish a broadcast into peers' buffers).  The overlap pass uses it to
- * drop waits (compile.c, cgr__kn_finish). */
+ * drop waits (compile/prune.c, kn_finish). */
 static inline bool cgr__backend_joins_all(int backend)
 {
 	return backend == CGR_BACKEND_CPU;
