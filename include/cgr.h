@@ -113,9 +113,13 @@ typedef struct cgr_ctx_params {
 	 * time.  A path that does not load means no CUDA device (-ENODEV,
 	 * the log says why). */
 	const char *cudart_path;
+	/* The NCCL library to load when this context first makes an NCCL
+	 * communicator (a path, copied); NULL: libnccl.so.2 from the
+	 * loader's search path, then the one found at build time. */
+	const char *nccl_path;
 } cgr_ctx_params;
 #define CGR_CTX_PARAMS_INIT \
-	{ sizeof(cgr_ctx_params), NULL, NULL, CGR_LOG_WARN, 0, NULL }
+	{ sizeof(cgr_ctx_params), NULL, NULL, CGR_LOG_WARN, 0, NULL, NULL }
 
 /*
  * Creates a context: the owner of workers, graphs and cgr's jemalloc arena.

@@ -14,10 +14,19 @@
  *
  * Ranks are threads that walk the same list of cases in the same order,
  * so one set of threads runs a whole (ranks, mode) world.
+ *
+ * Built with CGR_FAKE_NCCL (tests/comm-matrix-nccl-fake), the same matrix
+ * runs over the NCCL backend against the models of libnccl and libcudart
+ * (tests/fake_nccl.c, tests/fake_cudart.c): rank r on (model) CUDA device
+ * r, streams CUDA streams; NCCL reduces no int16 or uint16 (those cases
+ * must fail with -EINVAL on every rank).  It checks the backend's logic,
+ * not NCCL.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "tap.h"
 #include "comm/comm.h"
@@ -37,6 +46,14 @@ static size_t big_count; /* counts[NCOUNTS - 1] after t_scale */
 
 static uint64_t seed;
 static cgr_ctx *ctx;
+#ifdef CGR_FAKE_NCCL
+#define BACKEND CGR_BACKEND_NCCL
+#else
+#define BACKEND CGR_BACKEND_CPU
+#endif
+
+/* Whether NCCL cannot do this case (it reduces no 16-bit integers). */
+static bool unsupported(int coll, cgr_dtype dt);
 
 /* ---- values -------------------------------------------------------- */
 
@@ -286,6 +303,12 @@ static bool reduction(int coll)
 	       coll == C_REDUCE;
 }
 
+static bool unsupported(int coll, cgr_dtype dt)
+{
+	return BACKEND == CGR_BACKEND_NCCL && reduction(coll) &&
+	       (dt == CGR_INT16 || dt == CGR_UINT16);
+}
+
 /* One case on rank a->r.  Returns false on a failure (reported). */
 static void run_case(struct rank_arg *a, int coll, cgr_dtype dt, int op,
 		     size_t cnt, int inplace, int root, uint64_t cs)
@@ -398,6 +421,13 @@ static void run_case(struct rank_arg *a, int coll, cgr_dtype dt, int op,
 		ret = -EINVAL;
 	}
 	ret = finish(w, r, ret, f);
+	if (unsupported(coll, dt)) {
+		if (ret != -EINVAL)
+			report(w, coll, "%s of %s: %s, not -EINVAL",
+			       coll_names[coll], cgr__dtype_name(dt),
+			       cgr_err_name(ret));
+		return;
+	}
 	if (ret != 0) {
 		report(w, coll,
 		       "%s n=%d rank %d %s %s count %zu %s root %d: %s (%s)",
@@ -528,13 +558,18 @@ static void run_world(int n, bool streams)
 	memset(&w, 0, sizeof(w));
 	w.n = n;
 	w.streams = streams;
-	if (cgr_comm_create(ctx, NULL, (size_t)n, CGR_BACKEND_CPU, &w.comm)) {
+	if (cgr_comm_create(ctx, NULL, (size_t)n, BACKEND, &w.comm)) {
 		t_ok(0, "comm create");
 		return;
 	}
 	for (int r = 0; r < n; r++) {
+		/* NCCL: rank r on CUDA device r. */
 		if (streams)
-			cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &w.s[r]);
+			cgr_stream_create(ctx,
+					  BACKEND == CGR_BACKEND_NCCL ?
+						  r :
+						  CGR_DEVICE_SIM,
+					  0, &w.s[r]);
 		args[r].w = &w;
 		args[r].r = r;
 		args[r].cap = cap;
@@ -614,7 +649,15 @@ int main(int argc, char **argv)
 	big_count = (size_t)t_scale((long)counts[NCOUNTS - 1]);
 	if (big_count < 2049)
 		big_count = 2049;
-	if (cgr_ctx_create(NULL, &ctx) != 0) {
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+#ifdef CGR_FAKE_NCCL
+	setenv("FAKE_CUDA_NDEV", "4", 1);
+	cp.cudart_path = CGR_FAKE_CUDART;
+	cp.nccl_path = CGR_FAKE_NCCL;
+	cp.log_fn = cgr_log_stderr;
+	long (*misuse)(void) = NULL;
+#endif
+	if (cgr_ctx_create(&cp, &ctx) != 0) {
 		printf("Bail out! no context\n");
 		return 1;
 	}
@@ -627,6 +670,14 @@ int main(int argc, char **argv)
 		run_world(n, true);
 	}
 	t_diag("matrix: %.1f s", (cgr__now_ns() - t0) / 1e9);
+#ifdef CGR_FAKE_NCCL
+	void *h = dlopen(CGR_FAKE_NCCL, RTLD_NOW | RTLD_NOLOAD);
+	if (h != NULL)
+		*(void **)&misuse = dlsym(h, "fake_nccl_misuse");
+	t_ok(misuse != NULL && misuse() == 0,
+	     "the model saw nothing NCCL forbids (%ld)",
+	     misuse != NULL ? misuse() : -1);
+#endif
 	cgr_ctx_destroy(ctx);
 	return t_done();
 }

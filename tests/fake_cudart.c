@@ -161,6 +161,69 @@ cudaError_t cudaSetDevice(int dev)
 	return cudaSuccess;
 }
 
+cudaError_t cudaGetDevice(int *dev)
+{
+	fake_enter();
+	*dev = fake_dev;
+	return cudaSuccess;
+}
+
+/* "Device memory" is host memory, remembered so that pointer attributes
+ * can tell it apart. */
+#define FAKE_ALLOCS 4096
+static struct {
+	uintptr_t lo, hi;
+	int dev;
+} fake_allocs[FAKE_ALLOCS];
+static pthread_mutex_t fake_alloc_mu = PTHREAD_MUTEX_INITIALIZER;
+
+cudaError_t cudaMalloc(void **p, size_t n)
+{
+	cudaError_t e = fake_enter();
+	int i;
+
+	if (e != cudaSuccess)
+		return e;
+	if ((*p = calloc(1, n ? n : 1)) == NULL)
+		return cudaErrorMemoryAllocation;
+	pthread_mutex_lock(&fake_alloc_mu);
+	for (i = 0; i < FAKE_ALLOCS && fake_allocs[i].lo != 0; i++)
+		;
+	if (i < FAKE_ALLOCS)
+		fake_allocs[i].lo = (uintptr_t)*p,
+		fake_allocs[i].hi = (uintptr_t)*p + (n ? n : 1),
+		fake_allocs[i].dev = fake_dev;
+	pthread_mutex_unlock(&fake_alloc_mu);
+	return cudaSuccess;
+}
+
+cudaError_t cudaFree(void *p)
+{
+	fake_enter();
+	if (p == NULL)
+		return cudaSuccess;
+	pthread_mutex_lock(&fake_alloc_mu);
+	for (int i = 0; i < FAKE_ALLOCS; i++)
+		if (fake_allocs[i].lo == (uintptr_t)p)
+			fake_allocs[i].lo = fake_allocs[i].hi = 0;
+	pthread_mutex_unlock(&fake_alloc_mu);
+	free(p);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n,
+		       enum cudaMemcpyKind kind)
+{
+	cudaError_t e = fake_enter();
+
+	if (e != cudaSuccess)
+		return e;
+	if (kind != cudaMemcpyDefault)
+		return cudaErrorInvalidValue;
+	memmove(dst, src, n);
+	return cudaSuccess;
+}
+
 cudaError_t cudaDeviceGetStreamPriorityRange(int *least, int *greatest)
 {
 	fake_enter();
@@ -325,10 +388,19 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned fl)
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *a,
 				     const void *p)
 {
-	(void)p;
+	uintptr_t u = (uintptr_t)p;
+
 	fake_enter();
 	memset(a, 0, sizeof(*a));
 	a->type = cudaMemoryTypeUnregistered;
+	pthread_mutex_lock(&fake_alloc_mu);
+	for (int i = 0; i < FAKE_ALLOCS; i++)
+		if (u >= fake_allocs[i].lo && u < fake_allocs[i].hi) {
+			a->type = cudaMemoryTypeDevice;
+			a->device = fake_allocs[i].dev;
+			a->devicePointer = (void *)p;
+		}
+	pthread_mutex_unlock(&fake_alloc_mu);
 	return cudaSuccess;
 }
 

@@ -31,9 +31,16 @@ int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 	case CGR_BACKEND_AUTO:
 	case CGR_BACKEND_CPU:
 		ret = cgr__cpu_comm_create(ctx, (int)n, &c);
+		backend = CGR_BACKEND_CPU;
 		break;
 	case CGR_BACKEND_NCCL:
-		return -EOPNOTSUPP; /* not built: no NCCL backend yet */
+#ifdef HAVE_NCCL
+		ret = cgr__nccl_comm_create(ctx, members, (int)n, &c);
+		break;
+#else
+		cgr__info(&ctx->log, "nccl: this build has no NCCL backend");
+		return -EOPNOTSUPP;
+#endif
 	default:
 		return -EINVAL;
 	}
@@ -43,7 +50,7 @@ int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 	c->arena = &ctx->arena;
 	c->log = &ctx->log;
 	c->n = (int)n;
-	c->backend = CGR_BACKEND_CPU;
+	c->backend = backend;
 	c->members = NULL;
 	if (members != NULL) {
 		c->members = cgr__alloc(c->arena, n * sizeof(*members), 16);

@@ -65,6 +65,10 @@ struct cgr__coll_desc {
 	 * nobody's buffers are touched. */
 	int poison;
 	const char *poison_msg; /* copied (up to 127 bytes); may be NULL */
+	/* The ranks agreed on this operation already (the graph's
+	 * collective nodes do, exec/coll.c): a backend that agrees on the
+	 * host first (NCCL) skips that. */
+	bool agreed;
 };
 
 /*
@@ -128,5 +132,12 @@ static inline bool cgr__backend_joins_all(int backend)
 /* The CPU (shared memory) backend: fills *out with a communicator of n
  * ranks whose head the caller completes (comm.c). */
 int cgr__cpu_comm_create(cgr_ctx *ctx, int n, cgr_comm **out);
+#ifdef HAVE_NCCL
+/* The NCCL backend (nccl.c): the same, over the CUDA devices of members
+ * (NULL: rank r on CUDA device r).  -ENODEV (no NCCL, or too old; the log
+ * says why), -EINVAL (a member owns no CUDA device), NCCL's failure. */
+int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,
+			  cgr_comm **out);
+#endif
 
 #endif

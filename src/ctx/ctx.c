@@ -34,13 +34,16 @@ int cgr_ctx_create(const cgr_ctx_params *p, cgr_ctx **out)
 		    atomic_load(&arena.live_bytes));
 	atomic_init(&ctx->arena.live_blocks,
 		    atomic_load(&arena.live_blocks));
-	if (prm.cudart_path != NULL) {
-		ctx->cudart_path = cgr__strdup(&ctx->arena, prm.cudart_path);
-		if (ctx->cudart_path == NULL) {
-			cgr__free(&ctx->arena, ctx, sizeof(*ctx), 64);
-			cgr__arena_fini(&arena);
-			return -ENOMEM;
-		}
+	if ((prm.cudart_path != NULL &&
+	     (ctx->cudart_path = cgr__strdup(&ctx->arena, prm.cudart_path)) ==
+		     NULL) ||
+	    (prm.nccl_path != NULL &&
+	     (ctx->nccl_path = cgr__strdup(&ctx->arena, prm.nccl_path)) ==
+		     NULL)) {
+		cgr__strfree(&ctx->arena, ctx->cudart_path);
+		cgr__free(&ctx->arena, ctx, sizeof(*ctx), 64);
+		cgr__arena_fini(&arena);
+		return -ENOMEM;
 	}
 	ctx->log.fn = prm.log_fn;
 	ctx->log.arg = prm.log_arg;
@@ -66,6 +69,7 @@ static void ctx_free(cgr_ctx *ctx)
 	pthread_mutex_destroy(&ctx->lock);
 	pthread_mutex_destroy(&ctx->ext_lock);
 	cgr__strfree(&ctx->arena, ctx->cudart_path);
+	cgr__strfree(&ctx->arena, ctx->nccl_path);
 	arena.index = ctx->arena.index;
 	arena.flags = ctx->arena.flags;
 	cgr__free(&ctx->arena, ctx, sizeof(*ctx), 64);

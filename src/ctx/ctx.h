@@ -35,6 +35,7 @@ struct cgr_compiled;
 /* Slots of per-context state owned by higher layers (cgr__ctx_state). */
 enum cgr__ctx_slot {
 	CGR__CTX_CUDART, /* device/cuda.c: the loaded CUDA runtime */
+	CGR__CTX_NCCL,	 /* comm/nccl.c: the loaded NCCL library */
 	CGR__CTX_NSLOTS
 };
 
@@ -48,6 +49,7 @@ struct cgr_ctx {
 	struct cgr__arena arena;
 	unsigned flags;
 	char *cudart_path; /* cgr_ctx_params.cudart_path, copied, or NULL */
+	char *nccl_path;   /* cgr_ctx_params.nccl_path, copied, or NULL */
 	/* The driver's reference plus one per object that may outlive
 	 * cgr_ctx_destroy (see the top of this file). */
 	_Atomic uint32_t refs;
@@ -67,6 +69,9 @@ struct cgr_ctx {
 	struct cgr_compiled *compiled;	/* live (not destroyed) graphs */
 	unsigned nworkers;
 	void (*release_workers)(cgr_ctx *ctx);
+	/* A worker's device (cgr_worker_params.device), for communicators
+	 * bound to members (comm/ sees workers as handles only). */
+	int (*worker_device)(const struct cgr_worker *w);
 	bool destroyed;
 };
 

@@ -70,6 +70,10 @@ struct cgr__cudart {
 					  const void *);
 	const char *(*error_name)(cudaError_t);
 	const char *(*error_string)(cudaError_t);
+	cudaError_t (*malloc)(void **, size_t);
+	cudaError_t (*free)(void *);
+	cudaError_t (*memcpy)(void *, const void *, size_t,
+			      enum cudaMemcpyKind);
 };
 
 /* Resolves the table from handle h: 0, or -ENODEV with rt->why set. */
@@ -100,6 +104,9 @@ static int rt_resolve(struct cgr__cudart *rt, void *h)
 	CGR__SYM(pointer_attributes, "cudaPointerGetAttributes");
 	CGR__SYM(error_name, "cudaGetErrorName");
 	CGR__SYM(error_string, "cudaGetErrorString");
+	CGR__SYM(malloc, "cudaMalloc");
+	CGR__SYM(free, "cudaFree");
+	CGR__SYM(memcpy, "cudaMemcpy");
 #undef CGR__SYM
 	return 0;
 }
@@ -328,9 +335,12 @@ static void CUDART_CB cgr__cuda_waitf(void *arg)
 {
 	struct cgr__dfuture *f = arg;
 
-	cgr__reactor_wait(NULL, f->s != NULL ? &f->s->pbell : &f->bell,
-			  cgr__cuda_fut_ready, f, NULL, CGR_WAIT_ADAPTIVE,
-			  20000, CGR_FOREVER);
+	if (f->poll != NULL)
+		cgr__dfuture_poll_wait(f, NULL);
+	else
+		cgr__reactor_wait(NULL, f->s != NULL ? &f->s->pbell : &f->bell,
+				  cgr__cuda_fut_ready, f, NULL,
+				  CGR_WAIT_ADAPTIVE, 20000, CGR_FOREVER);
 	cgr__dfuture_put(f);
 }
 
@@ -600,6 +610,59 @@ static int cgr__cuda_snap_query(void *snap, uint64_t pos)
 static void cgr__cuda_snap_put(void *snap)
 {
 	cgr__cu_rec_put(snap);
+}
+
+/* ---- for the layers above (device.h) ------------------------------ */
+
+void *cgr__cuda_stream_use(cgr_stream *s)
+{
+	if (s == NULL || s->dev->ops != &cgr__cuda_ops)
+		return NULL;
+	return cgr__cu_stream(s);
+}
+
+int cgr__cuda_malloc(struct cgr__device *dev, size_t size, void **out)
+{
+	const struct cgr__cudart *rt = cgr__rt_of(dev);
+	cudaError_t e;
+
+	if (dev->ops != &cgr__cuda_ops)
+		return -EINVAL;
+	e = rt->set_device(dev->index);
+	if (e == cudaSuccess)
+		e = rt->malloc(out, size);
+	return cgr__cu_ret(dev, e, "cudaMalloc");
+}
+
+void cgr__cuda_free(struct cgr__device *dev, void *p)
+{
+	const struct cgr__cudart *rt = cgr__rt_of(dev);
+
+	if (p == NULL || dev->ops != &cgr__cuda_ops)
+		return;
+	rt->set_device(dev->index);
+	rt->free(p);
+}
+
+int cgr__cuda_memcpy(struct cgr__device *dev, void *dst, const void *src,
+		     size_t n)
+{
+	const struct cgr__cudart *rt = cgr__rt_of(dev);
+	cudaError_t e;
+
+	if (dev->ops != &cgr__cuda_ops)
+		return -EINVAL;
+	if (n == 0)
+		return 0;
+	e = rt->set_device(dev->index);
+	if (e == cudaSuccess)
+		e = rt->memcpy(dst, src, n, cudaMemcpyDefault);
+	return cgr__cu_ret(dev, e, "cudaMemcpy");
+}
+
+bool cgr__cuda_is_device_ptr(struct cgr__device *dev, const void *p)
+{
+	return dev->ops == &cgr__cuda_ops && !cgr__cu_plain_host(cgr__rt_of(dev), p);
 }
 
 const struct cgr__device_ops cgr__cuda_ops = {

@@ -256,6 +256,22 @@ int cgr_stream_memcpy_async(cgr_stream *s, void *dst, const void *src,
 	return s->dev->ops->enqueue(s, &op);
 }
 
+void cgr__dfuture_poll_wait(struct cgr__dfuture *df, cgr_stream *waiter)
+{
+	long nap = 1000;
+	int res;
+
+	while (!cgr__dfuture_test(df, &res)) {
+		struct timespec ts = { 0, nap };
+		if (waiter != NULL && (cgr__device_error(waiter->dev) != 0 ||
+				       cgr__stream_stopping(waiter) != 0))
+			break;
+		nanosleep(&ts, NULL);
+		if (nap < 100000)
+			nap *= 2;
+	}
+}
+
 void cgr__waite_run(cgr_stream *waiter, const struct cgr__sop *op)
 {
 	const struct cgr__device_ops *ops = op->u.waite.ops;
@@ -395,8 +411,22 @@ int cgr__dfuture_create(cgr_ctx *ctx, cgr_stream *s,
 	cgr__ctx_ref(ctx);
 	df->ctx = ctx;
 	df->arena = &ctx->arena;
+	df->poll = NULL;
+	df->poll_fini = NULL;
+	df->poll_arg = NULL;
+	df->ev = NULL;
+	atomic_flag_clear(&df->claimed);
 	*out = df;
 	return 0;
+}
+
+void cgr__dfuture_poll_by(struct cgr__dfuture *df,
+			  int (*poll)(void *arg, int *result),
+			  void (*poll_fini)(void *arg), void *arg)
+{
+	df->poll = poll;
+	df->poll_fini = poll_fini;
+	df->poll_arg = arg;
 }
 
 void cgr__dfuture_put(struct cgr__dfuture *df)
@@ -407,6 +437,8 @@ void cgr__dfuture_put(struct cgr__dfuture *df)
 		return;
 	if (df->s != NULL)
 		cgr__stream_put(df->s);
+	if (df->poll_fini != NULL)
+		df->poll_fini(df->poll_arg);
 	ctx = df->ctx;
 	df->magic = 0;
 	cgr__free(df->arena, df, sizeof(*df), CGR_CACHELINE);
@@ -434,6 +466,14 @@ int cgr__dfuture_test(struct cgr__dfuture *df, int *result)
 
 	t = cgr__future_test(&df->f, df->gen, &res);
 	if (t == 1) {
+		*result = res;
+		return 1;
+	}
+	if (df->poll != NULL && df->poll(df->poll_arg, &res) == 1) {
+		/* The first to see it done completes it (the completer's
+		 * reference goes with that); everybody has the result. */
+		if (!atomic_flag_test_and_set(&df->claimed))
+			cgr__dfuture_complete(df, res);
 		*result = res;
 		return 1;
 	}
@@ -487,6 +527,30 @@ static int cgr__bound_future_wait(struct cgr__dfuture *df, int64_t deadline)
 	return -ETIMEDOUT;
 }
 
+/* Waits for a polled future: polls, spinning for 20 us, then sleeping
+ * from 1 us to 100 us between polls. */
+static int polled_future_wait(struct cgr__dfuture *df, int64_t deadline)
+{
+	int64_t spin_end = cgr__now_ns() + 20000;
+	long nap = 1000;
+	int res;
+
+	while (!cgr__dfuture_test(df, &res)) {
+		int64_t now = cgr__now_ns();
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		if (now < spin_end) {
+			cgr__cpu_relax();
+			continue;
+		}
+		struct timespec ts = { 0, nap };
+		nanosleep(&ts, NULL);
+		if (nap < 100000)
+			nap *= 2;
+	}
+	return res;
+}
+
 int cgr_future_wait(cgr_future *f, int64_t timeout_ns)
 {
 	struct cgr__dfuture *df = cgr__dfuture_of(f);
@@ -498,6 +562,8 @@ int cgr_future_wait(cgr_future *f, int64_t timeout_ns)
 	if (timeout_ns < 0)
 		timeout_ns = 10000000000; /* the 10 s default of cgr.h */
 	deadline = cgr__deadline(timeout_ns);
+	if (df->poll != NULL)
+		return polled_future_wait(df, deadline);
 	if (df->s != NULL)
 		return cgr__bound_future_wait(df, deadline);
 	cgr__reactor_wait(NULL, &df->bell, cgr__dfuture_ready, df, NULL,
@@ -520,6 +586,8 @@ int cgr_future_stream_wait(cgr_future *f, cgr_stream *s)
 		return err;
 	if (cgr__future_test(&df->f, df->gen, &res) == 1)
 		return 0; /* already complete: nothing to wait for */
+	if (df->ev != NULL)
+		return cgr_stream_wait_event(s, df->ev);
 	cgr__dfuture_ref(df);
 	op.u.waitf.f = df;
 	ret = s->dev->ops->enqueue(s, &op);

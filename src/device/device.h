@@ -291,6 +291,17 @@ struct cgr__dfuture {
 	cgr_stream *s;	       /* bound stream (referenced) or NULL */
 	cgr_ctx *ctx;	       /* referenced */
 	struct cgr__arena *arena;
+	/* A polled future (cgr__dfuture_poll_by): nobody completes it on
+	 * its own; whoever tests or waits asks poll, and the first who
+	 * sees it done completes it (claimed). */
+	int (*poll)(void *arg, int *result);
+	void (*poll_fini)(void *arg);
+	void *poll_arg;
+	atomic_flag claimed;
+	/* NULL, or the event the operation completes with: a stream waits
+	 * for the future by waiting for it (set by the completion source,
+	 * which owns it). */
+	cgr_event *ev;
 };
 
 /*
@@ -309,13 +320,46 @@ static inline void cgr__dfuture_ref(struct cgr__dfuture *df)
 {
 	atomic_fetch_add_explicit(&df->refs, 1, memory_order_relaxed);
 }
+/*
+ * Makes df (just created, unbound) a polled future: poll(arg, &result)
+ * returns 1 once the operation is done (result: 0 or its error), 0 while
+ * pending, and must never block; tests and waits call it (a wait backs
+ * off from 1 us to 100 us between polls), and the first caller that sees
+ * it done completes df, dropping the completer's reference.  poll_fini
+ * (may be NULL) frees arg when df is freed.  The completion source of a
+ * device operation whose end only a query can see (a CUDA event).
+ */
+void cgr__dfuture_poll_by(struct cgr__dfuture *df,
+			  int (*poll)(void *arg, int *result),
+			  void (*poll_fini)(void *arg), void *arg);
 /* 1 done (*result set), 0 pending.  Never blocks. */
 int cgr__dfuture_test(struct cgr__dfuture *df, int *result);
+/* A stream executor (waiter; NULL: a CUDA host function) waiting for
+ * polled future df: polls it, 1 us to 100 us apart, until it is done or
+ * the waiter's device fails or the waiter is being destroyed. */
+void cgr__dfuture_poll_wait(struct cgr__dfuture *df, cgr_stream *waiter);
 static inline cgr_future *cgr__dfuture_pub(struct cgr__dfuture *df)
 {
 	return &df->f;
 }
 /* The wrapper of a public handle, or NULL if f is not one of ours. */
 struct cgr__dfuture *cgr__dfuture_of(cgr_future *f);
+
+/* ---- the cuda backend, for the layers above ------------------------- */
+
+#ifdef HAVE_CUDA
+/* Makes s's CUDA device current on this thread and returns its
+ * cudaStream_t; NULL if s is not a CUDA stream. */
+void *cgr__cuda_stream_use(cgr_stream *s);
+/* Device memory on CUDA device dev (cudaMalloc, cudaFree), and a
+ * synchronous copy between any two memories (cudaMemcpyDefault).  0,
+ * -EINVAL (dev not a CUDA device), -ENOMEM, or the device's error. */
+int cgr__cuda_malloc(struct cgr__device *dev, size_t size, void **out);
+void cgr__cuda_free(struct cgr__device *dev, void *p);
+int cgr__cuda_memcpy(struct cgr__device *dev, void *dst, const void *src,
+		     size_t n);
+/* Whether CUDA knows p as device (or managed, or registered) memory. */
+bool cgr__cuda_is_device_ptr(struct cgr__device *dev, const void *p);
+#endif
 
 #endif

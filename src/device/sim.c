@@ -106,9 +106,13 @@ static void cgr__sim_run(cgr_stream *s, struct cgr__sop *op)
 		if (err == 0) {
 			struct cgr__sim_futw w = { s, op->u.waitf.f };
 			struct cgr__dfuture *f = op->u.waitf.f;
-			cgr__sim_exec_wait(s, f->s != NULL ? &f->s->pbell :
-							     &f->bell,
-					   cgr__sim_fut_ready, &w);
+			if (f->poll != NULL)
+				cgr__dfuture_poll_wait(f, s);
+			else
+				cgr__sim_exec_wait(s,
+						   f->s != NULL ? &f->s->pbell :
+								  &f->bell,
+						   cgr__sim_fut_ready, &w);
 		}
 		cgr__dfuture_put(op->u.waitf.f);
 		break;

@@ -27,6 +27,11 @@ static void release_workers(cgr_ctx *ctx)
 	}
 }
 
+static int worker_device(const struct cgr_worker *w)
+{
+	return w->device;
+}
+
 void cgr_ctx_destroy(cgr_ctx *ctx)
 {
 	cgr_worker *w;
@@ -198,6 +203,7 @@ int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 	w->next = ctx->workers;
 	ctx->workers = w;
 	ctx->release_workers = release_workers;
+	ctx->worker_device = worker_device;
 	ctx->nworkers++;
 	*out = w;
 	return 0;

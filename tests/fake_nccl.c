@@ -1,0 +1,819 @@
+/*
+ * tests/fake_nccl.c: a stand-in for libnccl, for testing cgr's NCCL
+ * backend (comm/nccl.c) on machines without a GPU, over the model of the
+ * CUDA runtime (tests/fake_cudart.c, whose "device memory" is host memory
+ * and whose streams are threads).  It really performs every call cgr
+ * uses: communicators from a unique id, nonblocking (init, group end and
+ * finalize report ncclInProgress, ncclCommGetAsyncError settles them),
+ * groups, the collectives, send and receive, each run in stream order by
+ * a host function on the rank's stream that meets the other ranks'
+ * (collective #k of every rank, or a send's matching receive).  It also
+ * models what NCCL forbids, to catch cgr doing it: recording an event
+ * before the communicator left ncclInProgress (the enqueue is deferred
+ * until ncclCommGetAsyncError says ncclSuccess, so such an event passes
+ * early), two threads in one communicator at once, ranks that disagree,
+ * destroy without finalize or with work pending, two ranks of one
+ * communicator on one device ("Duplicate GPU").  It proves nothing about
+ * NCCL itself; scripts/gpu-check.sh runs against the real one.
+ *
+ * Test hooks: fake_nccl_fail(err) makes every communicator report err
+ * asynchronously and stop progressing (as a network failure); calls
+ * waiting in it return only at abort.  fake_nccl_inprogress(polls): group
+ * end reports ncclInProgress and settles after that many polls (default
+ * 2; 0: ncclSuccess at once).  fake_nccl_misuse() counts forbidden uses,
+ * fake_nccl_ops() collectives and transfers run, fake_nccl_order(msg,
+ * len) checks that every two devices ran the operations of the
+ * communicators they share in the same order.  FAKE_NCCL_VERSION in the
+ * environment sets the version reported (default 2.28.9).
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nccl.h>
+
+#include "comm/reduce.h"
+
+#define FS 16	      /* collectives in flight per communicator */
+#define PQ 64	      /* sends in flight per (sender, receiver) */
+#define MAXDEV 16
+#define LOGN 4096     /* operations logged per device */
+
+enum { K_ALLREDUCE = 1, K_ALLGATHER, K_REDUCESCATTER, K_REDUCE, K_BROADCAST,
+       K_GATHER, K_SCATTER, K_ALLTOALL, K_SEND, K_RECV };
+
+struct fop {
+	int kind;
+	const void *send;
+	void *recv;
+	size_t count;
+	ncclDataType_t dt;
+	ncclRedOp_t op;
+	int root; /* the peer of a send or receive */
+	uint64_t seq; /* collectives: #k of the rank */
+};
+
+struct world; /* the ranks of one communicator */
+
+/* What one rank's stream runs for one group. */
+struct fgroup {
+	struct world *w;
+	int rank;
+	int n;
+	struct fop ops[];
+};
+
+struct psend {
+	const void *buf;
+	size_t count;
+	ncclDataType_t dt;
+};
+
+struct cslot {
+	uint64_t seq; /* the collective it holds, while in use */
+	int arrived, left;
+	bool done;
+	struct fop op[];
+};
+
+struct world {
+	uint64_t magic;
+	int n, joined, id;
+	int *dev;
+	_Atomic int *inflight; /* per rank: groups launched, not run yet */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool dead; /* aborted, or failed asynchronously */
+	struct cslot *cs[FS];
+	/* per (sender, receiver): posted sends, tail posted, head taken */
+	struct {
+		struct psend q[PQ];
+		uint64_t head, tail;
+	} *pq;
+	struct world *next;
+};
+
+struct ncclComm {
+	struct world *w;
+	int rank, dev;
+	_Atomic int state;	/* ncclInProgress, ncclSuccess, or an error */
+	int polls;		/* InProgress polls left (deferred launch) */
+	struct fgroup **deferred;
+	cudaStream_t *dstream;
+	int ndeferred, capdeferred;
+	uint64_t ncoll;		/* collectives issued */
+	_Atomic int in_call;
+	bool finalized;
+	char last[256];
+};
+
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct world *worlds;
+static int nworlds;
+static _Atomic int fake_fail_err;
+static _Atomic int fake_polls = 2;
+static _Atomic long misuse, nops;
+static int dlog[MAXDEV][LOGN], ndlog[MAXDEV];
+static __thread struct {
+	int depth;
+	struct pend {
+		struct ncclComm *comm;
+		cudaStream_t s;
+		struct fop op;
+	} *p;
+	int n, cap;
+	bool init; /* an init was in the group */
+} grp;
+
+void fake_nccl_fail(int err);
+void fake_nccl_inprogress(int polls);
+long fake_nccl_misuse(void);
+long fake_nccl_ops(void);
+int fake_nccl_order(char *msg, size_t len);
+
+static void bad(const char *what)
+{
+	atomic_fetch_add(&misuse, 1);
+	fprintf(stderr, "fake_nccl: misuse: %s\n", what);
+}
+
+void fake_nccl_fail(int err)
+{
+	atomic_store(&fake_fail_err, err);
+	pthread_mutex_lock(&reg_mu);
+	for (struct world *w = worlds; w != NULL; w = w->next) {
+		pthread_mutex_lock(&w->mu);
+		if (err != 0)
+			w->dead = true;
+		pthread_cond_broadcast(&w->cv);
+		pthread_mutex_unlock(&w->mu);
+	}
+	pthread_mutex_unlock(&reg_mu);
+}
+
+void fake_nccl_inprogress(int polls)
+{
+	atomic_store(&fake_polls, polls);
+}
+
+long fake_nccl_misuse(void)
+{
+	return atomic_load(&misuse);
+}
+
+long fake_nccl_ops(void)
+{
+	return atomic_load(&nops);
+}
+
+/* Two devices ran the operations of the communicators they share in the
+ * same order. */
+int fake_nccl_order(char *msg, size_t len)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&reg_mu);
+	for (int a = 0; a < MAXDEV && ret == 0; a++)
+		for (int b = a + 1; b < MAXDEV && ret == 0; b++) {
+			int i = 0, j = 0;
+			/* Drop the ones the other device is not in. */
+			for (;;) {
+				while (i < ndlog[a] && dlog[a][i] < 0)
+					i++;
+				while (j < ndlog[b] && dlog[b][j] < 0)
+					j++;
+				bool in_b = false, in_a = false;
+				for (struct world *w = worlds;
+				     w != NULL && i < ndlog[a]; w = w->next)
+					if (w->id == dlog[a][i])
+						for (int r = 0; r < w->n; r++)
+							in_b |= w->dev[r] == b;
+				for (struct world *w = worlds;
+				     w != NULL && j < ndlog[b]; w = w->next)
+					if (w->id == dlog[b][j])
+						for (int r = 0; r < w->n; r++)
+							in_a |= w->dev[r] == a;
+				if (i < ndlog[a] && !in_b) {
+					i++;
+					continue;
+				}
+				if (j < ndlog[b] && !in_a) {
+					j++;
+					continue;
+				}
+				if (i >= ndlog[a] || j >= ndlog[b])
+					break;
+				if (dlog[a][i] != dlog[b][j]) {
+					snprintf(msg, len,
+						 "devices %d and %d: op %d is "
+						 "of communicator %d on one, %d "
+						 "on the other",
+						 a, b, i, dlog[a][i], dlog[b][j]);
+					ret = -1;
+					break;
+				}
+				i++, j++;
+			}
+		}
+	pthread_mutex_unlock(&reg_mu);
+	return ret;
+}
+
+static void note(int dev, int world)
+{
+	pthread_mutex_lock(&reg_mu);
+	if (dev >= 0 && dev < MAXDEV && ndlog[dev] < LOGN)
+		dlog[dev][ndlog[dev]++] = world;
+	pthread_mutex_unlock(&reg_mu);
+}
+
+/* Entering a communicator's call: one thread at a time. */
+static void enter(struct ncclComm *c)
+{
+	if (c != NULL && atomic_exchange(&c->in_call, 1))
+		bad("two threads in one communicator at once");
+}
+
+static void leave(struct ncclComm *c)
+{
+	if (c != NULL)
+		atomic_store(&c->in_call, 0);
+}
+
+static size_t tsize(ncclDataType_t t)
+{
+	switch (t) {
+	case ncclInt8:
+	case ncclUint8:
+		return 1;
+	case ncclFloat16:
+	case ncclBfloat16:
+		return 2;
+	case ncclInt32:
+	case ncclUint32:
+	case ncclFloat32:
+		return 4;
+	default:
+		return 8;
+	}
+}
+
+static cgr_dtype cgr_type(ncclDataType_t t)
+{
+	static const cgr_dtype map[] = {
+		[ncclInt8] = CGR_INT8,	     [ncclUint8] = CGR_UINT8,
+		[ncclInt32] = CGR_INT32,     [ncclUint32] = CGR_UINT32,
+		[ncclInt64] = CGR_INT64,     [ncclUint64] = CGR_UINT64,
+		[ncclFloat16] = CGR_FLOAT16, [ncclFloat32] = CGR_FLOAT32,
+		[ncclFloat64] = CGR_FLOAT64, [ncclBfloat16] = CGR_BFLOAT16,
+	};
+	return map[t];
+}
+
+static cgr_redop cgr_op(ncclRedOp_t op)
+{
+	static const cgr_redop map[] = {
+		[ncclSum] = CGR_SUM, [ncclProd] = CGR_PROD, [ncclMax] = CGR_MAX,
+		[ncclMin] = CGR_MIN, [ncclAvg] = CGR_AVG,
+	};
+	return map[op];
+}
+
+/* ---- the versions, ids, communicators -------------------------------- */
+
+ncclResult_t ncclGetVersion(int *v)
+{
+	const char *e = getenv("FAKE_NCCL_VERSION");
+	*v = e != NULL ? atoi(e) : 22809;
+	return ncclSuccess;
+}
+
+const char *ncclGetErrorString(ncclResult_t r)
+{
+	switch (r) {
+	case ncclSuccess:
+		return "no error";
+	case ncclInProgress:
+		return "operation in progress";
+	case ncclSystemError:
+		return "unhandled system error (fake)";
+	case ncclRemoteError:
+		return "remote process exited or there was a network error "
+		       "(fake)";
+	case ncclInvalidUsage:
+		return "invalid usage (fake)";
+	case ncclInvalidArgument:
+		return "invalid argument (fake)";
+	default:
+		return "fake NCCL error";
+	}
+}
+
+const char *ncclGetLastError(ncclComm_t c)
+{
+	return c != NULL ? c->last : "";
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
+{
+	static _Atomic uint64_t next = 1;
+	uint64_t m = atomic_fetch_add(&next, 1) * 0x9E3779B97F4A7C15ull;
+
+	memset(id, 0, sizeof(*id));
+	memcpy(id->internal, &m, sizeof(m));
+	return ncclSuccess;
+}
+
+static struct world *world_of(uint64_t magic, int n)
+{
+	struct world *w;
+
+	pthread_mutex_lock(&reg_mu);
+	for (w = worlds; w != NULL; w = w->next)
+		if (w->magic == magic)
+			break;
+	if (w == NULL && (w = calloc(1, sizeof(*w))) != NULL) {
+		w->magic = magic;
+		w->n = n;
+		w->id = nworlds++;
+		w->dev = calloc((size_t)n, sizeof(int));
+		w->inflight = calloc((size_t)n, sizeof(*w->inflight));
+		w->pq = calloc((size_t)n * (size_t)n, sizeof(*w->pq));
+		for (int i = 0; i < FS; i++)
+			w->cs[i] = calloc(1, sizeof(struct cslot) +
+						     (size_t)n * sizeof(struct fop));
+		pthread_mutex_init(&w->mu, NULL);
+		pthread_cond_init(&w->cv, NULL);
+		w->next = worlds;
+		worlds = w;
+	}
+	pthread_mutex_unlock(&reg_mu);
+	return w;
+}
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
+				    int rank, ncclConfig_t *cfg)
+{
+	struct ncclComm *c;
+	uint64_t magic;
+	int dev = 0;
+
+	if (cfg == NULL || cfg->blocking != 0)
+		bad("init without a nonblocking config");
+	if (rank < 0 || rank >= n)
+		return ncclInvalidArgument;
+	memcpy(&magic, id.internal, sizeof(magic));
+	cudaGetDevice(&dev);
+	c = calloc(1, sizeof(*c));
+	c->w = world_of(magic, n);
+	c->rank = rank;
+	c->dev = dev;
+	atomic_init(&c->state, ncclInProgress);
+	pthread_mutex_lock(&c->w->mu);
+	c->w->dev[rank] = dev;
+	c->w->joined++;
+	pthread_mutex_unlock(&c->w->mu);
+	*out = c;
+	if (grp.depth > 0) {
+		grp.init = true;
+		return ncclSuccess;
+	}
+	return ncclInProgress;
+}
+
+/* Launches group g on stream s: a host function of the fake runtime. */
+static void run_group(void *arg);
+
+static void launch(struct ncclComm *c, cudaStream_t s, struct fgroup *g)
+{
+	atomic_fetch_add(&c->w->inflight[c->rank], 1);
+	for (int i = 0; i < g->n; i++)
+		note(c->dev, c->w->id);
+	cudaLaunchHostFunc(s, run_group, g);
+}
+
+ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err)
+{
+	struct world *w = c->w;
+	int st;
+
+	enter(c);
+	if (atomic_load(&fake_fail_err) != 0) {
+		*err = (ncclResult_t)atomic_load(&fake_fail_err);
+		snprintf(c->last, sizeof(c->last),
+			 "fake network failure injected");
+		leave(c);
+		return ncclSuccess;
+	}
+	st = atomic_load(&c->state);
+	if (st == ncclInProgress && c->polls > 0) {
+		c->polls--;
+	} else if (st == ncclInProgress && c->finalized) {
+		if (atomic_load(&w->inflight[c->rank]) == 0)
+			atomic_store(&c->state, ncclSuccess);
+	} else if (st == ncclInProgress) {
+		pthread_mutex_lock(&w->mu);
+		bool all = w->joined == w->n, dup = false;
+		for (int i = 0; all && i < w->n; i++)
+			for (int j = 0; j < i; j++)
+				dup |= w->dev[i] == w->dev[j];
+		pthread_mutex_unlock(&w->mu);
+		if (all && dup) {
+			snprintf(c->last, sizeof(c->last),
+				 "Duplicate GPU detected (fake)");
+			atomic_store(&c->state, ncclInvalidUsage);
+		} else if (all) {
+			/* Settled: what group end deferred is enqueued now. */
+			for (int i = 0; i < c->ndeferred; i++)
+				launch(c, c->dstream[i], c->deferred[i]);
+			c->ndeferred = 0;
+			atomic_store(&c->state, ncclSuccess);
+		}
+	}
+	*err = (ncclResult_t)atomic_load(&c->state);
+	leave(c);
+	return ncclSuccess;
+}
+
+ncclResult_t ncclCommFinalize(ncclComm_t c)
+{
+	enter(c);
+	c->finalized = true;
+	if (c->ndeferred != 0)
+		bad("finalize with a group not yet enqueued");
+	atomic_store(&c->state, ncclInProgress);
+	leave(c);
+	return ncclInProgress;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t c)
+{
+	enter(c);
+	if (!c->finalized || atomic_load(&c->state) != ncclSuccess)
+		bad("destroy without a finished finalize");
+	if (atomic_load(&c->w->inflight[c->rank]) != 0)
+		bad("destroy with work in flight");
+	free(c->deferred);
+	free(c->dstream);
+	free(c);
+	return ncclSuccess;
+}
+
+ncclResult_t ncclCommAbort(ncclComm_t c)
+{
+	struct world *w = c->w;
+
+	enter(c);
+	pthread_mutex_lock(&w->mu);
+	w->dead = true;
+	pthread_cond_broadcast(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+	/* Host functions launched on its streams no longer touch it. */
+	for (int i = 0; i < c->ndeferred; i++)
+		free(c->deferred[i]);
+	free(c->deferred);
+	free(c->dstream);
+	free(c);
+	return ncclSuccess;
+}
+
+/* ---- running: what a rank's stream does ------------------------------ */
+
+/* The slot of collective #k, once it is free for it (false: dead). */
+static struct cslot *slot_wait(struct world *w, uint64_t k)
+{
+	struct cslot *cs = w->cs[k % FS];
+
+	while (!w->dead && cs->seq != k && (cs->arrived || cs->left))
+		pthread_cond_wait(&w->cv, &w->mu);
+	if (w->dead)
+		return NULL;
+	if (cs->seq != k) {
+		cs->seq = k;
+		cs->done = false;
+	}
+	return cs;
+}
+
+/* Every rank's part of collective slot cs, computed apart first (in place
+ * is then safe), then written. */
+static void compute(struct world *w, struct cslot *cs)
+{
+	const struct fop *o = cs->op;
+	int n = w->n, kind = o[0].kind, root = o[0].root;
+	size_t es = tsize(o[0].dt), cnt = o[0].count, b = cnt * es;
+	unsigned char *tmp = malloc((size_t)n * (size_t)n * b + 1);
+	const void *srcs[64];
+
+	for (int j = 1; j < n; j++)
+		if (o[j].kind != kind || o[j].count != cnt || o[j].dt != o[0].dt ||
+		    o[j].root != root || o[j].op != o[0].op)
+			bad("ranks disagree on a collective");
+	switch (kind) {
+	case K_ALLREDUCE:
+	case K_REDUCE:
+		for (int j = 0; j < n; j++)
+			srcs[j] = o[j].send;
+		if (cnt)
+			cgr__reduce(tmp, srcs, n, cnt, cgr_type(o[0].dt),
+				    cgr_op(o[0].op), n);
+		for (int j = 0; j < n; j++)
+			if (kind == K_ALLREDUCE || j == root)
+				memcpy(o[j].recv, tmp, b);
+		break;
+	case K_REDUCESCATTER:
+		for (int r = 0; r < n; r++) {
+			for (int j = 0; j < n; j++)
+				srcs[j] = (const char *)o[j].send + (size_t)r * b;
+			if (cnt)
+				cgr__reduce(tmp + (size_t)r * b, srcs, n, cnt,
+					    cgr_type(o[0].dt), cgr_op(o[0].op),
+					    n);
+		}
+		for (int r = 0; r < n; r++)
+			memcpy(o[r].recv, tmp + (size_t)r * b, b);
+		break;
+	case K_ALLGATHER:
+	case K_GATHER:
+		for (int j = 0; j < n; j++)
+			memcpy(tmp + (size_t)j * b, o[j].send, b);
+		for (int r = 0; r < n; r++)
+			if (kind == K_ALLGATHER || r == root)
+				memcpy(o[r].recv, tmp, (size_t)n * b);
+		break;
+	case K_BROADCAST:
+		memcpy(tmp, o[root].send, b);
+		for (int r = 0; r < n; r++)
+			memcpy(o[r].recv, tmp, b);
+		break;
+	case K_SCATTER:
+		memcpy(tmp, o[root].send, (size_t)n * b);
+		for (int r = 0; r < n; r++)
+			memcpy(o[r].recv, tmp + (size_t)r * b, b);
+		break;
+	case K_ALLTOALL:
+		for (int r = 0; r < n; r++)
+			for (int j = 0; j < n; j++)
+				memcpy(tmp + ((size_t)r * n + j) * b,
+				       (const char *)o[j].send + (size_t)r * b, b);
+		for (int r = 0; r < n; r++)
+			memcpy(o[r].recv, tmp + (size_t)r * n * b,
+			       (size_t)n * b);
+		break;
+	default:
+		break;
+	}
+	free(tmp);
+	atomic_fetch_add(&nops, 1);
+}
+
+/* Rank r's part of collective op: meets the other ranks'. */
+static void collective(struct world *w, int r, const struct fop *op)
+{
+	struct cslot *cs;
+
+	pthread_mutex_lock(&w->mu);
+	if ((cs = slot_wait(w, op->seq)) == NULL) {
+		pthread_mutex_unlock(&w->mu);
+		return;
+	}
+	cs->op[r] = *op;
+	if (++cs->arrived == w->n) {
+		compute(w, cs);
+		cs->done = true;
+		pthread_cond_broadcast(&w->cv);
+	}
+	while (!cs->done && !w->dead)
+		pthread_cond_wait(&w->cv, &w->mu);
+	if (++cs->left == w->n) {
+		cs->arrived = cs->left = 0;
+		pthread_cond_broadcast(&w->cv);
+	}
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* The sends and receives of one group: every send posted, every receive
+ * taken, then every send waited for. */
+static void transfers(struct world *w, int r, const struct fgroup *g)
+{
+	uint64_t mine[64];
+	int nm = 0, n = w->n;
+
+	pthread_mutex_lock(&w->mu);
+	for (int i = 0; i < g->n; i++) {
+		const struct fop *o = &g->ops[i];
+		if (o->kind != K_SEND)
+			continue;
+		__typeof__(w->pq[0]) *q = &w->pq[(size_t)r * n + o->root];
+		while (!w->dead && q->tail - q->head >= PQ)
+			pthread_cond_wait(&w->cv, &w->mu);
+		q->q[q->tail % PQ] = (struct psend){ o->send, o->count, o->dt };
+		if (nm < 64)
+			mine[nm++] = ((uint64_t)o->root << 32) | (q->tail & 0xffffffffu);
+		q->tail++;
+		pthread_cond_broadcast(&w->cv);
+	}
+	for (int i = 0; i < g->n && !w->dead; i++) {
+		const struct fop *o = &g->ops[i];
+		if (o->kind != K_RECV)
+			continue;
+		__typeof__(w->pq[0]) *q = &w->pq[(size_t)o->root * n + r];
+		while (!w->dead && q->tail == q->head)
+			pthread_cond_wait(&w->cv, &w->mu);
+		if (w->dead)
+			break;
+		struct psend *ps = &q->q[q->head % PQ];
+		if (ps->count != o->count || ps->dt != o->dt)
+			bad("a send and its receive disagree");
+		else
+			memcpy(o->recv, ps->buf, o->count * tsize(o->dt));
+		q->head++;
+		atomic_fetch_add(&nops, 1);
+		pthread_cond_broadcast(&w->cv);
+	}
+	for (int i = 0; i < nm && !w->dead; i++) {
+		int peer = (int)(mine[i] >> 32);
+		__typeof__(w->pq[0]) *q = &w->pq[(size_t)r * n + peer];
+		while (!w->dead && (q->head & 0xffffffffu) <= (mine[i] & 0xffffffffu))
+			pthread_cond_wait(&w->cv, &w->mu);
+	}
+	pthread_mutex_unlock(&w->mu);
+}
+
+static void run_group(void *arg)
+{
+	struct fgroup *g = arg;
+	bool p2p = false;
+
+	for (int i = 0; i < g->n; i++) {
+		if (g->ops[i].kind == K_SEND || g->ops[i].kind == K_RECV)
+			p2p = true;
+		else
+			collective(g->w, g->rank, &g->ops[i]);
+	}
+	if (p2p)
+		transfers(g->w, g->rank, g);
+	atomic_fetch_sub(&g->w->inflight[g->rank], 1);
+	free(g);
+}
+
+/* ---- groups and operations ----------------------------------------- */
+
+ncclResult_t ncclGroupStart(void)
+{
+	grp.depth++;
+	return ncclSuccess;
+}
+
+/* The group's operations of communicator c on stream s, in order. */
+static struct fgroup *take(struct ncclComm *c, cudaStream_t s)
+{
+	int n = 0, k = 0;
+	struct fgroup *g;
+
+	for (int i = 0; i < grp.n; i++)
+		n += grp.p[i].comm == c && grp.p[i].s == s;
+	g = malloc(sizeof(*g) + (size_t)n * sizeof(struct fop));
+	g->w = c->w;
+	g->rank = c->rank;
+	g->n = n;
+	for (int i = 0; i < grp.n; i++)
+		if (grp.p[i].comm == c && grp.p[i].s == s) {
+			g->ops[k++] = grp.p[i].op;
+			grp.p[i].comm = NULL; /* taken */
+		}
+	return g;
+}
+
+static void defer(struct ncclComm *c, cudaStream_t s, struct fgroup *g)
+{
+	if (c->ndeferred == c->capdeferred) {
+		c->capdeferred = c->capdeferred ? 2 * c->capdeferred : 8;
+		c->deferred = realloc(c->deferred, (size_t)c->capdeferred *
+							   sizeof(*c->deferred));
+		c->dstream = realloc(c->dstream, (size_t)c->capdeferred *
+							 sizeof(*c->dstream));
+	}
+	c->deferred[c->ndeferred] = g;
+	c->dstream[c->ndeferred++] = s;
+}
+
+ncclResult_t ncclGroupEnd(void)
+{
+	int polls = atomic_load(&fake_polls);
+	bool init = grp.init;
+
+	if (grp.depth <= 0)
+		return ncclInvalidUsage;
+	if (--grp.depth > 0)
+		return ncclSuccess;
+	grp.init = false;
+	for (int i = 0; i < grp.n; i++) {
+		struct ncclComm *c = grp.p[i].comm;
+		struct fgroup *g;
+		if (c == NULL)
+			continue;
+		enter(c);
+		g = take(c, grp.p[i].s);
+		if (polls > 0 || atomic_load(&c->state) != ncclSuccess) {
+			/* Enqueued "in the background": once settled. */
+			defer(c, grp.p[i].s, g);
+			c->polls = polls;
+			atomic_store(&c->state, ncclInProgress);
+		} else {
+			launch(c, grp.p[i].s, g);
+		}
+		leave(c);
+	}
+	grp.n = 0;
+	return init || polls > 0 ? ncclInProgress : ncclSuccess;
+}
+
+static ncclResult_t add(struct ncclComm *c, cudaStream_t s, struct fop op)
+{
+	bool alone = grp.depth == 0;
+
+	if (c == NULL)
+		return ncclInvalidArgument;
+	if (atomic_load(&fake_fail_err) != 0)
+		return ncclSuccess; /* it will never run */
+	if (op.kind != K_SEND && op.kind != K_RECV)
+		op.seq = ++c->ncoll;
+	if (alone)
+		ncclGroupStart();
+	if (grp.n == grp.cap) {
+		grp.cap = grp.cap ? 2 * grp.cap : 16;
+		grp.p = realloc(grp.p, (size_t)grp.cap * sizeof(*grp.p));
+	}
+	grp.p[grp.n++] = (struct pend){ c, s, op };
+	return alone ? ncclGroupEnd() : ncclSuccess;
+}
+
+ncclResult_t ncclAllReduce(const void *sb, void *rb, size_t n,
+			   ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+			   cudaStream_t s)
+{
+	return add(c, s, (struct fop){ K_ALLREDUCE, sb, rb, n, t, op, 0, 0 });
+}
+
+ncclResult_t ncclAllGather(const void *sb, void *rb, size_t n,
+			   ncclDataType_t t, ncclComm_t c, cudaStream_t s)
+{
+	return add(c, s, (struct fop){ K_ALLGATHER, sb, rb, n, t, 0, 0, 0 });
+}
+
+ncclResult_t ncclReduceScatter(const void *sb, void *rb, size_t n,
+			       ncclDataType_t t, ncclRedOp_t op,
+			       ncclComm_t c, cudaStream_t s)
+{
+	return add(c, s,
+		   (struct fop){ K_REDUCESCATTER, sb, rb, n, t, op, 0, 0 });
+}
+
+ncclResult_t ncclReduce(const void *sb, void *rb, size_t n, ncclDataType_t t,
+			ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t s)
+{
+	return add(c, s, (struct fop){ K_REDUCE, sb, rb, n, t, op, root, 0 });
+}
+
+ncclResult_t ncclBroadcast(const void *sb, void *rb, size_t n,
+			   ncclDataType_t t, int root, ncclComm_t c,
+			   cudaStream_t s)
+{
+	return add(c, s, (struct fop){ K_BROADCAST, sb, rb, n, t, 0, root, 0 });
+}
+
+ncclResult_t ncclGather(const void *sb, void *rb, size_t n, ncclDataType_t t,
+			int root, ncclComm_t c, cudaStream_t s)
+{
+	return add(c, s, (struct fop){ K_GATHER, sb, rb, n, t, 0, root, 0 });
+}
+
+ncclResult_t ncclScatter(const void *sb, void *rb, size_t n,
+			 ncclDataType_t t, int root, ncclComm_t c,
+			 cudaStream_t s)
+{
+	return add(c, s, (struct fop){ K_SCATTER, sb, rb, n, t, 0, root, 0 });
+}
+
+ncclResult_t ncclAlltoAll(const void *sb, void *rb, size_t n,
+			  ncclDataType_t t, ncclComm_t c, cudaStream_t s)
+{
+	return add(c, s, (struct fop){ K_ALLTOALL, sb, rb, n, t, 0, 0, 0 });
+}
+
+ncclResult_t ncclSend(const void *sb, size_t n, ncclDataType_t t, int peer,
+		      ncclComm_t c, cudaStream_t s)
+{
+	return add(c, s, (struct fop){ K_SEND, sb, NULL, n, t, 0, peer, 0 });
+}
+
+ncclResult_t ncclRecv(void *rb, size_t n, ncclDataType_t t, int peer,
+		      ncclComm_t c, cudaStream_t s)
+{
+	return add(c, s, (struct fop){ K_RECV, NULL, rb, n, t, 0, peer, 0 });
+}
