@@ -729,7 +729,10 @@ ncclResult_t ncclGroupEnd(void)
 		}
 		leave(c);
 	}
-	grp.n = 0;
+	/* Freed per group: a thread-local array would outlive its thread. */
+	free(grp.p);
+	grp.p = NULL;
+	grp.n = grp.cap = 0;
 	return init || polls > 0 ? ncclInProgress : ncclSuccess;
 }
 

@@ -883,8 +883,12 @@ static int agree(struct ncomm *c, int r, struct gop *g, size_t n)
 		if (d->agreed)
 			continue;
 		adesc_of(&mine[i], d);
-		ret = cgr_allgather(c->sd, r, &mine[i], all, sizeof(*mine),
-				    CGR_UINT8, NULL, NULL);
+		struct cgr__coll_desc ag = {
+			.kind = CGR_COLL_ALLGATHER, .send = &mine[i],
+			.recv = all, .count = sizeof(*mine),
+			.dtype = CGR_UINT8, .deadline = d->deadline,
+		};
+		ret = cgr__comm_coll(c->sd, r, &ag, NULL, NULL);
 		if (ret == 0)
 			g[i].res = judge(c, r, rk->nops, all);
 	}
@@ -1074,8 +1078,10 @@ static int wait_inline(struct cgr__dfuture *df)
 	return ret;
 }
 
-/* The record of what rank r enqueues now (its event), or NULL. */
-static struct nev *nev_new(struct ncomm *c, int r)
+/* The record of what rank r enqueues now (its event), or NULL.  Its
+ * deadline: the earliest of the operations', or OP_NS from now. */
+static struct nev *nev_new(struct ncomm *c, int r, const struct gop *g,
+			   size_t n)
 {
 	struct nev *p = cgr__alloc(c->base.arena, sizeof(*p), 16);
 
@@ -1085,6 +1091,9 @@ static struct nev *nev_new(struct ncomm *c, int r)
 	p->c = c;
 	p->rank = r;
 	p->deadline = cgr__deadline(OP_NS);
+	for (size_t i = 0; i < n; i++)
+		if (g[i].d.deadline > 0 && g[i].d.deadline < p->deadline)
+			p->deadline = g[i].d.deadline;
 	p->arena = c->base.arena;
 	atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
 	if (cgr_event_create(c->base.ctx, &p->ev) < 0) {
@@ -1140,9 +1149,15 @@ static int issue(struct ncomm *c, int r, struct gop *g, size_t n,
 					    "stream of the rank's device";
 		}
 	ret = failed_code(c) ? rank_failed(c, r) : agree(c, r, g, n);
+	if (ret != 0 && failed_code(c) == 0)
+		/* The ranks' sequences no longer line up. */
+		comm_fail(c, ret, "rank %d: the agreement failed: %s", r,
+			  cgr_comm_errmsg(c->sd, r));
+	if (ret != 0)
+		ret = rank_failed(c, r);
 	for (size_t i = 0; i < n && ret == 0; i++)
 		any |= g[i].res == 0;
-	if (any && (p = nev_new(c, r)) == NULL)
+	if (any && (p = nev_new(c, r, g, n)) == NULL)
 		ret = -ENOMEM;
 	if (any && ret == 0)
 		ret = enqueue(c, r, g, n, s, p->ev);
