@@ -208,7 +208,7 @@ const char *cgr_worker_name(const cgr_worker *w);
 enum cgr_value_kind {
 	CGR_VALUE_NONE = 0,   /* empty (zero bytes) */
 	CGR_VALUE_BYTES = 1,  /* data, len */
-	CGR_VALUE_TENSOR = 2, /* a DLPack tensor (CPU in this version) */
+	CGR_VALUE_TENSOR = 2, /* a DLPack tensor: CPU, or CUDA (kDLCUDA) */
 	CGR_VALUE_ERROR = 3,  /* code + message, produced by a failing task */
 	CGR_VALUE_LIST = 4,   /* items: bytes and tensors mixed (at most 64) */
 };
@@ -345,6 +345,20 @@ enum cgr_task_flags {
 	 * after each such task.
 	 */
 	CGR_TASK_STREAM = 1u << 0,
+	/*
+	 * The task's outputs are CUDA tensors on its worker's CUDA device
+	 * (cgr_worker_params.device): each output's buffers are allocated
+	 * there at compile (max_out_bytes, or the compile default, per
+	 * execution in flight), cgr_task_output_buffer() returns device
+	 * memory, and a tensor output pointing elsewhere (device or host
+	 * memory) is copied there: by the compute stream after the task's
+	 * work for a stream task, with a synchronous cudaMemcpy otherwise.
+	 * Bytes and error values stay in host memory; lists are refused.
+	 * Collectives and device edges whose inputs are all such outputs,
+	 * over workers on distinct CUDA devices, go through NCCL.  A worker
+	 * without a CUDA device fails the compile.
+	 */
+	CGR_TASK_DEVICE = 1u << 1,
 };
 
 /* Creates an empty graph.  Returns 0, -EINVAL, -ENOMEM. */
@@ -391,6 +405,12 @@ enum cgr_edge_flags {
 	/* The value's shape and dtype never change: they are agreed on the
 	 * first execution only; a later change is an error value. */
 	CGR_EDGE_STATIC_SHAPE = 1u << 0,
+	/* The communicator of the edge (default: NCCL when the value is a
+	 * device output, CGR_TASK_DEVICE, and its producer and readers own
+	 * distinct CUDA devices; else the CPU communicator).  Asking for one
+	 * that cannot carry the edge fails the compile, naming why. */
+	CGR_EDGE_CPU = 1u << 1,
+	CGR_EDGE_NCCL = 1u << 2,
 };
 
 /*
@@ -779,9 +799,16 @@ typedef struct cgr_coll_params {
 	size_t ntensors;      /* allreduce, allgather: tensors per member,
 				 fused into one operation; 0 or 1: one */
 	int overlap;	      /* CGR_OVERLAP_*: 0 follows the graph */
+	/* enum cgr_backend of the communicator made at compile (comm NULL):
+	 * AUTO is NCCL when every input is a device output (CGR_TASK_DEVICE)
+	 * and the members own distinct CUDA devices, else CPU.  Asking for
+	 * one that cannot run it fails the compile, naming why (device
+	 * tensors on the CPU communicator, host tensors or a shared GPU on
+	 * NCCL). */
+	int backend;
 } cgr_coll_params;
 #define CGR_COLL_PARAMS_INIT \
-	{ sizeof(cgr_coll_params), NULL, 0, CGR_SUM, 0, NULL, 0, 0, 0, 0 }
+	{ sizeof(cgr_coll_params), NULL, 0, CGR_SUM, 0, NULL, 0, 0, 0, 0, 0 }
 
 /* Per collective (cgr_coll_params.overlap) or device edge
  * (cgr_node_set_overlap): whether it runs on the communication stream. */

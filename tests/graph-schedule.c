@@ -45,7 +45,7 @@ static int nop(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
  */
 #define MAXP 8
 #define MAXC 64
-#define NS 4 /* streams per worker */
+#define NS CGR__NSTREAMS_ALL /* streams per worker */
 #define EXECS 2
 
 struct state {

@@ -297,7 +297,7 @@ static void test_errors(cgr_ctx *ctx, cgr_worker **W)
 	cgr_graph_create(ctx, &g);
 	cgr_graph_input(g, 0, &x);
 	d.fn = host_fn;
-	d.flags = 2;
+	d.flags = 1u << 7;
 	t_is(cgr_graph_task(g, W[0], &d, &x, 1, &y, 1), -EINVAL,
 	     "an unknown task flag is refused");
 	d.fn = bad_stream_fn;

@@ -39,6 +39,9 @@ struct cgr__slot_hdr {
 	uint16_t dt_lanes;
 	int32_t dev_type, dev_id;
 	int64_t shape[CGR_MAX_NDIM];
+	/* A tensor in device memory (dev_type kDLCUDA): where its data is
+	 * (a device port's device slot, or an argument's own memory). */
+	uint64_t ref;
 };
 #define CGR__SLOT_HDR 128
 _Static_assert(sizeof(struct cgr__slot_hdr) <= CGR__SLOT_HDR,
@@ -47,13 +50,24 @@ _Static_assert(sizeof(struct cgr__slot_hdr) <= CGR__SLOT_HDR,
 /* Smallest data capacity of a slot: room for an error message. */
 #define CGR__MIN_VALUE_BYTES 256u
 
-/* A value-producing port and its nslots buffer slots. */
+struct cgr__device;
+
+/*
+ * A value-producing port and its nslots buffer slots.  A device port (dev
+ * a CUDA index) also has a device slot of cap bytes per execution, on that
+ * device, for its tensors' data (dmem, allocated by compile/create.c);
+ * everything else (the header, bytes, error messages) stays in the host
+ * slot.
+ */
 struct cgr__port {
 	unsigned char *mem;
 	size_t slot_bytes; /* header + capacity */
 	size_t cap;	   /* data capacity per slot */
 	uint32_t nslots;   /* 1 for constants */
 	uint32_t mask;
+	int dev;	     /* CGR_DEVICE_NONE: a host port */
+	unsigned char *dmem; /* device ports: nslots * cap bytes */
+	struct cgr__device *ddev; /* referenced while dmem lives */
 	char name[64];
 };
 
@@ -89,6 +103,15 @@ static inline struct cgr__slot_hdr *cgr__port_slot(const struct cgr__port *p,
 static inline void *cgr__slot_data(struct cgr__slot_hdr *h)
 {
 	return (unsigned char *)h + CGR__SLOT_HDR;
+}
+
+/* Where execution seq's tensor data goes: the device slot of a device
+ * port, the host slot's data otherwise. */
+static inline void *cgr__port_data(const struct cgr__port *p, uint64_t seq)
+{
+	if (p->dmem != NULL)
+		return p->dmem + (size_t)(seq & p->mask) * p->cap;
+	return cgr__slot_data(cgr__port_slot(p, seq));
 }
 
 /* ---- channels ------------------------------------------------------- */
@@ -181,9 +204,25 @@ int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes);
  * value naming it stored instead. */
 int cgr__value_store(struct cgr__slot_hdr *h, size_t cap, const cgr_value *v);
 /* The same with the data copied by stream s, in order (NULL: now); a
- * list is refused (CGR_EBADVALUE, stored as an error value). */
+ * list is refused (CGR_EBADVALUE, stored as an error value).  A CUDA
+ * tensor is refused too (it needs a device port). */
 int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 			const cgr_value *v, cgr_stream *s);
+/* Stores v into execution seq of port p, host or device: a device port
+ * takes a tensor's data into its device slot (copied from any memory by
+ * stream s in order, or now with cudaMemcpy; not at all when it already
+ * is there), bytes and errors into the host slot, and refuses lists. */
+int cgr__value_store_port(const struct cgr__port *p, uint64_t seq,
+			  const cgr_value *v, cgr_stream *s);
+/* A CUDA tensor argument, by reference: the header only (the caller keeps
+ * its memory valid until the execution is released). */
+void cgr__value_store_ref(struct cgr__slot_hdr *h, const cgr_value *v);
+/* Whether v is a tensor in CUDA device memory. */
+static inline bool cgr__value_on_device(const cgr_value *v)
+{
+	return v->kind == CGR_VALUE_TENSOR &&
+	       v->u.tensor.device.device_type == kDLCUDA;
+}
 /* The value in slot h, pointing into it. */
 void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v);
 void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,

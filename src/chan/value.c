@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "chan/chan.h"
+#include "device/device.h"
 
 size_t cgr_tensor_nbytes(const DLTensor *t)
 {
@@ -62,7 +63,8 @@ static int cgr__item_check(const cgr_value *v, size_t *bytes)
 	case CGR_VALUE_TENSOR: {
 		const DLTensor *t = &v->u.tensor;
 		if (t->device.device_type != kDLCPU &&
-		    t->device.device_type != kDLCUDAHost)
+		    t->device.device_type != kDLCUDAHost &&
+		    t->device.device_type != kDLCUDA)
 			return CGR_EBADVALUE;
 		if (t->ndim < 0 || t->ndim > CGR_MAX_NDIM)
 			return CGR_EBADVALUE;
@@ -213,6 +215,17 @@ void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,
 	h->ndim = 0;
 }
 
+/* Whether v is, or holds, a tensor in CUDA device memory. */
+static bool cgr__list_on_device(const cgr_value *v)
+{
+	if (v->kind != CGR_VALUE_LIST)
+		return cgr__value_on_device(v);
+	for (size_t i = 0; i < v->u.list.n; i++)
+		if (cgr__value_on_device(&v->u.list.items[i]))
+			return true;
+	return false;
+}
+
 /* Copies n bytes into the slot: now, or in order on stream s (0 or the
  * stream's error). */
 static int cgr__data_copy(void *d, const void *src, size_t n, cgr_stream *s)
@@ -241,6 +254,12 @@ int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 		cgr__value_store_error(h, cap, CGR_EBADVALUE,
 				       "a stream task's output is bytes or a "
 				       "tensor, not a list");
+		return CGR_EBADVALUE;
+	}
+	if (ret == 0 && cgr__list_on_device(v)) {
+		cgr__value_store_error(h, cap, CGR_EBADVALUE,
+				       "a CUDA tensor in a host output (give the "
+				       "task CGR_TASK_DEVICE)");
 		return CGR_EBADVALUE;
 	}
 	if (ret < 0) {
@@ -311,6 +330,11 @@ void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v)
 		v->u.tensor.data = d;
 		v->u.tensor.device.device_type = kDLCPU;
 		v->u.tensor.device.device_id = 0;
+		if (h->dev_type == kDLCUDA) {
+			v->u.tensor.data = (void *)(uintptr_t)h->ref;
+			v->u.tensor.device.device_type = kDLCUDA;
+			v->u.tensor.device.device_id = h->dev_id;
+		}
 		v->u.tensor.ndim = h->ndim;
 		v->u.tensor.dtype.code = h->dt_code;
 		v->u.tensor.dtype.bits = h->dt_bits;
@@ -331,4 +355,69 @@ void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v)
 		v->kind = CGR_VALUE_NONE;
 		break;
 	}
+}
+
+/* The header of tensor t (its data elsewhere: ref, on device dev). */
+static void tensor_header(struct cgr__slot_hdr *h, const DLTensor *t,
+			  size_t n, int dev_type, int dev_id, const void *ref)
+{
+	h->kind = CGR_VALUE_TENSOR;
+	h->code = 0;
+	h->len = n;
+	h->ndim = t->ndim;
+	h->dt_code = t->dtype.code;
+	h->dt_bits = t->dtype.bits;
+	h->dt_lanes = t->dtype.lanes;
+	h->dev_type = dev_type;
+	h->dev_id = dev_id;
+	h->ref = (uint64_t)(uintptr_t)ref;
+	for (int i = 0; i < t->ndim; i++)
+		h->shape[i] = t->shape[i];
+}
+
+void cgr__value_store_ref(struct cgr__slot_hdr *h, const cgr_value *v)
+{
+	const DLTensor *t = &v->u.tensor;
+
+	tensor_header(h, t, cgr_tensor_nbytes(t), kDLCUDA, t->device.device_id,
+		      (const unsigned char *)t->data + t->byte_offset);
+}
+
+int cgr__value_store_port(const struct cgr__port *p, uint64_t seq,
+			  const cgr_value *v, cgr_stream *s)
+{
+	struct cgr__slot_hdr *h = cgr__port_slot(p, seq);
+	unsigned char *dst = cgr__port_data(p, seq);
+	const DLTensor *t = &v->u.tensor;
+	const unsigned char *src;
+	size_t n;
+	int ret;
+
+	if (p->dmem == NULL)
+		return cgr__value_store_on(h, p->cap, v, s);
+	if (v->kind == CGR_VALUE_LIST) {
+		cgr__value_store_error(h, p->cap, CGR_EBADVALUE,
+				       "a device output holds a tensor or "
+				       "bytes, not a list");
+		return CGR_EBADVALUE;
+	}
+	if (v->kind != CGR_VALUE_TENSOR)
+		return cgr__value_store_on(h, p->cap, v, s);
+	ret = cgr__value_check(v, p->cap, &n);
+	if (ret < 0)
+		return cgr__value_store_on(h, p->cap, v, s); /* its error */
+	src = (const unsigned char *)t->data + t->byte_offset;
+	tensor_header(h, t, n, kDLCUDA, p->dev, dst);
+	if (n == 0 || src == dst)
+		return 0; /* built in place: zero copy */
+	ret = s != NULL ? cgr_stream_memcpy_async(s, dst, src, n) :
+#ifdef HAVE_CUDA
+			  cgr__cuda_memcpy(p->ddev, dst, src, n);
+#else
+			  -ENODEV;
+#endif
+	if (ret < 0)
+		cgr__value_store_error(h, p->cap, ret,
+				       "copying a tensor to the device failed");
+	return ret;
 }

@@ -163,6 +163,8 @@ static int compile(struct cgr__cc *cc)
 	if (ret == 0)
 		ret = cgr__validate_graph(cc);
 	if (ret == 0)
+		ret = cgr__lower_devices(cc);
+	if (ret == 0)
 		ret = cgr__lower_ports(cc);
 	if (ret == 0)
 		ret = cgr__lower_progs(cc);

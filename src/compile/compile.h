@@ -5,8 +5,9 @@
  *   validate  params, tasks bound to live free workers, device edges
  *             lowered to broadcasts (edges.c), a topological order, every
  *             task reaching an output, every argument used (validate.c)
- *   lower     ports, channels, the driver's side, one program per worker
- *             in the global order (lower.c)
+ *   lower     where each value lives (host, or a CUDA device) and which
+ *             collectives run on NCCL; ports, channels, the driver's
+ *             side, one program per worker in the global order (lower.c)
  *   verify    the programs cannot deadlock (verify.c)
  *   overlap   collectives onto communication streams, stream tasks left
  *             running, WAITs where values are used (overlap.c)
@@ -34,6 +35,8 @@ struct cgr__cc {
 	cgr_worker **ws;	/* a program each, in first-use order */
 	size_t nw;
 	unsigned *node_port;	/* node id -> port (inputs: arg port) */
+	int *node_dev;		/* node id -> its data's device (NONE: host) */
+	bool *nccl;		/* per task id: a collective on NCCL */
 	/* The channel table under construction: (port, reader). */
 	unsigned *ch_port;
 	cgr_worker **ch_w;	/* NULL: the driver */
@@ -53,6 +56,7 @@ int cgr__validate_graph(struct cgr__cc *cc);
 int cgr__lower_edges(cgr_graph *g);
 
 /* lower.c */
+int cgr__lower_devices(struct cgr__cc *cc);
 int cgr__lower_ports(struct cgr__cc *cc);
 int cgr__lower_progs(struct cgr__cc *cc);
 

@@ -58,6 +58,64 @@ static bool same_readers(cgr_worker *const *a, size_t na,
  * of them like any collective.  Outputs of one task read by the same
  * workers share one bucketed broadcast (one fused operation).
  */
+/* The readers of grp[0..k) (on workers m[1..nm)) read the broadcast
+ * bc's copies (outs, member-major) instead. */
+static void redirect(cgr_graph *g, struct cgr__task *bc, cgr_node *const *grp,
+		     size_t k, cgr_worker *const *m, size_t nm,
+		     cgr_node *const *outs)
+{
+	for (struct cgr__task *u = g->tasks; u != bc; u = u->next)
+		for (size_t i = 0; i < u->nin; i++)
+			for (size_t j = 0; j < k; j++) {
+				cgr_worker *w;
+				if (u->in[i] != grp[j])
+					continue;
+				w = cgr__in_worker(u, i);
+				for (size_t r = 1; r < nm; r++)
+					if (m[r] == w)
+						u->in[i] = outs[r * k + j];
+			}
+	bc->edge = true;
+	for (size_t j = 0; j < k; j++)
+		grp[j]->edge_lowered = true;
+}
+
+/* The broadcast of grp[0..k) (outputs of t, from m[0] to m[1..nm)). */
+static int edge_broadcast(cgr_graph *g, struct cgr__task *t,
+			  cgr_node *const *grp, size_t k,
+			  cgr_worker *const *m, size_t nm)
+{
+	cgr_node *n = grp[0], *outs[CGR_MAX_RANKS * 64 / 16];
+	cgr_coll_params cp = CGR_COLL_PARAMS_INIT;
+	struct cgr__task *bc;
+	char name[80];
+	int ret;
+
+	if (nm * k > sizeof(outs) / sizeof(outs[0]))
+		return cgr__graph_fail(g, -EINVAL,
+				       "%s: too many readers for one device "
+				       "edge",
+				       n->name);
+	snprintf(name, sizeof(name), "%s->device", n->name);
+	cp.name = name;
+	cp.kind = CGR_COLL_BROADCAST;
+	cp.root = 0;
+	cp.ntensors = k;
+	cp.static_shape = k == 1 && (n->edge_flags & CGR_EDGE_STATIC_SHAPE);
+	cp.max_out_bytes = t->max_out_bytes;
+	cp.overlap = n->overlap;
+	cp.backend = n->edge_flags & CGR_EDGE_NCCL ? CGR_BACKEND_NCCL :
+		     n->edge_flags & CGR_EDGE_CPU  ? CGR_BACKEND_CPU :
+						     CGR_BACKEND_AUTO;
+	ret = cgr_graph_collective(g, &cp, m, nm, grp, k, outs, nm * k);
+	if (ret < 0)
+		return ret;
+	for (bc = g->tasks; bc->next != NULL; bc = bc->next)
+		; /* the broadcast just added */
+	redirect(g, bc, grp, k, m, nm, outs);
+	return 0;
+}
+
 int cgr__lower_edges(cgr_graph *g)
 {
 	static const size_t MAXM = CGR_MAX_RANKS, MAXK = 64;
@@ -66,12 +124,9 @@ int cgr__lower_edges(cgr_graph *g)
 		if (t->edge)
 			continue;
 		for (size_t o = 0; o < t->nout; o++) {
-			cgr_node *n = t->out[o], *grp[64];
-			cgr_node *outs[CGR_MAX_RANKS * 64 / 16];
+			cgr_node *n = t->out[o], *grp[64] = { NULL };
 			cgr_worker *m[CGR_MAX_RANKS], *m2[CGR_MAX_RANKS], *p;
-			cgr_coll_params cp = CGR_COLL_PARAMS_INIT;
 			size_t nm, k = 0;
-			char name[80];
 			int ret;
 
 			if (n->transport != CGR_TRANSPORT_DEVICE ||
@@ -96,43 +151,9 @@ int cgr__lower_edges(cgr_graph *g)
 				if (q == o || same_readers(m, nm, m2, n2))
 					grp[k++] = u;
 			}
-			if (nm * k > sizeof(outs) / sizeof(outs[0]))
-				return cgr__graph_fail(g, -EINVAL,
-						       "%s: too many readers "
-						       "for one device edge",
-						       n->name);
-			snprintf(name, sizeof(name), "%s->device", n->name);
-			cp.name = name;
-			cp.kind = CGR_COLL_BROADCAST;
-			cp.root = 0;
-			cp.ntensors = k;
-			cp.static_shape =
-				k == 1 && (n->edge_flags & CGR_EDGE_STATIC_SHAPE);
-			cp.max_out_bytes = t->max_out_bytes;
-			cp.overlap = n->overlap;
-			ret = cgr_graph_collective(g, &cp, m, nm, grp, k, outs,
-						   nm * k);
+			ret = edge_broadcast(g, t, grp, k, m, nm);
 			if (ret < 0)
 				return ret;
-			struct cgr__task *bc = g->tasks;
-			while (bc->next != NULL)
-				bc = bc->next; /* the broadcast just added */
-			bc->edge = true;
-			for (struct cgr__task *u = g->tasks; u != bc;
-			     u = u->next)
-				for (size_t i = 0; i < u->nin; i++)
-					for (size_t j = 0; j < k; j++) {
-						if (u->in[i] != grp[j])
-							continue;
-						cgr_worker *w =
-							cgr__in_worker(u, i);
-						for (size_t r = 1; r < nm; r++)
-							if (m[r] == w)
-								u->in[i] =
-									outs[r * k + j];
-					}
-			for (size_t j = 0; j < k; j++)
-				grp[j]->edge_lowered = true;
 		}
 	}
 	return 0;

@@ -18,6 +18,117 @@
 
 #include "compile/compile.h"
 
+/* ---- placement: host or device, CPU or NCCL ---------------------- */
+
+/* Why collective t cannot run on NCCL (NULL: it can): its members must
+ * own CUDA devices, each its own. */
+static const char *nccl_refusal(const struct cgr__task *t, char *buf,
+				size_t len)
+{
+#ifndef HAVE_NCCL
+	(void)t;
+	snprintf(buf, len, "this build has no NCCL backend");
+	return buf;
+#else
+	for (size_t i = 0; i < t->nmembers; i++) {
+		if (t->members[i]->device < 0) {
+			snprintf(buf, len, "member %s owns no CUDA device",
+				 t->members[i]->name);
+			return buf;
+		}
+		for (size_t j = 0; j < i; j++)
+			if (t->members[j]->device == t->members[i]->device) {
+				snprintf(buf, len,
+					 "members %s and %s share CUDA device "
+					 "%d (NCCL needs one GPU per rank)",
+					 t->members[j]->name,
+					 t->members[i]->name,
+					 t->members[i]->device);
+				return buf;
+			}
+	}
+	return NULL;
+#endif
+}
+
+/*
+ * Whether collective t runs on NCCL, from where its inputs live and what
+ * it asks for (cp.backend, or its communicator's).  Device inputs need
+ * NCCL; NCCL needs device inputs; mixing the two is refused.
+ */
+static int coll_placement(struct cgr__cc *cc, const struct cgr__task *t,
+			  bool *nccl)
+{
+	int want = t->cp.comm != NULL ? t->cp.comm->backend : t->cp.backend;
+	size_t ndev = 0;
+	char why[160];
+	const char *no;
+
+	for (size_t i = 0; i < t->nin; i++)
+		ndev += cc->node_dev[t->in[i]->id] >= 0;
+	if (ndev != 0 && ndev != t->nin)
+		return cgr__graph_fail(cc->g, -EINVAL,
+				       "%s %s mixes device and host tensors "
+				       "among its inputs",
+				       cgr__coll_name(t->coll), t->name);
+	if (ndev == 0 && want != CGR_BACKEND_NCCL) {
+		*nccl = false;
+		return 0;
+	}
+	if (ndev == 0)
+		return cgr__graph_fail(cc->g, -EINVAL,
+				       "%s %s asks for NCCL but its inputs are "
+				       "host tensors (a host tensor cannot "
+				       "travel over NCCL: give the producer "
+				       "CGR_TASK_DEVICE)",
+				       cgr__coll_name(t->coll), t->name);
+	if (want == CGR_BACKEND_CPU)
+		return cgr__graph_fail(cc->g, -EINVAL,
+				       "%s %s: its inputs are device tensors, "
+				       "which the CPU communicator cannot move",
+				       cgr__coll_name(t->coll), t->name);
+	if ((no = nccl_refusal(t, why, sizeof(why))) != NULL)
+		return cgr__graph_fail(cc->g, -EINVAL,
+				       "%s %s: its inputs are device tensors, "
+				       "which need NCCL, but %s",
+				       cgr__coll_name(t->coll), t->name, no);
+	*nccl = true;
+	return 0;
+}
+
+/* Where every node's data lives (node_dev) and which collectives run on
+ * NCCL (nccl), in the global order: a collective's outputs live where
+ * its inputs do. */
+int cgr__lower_devices(struct cgr__cc *cc)
+{
+	cgr_graph *g = cc->g;
+	struct cgr_compiled *c = cc->c;
+	int ret;
+
+	cc->node_dev = cgr__c_alloc(c, (g->nnodes + 1) * sizeof(int));
+	cc->nccl = cgr__c_alloc(c, cc->ntasks + 1);
+	if (cc->node_dev == NULL || cc->nccl == NULL)
+		return -ENOMEM;
+	for (cgr_node *n = g->nodes; n != NULL; n = n->next)
+		cc->node_dev[n->id] = CGR_DEVICE_NONE;
+	for (size_t k = 0; k < cc->ntasks; k++) {
+		struct cgr__task *t = cc->order[k];
+		bool dev = false;
+		if (t->coll) {
+			ret = coll_placement(cc, t, &cc->nccl[t->id]);
+			if (ret < 0)
+				return ret;
+			dev = cc->nccl[t->id];
+		} else {
+			dev = (t->flags & CGR_TASK_DEVICE) != 0;
+		}
+		for (size_t o = 0; dev && o < t->nout; o++)
+			cc->node_dev[t->out[o]->id] =
+				cgr__out_worker(t, o)->device;
+	}
+	return 0;
+}
+
 /* ---- ports and channels --------------------------------------------- */
 
 static int port_init(struct cgr_compiled *c, struct cgr__port *p,
@@ -28,6 +139,7 @@ static int port_init(struct cgr_compiled *c, struct cgr__port *p,
 	if (mem == NULL)
 		return -ENOMEM;
 	cgr__port_init(p, mem, want, nslots, name);
+	p->dev = CGR_DEVICE_NONE;
 	return 0;
 }
 
@@ -114,6 +226,9 @@ static int make_ports(struct cgr__cc *cc)
 					     c->p.max_value_bytes;
 			ret = port_init(c, &c->ports[pi], cap, c->nslots,
 					n->name);
+			/* Its device slots come at create (not when only
+			 * planning). */
+			c->ports[pi].dev = cc->node_dev[n->id];
 		}
 		if (ret < 0)
 			return ret;
@@ -366,14 +481,21 @@ static int lower_coll(struct pl *pl, struct cgr__task *t, int rank)
 	/* Agreeing on shapes every execution joins everybody; so does the
 	 * backend's own protocol if it says so. */
 	cr->joins_all = !cr->static_shape ||
-			cgr__backend_joins_all(user != NULL ? user->backend :
-							      CGR_BACKEND_CPU);
+			cgr__backend_joins_all(
+				user != NULL	      ? user->backend :
+				cc->nccl[t->id] ? CGR_BACKEND_NCCL :
+						  CGR_BACKEND_CPU);
 	cr->overlap = t->cp.overlap;
+	cr->nccl = cc->nccl[t->id];
 	cr->board = cc->boards[t->id];
 	cr->cap = cgr__port_cap(t->max_out_bytes ? t->max_out_bytes :
 						   c->p.max_value_bytes);
 	cr->k = t->cp.ntensors;
 	cr->edge = t->edge;
+	cr->cstream = !cr->edge		? CGR__S_COLL :
+		      rank == t->cp.root ? CGR__S_SEND :
+					   CGR__S_RECV;
+	cr->sclass = cr->cstream;
 	cr->root_port = t->edge ? cc->node_port[t->in[0]->id] : CGR__NO_PORT;
 	cr->in_ports = cgr__c_alloc(c, cr->k * sizeof(unsigned));
 	cr->out_ports = cgr__c_alloc(c, cr->k * sizeof(unsigned));

@@ -327,9 +327,10 @@ static bool choose_streams(struct cgr_compiled *c, struct cgr__prog *p)
 		cr->async = cr->overlap == CGR_OVERLAP_ON ||
 			    (cr->overlap == CGR_OVERLAP_DEFAULT &&
 			     c->p.overlap);
-		cr->sclass = !cr->edge		  ? CGR__S_COLL :
-			     cr->rank == cr->root ? CGR__S_SEND :
-						    CGR__S_RECV;
+		cr->cstream = !cr->edge		   ? CGR__S_COLL :
+			      cr->rank == cr->root ? CGR__S_SEND :
+						     CGR__S_RECV;
+		cr->sclass = cr->nccl ? CGR__S_NCCL : cr->cstream;
 		any |= cr->async;
 	}
 	return any;

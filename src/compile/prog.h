@@ -38,6 +38,10 @@ enum cgr__stream_class {
 	CGR__S_COLL, /* collectives */
 	CGR__S_SEND, /* device edges this worker is the root of */
 	CGR__S_RECV, /* device edges this worker reads */
+	/* Collectives and edges on NCCL, in the global order (NCCL needs one
+	 * order per device): the worker's reactor agrees and enqueues them
+	 * on CUDA streams (exec/launch.c); cstream says which. */
+	CGR__S_NCCL,
 	CGR__NSTREAMS,
 	/* Not a communication stream: stream tasks' work (CGR_TASK_STREAM). */
 	CGR__S_COMP = CGR__NSTREAMS,
@@ -107,6 +111,9 @@ struct cgr__coll_rt {
 	cgr_comm *comm;
 	size_t k;	   /* tensors per member (buckets) */
 	bool edge;	   /* a device-transport edge's broadcast */
+	bool nccl;	   /* on NCCL: device tensors, CUDA streams */
+	cgr_stream *s;	   /* the stream its communication runs on */
+	int cstream;	   /* NCCL: which of the worker's CUDA streams */
 	bool async;	   /* overlap: runs on the communication stream */
 	bool joins_all;	   /* finishing proves every member started it */
 	int sclass;	   /* overlap: its stream (enum cgr__stream_class) */
@@ -181,6 +188,9 @@ struct cgr__prog {
 	_Atomic uint32_t trace_n;
 	/* Overlap: communication; and the compute stream of stream tasks. */
 	cgr_stream *streams[CGR__NSTREAMS_ALL];
+	/* NCCL collectives: CUDA streams on the worker's device, one per
+	 * kind (collective, send, receive: cstream). */
+	cgr_stream *nstreams[CGR__S_NCCL];
 	/* Trace of each stream's jobs (trace_cap each), written by that
 	 * stream's executor only; published like trace_n. */
 	struct cgr__trace_ev *strace[CGR__NSTREAMS_ALL];

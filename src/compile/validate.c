@@ -84,6 +84,13 @@ int cgr__validate_tasks(cgr_graph *g)
 			ret = check_worker(g, t, t->w);
 			if (ret < 0)
 				return ret;
+			if ((t->flags & CGR_TASK_DEVICE) && t->w->device < 0)
+				return cgr__graph_fail(
+					g, -EINVAL,
+					"task %s has device outputs "
+					"(CGR_TASK_DEVICE) but worker %s owns "
+					"no CUDA device",
+					t->name, t->w->name);
 			continue;
 		}
 		for (size_t i = 0; i < t->nmembers; i++) {

@@ -542,7 +542,7 @@ static int agent_name(char *buf, size_t len, const struct cgr_compiled *c,
 {
 	static const char *const sname[CGR__NSTREAMS_ALL] = {
 		"'s collective stream", "'s send stream", "'s recv stream",
-		"'s compute stream"
+		"'s nccl queue", "'s compute stream"
 	};
 
 	if (p == NONE)

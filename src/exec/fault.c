@@ -7,15 +7,19 @@
  * data is garbled, the delay passes, then it is restored, all before its
  * job publishes done.  A reader that skipped its WAIT sees garbage even
  * when the other members finished at once and told it so.  The turn goes
- * round (member = execution mod n, stream class = execution / n mod the
- * number of streams), so each (member, stream) is the late one in a fixed
- * share; a late compute stream is late four times as long (its outputs
+ * round (member = execution mod n, stream = execution / n mod 4: the
+ * collective, send, recv and compute streams), so each (member, stream)
+ * is the late one in a fixed share; a late compute stream is late four times as long (its outputs
  * may be read only after a chain of collectives and other workers' stream
  * tasks).
  */
 #include <time.h>
 
 #include "exec/exec.h"
+
+/* The turns of lateness: a worker's collective, send and recv streams
+ * (an NCCL collective's by its CUDA stream), then its compute stream. */
+#define LATE (CGR__S_RECV + 2)
 
 static int64_t fault_delay(const struct cgr_compiled *c)
 {
@@ -79,7 +83,7 @@ void cgr__fault_coll_after(struct cgr__coll_rt *cr, uint64_t seq)
 	int64_t delay = fault_delay(cr->c);
 
 	if (delay > 0 && seq % (uint64_t)cr->n == (uint64_t)cr->rank &&
-	    seq / (uint64_t)cr->n % CGR__NSTREAMS_ALL == (uint64_t)cr->sclass)
+	    seq / (uint64_t)cr->n % LATE == (uint64_t)cr->cstream)
 		fault_garble(cr->c, cr->out_ports, cr->k, seq, delay);
 }
 
@@ -90,6 +94,6 @@ void cgr__fault_task_after(struct cgr_task_ctx *tc, uint64_t seq)
 
 	if (delay > 0 && tc->async &&
 	    seq % c->nprogs == (uint64_t)(tc->prog - c->progs) &&
-	    seq / c->nprogs % CGR__NSTREAMS_ALL == CGR__S_COMP)
+	    seq / c->nprogs % LATE == LATE - 1)
 		fault_garble(c, tc->out_ports, tc->nout, seq, 4 * delay);
 }

@@ -124,8 +124,8 @@ int cgr_graph_const(cgr_graph *g, const cgr_value *v, cgr_node **out)
 		return cgr__graph_fail(g, CGR_ECOMPILED,
 				       "graph already compiled");
 	ret = cgr__value_check(v, SIZE_MAX, &bytes);
-	if (ret < 0)
-		return -EINVAL;
+	if (ret < 0 || cgr__value_on_device(v))
+		return -EINVAL; /* a constant is host data, copied now */
 	n = cgr__node_new(g, CGR__NODE_CONST);
 	if (n == NULL)
 		return -ENOMEM;
@@ -153,7 +153,8 @@ int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
 	    nin > 4096 || nout > 4096 || w->ctx != g->ctx)
 		return -EINVAL;
 	CGR__PARAMS_COPY(d, t, ((cgr_task_desc)CGR_TASK_DESC_INIT));
-	if (d.fn == NULL || (d.flags & ~(unsigned)CGR_TASK_STREAM) != 0)
+	if (d.fn == NULL ||
+	    (d.flags & ~(unsigned)(CGR_TASK_STREAM | CGR_TASK_DEVICE)) != 0)
 		return -EINVAL;
 	if (g->compiled)
 		return cgr__graph_fail(g, CGR_ECOMPILED,
@@ -281,6 +282,10 @@ static int coll_check_params(cgr_graph *g, cgr_coll_params *cp, size_t n)
 	if (cp->overlap < CGR_OVERLAP_DEFAULT || cp->overlap > CGR_OVERLAP_OFF)
 		return cgr__graph_fail(g, -EINVAL, "unknown overlap mode %d",
 				       cp->overlap);
+	if (cp->backend != CGR_BACKEND_AUTO && cp->backend != CGR_BACKEND_CPU &&
+	    cp->backend != CGR_BACKEND_NCCL)
+		return cgr__graph_fail(g, -EINVAL, "%s: unknown backend %d",
+				       name, cp->backend);
 	if (cp->ntensors > 1 && cp->kind != CGR_COLL_ALLREDUCE &&
 	    cp->kind != CGR_COLL_ALLGATHER && cp->kind != CGR_COLL_BROADCAST)
 		return cgr__graph_fail(g, -EINVAL,
@@ -480,9 +485,12 @@ int cgr_node_set_overlap(cgr_node *n, int mode)
 
 int cgr_node_set_transport(cgr_node *n, int transport, unsigned flags)
 {
+	const unsigned known = CGR_EDGE_STATIC_SHAPE | CGR_EDGE_CPU |
+			       CGR_EDGE_NCCL;
+
 	if (n == NULL || transport < CGR_TRANSPORT_AUTO ||
-	    transport > CGR_TRANSPORT_DEVICE ||
-	    (flags & ~(unsigned)CGR_EDGE_STATIC_SHAPE))
+	    transport > CGR_TRANSPORT_DEVICE || (flags & ~known) ||
+	    (flags & CGR_EDGE_CPU && flags & CGR_EDGE_NCCL))
 		return -EINVAL;
 	if (n->kind != CGR__NODE_TASK)
 		return cgr__graph_fail(n->g, -EINVAL,

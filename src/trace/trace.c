@@ -108,7 +108,7 @@ int cgr_compiled_write_trace(const cgr_compiled *c, const char *path)
 {
 	static const char *const sname[CGR__NSTREAMS_ALL] = {
 		" collective stream", " send stream", " recv stream",
-		" compute stream"
+		" nccl queue", " compute stream"
 	};
 	size_t tid = c != NULL ? c->nprogs : 0;
 	FILE *f;
