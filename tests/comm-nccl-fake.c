@@ -30,13 +30,20 @@ static void (*inject)(int);
 static void (*inprogress)(int);
 static int (*order)(char *, size_t);
 static char g_log[4096];
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* Ranks log from their own threads; the main thread reads g_log only
+ * after joining them. */
 static void log_keep(void *arg, int level, const char *msg)
 {
-	size_t n = strlen(g_log);
+	size_t n;
+
 	(void)arg, (void)level;
+	pthread_mutex_lock(&g_log_mu);
+	n = strlen(g_log);
 	if (n + strlen(msg) + 2 < sizeof(g_log))
 		snprintf(g_log + n, sizeof(g_log) - n, "%s; ", msg);
+	pthread_mutex_unlock(&g_log_mu);
 }
 
 static cgr_ctx *new_ctx(const char *nccl)

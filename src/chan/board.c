@@ -1,6 +1,7 @@
 /*
  * chan/board.c: agreement boards (see board.h).
  */
+#include <errno.h>
 #include <string.h>
 
 #include "chan/board.h"
@@ -105,24 +106,12 @@ static void ring_others(struct cgr__board *b, int self)
 			cgr__bell_ring(b->bells[r]);
 }
 
-int cgr__board_exchange(struct cgr__board *b, int rank, uint64_t seq,
-			const struct cgr__agree *mine, struct cgr__agree *all,
-			struct cgr_reactor *r, const _Atomic uint32_t *cancel,
-			int mode, int64_t spin_ns)
+/* Posts rank's records for seq (its row is free) and rings the others. */
+static void post(struct cgr__board *b, int rank, uint64_t seq,
+		 const struct cgr__agree *mine)
 {
-	struct board_done *done = board_done(b);
 	struct cgr__agree *row = board_row(b, seq);
-	struct cgr_bell *self = b->bells[rank];
-	int ret;
 
-	/* The row's previous execution must be read by everybody. */
-	if (seq >= b->nslots) {
-		struct drained dr = { done, b->n, seq + 1 - b->nslots };
-		ret = cgr__reactor_wait(r, self, all_drained, &dr, cancel,
-					mode, spin_ns, CGR_FOREVER);
-		if (ret < 0)
-			return ret;
-	}
 	for (size_t j = 0; j < b->k; j++) {
 		struct cgr__agree *a = &row[(size_t)rank * b->k + j];
 		memcpy((char *)a + sizeof(a->seq),
@@ -132,14 +121,64 @@ int cgr__board_exchange(struct cgr__board *b, int rank, uint64_t seq,
 		atomic_store_explicit(&a->seq, seq + 1, memory_order_release);
 	}
 	ring_others(b, rank);
-	struct posted po = { row, b->n * b->k, seq + 1 };
+}
+
+/* Copies the row of seq (everybody posted) and says rank is done. */
+static void collect(struct cgr__board *b, int rank, uint64_t seq,
+		    struct cgr__agree *all)
+{
+	memcpy(all, board_row(b, seq), (size_t)b->n * b->k * sizeof(*all));
+	/* D0: this member is done with the row; pairs with D1. */
+	atomic_store_explicit(&board_done(b)[rank].seq, seq + 1,
+			      memory_order_release);
+	ring_others(b, rank);
+}
+
+int cgr__board_exchange(struct cgr__board *b, int rank, uint64_t seq,
+			const struct cgr__agree *mine, struct cgr__agree *all,
+			struct cgr_reactor *r, const _Atomic uint32_t *cancel,
+			int mode, int64_t spin_ns)
+{
+	struct cgr_bell *self = b->bells[rank];
+	int ret;
+
+	/* The row's previous execution must be read by everybody. */
+	if (seq >= b->nslots) {
+		struct drained dr = { board_done(b), b->n,
+				      seq + 1 - b->nslots };
+		ret = cgr__reactor_wait(r, self, all_drained, &dr, cancel,
+					mode, spin_ns, CGR_FOREVER);
+		if (ret < 0)
+			return ret;
+	}
+	post(b, rank, seq, mine);
+	struct posted po = { board_row(b, seq), b->n * b->k, seq + 1 };
 	ret = cgr__reactor_wait(r, self, all_posted, &po, cancel, mode,
 				spin_ns, CGR_FOREVER);
 	if (ret < 0)
 		return ret;
-	memcpy(all, row, (size_t)b->n * b->k * sizeof(*all));
-	/* D0: this member is done with the row; pairs with D1. */
-	atomic_store_explicit(&done[rank].seq, seq + 1, memory_order_release);
-	ring_others(b, rank);
+	collect(b, rank, seq, all);
+	return 0;
+}
+
+int cgr__board_try_post(struct cgr__board *b, int rank, uint64_t seq,
+			const struct cgr__agree *mine)
+{
+	struct drained dr = { board_done(b), b->n, seq + 1 - b->nslots };
+
+	if (seq >= b->nslots && !all_drained(&dr))
+		return -EAGAIN;
+	post(b, rank, seq, mine);
+	return 0;
+}
+
+int cgr__board_try_collect(struct cgr__board *b, int rank, uint64_t seq,
+			   struct cgr__agree *all)
+{
+	struct posted po = { board_row(b, seq), b->n * b->k, seq + 1 };
+
+	if (!all_posted(&po))
+		return -EAGAIN;
+	collect(b, rank, seq, all);
 	return 0;
 }

@@ -61,4 +61,12 @@ int cgr__board_exchange(struct cgr__board *b, int rank, uint64_t seq,
 			struct cgr_reactor *r, const _Atomic uint32_t *cancel,
 			int mode, int64_t spin_ns);
 
+/* The same in two steps that never wait (for a reactor that polls):
+ * post returns -EAGAIN while the row of seq is still being read for
+ * seq - nslots; collect returns -EAGAIN until every member posted. */
+int cgr__board_try_post(struct cgr__board *b, int rank, uint64_t seq,
+			const struct cgr__agree *mine);
+int cgr__board_try_collect(struct cgr__board *b, int rank, uint64_t seq,
+			   struct cgr__agree *all);
+
 #endif

@@ -44,6 +44,44 @@ void *cgr__c_alloc(struct cgr_compiled *c, size_t size)
 	return p;
 }
 
+int cgr__c_dalloc(struct cgr_compiled *c, int dev, size_t size, void **out)
+{
+#ifdef HAVE_CUDA
+	struct cgr__device *d;
+	int ret;
+
+	if (c->ndallocs == c->dallocs_cap) {
+		size_t ncap = c->dallocs_cap ? 2 * c->dallocs_cap : 16;
+		void **na = cgr__c_alloc(c, ncap * sizeof(void *));
+		struct cgr__device **nd =
+			cgr__c_alloc(c, ncap * sizeof(*nd));
+		if (na == NULL || nd == NULL)
+			return -ENOMEM;
+		if (c->ndallocs) {
+			memcpy(na, c->dallocs, c->ndallocs * sizeof(void *));
+			memcpy(nd, c->ddevs, c->ndallocs * sizeof(*nd));
+		}
+		c->dallocs = na;
+		c->ddevs = nd;
+		c->dallocs_cap = ncap;
+	}
+	ret = cgr__device_get(c->ctx, dev, &d);
+	if (ret < 0)
+		return ret;
+	ret = cgr__cuda_malloc(d, size ? size : 1, out);
+	if (ret < 0) {
+		cgr__device_put(d);
+		return ret;
+	}
+	c->dallocs[c->ndallocs] = *out;
+	c->ddevs[c->ndallocs++] = d;
+	return 0;
+#else
+	(void)c, (void)dev, (void)size, (void)out;
+	return -ENODEV;
+#endif
+}
+
 char *cgr__c_strdup(struct cgr_compiled *c, const char *s)
 {
 	size_t n = strlen(s) + 1;
@@ -51,6 +89,31 @@ char *cgr__c_strdup(struct cgr_compiled *c, const char *s)
 	if (d != NULL)
 		memcpy(d, s, n);
 	return d;
+}
+
+/* The device side: NCCL jobs' events and streams, device memory. */
+static void free_device(struct cgr_compiled *c)
+{
+	for (size_t i = 0; i < c->nprogs; i++) {
+		struct cgr__prog *p = &c->progs[i];
+		for (size_t k = 0; k < p->nops; k++) {
+			struct cgr__coll_rt *cr = p->ops[k].coll;
+			if (p->ops[k].kind != CGR__OP_COLL || !cr->nccl)
+				continue;
+			for (uint32_t q = 0; q < c->nslots; q++) {
+				cgr_future_release(cr->jobs[q].f);
+				cgr_event_destroy(cr->jobs[q].ev);
+			}
+		}
+		for (int s = 0; s < CGR__S_NCCL; s++)
+			cgr_stream_destroy(p->nstreams[s]);
+	}
+#ifdef HAVE_CUDA
+	for (size_t i = 0; i < c->ndallocs; i++) {
+		cgr__cuda_free(c->ddevs[i], c->dallocs[i]);
+		cgr__device_put(c->ddevs[i]);
+	}
+#endif
 }
 
 static void compiled_free(struct cgr_compiled *c)
@@ -69,6 +132,7 @@ static void compiled_free(struct cgr_compiled *c)
 	}
 	for (size_t i = 0; i < c->ncomms; i++)
 		cgr_comm_destroy(c->comms[i]);
+	free_device(c);
 	for (size_t i = 0; i < c->nallocs; i++)
 		cgr__free(a, c->allocs[i], c->alloc_sizes[i], 64);
 	cgr__free(a, c->allocs, c->allocs_cap * sizeof(void *), 16);

@@ -11,14 +11,17 @@
 #include "compile/compile.h"
 
 /* Whether collectives t and u may share a communicator made at compile:
- * the same members, and the same use (collectives, or device edges from
- * one root: the overlap pass puts each use on one stream per member). */
-static bool same_use(const struct cgr__task *t, const struct cgr__task *u)
+ * the same members and backend, and the same use (collectives, or device
+ * edges from one root: the overlap pass puts each use on one stream per
+ * member). */
+static bool same_use(const struct cgr__cc *cc, const struct cgr__task *t,
+		     const struct cgr__task *u)
 {
 	return u->nmembers == t->nmembers &&
 	       memcmp(u->members, t->members,
 		      t->nmembers * sizeof(*t->members)) == 0 &&
-	       u->edge == t->edge && (!t->edge || u->cp.root == t->cp.root);
+	       cc->nccl[u->id] == cc->nccl[t->id] && u->edge == t->edge &&
+	       (!t->edge || u->cp.root == t->cp.root);
 }
 
 /* The communicator collective t uses: the user's, or one made for its
@@ -30,11 +33,19 @@ static int coll_comm(struct cgr__cc *cc, struct cgr__task *t, cgr_comm **out)
 	int ret;
 
 	for (size_t i = 0; comm == NULL && i < c->ncomms; i++)
-		if (same_use(t, cc->comm_owner[i]))
+		if (same_use(cc, t, cc->comm_owner[i]))
 			comm = c->comms[i];
 	if (comm == NULL) {
 		ret = cgr_comm_create(c->ctx, t->members, t->nmembers,
-				      CGR_BACKEND_CPU, &comm);
+				      cc->nccl[t->id] ? CGR_BACKEND_NCCL :
+							CGR_BACKEND_CPU,
+				      &comm);
+		if (ret < 0)
+			cgr__graph_fail(cc->g, ret,
+					"%s %s: its communicator could not be "
+					"made (%s)",
+					cgr__coll_name(t->coll), t->name,
+					cgr_strerror(ret));
 		if (ret < 0)
 			return ret;
 		cc->comm_owner[c->ncomms] = t;
@@ -81,7 +92,8 @@ static int create_streams(struct cgr_compiled *c, struct cgr__prog *p)
 	for (size_t k = 0; k < p->ntcs; k++)
 		used[CGR__S_COMP] |= p->tcs[k].stream;
 	for (size_t k = 0; k < p->nops; k++)
-		if (p->ops[k].kind == CGR__OP_COLL && p->ops[k].coll->async)
+		if (p->ops[k].kind == CGR__OP_COLL && p->ops[k].coll->async &&
+		    !p->ops[k].coll->nccl)
 			used[p->ops[k].coll->sclass] = true;
 	for (int s = 0; s < CGR__NSTREAMS_ALL; s++) {
 		int dev = CGR_DEVICE_SIM;
@@ -99,6 +111,10 @@ static int create_streams(struct cgr_compiled *c, struct cgr__prog *p)
 		if (p->strace[s] == NULL)
 			return -ENOMEM;
 	}
+	for (size_t k = 0; k < p->nops; k++)
+		if (p->ops[k].kind == CGR__OP_COLL && p->ops[k].coll->async &&
+		    !p->ops[k].coll->nccl)
+			p->ops[k].coll->s = p->streams[p->ops[k].coll->sclass];
 	for (size_t k = 0; k < p->ntcs; k++) {
 		struct cgr_task_ctx *tc = &p->tcs[k];
 		tc->s = p->streams[CGR__S_COMP];
@@ -109,12 +125,85 @@ static int create_streams(struct cgr_compiled *c, struct cgr__prog *p)
 	return 0;
 }
 
+/* Device slots of device ports. */
+static int create_device_ports(struct cgr_compiled *c)
+{
+	int ret;
+
+	for (size_t i = 0; i < c->nports; i++) {
+		struct cgr__port *p = &c->ports[i];
+		void *m;
+		if (p->dev < 0)
+			continue;
+		ret = cgr__c_dalloc(c, p->dev, p->cap * p->nslots, &m);
+		if (ret < 0)
+			return ret;
+		p->dmem = m;
+	}
+	return 0;
+}
+
+/* The streams of program p's NCCL collectives (CUDA streams on its
+ * worker's device, one per kind), their events, device buckets. */
+static int create_nccl(struct cgr_compiled *c, struct cgr__prog *p)
+{
+	uint32_t nasync = 0;
+	int ret;
+
+	for (size_t k = 0; k < p->nops; k++)
+		nasync += p->ops[k].kind == CGR__OP_COLL &&
+			  p->ops[k].coll->nccl && p->ops[k].coll->async;
+	if (nasync > 0) {
+		/* nslots jobs per collective at most (issue waits for the
+		 * slot's previous run). */
+		p->lq_cap = nasync * c->nslots;
+		p->lq = cgr__c_alloc(c, p->lq_cap * sizeof(*p->lq));
+		if (p->lq == NULL)
+			return -ENOMEM;
+	}
+
+	for (size_t k = 0; k < p->nops; k++) {
+		struct cgr__coll_rt *cr = p->ops[k].coll;
+		void *bi, *bo;
+		if (p->ops[k].kind != CGR__OP_COLL || !cr->nccl)
+			continue;
+		if (p->nstreams[cr->cstream] == NULL &&
+		    (ret = cgr_stream_create(c->ctx, p->w->device, 0,
+					     &p->nstreams[cr->cstream])) < 0)
+			return ret;
+		cr->s = p->nstreams[cr->cstream];
+		for (uint32_t q = 0; q < c->nslots; q++)
+			if ((ret = cgr_event_create(c->ctx,
+						    &cr->jobs[q].ev)) < 0)
+				return ret;
+		if (cr->k == 1)
+			continue; /* no bucket (a list's is CPU only) */
+		ret = cgr__c_dalloc(c, p->w->device, cr->k * cr->cap, &bi);
+		if (ret == 0)
+			ret = cgr__c_dalloc(c, p->w->device,
+					    cr->k * cr->cap *
+						    (cr->kind == CGR_COLL_ALLGATHER ?
+							     (size_t)cr->n :
+							     1),
+					    &bo);
+		if (ret < 0)
+			return ret;
+		cr->bucket_in = bi;
+		cr->bucket_out = bo;
+	}
+	return 0;
+}
+
 int cgr__create(struct cgr__cc *cc)
 {
 	struct cgr_compiled *c = cc->c;
 	int ret = create_comms(cc);
 
+	if (ret == 0)
+		ret = create_device_ports(c);
 	for (size_t i = 0; ret == 0 && i < c->nprogs; i++)
 		ret = create_streams(c, &c->progs[i]);
+	for (size_t i = 0; ret == 0 && i < c->nprogs; i++)
+		ret = create_nccl(c, &c->progs[i]);
 	return ret;
 }

@@ -470,6 +470,7 @@ static int lower_coll(struct pl *pl, struct cgr__task *t, int rank)
 	if (cr == NULL || (cr->name = cgr__c_strdup(c, t->name)) == NULL)
 		return -ENOMEM;
 	cr->c = c;
+	cr->prog = pl->p;
 	cr->task_id = t->id;
 	cr->w = pl->w;
 	cr->rank = rank;
@@ -512,6 +513,11 @@ static int lower_coll(struct pl *pl, struct cgr__task *t, int rank)
 			cr->out_ports[o % cr->k] = cc->node_port[t->out[o]->id];
 	if (coll_scratch(c, cr) < 0)
 		return -ENOMEM;
+	cr->jobs = cgr__c_alloc(c, c->nslots * sizeof(*cr->jobs));
+	if (cr->jobs == NULL)
+		return -ENOMEM;
+	for (uint32_t q = 0; q < c->nslots; q++)
+		cr->jobs[q].cr = cr;
 	op = &pl->p->ops[pl->p->nops++];
 	op->kind = CGR__OP_COLL;
 	op->coll = cr;

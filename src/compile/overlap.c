@@ -188,11 +188,6 @@ static int place_async_coll(struct ov *o, size_t i,
 	cr->sidx = o->placed[sc]++;
 	cr->fused_write = next_write(o->p, i);
 	cr->prog = o->p;
-	cr->jobs = cgr__c_alloc(o->c, o->c->nslots * sizeof(*cr->jobs));
-	if (cr->jobs == NULL)
-		return -ENOMEM;
-	for (uint32_t q = 0; q < o->c->nslots; q++)
-		cr->jobs[q].cr = cr;
 	return cr->fused_write != NULL;
 }
 

@@ -137,7 +137,7 @@ struct cgr__coll_rt {
 	/* Overlap: the job runs on the worker's communication stream, then
 	 * performs fused_write (the WRITE of its outputs) and publishes done
 	 * (execution + 1). */
-	struct cgr__coll_job *jobs; /* one per slot */
+	struct cgr__coll_job *jobs; /* one per slot (and on NCCL, always) */
 	const struct cgr__op *fused_write;
 	_Atomic uint64_t done;
 	struct cgr__prog *prog;
@@ -146,6 +146,10 @@ struct cgr__coll_rt {
 struct cgr__coll_job {
 	struct cgr__coll_rt *cr;
 	uint64_t seq;
+	/* NCCL: the operation enqueued for this slot (NULL: none pending),
+	 * and the event recorded after all of its stream work. */
+	cgr_future *f;
+	cgr_event *ev;
 };
 
 struct cgr__op {
@@ -160,6 +164,15 @@ struct cgr__op {
 	struct cgr_task_ctx *tc;
 	unsigned *chans;	/* WRITE: channels fed by this task's outputs */
 	size_t nchans;
+};
+
+/* An NCCL collective of a worker's queue (exec/launch.c). */
+struct cgr__ljob {
+	struct cgr__coll_rt *cr;
+	uint64_t seq;
+	int state;
+	bool agreed;
+	int64_t t0;
 };
 
 struct cgr__trace_ev {
@@ -189,8 +202,11 @@ struct cgr__prog {
 	/* Overlap: communication; and the compute stream of stream tasks. */
 	cgr_stream *streams[CGR__NSTREAMS_ALL];
 	/* NCCL collectives: CUDA streams on the worker's device, one per
-	 * kind (collective, send, receive: cstream). */
+	 * kind (collective, send, receive: cstream); with overlap, their
+	 * queue: jobs [lq_head, lq_tail) in issue order (exec/launch.c). */
 	cgr_stream *nstreams[CGR__S_NCCL];
+	struct cgr__ljob *lq;
+	uint32_t lq_cap, lq_head, lq_tail;
 	/* Trace of each stream's jobs (trace_cap each), written by that
 	 * stream's executor only; published like trace_n. */
 	struct cgr__trace_ev *strace[CGR__NSTREAMS_ALL];
@@ -253,11 +269,18 @@ struct cgr_compiled {
 	void **allocs;
 	size_t *alloc_sizes;
 	size_t nallocs, allocs_cap;
+	/* Device memory (cudaMalloc) and the devices it is on. */
+	void **dallocs;
+	struct cgr__device **ddevs;
+	size_t ndallocs, dallocs_cap;
 };
 
 /* Memory owned by c (64-byte aligned, zeroed), freed with it; NULL when
  * out of memory. */
 void *cgr__c_alloc(struct cgr_compiled *c, size_t size);
+/* Device memory on CUDA device dev, owned by c: 0, -ENODEV (no cuda
+ * backend), -ENOMEM or the device's error. */
+int cgr__c_dalloc(struct cgr_compiled *c, int dev, size_t size, void **out);
 char *cgr__c_strdup(struct cgr_compiled *c, const char *s);
 /* Drops a reference (the driver's, or a worker's when it leaves the
  * program); the last one frees c, its streams and communicators. */

@@ -271,49 +271,64 @@ static void sim_comm(struct cgr__coll_rt *cr)
 	}
 }
 
-static int coll_call(struct cgr__coll_rt *cr, const void *in, void *out,
-			  size_t count, cgr_dtype dt)
+/*
+ * Runs this member's communicator operation d: on the CPU communicator at
+ * once; on NCCL enqueued on cr->s as agreed (the members agreed on the
+ * board), its future in the slot's job (the caller completes the job).
+ */
+static int coll_call(struct cgr__coll_rt *cr, uint64_t seq,
+		     struct cgr__coll_desc *d)
 {
-	cgr_comm *m = cr->comm;
-	const int rk = cr->rank, root = cr->root;
-	const bool is_root = rk == root;
+	struct cgr__coll_job *job = &cr->jobs[seq & (cr->c->nslots - 1)];
 
 	sim_comm(cr);
+	if (!cr->nccl)
+		return cgr__comm_coll(cr->comm, cr->rank, d, NULL, NULL);
+	d->agreed = true;
+	return cgr__comm_coll(cr->comm, cr->rank, d, cr->s, &job->f);
+}
 
+/* This member's descriptor of the agreed operation (count elements of
+ * dt from in to out; NULL where this member has none). */
+static void coll_desc(const struct cgr__coll_rt *cr, const void *in, void *out,
+		      size_t count, cgr_dtype dt, struct cgr__coll_desc *d)
+{
+	const bool root = cr->rank == cr->root;
+
+	memset(d, 0, sizeof(*d));
+	d->kind = cr->kind;
+	d->send = in;
+	d->recv = out;
+	d->count = count;
+	d->dtype = dt;
+	d->op = cgr__coll_reduces(cr->kind) ? cr->op : CGR_SUM;
+	d->root = cgr__coll_rooted(cr->kind) ? cr->root : 0;
 	switch (cr->kind) {
-	case CGR_COLL_ALLREDUCE:
-		return cgr_allreduce(m, rk, in, out, count, dt, cr->op, NULL,
-				     NULL);
-	case CGR_COLL_ALLGATHER:
-		return cgr_allgather(m, rk, in, out, count, dt, NULL, NULL);
-	case CGR_COLL_REDUCESCATTER:
-		return cgr_reducescatter(m, rk, in, out, count, dt, cr->op,
-					 NULL, NULL);
 	case CGR_COLL_REDUCE:
-		return cgr_reduce(m, rk, in, is_root ? out : NULL, count, dt,
-				  cr->op, root, NULL, NULL);
+	case CGR_COLL_GATHER:
+		d->recv = root ? out : NULL;
+		break;
 	case CGR_COLL_BROADCAST:
 		/* A device edge's root keeps no copy: in place. */
-		if (is_root && out == NULL)
-			out = (void *)in;
-		return cgr_broadcast(m, rk, is_root ? in : NULL, out, count, dt,
-				     root, NULL, NULL);
-	case CGR_COLL_GATHER:
-		return cgr_gather(m, rk, in, is_root ? out : NULL, count, dt,
-				  root, NULL, NULL);
+		if (root && out == NULL)
+			d->recv = (void *)in;
+		d->send = root ? in : NULL;
+		break;
 	case CGR_COLL_SCATTER:
-		return cgr_scatter(m, rk, is_root ? in : NULL, out, count, dt,
-				   root, NULL, NULL);
-	case CGR_COLL_ALLTOALL:
-		return cgr_alltoall(m, rk, in, out, count, dt, NULL, NULL);
+		d->send = root ? in : NULL;
+		break;
 	default:
-		return -EINVAL;
+		break;
 	}
 }
 
-/* Writes the header of an output slot from the verdict. */
-static void set_out(struct cgr__slot_hdr *oh, const struct cgr__verdict *v)
+/* Writes the header of output port p for execution seq from the verdict
+ * (a device port's tensor data is in its device slot). */
+static void set_out(const struct cgr__port *p, uint64_t seq,
+		    const struct cgr__verdict *v)
 {
+	struct cgr__slot_hdr *oh = cgr__port_slot(p, seq);
+
 	oh->code = 0;
 	oh->len = v->out_bytes;
 	if (v->out.kind == CGR_VALUE_BYTES) {
@@ -325,45 +340,83 @@ static void set_out(struct cgr__slot_hdr *oh, const struct cgr__verdict *v)
 	oh->ndim = v->out.ndim;
 	cgr__dtype_to_dl(v->out.dtype, &oh->dt_code, &oh->dt_bits);
 	oh->dt_lanes = 1;
-	oh->dev_type = kDLCPU;
-	oh->dev_id = 0;
+	oh->dev_type = p->dmem != NULL ? kDLCUDA : kDLCPU;
+	oh->dev_id = p->dmem != NULL ? p->dev : 0;
+	oh->ref = (uint64_t)(uintptr_t)cgr__port_data(p, seq);
 	for (int i = 0; i < v->out.ndim; i++)
 		oh->shape[i] = v->out.shape[i];
+}
+
+/* Copies n bytes: on cr's stream in order (NCCL: device memory), or now. */
+static int coll_copy(struct cgr__coll_rt *cr, void *dst, const void *src,
+		     size_t n)
+{
+	if (n == 0 || dst == src)
+		return 0;
+	if (cr->nccl)
+		return cgr_stream_memcpy_async(cr->s, dst, src, n);
+	memcpy(dst, src, n);
+	return 0;
+}
+
+/* This member's input j for execution seq (NONE if it has none). */
+static void load_input(const struct cgr__coll_rt *cr, uint64_t seq, size_t j,
+		       cgr_value *in)
+{
+	memset(in, 0, sizeof(*in));
+	if (cr->in_ports[j] != CGR__NO_PORT)
+		cgr__value_load(
+			cgr__port_slot(&cr->c->ports[cr->in_ports[j]], seq),
+			in);
+}
+
+static const void *data_of(const cgr_value *v)
+{
+	if (v->kind == CGR_VALUE_TENSOR)
+		return v->u.tensor.data;
+	return v->kind == CGR_VALUE_BYTES ? v->u.bytes.data : NULL;
+}
+
+void cgr__coll_describe(struct cgr__coll_rt *cr, uint64_t seq)
+{
+	for (size_t j = 0; j < cr->k; j++) {
+		cgr_value in;
+		load_input(cr, seq, j, &in);
+		describe(&cr->mine[j], &in, cr->in_ports[j] != CGR__NO_PORT);
+		/* NCCL moves device tensors only: bytes stay on the host. */
+		if (cr->nccl && in.kind == CGR_VALUE_BYTES) {
+			cr->mine[j].kind = CGR_VALUE_ERROR;
+			cr->mine[j].code = CGR_EBADVALUE;
+			snprintf(cr->mine[j].msg, sizeof(cr->mine[j].msg),
+				 "bytes cannot travel over NCCL (rank %d)",
+				 cr->rank);
+		}
+	}
+}
+
+bool cgr__coll_needs_agree(const struct cgr__coll_rt *cr)
+{
+	/* Lists always agree: their host part is read from the producer's
+	 * slot, which only the agreement orders after its writing. */
+	return cr->k > 1 || !cr->static_shape || !cr->have_cached ||
+	       (cr->edge && cr->cached[cr->root].kind == CGR_VALUE_LIST);
 }
 
 /*
  * A bucket: k tensors per member, one fused allreduce, allgather or
  * broadcast.  The inputs are packed back to back, moved in one operation,
  * and unpacked into the k outputs (for allgather, rank q's block of
- * tensor j is at q * total + offset j of the gathered bucket).
+ * tensor j is at q * total + offset j of the gathered bucket).  On NCCL
+ * the packing and unpacking are copies on the collective's stream.
  */
 
-/* Describes the k inputs (src[j]: tensor j's data, NULL if none here),
- * agrees and judges each; *total gets the elements in all.  Returns 0 to
- * go on, 1 when the outputs became error values, negative at teardown. */
-static int bucket_agree(struct cgr__coll_rt *cr, uint64_t seq,
-			struct cgr_reactor *r, const void **src, size_t *total)
+/* Judges each of the k agreed tensors; *total gets the elements in all.
+ * Returns 0 to go on, 1 when the outputs became error values. */
+static int bucket_judge(struct cgr__coll_rt *cr, uint64_t seq, size_t *total)
 {
-	struct cgr_compiled *c = cr->c;
 	struct cgr__verdict *v = cr->verdicts;
 	char msg[700];
-	int ret;
 
-	for (size_t j = 0; j < cr->k; j++) {
-		bool has = cr->in_ports[j] != CGR__NO_PORT;
-		cgr_value in;
-		memset(&in, 0, sizeof(in));
-		if (has)
-			cgr__value_load(
-				cgr__port_slot(&c->ports[cr->in_ports[j]], seq),
-				&in);
-		describe(&cr->mine[j], &in, has);
-		src[j] = !has ? NULL :
-			 in.kind == CGR_VALUE_TENSOR ? in.u.tensor.data :
-						       in.u.bytes.data;
-	}
-	if ((ret = agree(cr, seq, r)) < 0)
-		return ret; /* teardown */
 	*total = 0;
 	for (size_t j = 0; j < cr->k; j++) {
 		judge(cr, seq, cr->cached + j, cr->k, cr->cap, &v[j]);
@@ -386,80 +439,76 @@ static int bucket_agree(struct cgr__coll_rt *cr, uint64_t seq,
 	return 0;
 }
 
-/* The fused operation over the packed bucket of total elements. */
-static int bucket_move(struct cgr__coll_rt *cr, size_t total, cgr_dtype dt)
-{
-	bool root = cr->rank == cr->root;
-
-	sim_comm(cr);
-	if (cr->kind == CGR_COLL_BROADCAST)
-		return cgr_broadcast(cr->comm, cr->rank,
-				     root ? cr->bucket_in : NULL,
-				     root ? cr->bucket_in : cr->bucket_out,
-				     total, dt, cr->root, NULL, NULL);
-	if (cr->kind == CGR_COLL_ALLREDUCE)
-		return cgr_allreduce(cr->comm, cr->rank, cr->bucket_in,
-				     cr->bucket_out, total, dt, cr->op, NULL,
-				     NULL);
-	return cgr_allgather(cr->comm, cr->rank, cr->bucket_in, cr->bucket_out,
-			     total, dt, NULL, NULL);
-}
-
 /* Unpacks the moved bucket into this member's outputs. */
-static void bucket_unpack(struct cgr__coll_rt *cr, uint64_t seq, size_t total,
-			  size_t esz)
+static int bucket_unpack(struct cgr__coll_rt *cr, uint64_t seq, size_t total,
+			 size_t esz)
 {
 	struct cgr_compiled *c = cr->c;
 	const struct cgr__verdict *v = cr->verdicts;
 	size_t off = 0;
+	int ret = 0;
 
 	for (size_t j = 0; j < cr->k; off += v[j].count, j++) {
 		if (cr->out_ports[j] == CGR__NO_PORT)
 			continue; /* a device edge's root keeps no copy */
-		struct cgr__slot_hdr *oh =
-			cgr__port_slot(&c->ports[cr->out_ports[j]], seq);
-		unsigned char *dst = cgr__slot_data(oh);
+		const struct cgr__port *p = &c->ports[cr->out_ports[j]];
+		unsigned char *dst = cgr__port_data(p, seq);
 		size_t bytes = v[j].count * esz;
 		if (cr->kind != CGR_COLL_ALLGATHER)
-			memcpy(dst, cr->bucket_out + off * esz, bytes);
+			ret |= coll_copy(cr, dst, cr->bucket_out + off * esz,
+					 bytes);
 		else
 			for (size_t q = 0; q < (size_t)cr->n; q++)
-				memcpy(dst + q * bytes,
-				       cr->bucket_out + (q * total + off) * esz,
-				       bytes);
-		set_out(oh, &v[j]);
+				ret |= coll_copy(cr, dst + q * bytes,
+						 cr->bucket_out +
+							 (q * total + off) * esz,
+						 bytes);
+		set_out(p, seq, &v[j]);
 	}
+	return ret;
 }
 
-static void run_bucket(struct cgr__coll_rt *cr, uint64_t seq,
-		       struct cgr_reactor *r)
+/* The bucket's data: pack, one operation, unpack. */
+static int bucket_move(struct cgr__coll_rt *cr, uint64_t seq)
 {
-	const void *src[64];
+	const struct cgr__verdict *v = cr->verdicts;
+	struct cgr__coll_desc d;
 	size_t total, esz, off = 0;
 	cgr_dtype dt;
-	int ret;
+	int ret = 0;
 
-	if (bucket_agree(cr, seq, r, src, &total) != 0)
-		return;
-	dt = (cgr_dtype)cr->verdicts[0].out.dtype;
+	if (bucket_judge(cr, seq, &total) != 0)
+		return 0;
+	dt = (cgr_dtype)v[0].out.dtype;
 	esz = cgr_dtype_size(dt);
-	for (size_t j = 0; j < cr->k && src[0] != NULL; j++) {
-		memcpy(cr->bucket_in + off * esz, src[j],
-		       cr->verdicts[j].count * esz);
-		off += cr->verdicts[j].count;
+	for (size_t j = 0; j < cr->k; j++) {
+		cgr_value in;
+		load_input(cr, seq, j, &in);
+		if (data_of(&in) == NULL)
+			break; /* a broadcast's receiver: nothing to pack */
+		ret |= coll_copy(cr, cr->bucket_in + off * esz, data_of(&in),
+				 v[j].count * esz);
+		off += v[j].count;
 	}
-	ret = bucket_move(cr, total, dt);
+	coll_desc(cr, cr->bucket_in,
+		  cr->kind == CGR_COLL_BROADCAST && cr->rank == cr->root ?
+			  cr->bucket_in :
+			  cr->bucket_out,
+		  total, dt, &d);
+	if (ret == 0)
+		ret = coll_call(cr, seq, &d);
+	if (ret == 0)
+		ret = bucket_unpack(cr, seq, total, esz);
 	if (ret < 0)
 		comm_fail(cr, seq, ret);
-	else
-		bucket_unpack(cr, seq, total, esz);
+	return ret;
 }
 
 /*
- * A list over a device edge (mixed value): every reader lays the list out
- * from the producer's slot, copying the bytes items through host memory,
- * while the tensor items' data moves through the communicator, packed into
- * one broadcast.
+ * A list over a device edge (mixed value, CPU communicator only): every
+ * reader lays the list out from the producer's slot, copying the bytes
+ * items through host memory, while the tensor items' data moves through
+ * the communicator, packed into one broadcast.
  */
 static void run_list(struct cgr__coll_rt *cr, uint64_t seq)
 {
@@ -523,39 +572,6 @@ static void run_list(struct cgr__coll_rt *cr, uint64_t seq)
 	}
 }
 
-/* A single-tensor collective's share of the agreement: agrees (unless
- * the shapes are static and agreed already) and says whether this member
- * changed its static shape since.  Returns 1 when a list over a device
- * edge was handled whole, 0 to go on, negative at teardown. */
-static int single_agree(struct cgr__coll_rt *cr, uint64_t seq,
-			struct cgr_reactor *r, const cgr_value *in,
-			bool *changed)
-{
-	struct cgr__agree *mine = cr->mine, *all = cr->cached;
-
-	describe(mine, in, cr->in_ports[0] != CGR__NO_PORT);
-	*changed = false;
-	/* Lists always agree: their host part is read from the producer's
-	 * slot, which only the agreement orders after its writing. */
-	if (!cr->static_shape || !cr->have_cached ||
-	    (cr->edge && all[cr->root].kind == CGR_VALUE_LIST)) {
-		int ret = agree(cr, seq, r);
-		if (ret < 0)
-			return ret;
-		cr->have_cached = true;
-		if (cr->edge && all[cr->root].kind == CGR_VALUE_LIST) {
-			run_list(cr, seq);
-			return 1;
-		}
-		return 0;
-	}
-	/* Static shapes: the first agreement holds for everybody; only
-	 * this member's own change is visible here. */
-	*changed = !same_shape(mine, &all[cr->rank]) ||
-		   mine->kind == CGR_VALUE_ERROR;
-	return 0;
-}
-
 /* The count a member that changed its static shape calls with: its own
  * (so the communicator's check fails everybody on a different count),
  * never more than the agreed one (no result overflows its buffer). */
@@ -586,29 +602,25 @@ static void static_changed(struct cgr__coll_rt *cr, uint64_t seq)
 	coll_fail(cr, seq, CGR_EMISMATCH, msg);
 }
 
-void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
-		   struct cgr_reactor *r)
+/* A single tensor's data, after the agreement (agreed: this execution
+ * agreed; else static shapes agreed before). */
+static void single_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 {
 	struct cgr_compiled *c = cr->c;
+	const struct cgr__port *op = NULL;
+	struct cgr__coll_desc d;
 	struct cgr__verdict v;
-	struct cgr__slot_hdr *oh = NULL;
-	const void *src = NULL;
+	bool changed = false;
 	void *dst = NULL;
-	size_t count;
-	bool changed;
 	cgr_value in;
+	size_t count;
 	int ret;
 
-	if (cr->k > 1) {
-		run_bucket(cr, seq, r);
-		return;
-	}
-	memset(&in, 0, sizeof(in));
-	if (cr->in_ports[0] != CGR__NO_PORT)
-		cgr__value_load(cgr__port_slot(&c->ports[cr->in_ports[0]], seq),
-				&in);
-	if (single_agree(cr, seq, r, &in, &changed) != 0)
-		return; /* a list, or teardown */
+	/* Static shapes: the first agreement holds for everybody; only
+	 * this member's own change is visible here. */
+	if (!agreed)
+		changed = !same_shape(cr->mine, &cr->cached[cr->rank]) ||
+			  cr->mine->kind == CGR_VALUE_ERROR;
 	judge(cr, seq, cr->cached, 1, cr->cap, &v);
 	if (v.err != 0) {
 		coll_fail(cr, seq, v.err, v.msg);
@@ -617,18 +629,109 @@ void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 	count = v.count;
 	if (changed && has_input(cr->kind, cr->rank, cr->root))
 		count = changed_count(cr, v.count);
-	if (cr->in_ports[0] != CGR__NO_PORT)
-		src = in.kind == CGR_VALUE_TENSOR ? in.u.tensor.data :
-						    in.u.bytes.data;
+	load_input(cr, seq, 0, &in);
 	if (cr->out_ports[0] != CGR__NO_PORT) {
-		oh = cgr__port_slot(&c->ports[cr->out_ports[0]], seq);
-		dst = cgr__slot_data(oh);
+		op = &c->ports[cr->out_ports[0]];
+		dst = cgr__port_data(op, seq);
 	}
-	ret = coll_call(cr, src, dst, count, (cgr_dtype)v.out.dtype);
+	coll_desc(cr, data_of(&in), dst, count, (cgr_dtype)v.out.dtype, &d);
+	ret = coll_call(cr, seq, &d);
 	if (ret == 0 && changed)
 		static_changed(cr, seq);
 	else if (ret < 0)
 		comm_fail(cr, seq, ret);
-	else if (oh != NULL)
-		set_out(oh, &v);
+	else if (op != NULL)
+		set_out(op, seq, &v);
+}
+
+void cgr__coll_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
+{
+	if (agreed)
+		cr->have_cached = true;
+	if (cr->k > 1) {
+		bucket_move(cr, seq);
+		return;
+	}
+	if (agreed && cr->edge && cr->cached[cr->root].kind == CGR_VALUE_LIST) {
+		run_list(cr, seq);
+		return;
+	}
+	single_move(cr, seq, agreed);
+}
+
+/* NCCL: the slot's operation, if any: 1 done (its outputs hold error
+ * values if it failed), 0 still running.  Never blocks. */
+int cgr__coll_device_test(struct cgr__coll_rt *cr, uint64_t seq)
+{
+	struct cgr__coll_job *job = &cr->jobs[seq & (cr->c->nslots - 1)];
+	int ret, q;
+
+	if (job->f == NULL)
+		return 1;
+	ret = cgr_future_test(job->f);
+	if (ret == 0)
+		return 0;
+	q = ret == 1 && job->ev != NULL ? cgr_event_query(job->ev) : 1;
+	if (q == 0)
+		return 0;
+	if (ret == 1 && q < 0)
+		ret = q;
+	cgr_future_release(job->f);
+	job->f = NULL;
+	if (ret < 0)
+		comm_fail(cr, seq, ret);
+	return 1;
+}
+
+/* After the move: the event after all of the slot's stream work (the
+ * NCCL operation, a bucket's unpacking). */
+static void device_mark(struct cgr__coll_rt *cr, uint64_t seq)
+{
+	struct cgr__coll_job *job = &cr->jobs[seq & (cr->c->nslots - 1)];
+
+	if (job->f != NULL && job->ev != NULL &&
+	    cgr_event_record(job->ev, cr->s) < 0) {
+		cgr_future_release(job->f);
+		job->f = NULL;
+		comm_fail(cr, seq, CGR_EDEVICE);
+	}
+}
+
+struct dev_wait {
+	struct cgr__coll_rt *cr;
+	uint64_t seq;
+};
+
+static bool device_done(void *arg)
+{
+	struct dev_wait *dw = arg;
+	return cgr__coll_device_test(dw->cr, dw->seq) == 1;
+}
+
+void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
+		   struct cgr_reactor *r)
+{
+	struct cgr_compiled *c = cr->c;
+	bool agreed = false;
+
+	cgr__coll_describe(cr, seq);
+	if (cgr__coll_needs_agree(cr)) {
+		if (agree(cr, seq, r) < 0)
+			return; /* teardown */
+		agreed = true;
+	}
+	cgr__coll_move(cr, seq, agreed);
+	if (!cr->nccl)
+		return;
+	device_mark(cr, seq);
+	/* The one place that waits: the reactor, polling the device. */
+	struct dev_wait dw = { cr, seq };
+	if (cgr__reactor_wait_polled(r, &cr->w->bell, device_done, &dw,
+				     &c->stop, c->p.spin_ns) < 0)
+		comm_fail(cr, seq, -ECANCELED);
+}
+
+void cgr__coll_device_mark(struct cgr__coll_rt *cr, uint64_t seq)
+{
+	device_mark(cr, seq);
 }

@@ -97,8 +97,8 @@ static void task_store(struct cgr_task_ctx *tc, uint64_t seq)
 								"");
 			continue;
 		}
-		ret = cgr__value_store_on(h, p->cap, v,
-					  tc->stream ? tc->s : NULL);
+		ret = cgr__value_store_port(p, seq, v,
+					    tc->stream ? tc->s : NULL);
 		if (ret == 0)
 			continue;
 		snprintf(msg, sizeof(msg),
@@ -175,6 +175,8 @@ static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
 		cgr__task_run(op->tc, seq);
 		break;
 	case CGR__OP_COLL:
+		if (op->coll->async && op->coll->nccl)
+			return cgr__launch_issue(op->coll, seq, r);
 		if (op->coll->async)
 			return cgr__coll_issue(op->coll, seq, r);
 		atomic_store_explicit(&w->current_task, op->coll->name,
@@ -189,7 +191,7 @@ static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
 						       &op->coll->done,
 				      seq + !op->prev);
 	case CGR__OP_SWAIT:
-		return cgr_stream_wait_event(p->streams[op->coll->sclass],
+		return cgr_stream_wait_event(op->coll->s,
 					     op->tc->ev[seq & (c->nslots - 1)]);
 	case CGR__OP_WRITE:
 		for (size_t k = 0; k < op->nchans && ret == 0; k++)
@@ -209,6 +211,11 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 	uint64_t seq;
 	int ret = 0;
 
+	if (p->lq != NULL) {
+		/* NCCL collectives progress whenever the reactor waits. */
+		r->poll = cgr__launch_progress;
+		r->poll_arg = p;
+	}
 	for (seq = 0; ret == 0; seq++) {
 		if (atomic_load_explicit(&c->stop, memory_order_acquire))
 			break;
@@ -217,6 +224,8 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 			ret = run_op(w, p, &p->ops[i], seq, r);
 			if (ret == 0 && p->trace != NULL)
 				cgr__trace_record(p, &p->ops[i], seq, t0);
+			if (cgr__unlikely(p->lq_head != p->lq_tail))
+				cgr__launch_progress(p);
 		}
 		if (ret == 0)
 			atomic_store_explicit(&p->done_seq, seq + 1,
@@ -237,6 +246,9 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 	for (int s = 0; s < CGR__NSTREAMS_ALL; s++)
 		if (p->streams[s] != NULL)
 			cgr_stream_synchronize(p->streams[s], 2000000000);
+	r->poll = NULL;
+	r->poll_arg = NULL;
+	cgr__launch_drain(p);
 	/* W1: the last touch of the program; pairs with teardown's wait. */
 	cgr__future_complete(&p->left, p->left_gen, 0);
 	cgr__compiled_unref(c);

@@ -207,6 +207,8 @@ int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
 			return ready(arg) ? 0 : -ETIMEDOUT;
 		if (r != NULL && cgr__reactor_next_deadline(r) <= now)
 			cgr__reactor_run_timers(r, now);
+		if (r != NULL && r->poll != NULL)
+			r->poll(r->poll_arg);
 		if (mode != CGR_WAIT_BUSY && now >= spin_end)
 			break;
 		sched_yield();
@@ -214,8 +216,12 @@ int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
 	if (r != NULL)
 		r->spins++;
 	/* Park phase. */
-	for (;;) {
+	for (int64_t nap = 2000;;) {
 		uint32_t seq = cgr__bell_prepare(b);
+		bool pending = r != NULL &&
+			       ((r->poll != NULL && r->poll(r->poll_arg)) ||
+				r->devwait > 0);
+		int64_t until = deadline;
 		int ret;
 
 		if (ready(arg)) {
@@ -226,7 +232,16 @@ int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
 			cgr__bell_cancel(b);
 			return -ECANCELED;
 		}
-		ret = cgr__reactor_park(r, b, seq, deadline);
+		if (pending) {
+			int64_t t = cgr__now_ns() + nap;
+			if (t < until)
+				until = t;
+			if (nap < 200000)
+				nap *= 2;
+		}
+		ret = cgr__reactor_park(r, b, seq, until);
+		if (ret == -ETIMEDOUT && until < deadline)
+			ret = 0; /* our own bound, not the caller's */
 		cgr__bell_cancel(b);
 		if (ready(arg))
 			return 0;

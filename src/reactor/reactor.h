@@ -36,6 +36,15 @@ struct cgr_reactor {
 	int uring_err;	/* why io_uring was not used (negative errno) */
 	uint64_t next_timer_id;
 	struct cgr__timer timers[CGR_REACTOR_MAX_TIMERS];
+	/* Device work the reactor polls while it waits (NULL: none): poll
+	 * advances it (a worker's NCCL collectives, exec/launch.c) and says
+	 * whether some is still pending; then a park is bounded (2 us,
+	 * doubling to 200 us), since a device cannot ring a doorbell. */
+	bool (*poll)(void *arg);
+	void *poll_arg;
+	/* Waits in progress whose ready() polls a device itself: parks are
+	 * bounded as for pending poll work. */
+	unsigned devwait;
 	/* Statistics, owner thread only. */
 	uint64_t parks;
 	uint64_t spins;
