@@ -21,7 +21,10 @@
  * waiting in it return only at abort.  fake_nccl_inprogress(polls): group
  * end reports ncclInProgress and settles after that many polls (default
  * 2; 0: ncclSuccess at once).  fake_nccl_misuse() counts forbidden uses,
- * fake_nccl_ops() collectives and transfers run, fake_nccl_order(msg,
+ * fake_nccl_ops() collectives and transfers run, fake_nccl_waiting()
+ * ranks' collectives running on their streams, waiting for the other
+ * ranks' (a rank that arrives last does not wait), fake_nccl_aborts()
+ * ncclCommAbort calls, fake_nccl_order(msg,
  * len) checks that every two devices ran the operations of the
  * communicators they share in the same order.  FAKE_NCCL_VERSION in the
  * environment sets the version reported (default 2.28.9).
@@ -41,7 +44,7 @@
 #define FS 16	      /* collectives in flight per communicator */
 #define PQ 64	      /* sends in flight per (sender, receiver) */
 #define MAXDEV 16
-#define LOGN 4096     /* operations logged per device */
+#define LOGN 65536    /* operations logged per device */
 
 enum { K_ALLREDUCE = 1, K_ALLGATHER, K_REDUCESCATTER, K_REDUCE, K_BROADCAST,
        K_GATHER, K_SCATTER, K_ALLTOALL, K_SEND, K_RECV };
@@ -55,6 +58,7 @@ struct fop {
 	ncclRedOp_t op;
 	int root; /* the peer of a send or receive */
 	uint64_t seq; /* collectives: #k of the rank */
+	int dev, logi; /* where the order log holds it (-1: nowhere) */
 };
 
 struct world; /* the ranks of one communicator */
@@ -116,7 +120,7 @@ static struct world *worlds;
 static int nworlds;
 static _Atomic int fake_fail_err;
 static _Atomic int fake_polls = 2;
-static _Atomic long misuse, nops;
+static _Atomic long misuse, nops, nwaiting, naborts;
 static int dlog[MAXDEV][LOGN], ndlog[MAXDEV];
 static __thread struct {
 	int depth;
@@ -133,6 +137,8 @@ void fake_nccl_fail(int err);
 void fake_nccl_inprogress(int polls);
 long fake_nccl_misuse(void);
 long fake_nccl_ops(void);
+long fake_nccl_waiting(void);
+long fake_nccl_aborts(void);
 int fake_nccl_order(char *msg, size_t len);
 
 static void bad(const char *what)
@@ -168,6 +174,16 @@ long fake_nccl_misuse(void)
 long fake_nccl_ops(void)
 {
 	return atomic_load(&nops);
+}
+
+long fake_nccl_waiting(void)
+{
+	return atomic_load(&nwaiting);
+}
+
+long fake_nccl_aborts(void)
+{
+	return atomic_load(&naborts);
 }
 
 /* Two devices ran the operations of the communicators they share in the
@@ -223,11 +239,27 @@ int fake_nccl_order(char *msg, size_t len)
 	return ret;
 }
 
-static void note(int dev, int world)
+/* Logs an operation of world issued on dev: its index, or -1. */
+static int note(int dev, int world)
+{
+	int i = -1;
+
+	pthread_mutex_lock(&reg_mu);
+	if (dev >= 0 && dev < MAXDEV && ndlog[dev] < LOGN) {
+		i = ndlog[dev]++;
+		dlog[dev][i] = world;
+	}
+	pthread_mutex_unlock(&reg_mu);
+	return i;
+}
+
+/* An operation its communicator's abort cancelled never ran: no order
+ * constrains it. */
+static void unnote(int dev, int i)
 {
 	pthread_mutex_lock(&reg_mu);
-	if (dev >= 0 && dev < MAXDEV && ndlog[dev] < LOGN)
-		dlog[dev][ndlog[dev]++] = world;
+	if (i >= 0)
+		dlog[dev][i] = -1;
 	pthread_mutex_unlock(&reg_mu);
 }
 
@@ -391,8 +423,10 @@ static void run_group(void *arg);
 static void launch(struct ncclComm *c, cudaStream_t s, struct fgroup *g)
 {
 	atomic_fetch_add(&c->w->inflight[c->rank], 1);
-	for (int i = 0; i < g->n; i++)
-		note(c->dev, c->w->id);
+	for (int i = 0; i < g->n; i++) {
+		g->ops[i].dev = c->dev;
+		g->ops[i].logi = note(c->dev, c->w->id);
+	}
 	cudaLaunchHostFunc(s, run_group, g);
 }
 
@@ -468,6 +502,7 @@ ncclResult_t ncclCommAbort(ncclComm_t c)
 	struct world *w = c->w;
 
 	enter(c);
+	atomic_fetch_add(&naborts, 1);
 	pthread_mutex_lock(&w->mu);
 	w->dead = true;
 	pthread_cond_broadcast(&w->cv);
@@ -587,8 +622,12 @@ static void collective(struct world *w, int r, const struct fop *op)
 		cs->done = true;
 		pthread_cond_broadcast(&w->cv);
 	}
+	atomic_fetch_add(&nwaiting, 1);
 	while (!cs->done && !w->dead)
 		pthread_cond_wait(&w->cv, &w->mu);
+	atomic_fetch_sub(&nwaiting, 1);
+	if (!cs->done)
+		unnote(op->dev, op->logi);
 	if (++cs->left == w->n) {
 		cs->arrived = cs->left = 0;
 		pthread_cond_broadcast(&w->cv);
@@ -760,13 +799,13 @@ ncclResult_t ncclAllReduce(const void *sb, void *rb, size_t n,
 			   ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
 			   cudaStream_t s)
 {
-	return add(c, s, (struct fop){ K_ALLREDUCE, sb, rb, n, t, op, 0, 0 });
+	return add(c, s, (struct fop){ K_ALLREDUCE, sb, rb, n, t, op, 0, 0, -1, -1 });
 }
 
 ncclResult_t ncclAllGather(const void *sb, void *rb, size_t n,
 			   ncclDataType_t t, ncclComm_t c, cudaStream_t s)
 {
-	return add(c, s, (struct fop){ K_ALLGATHER, sb, rb, n, t, 0, 0, 0 });
+	return add(c, s, (struct fop){ K_ALLGATHER, sb, rb, n, t, 0, 0, 0, -1, -1 });
 }
 
 ncclResult_t ncclReduceScatter(const void *sb, void *rb, size_t n,
@@ -774,49 +813,50 @@ ncclResult_t ncclReduceScatter(const void *sb, void *rb, size_t n,
 			       ncclComm_t c, cudaStream_t s)
 {
 	return add(c, s,
-		   (struct fop){ K_REDUCESCATTER, sb, rb, n, t, op, 0, 0 });
+		   (struct fop){ K_REDUCESCATTER, sb, rb, n, t, op, 0, 0, -1, -1 });
 }
 
 ncclResult_t ncclReduce(const void *sb, void *rb, size_t n, ncclDataType_t t,
 			ncclRedOp_t op, int root, ncclComm_t c, cudaStream_t s)
 {
-	return add(c, s, (struct fop){ K_REDUCE, sb, rb, n, t, op, root, 0 });
+	return add(c, s, (struct fop){ K_REDUCE, sb, rb, n, t, op, root, 0, -1, -1 });
 }
 
 ncclResult_t ncclBroadcast(const void *sb, void *rb, size_t n,
 			   ncclDataType_t t, int root, ncclComm_t c,
 			   cudaStream_t s)
 {
-	return add(c, s, (struct fop){ K_BROADCAST, sb, rb, n, t, 0, root, 0 });
+	return add(c, s,
+		   (struct fop){ K_BROADCAST, sb, rb, n, t, 0, root, 0, -1, -1 });
 }
 
 ncclResult_t ncclGather(const void *sb, void *rb, size_t n, ncclDataType_t t,
 			int root, ncclComm_t c, cudaStream_t s)
 {
-	return add(c, s, (struct fop){ K_GATHER, sb, rb, n, t, 0, root, 0 });
+	return add(c, s, (struct fop){ K_GATHER, sb, rb, n, t, 0, root, 0, -1, -1 });
 }
 
 ncclResult_t ncclScatter(const void *sb, void *rb, size_t n,
 			 ncclDataType_t t, int root, ncclComm_t c,
 			 cudaStream_t s)
 {
-	return add(c, s, (struct fop){ K_SCATTER, sb, rb, n, t, 0, root, 0 });
+	return add(c, s, (struct fop){ K_SCATTER, sb, rb, n, t, 0, root, 0, -1, -1 });
 }
 
 ncclResult_t ncclAlltoAll(const void *sb, void *rb, size_t n,
 			  ncclDataType_t t, ncclComm_t c, cudaStream_t s)
 {
-	return add(c, s, (struct fop){ K_ALLTOALL, sb, rb, n, t, 0, 0, 0 });
+	return add(c, s, (struct fop){ K_ALLTOALL, sb, rb, n, t, 0, 0, 0, -1, -1 });
 }
 
 ncclResult_t ncclSend(const void *sb, size_t n, ncclDataType_t t, int peer,
 		      ncclComm_t c, cudaStream_t s)
 {
-	return add(c, s, (struct fop){ K_SEND, sb, NULL, n, t, 0, peer, 0 });
+	return add(c, s, (struct fop){ K_SEND, sb, NULL, n, t, 0, peer, 0, -1, -1 });
 }
 
 ncclResult_t ncclRecv(void *rb, size_t n, ncclDataType_t t, int peer,
 		      ncclComm_t c, cudaStream_t s)
 {
-	return add(c, s, (struct fop){ K_RECV, NULL, rb, n, t, 0, peer, 0 });
+	return add(c, s, (struct fop){ K_RECV, NULL, rb, n, t, 0, peer, 0, -1, -1 });
 }

@@ -67,6 +67,14 @@ static inline void t_init(int argc, char **argv, unsigned limit_s)
 	alarm(limit_s);
 }
 
+/* CLOCK_MONOTONIC in ns (for reporting durations, never for waiting). */
+static inline int64_t t_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 static inline long t_scale(long n)
 {
 	const char *s = getenv("CGR_TEST_SCALE");

@@ -287,23 +287,20 @@ static void *abort_main(void *arg)
 /*
  * The communicator fails for good with code (the first failure wins):
  * every pending and later operation fails with it, and the aborter
- * starts.  Any thread; never waits for NCCL.
+ * starts.  Any thread; never waits for NCCL.  Logged at level (an abort
+ * asked for is no error of the communicator's).
  */
-static void comm_fail(struct ncomm *c, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void comm_fail(struct ncomm *c, int code, const char *fmt, ...)
+static void comm_failv(struct ncomm *c, int code, int level, const char *fmt,
+		       va_list ap)
 {
-	va_list ap;
-
 	pthread_mutex_lock(&c->fail_lock);
 	if (atomic_load_explicit(&c->failed, memory_order_relaxed) == 0) {
-		va_start(ap, fmt);
 		vsnprintf(c->why, sizeof(c->why), fmt, ap);
-		va_end(ap);
 		/* F0: release: why; pairs with failed_code's acquire. */
 		atomic_store_explicit(&c->failed, code < 0 ? code : -EIO,
 				      memory_order_release);
-		cgr__err(c->base.log, "nccl communicator failed: %s", c->why);
+		cgr__log(c->base.log, level, "nccl communicator %s: %s",
+			 level == CGR_LOG_ERROR ? "failed" : "stopped", c->why);
 		/* The CPU communicators of the agreement: a rank waiting
 		 * there for a peer that will not come returns. */
 		cgr_comm_abort(c->sd);
@@ -314,6 +311,28 @@ static void comm_fail(struct ncomm *c, int code, const char *fmt, ...)
 			abort_main(c);
 	}
 	pthread_mutex_unlock(&c->fail_lock);
+}
+
+static void comm_fail(struct ncomm *c, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void comm_fail(struct ncomm *c, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	comm_failv(c, code, CGR_LOG_ERROR, fmt, ap);
+	va_end(ap);
+}
+
+static void comm_stop(struct ncomm *c, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void comm_stop(struct ncomm *c, int code, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	comm_failv(c, code, CGR_LOG_INFO, fmt, ap);
+	va_end(ap);
 }
 
 static int failed_code(const struct ncomm *c)
@@ -540,7 +559,7 @@ static void nccl_destroy(cgr_comm *cc)
 
 static int nccl_abort(cgr_comm *cc)
 {
-	comm_fail(ncomm_of(cc), -ECANCELED, "communicator aborted");
+	comm_stop(ncomm_of(cc), -ECANCELED, "communicator aborted");
 	return 0;
 }
 

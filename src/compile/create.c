@@ -139,6 +139,7 @@ static int create_device_ports(struct cgr_compiled *c)
 		if (ret < 0)
 			return ret;
 		p->dmem = m;
+		p->ddev = c->ddevs[c->ndallocs - 1]; /* the compile's ref */
 	}
 	return 0;
 }
@@ -147,16 +148,17 @@ static int create_device_ports(struct cgr_compiled *c)
  * worker's device, one per kind), their events, device buckets. */
 static int create_nccl(struct cgr_compiled *c, struct cgr__prog *p)
 {
-	uint32_t nasync = 0;
+	uint32_t nnccl = 0;
 	int ret;
 
 	for (size_t k = 0; k < p->nops; k++)
-		nasync += p->ops[k].kind == CGR__OP_COLL &&
-			  p->ops[k].coll->nccl && p->ops[k].coll->async;
-	if (nasync > 0) {
-		/* nslots jobs per collective at most (issue waits for the
-		 * slot's previous run). */
-		p->lq_cap = nasync * c->nslots;
+		nnccl += p->ops[k].kind == CGR__OP_COLL &&
+			  p->ops[k].coll->nccl;
+	if (nnccl > 0) {
+		/* Every NCCL collective goes through the queue (with overlap
+		 * off the thread waits for each); nslots jobs per collective
+		 * at most (issue waits for the slot's previous run). */
+		p->lq_cap = nnccl * c->nslots;
 		p->lq = cgr__c_alloc(c, p->lq_cap * sizeof(*p->lq));
 		if (p->lq == NULL)
 			return -ENOMEM;
@@ -176,6 +178,13 @@ static int create_nccl(struct cgr_compiled *c, struct cgr__prog *p)
 			if ((ret = cgr_event_create(c->ctx,
 						    &cr->jobs[q].ev)) < 0)
 				return ret;
+		/* Static shapes: what a member whose input changed sends
+		 * (a scatter's root sends n results). */
+		size_t nres = cr->kind == CGR_COLL_SCATTER ? (size_t)cr->n : 1;
+		if (cr->late != NULL &&
+		    (ret = cgr__c_dalloc(c, p->w->device, cr->cap * nres,
+					 &cr->dscratch)) < 0)
+			return ret;
 		if (cr->k == 1)
 			continue; /* no bucket (a list's is CPU only) */
 		ret = cgr__c_dalloc(c, p->w->device, cr->k * cr->cap, &bi);
@@ -205,5 +214,8 @@ int cgr__create(struct cgr__cc *cc)
 		ret = create_streams(c, &c->progs[i]);
 	for (size_t i = 0; ret == 0 && i < c->nprogs; i++)
 		ret = create_nccl(c, &c->progs[i]);
+	for (size_t i = 0; i < c->nprogs; i++)
+		c->progs[i].gate = c->progs[i].nops > 0 &&
+				   c->progs[i].ops[0].kind != CGR__OP_READ;
 	return ret;
 }

@@ -443,6 +443,9 @@ static int coll_scratch(struct cgr_compiled *c, struct cgr__coll_rt *cr)
 	cr->cached = cgr__c_alloc(c, n * k * sizeof(struct cgr__agree));
 	if (cr->mine == NULL || cr->cached == NULL)
 		return -ENOMEM;
+	if (cr->nccl && cr->static_shape &&
+	    (cr->late = cgr__c_alloc(c, n * sizeof(struct cgr__agree))) == NULL)
+		return -ENOMEM;
 	if (k == 1 && cr->edge) {
 		/* Lists over a device edge: their tensors travel packed. */
 		cr->bucket_in = cgr__c_alloc(c, cr->cap);

@@ -132,6 +132,11 @@ struct cgr__coll_rt {
 	struct cgr__board *board; /* shared by the members */
 	struct cgr__agree *cached; /* n * k: the last agreement */
 	bool have_cached;
+	/* NCCL with static shapes: every member's records of this execution,
+	 * collected after the data moved (the late verdict, exec/coll.c),
+	 * and the device buffer a member whose input changed sends from. */
+	struct cgr__agree *late;
+	void *dscratch;
 	size_t cap; /* data capacity of the outputs, the same on every member */
 	char *name;
 	/* Overlap: the job runs on the worker's communication stream, then
@@ -171,7 +176,8 @@ struct cgr__ljob {
 	struct cgr__coll_rt *cr;
 	uint64_t seq;
 	int state;
-	bool agreed;
+	bool agreed; /* agrees before the move */
+	bool late;   /* NCCL static shapes: checks after the move */
 	int64_t t0;
 };
 
@@ -194,6 +200,11 @@ struct cgr__prog {
 	struct cgr_future left; /* completed when the worker leaves */
 	uint32_t left_gen;
 	_Atomic uint64_t done_seq; /* executions completed (for reports) */
+	/* The program's first operation is no READ: it waits for the driver
+	 * to admit each execution (else a task without inputs, or the
+	 * receiving end of a collective, would run executions nobody asked
+	 * for; every READ implies admission, by induction). */
+	bool gate;
 	/* Trace: the first trace_cap operations, written by the worker only;
 	 * trace_n is published with release after each record. */
 	struct cgr__trace_ev *trace;
@@ -245,6 +256,12 @@ struct cgr_compiled {
 	uint8_t *released; /* per slot */
 
 	_Atomic uint32_t stop;
+	/* Executions admitted (cgr_execute; release), gated programs wait
+	 * for it. */
+	_Atomic uint64_t admitted;
+	/* Teardown: until when a leaving worker finishes NCCL operations
+	 * it enqueued (its peers finish theirs), before aborting. */
+	_Atomic int64_t drain_deadline;
 	int64_t t_start; /* compile time: trace timestamps start here */
 #ifdef CGR_FAULT_INJECTION
 	/* Tests only (exec/fault.c): the communication streams sleep a

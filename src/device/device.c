@@ -600,6 +600,12 @@ void cgr_future_release(cgr_future *f)
 {
 	struct cgr__dfuture *df = cgr__dfuture_of(f);
 
-	if (df != NULL)
+	if (df == NULL)
+		return;
+	/* A polled future nobody saw done: its completer is whoever polls,
+	 * and the holder who stops caring takes the completer's reference
+	 * along (a stream still waiting on it polls to the end). */
+	if (df->poll != NULL && !atomic_flag_test_and_set(&df->claimed))
 		cgr__dfuture_put(df);
+	cgr__dfuture_put(df);
 }

@@ -11,7 +11,13 @@
  * left waiting inside the communicator for a member that decided
  * otherwise.  With static shapes only the first execution agrees; later
  * a member that changed its shape still takes part with its real count,
- * so the communicator's own check fails every member.
+ * so the CPU communicator's own check fails every member.  NCCL checks
+ * nothing (different counts hang or corrupt), so there every member
+ * takes part with the agreed count, one whose input changed sending from
+ * a scratch buffer, and posts its description anyway: once the data
+ * moved, every member collects all of them and reaches the same late
+ * verdict (a change or an error value anywhere fails every member's
+ * outputs, naming the rank).  The post costs no wait before the launch.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -588,18 +594,42 @@ static size_t changed_count(const struct cgr__coll_rt *cr, size_t agreed)
 	return ne == agreed ? ne : (ne < agreed ? ne : 0);
 }
 
-static void static_changed(struct cgr__coll_rt *cr, uint64_t seq)
+/* Rank's input a (static shape) differs from the agreed one: every
+ * output of this member fails, naming it. */
+static void static_changed(struct cgr__coll_rt *cr, uint64_t seq, int rank,
+			   const struct cgr__agree *a)
 {
-	char msg[400], sa[120], sb[120];
+	char msg[500], sa[120], sb[120];
 
-	fmt_shape(sa, sizeof(sa), &cr->cached[cr->rank]);
-	fmt_shape(sb, sizeof(sb), cr->mine);
+	fmt_shape(sa, sizeof(sa), &cr->cached[rank]);
+	if (a->kind == CGR_VALUE_ERROR) {
+		snprintf(msg, sizeof(msg),
+			 "%s %s (execution %llu): rank %d contributed an "
+			 "error value: %s",
+			 cgr__coll_kind_name(cr->kind), cr->name,
+			 (unsigned long long)seq, rank, a->msg);
+		coll_fail(cr, seq, a->code ? a->code : CGR_ETASK, msg);
+		return;
+	}
+	fmt_shape(sb, sizeof(sb), a);
 	snprintf(msg, sizeof(msg),
 		 "%s %s (execution %llu): rank %d changed its static shape "
 		 "from %s to %s",
 		 cgr__coll_kind_name(cr->kind), cr->name,
-		 (unsigned long long)seq, cr->rank, sa, sb);
+		 (unsigned long long)seq, rank, sa, sb);
 	coll_fail(cr, seq, CGR_EMISMATCH, msg);
+}
+
+void cgr__coll_late_verdict(struct cgr__coll_rt *cr, uint64_t seq,
+			    const struct cgr__agree *all)
+{
+	for (int r = 0; r < cr->n; r++)
+		if (has_input(cr->kind, r, cr->root) &&
+		    (all[r].kind == CGR_VALUE_ERROR ||
+		     !same_shape(&all[r], &cr->cached[r]))) {
+			static_changed(cr, seq, r, &all[r]);
+			return;
+		}
 }
 
 /* A single tensor's data, after the agreement (agreed: this execution
@@ -611,6 +641,7 @@ static void single_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 	struct cgr__coll_desc d;
 	struct cgr__verdict v;
 	bool changed = false;
+	const void *src;
 	void *dst = NULL;
 	cgr_value in;
 	size_t count;
@@ -627,17 +658,20 @@ static void single_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 		return;
 	}
 	count = v.count;
-	if (changed && has_input(cr->kind, cr->rank, cr->root))
+	if (changed && !cr->nccl && has_input(cr->kind, cr->rank, cr->root))
 		count = changed_count(cr, v.count);
 	load_input(cr, seq, 0, &in);
+	src = data_of(&in);
+	if (changed && cr->nccl && has_input(cr->kind, cr->rank, cr->root))
+		src = cr->dscratch; /* the late verdict fails it */
 	if (cr->out_ports[0] != CGR__NO_PORT) {
 		op = &c->ports[cr->out_ports[0]];
 		dst = cgr__port_data(op, seq);
 	}
-	coll_desc(cr, data_of(&in), dst, count, (cgr_dtype)v.out.dtype, &d);
+	coll_desc(cr, src, dst, count, (cgr_dtype)v.out.dtype, &d);
 	ret = coll_call(cr, seq, &d);
-	if (ret == 0 && changed)
-		static_changed(cr, seq);
+	if (ret == 0 && changed && !cr->nccl)
+		static_changed(cr, seq, cr->rank, cr->mine);
 	else if (ret < 0)
 		comm_fail(cr, seq, ret);
 	else if (op != NULL)
@@ -685,7 +719,7 @@ int cgr__coll_device_test(struct cgr__coll_rt *cr, uint64_t seq)
 
 /* After the move: the event after all of the slot's stream work (the
  * NCCL operation, a bucket's unpacking). */
-static void device_mark(struct cgr__coll_rt *cr, uint64_t seq)
+void cgr__coll_device_mark(struct cgr__coll_rt *cr, uint64_t seq)
 {
 	struct cgr__coll_job *job = &cr->jobs[seq & (cr->c->nslots - 1)];
 
@@ -697,21 +731,11 @@ static void device_mark(struct cgr__coll_rt *cr, uint64_t seq)
 	}
 }
 
-struct dev_wait {
-	struct cgr__coll_rt *cr;
-	uint64_t seq;
-};
-
-static bool device_done(void *arg)
-{
-	struct dev_wait *dw = arg;
-	return cgr__coll_device_test(dw->cr, dw->seq) == 1;
-}
-
+/* The CPU communicator's collectives: agreement, then the move, on the
+ * caller's thread (NCCL's go through exec/launch.c). */
 void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 		   struct cgr_reactor *r)
 {
-	struct cgr_compiled *c = cr->c;
 	bool agreed = false;
 
 	cgr__coll_describe(cr, seq);
@@ -721,17 +745,4 @@ void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 		agreed = true;
 	}
 	cgr__coll_move(cr, seq, agreed);
-	if (!cr->nccl)
-		return;
-	device_mark(cr, seq);
-	/* The one place that waits: the reactor, polling the device. */
-	struct dev_wait dw = { cr, seq };
-	if (cgr__reactor_wait_polled(r, &cr->w->bell, device_done, &dw,
-				     &c->stop, c->p.spin_ns) < 0)
-		comm_fail(cr, seq, -ECANCELED);
-}
-
-void cgr__coll_device_mark(struct cgr__coll_rt *cr, uint64_t seq)
-{
-	device_mark(cr, seq);
 }

@@ -61,6 +61,11 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 			if (ret < 0)
 				return ret;
 		}
+	/* A1: admits seq; pairs with the gated programs' acquire. */
+	atomic_store_explicit(&c->admitted, seq + 1, memory_order_release);
+	for (size_t i = 0; i < c->nprogs; i++)
+		if (c->progs[i].gate)
+			cgr__bell_ring(&c->progs[i].w->bell);
 	*out = seq;
 	return 0;
 }
@@ -167,14 +172,22 @@ int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
 	if (timeout_ns < 0)
 		timeout_ns = 1000000000;
 	deadline = cgr__deadline(timeout_ns);
+	/* Half the time for NCCL operations to finish (exec/launch.c). */
+	atomic_store_explicit(&c->drain_deadline,
+			      cgr__deadline(timeout_ns / 2),
+			      memory_order_relaxed);
 	/* T1: stop, then wake every worker wherever it parks. */
 	atomic_store_explicit(&c->stop, 1, memory_order_release);
 	for (size_t i = 0; i < c->nprogs; i++)
 		cgr__bell_ring_force(&c->progs[i].w->bell);
-	/* T2: then abort the communicators, so that a member waiting inside
-	 * a collective for a member that already left returns. */
+	/* T2: then abort the CPU communicators, so that a member waiting
+	 * inside a collective for a member that already left returns.  No
+	 * thread waits inside NCCL (exec/launch.c): a worker leaving with
+	 * an NCCL operation still pending aborts that communicator itself,
+	 * and the others stay whole (finalized, not aborted, at free). */
 	for (size_t i = 0; i < c->nused_comms; i++)
-		cgr_comm_abort(c->used_comms[i]);
+		if (c->used_comms[i]->backend != CGR_BACKEND_NCCL)
+			cgr_comm_abort(c->used_comms[i]);
 	for (size_t i = 0; i < c->nprogs; i++) {
 		struct cgr__prog *p = &c->progs[i];
 		cgr_worker *w = p->w;

@@ -18,34 +18,35 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
  * forwards an error value among the inputs), stores its outputs. */
 void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq);
 
-/* Runs member cr's share of a collective for execution seq, on its
- * worker's thread (r: its reactor) or a stream's executor (r NULL). */
+/* Runs member cr's share of a CPU communicator's collective for
+ * execution seq, on its worker's thread (r: its reactor) or a stream's
+ * executor (r NULL). */
 void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 		   struct cgr_reactor *r);
 
 /* The phases of a collective (coll.c), for the NCCL queue: describe
  * this member's inputs, whether this execution agrees (static shapes
  * agree once), the data's move after the agreement (on NCCL: enqueued,
- * then marked by the slot's event), and a test of the slot's device
- * operation (1 done: its outputs hold error values if it failed). */
+ * then marked by the slot's event), a test of the slot's device
+ * operation (1 done: its outputs hold error values if it failed), and
+ * the late verdict of static shapes on NCCL over every member's records
+ * of the execution (all: n). */
 void cgr__coll_describe(struct cgr__coll_rt *cr, uint64_t seq);
 bool cgr__coll_needs_agree(const struct cgr__coll_rt *cr);
 void cgr__coll_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed);
 void cgr__coll_device_mark(struct cgr__coll_rt *cr, uint64_t seq);
 int cgr__coll_device_test(struct cgr__coll_rt *cr, uint64_t seq);
+void cgr__coll_late_verdict(struct cgr__coll_rt *cr, uint64_t seq,
+			    const struct cgr__agree *all);
 
-/* NCCL collectives with overlap (launch.c): the worker's queue.  issue
- * (the thread, at the COLL) describes and queues; progress (the reactor's
- * poll hook, and between operations) advances it and says whether jobs
- * are pending; drain drops what is left when the worker leaves. */
+/* NCCL collectives (launch.c): the worker's queue.  issue (the thread,
+ * at the COLL) describes and queues; progress (the reactor's poll hook,
+ * and between operations) advances it and says whether jobs are
+ * pending; drain drops what is left when the worker leaves. */
 int cgr__launch_issue(struct cgr__coll_rt *cr, uint64_t seq,
 		      struct cgr_reactor *r);
 bool cgr__launch_progress(void *arg);
 void cgr__launch_drain(struct cgr__prog *p);
-/* A reactor wait whose ready() polls a device: parks stay bounded. */
-int cgr__reactor_wait_polled(struct cgr_reactor *r, struct cgr_bell *b,
-			     cgr__ready_fn ready, void *arg,
-			     const _Atomic uint32_t *cancel, int64_t spin_ns);
 
 /* Overlap (stream.c): issues collective cr of execution seq to its
  * communication stream; runs stream task tc (its function now, its work

@@ -9,9 +9,9 @@
  * when the other members finished at once and told it so.  The turn goes
  * round (member = execution mod n, stream = execution / n mod 4: the
  * collective, send, recv and compute streams), so each (member, stream)
- * is the late one in a fixed share; a late compute stream is late four times as long (its outputs
- * may be read only after a chain of collectives and other workers' stream
- * tasks).
+ * is the late one in a fixed share; a late compute stream is late four
+ * times as long (its outputs may be read only after a chain of
+ * collectives and other workers' stream tasks).
  */
 #include <time.h>
 

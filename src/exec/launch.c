@@ -1,5 +1,5 @@
 /*
- * exec/launch.c: collectives on NCCL with overlap.  NCCL needs every
+ * exec/launch.c: collectives on NCCL.  NCCL needs every
  * device to see the operations of all its communicators in one order, so
  * a worker's NCCL collectives form one queue (the schedule's NCCL stream,
  * CGR__S_NCCL, in the global order): the thread issues a job (its input
@@ -9,16 +9,20 @@
  * the NCCL operation on its CUDA stream, then polls the slot's event.
  * When the head is done its fused WRITE runs and done is published (D1),
  * and the next job starts: one job at a time, as on a stream, which is
- * what the compiler's schedule model (verify.c, prune.c) assumes.
+ * what the compiler's schedule model (verify.c, prune.c) assumes.  With
+ * overlap off the thread issues and then waits for the job's done.
+ * Static shapes post their description anyway and collect everybody's
+ * once the data moved (the late verdict, coll.c) before completing.
  *
  * A failure (the communicator, the device) turns the job's outputs into
  * error values; the job still completes, so no reader waits forever.
  */
 #include <errno.h>
+#include <time.h>
 
 #include "exec/exec.h"
 
-enum { L_NEW, L_POSTED, L_RUNNING };
+enum { L_NEW, L_POSTED, L_RUNNING, L_VERDICT };
 
 /* The queue's head job finished: its fused WRITE, done. */
 static void complete(struct cgr__prog *p, struct cgr__ljob *j)
@@ -30,7 +34,7 @@ static void complete(struct cgr__prog *p, struct cgr__ljob *j)
 	for (size_t k = 0; fw != NULL && k < fw->nchans; k++)
 		cgr__chan_write(&c->chans[fw->chans[k]], j->seq, &c->stop,
 				CGR_FOREVER);
-	if (p->strace[CGR__S_NCCL] != NULL)
+	if (cr->async && p->strace[CGR__S_NCCL] != NULL)
 		cgr__strace_record(p, CGR__S_NCCL, cr, NULL, j->seq, j->t0);
 	/* D1: publishes the outputs; pairs with D2. */
 	atomic_store_explicit(&cr->done, j->seq + 1, memory_order_release);
@@ -46,7 +50,8 @@ static bool step(struct cgr__prog *p, struct cgr__ljob *j)
 	switch (j->state) {
 	case L_NEW:
 		j->agreed = cgr__coll_needs_agree(cr);
-		if (j->agreed &&
+		j->late = !j->agreed && cr->late != NULL;
+		if ((j->agreed || j->late) &&
 		    cgr__board_try_post(cr->board, cr->rank, j->seq,
 					cr->mine) != 0)
 			return false;
@@ -62,9 +67,18 @@ static bool step(struct cgr__prog *p, struct cgr__ljob *j)
 		cgr__coll_device_mark(cr, j->seq);
 		j->state = L_RUNNING;
 		return true;
-	default:
+	case L_RUNNING:
 		if (cgr__coll_device_test(cr, j->seq) == 0)
 			return false;
+		j->state = L_VERDICT;
+		return true;
+	default:
+		if (j->late) {
+			if (cgr__board_try_collect(cr->board, cr->rank, j->seq,
+						   cr->late) != 0)
+				return false;
+			cgr__coll_late_verdict(cr, j->seq, cr->late);
+		}
 		complete(p, j);
 		return true;
 	}
@@ -87,6 +101,10 @@ int cgr__launch_issue(struct cgr__coll_rt *cr, uint64_t seq,
 	struct cgr__prog *p = cr->prog;
 	struct cgr__ljob *j;
 
+	/* Nothing new once the graph stops (a worker abandoned in a task
+	 * comes back here): its peers are gone. */
+	if (atomic_load_explicit(&c->stop, memory_order_acquire))
+		return -ECANCELED;
 	/* The slot's job from nslots executions ago must have run (and the
 	 * queue has room: it holds nslots jobs per collective). */
 	if (seq >= c->nslots) {
@@ -104,27 +122,50 @@ int cgr__launch_issue(struct cgr__coll_rt *cr, uint64_t seq,
 	return 0;
 }
 
+/* Whether the job's operation may still run on the device: enqueued
+ * (its future) or running (its event, recorded right after). */
+static bool on_device(struct cgr__coll_job *job)
+{
+	if (job->f == NULL)
+		return false;
+	return cgr_future_test(job->f) == 0 ||
+	       (job->ev != NULL && cgr_event_query(job->ev) == 0);
+}
+
+/*
+ * The worker leaves (teardown, or its device failed).  Its peers may
+ * have enqueued the operations its queued jobs meet, so the queue goes
+ * on (posting, collecting, enqueueing, completing; the peers' drains do
+ * the same) until it is empty or the drain deadline passes: a clean
+ * teardown ends with every communicator whole (finalized, not aborted,
+ * when freed).  What is left then may wait for a member that will never
+ * come (stuck in a task): the communicator of a job enqueued is
+ * aborted, which fails every rank's pending operations, and the jobs are
+ * dropped.  A job not enqueued by the deadline was enqueued by nobody
+ * (an agreement some member never joined, as every member that collects
+ * enqueues at once; static shapes enqueue right after posting).
+ */
 void cgr__launch_drain(struct cgr__prog *p)
 {
-	/* Teardown: the communicators were aborted; what is left fails. */
+	int64_t deadline = atomic_load_explicit(&p->c->drain_deadline,
+						memory_order_relaxed);
+	long nap = 1000;
+
+	if (deadline == 0)
+		deadline = cgr__deadline(1000000000);
+	while (cgr__launch_progress(p) && cgr__now_ns() < deadline) {
+		struct timespec ts = { 0, nap };
+		nanosleep(&ts, NULL);
+		if (nap < 200000)
+			nap *= 2;
+	}
 	while (p->lq_head != p->lq_tail) {
 		struct cgr__ljob *j = &p->lq[p->lq_head++ % p->lq_cap];
 		struct cgr__coll_job *job =
 			&j->cr->jobs[j->seq & (p->c->nslots - 1)];
+		if (on_device(job))
+			cgr_comm_abort(j->cr->comm);
 		cgr_future_release(job->f);
 		job->f = NULL;
 	}
-}
-
-int cgr__reactor_wait_polled(struct cgr_reactor *r, struct cgr_bell *b,
-			     cgr__ready_fn ready, void *arg,
-			     const _Atomic uint32_t *cancel, int64_t spin_ns)
-{
-	int ret;
-
-	r->devwait++;
-	ret = cgr__reactor_wait(r, b, ready, arg, cancel, CGR_WAIT_ADAPTIVE,
-				spin_ns, CGR_FOREVER);
-	r->devwait--;
-	return ret;
 }

@@ -181,7 +181,14 @@ static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
 			return cgr__coll_issue(op->coll, seq, r);
 		atomic_store_explicit(&w->current_task, op->coll->name,
 				      memory_order_relaxed);
-		cgr__coll_run(op->coll, seq, r);
+		if (op->coll->nccl) {
+			ret = cgr__launch_issue(op->coll, seq, r);
+			if (ret == 0)
+				ret = cgr__wait_done(c, w, r, &op->coll->done,
+						     seq + 1);
+		} else {
+			cgr__coll_run(op->coll, seq, r);
+		}
 		atomic_store_explicit(&w->current_task, NULL,
 				      memory_order_relaxed);
 		break;
@@ -219,6 +226,12 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 	for (seq = 0; ret == 0; seq++) {
 		if (atomic_load_explicit(&c->stop, memory_order_acquire))
 			break;
+		/* A1: pairs with cgr_execute's release. */
+		if (p->gate &&
+		    atomic_load_explicit(&c->admitted, memory_order_acquire) <=
+			    seq &&
+		    (ret = cgr__wait_done(c, w, r, &c->admitted, seq + 1)) < 0)
+			continue; /* leaves, in execution seq */
 		for (size_t i = 0; i < p->nops && ret == 0; i++) {
 			int64_t t0 = p->trace != NULL ? cgr__now_ns() : 0;
 			ret = run_op(w, p, &p->ops[i], seq, r);

@@ -218,9 +218,8 @@ int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
 	/* Park phase. */
 	for (int64_t nap = 2000;;) {
 		uint32_t seq = cgr__bell_prepare(b);
-		bool pending = r != NULL &&
-			       ((r->poll != NULL && r->poll(r->poll_arg)) ||
-				r->devwait > 0);
+		bool pending = r != NULL && r->poll != NULL &&
+			       r->poll(r->poll_arg);
 		int64_t until = deadline;
 		int ret;
 

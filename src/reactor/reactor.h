@@ -42,9 +42,6 @@ struct cgr_reactor {
 	 * doubling to 200 us), since a device cannot ring a doorbell. */
 	bool (*poll)(void *arg);
 	void *poll_arg;
-	/* Waits in progress whose ready() polls a device itself: parks are
-	 * bounded as for pending poll work. */
-	unsigned devwait;
 	/* Statistics, owner thread only. */
 	uint64_t parks;
 	uint64_t spins;
