@@ -583,7 +583,8 @@ static void compute(struct world *w, struct cslot *cs)
 	case K_BROADCAST:
 		memcpy(tmp, o[root].send, b);
 		for (int r = 0; r < n; r++)
-			memcpy(o[r].recv, tmp, b);
+			if (o[r].recv != o[r].send) /* in place: no write */
+				memcpy(o[r].recv, tmp, b);
 		break;
 	case K_SCATTER:
 		memcpy(tmp, o[root].send, (size_t)n * b);

@@ -391,7 +391,10 @@ static void check_teardown(cgr_worker *m0, cgr_worker *m1, cgr_worker *m2,
 {
 	cgr_worker *m[3] = { m0, m1, m2 };
 	const int stuck = 2;
-	static struct fill f[3];
+	/* Per call: the abandoned worker of a call before may still read
+	 * its own. */
+	static struct fill fs[2][3];
+	struct fill *f = fs[stat];
 	cgr_coll_params p = CGR_COLL_PARAMS_INIT;
 	cgr_graph *g;
 	cgr_compiled *c;
