@@ -1226,6 +1226,188 @@ static long nccl_aborts(void)
 }
 #endif
 
+#ifdef CGR_FAKE_NCCL
+/* Stream work that holds its stream until sgate opens (on execution
+ * gate_exec only). */
+static _Atomic int sgate = 1, sentered;
+static uint64_t gate_exec;
+
+static void stream_gate(void *arg)
+{
+	(void)arg;
+	atomic_store(&sentered, 1);
+	while (!atomic_load(&sgate))
+		sched_yield();
+}
+
+static int gated_fill_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+			 size_t nin, cgr_value *out, size_t nout)
+{
+	uint64_t x;
+	memcpy(&x, in[0].u.bytes.data, 8);
+	if (x == gate_exec &&
+	    cgr_stream_launch_host(cgr_task_stream(tc), stream_gate, NULL) < 0)
+		return -1;
+	return fill_fn(tc, st, in, nin, out, nout);
+}
+
+/* A 3-worker allreduce of fill tasks with `flags`, overlap on. */
+static cgr_compiled *failure_graph(unsigned flags)
+{
+	static struct fill f[3];
+	cgr_compile_params pp = G_PP;
+	cgr_node *x, *ins[3], *outs[3];
+	cgr_compiled *c = NULL;
+	cgr_graph *g;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int r = 0; r < 3; r++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		f[r] = (struct fill){ r, 2, -1, -1 };
+		d.name = "fill", d.arg = &f[r];
+		d.fn = flags & CGR_TASK_STREAM ? gated_fill_fn : fill_fn;
+		d.flags = flags;
+		cgr_graph_task(g, W[r], &d, &x, 1, &ins[r], 1);
+	}
+	cgr_graph_allreduce(g, ins, 3, CGR_SUM, NULL, outs);
+	cgr_graph_output(g, outs, 3);
+	pp.overlap = 1;
+	if (cgr_graph_compile(g, &pp, &c) != 0)
+		t_diag("compile: %s", cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	return c;
+}
+
+/* Execution ref's outputs (for input xv): 1 all 3 right, 0 all 3
+ * CGR_EDEVICE error values whose messages hold `want`, -1 otherwise (a
+ * get that timed out, a mix); the first odd message in msg. */
+static int failure_get(cgr_compiled *c, cgr_ref ref, uint64_t xv,
+		       const char *want, char *msg, size_t len)
+{
+	cgr_value o[3];
+	int good = 0, errs = 0;
+
+	/* Bounded: a hang fails the check instead of the suite. */
+	if (cgr_ref_get(c, ref, 20000000000ll, o, 3) != 0) {
+		snprintf(msg, len, "get timed out");
+		return -1;
+	}
+	for (int k = 0; k < 3; k++) {
+		if (o[k].kind == CGR_VALUE_TENSOR &&
+		    ((const int64_t *)o[k].u.tensor.data)[5] ==
+			    expect(CGR_COLL_ALLREDUCE, 3, 0, 2, xv, k, 5))
+			good++;
+		else if (o[k].kind == CGR_VALUE_ERROR &&
+			 o[k].code == CGR_EDEVICE &&
+			 strstr(o[k].u.error.msg, want) != NULL)
+			errs++;
+		else if (msg[0] == 0)
+			snprintf(msg, len, "member %d: %s", k,
+				 o[k].kind == CGR_VALUE_ERROR ?
+					 o[k].u.error.msg :
+					 "a wrong value");
+	}
+	cgr_ref_release(c, ref);
+	return good == 3 ? 1 : errs == 3 ? 0 : -1;
+}
+
+/* One execution, as failure_get; or cgr_execute's error. */
+static int failure_exec(cgr_compiled *c, uint64_t xv, const char *want,
+			char *msg, size_t len)
+{
+	cgr_value a = cgr_value_bytes(&xv, 8);
+	cgr_ref ref;
+	int ret = cgr_execute(c, &a, 1, &ref);
+
+	return ret != 0 ? ret : failure_get(c, ref, xv, want, msg, len);
+}
+
+/*
+ * Device failures under a running graph, last (the CUDA model's failure
+ * is for good): an NCCL asynchronous error turns every execution from
+ * then on into CGR_EDEVICE error values on every member, never a hang;
+ * a sticky CUDA error under stream tasks does the same for the
+ * executions in flight (their stream work enqueued on the dead streams,
+ * which never run it) and after, and then the graph takes no more
+ * (CGR_EWORKERGONE); teardown is clean.
+ */
+static void check_device_failure(void)
+{
+	void (*nfail)(int), (*cfail)(int);
+	char msg[600] = "";
+	cgr_compiled *c;
+	int r, after = 0, bad = 0, gone = 0;
+
+	*(void **)&nfail = nccl_sym("fake_nccl_fail");
+	{
+		void *h = dlopen(CGR_FAKE_CUDART, RTLD_NOW | RTLD_NOLOAD);
+		*(void **)&cfail = h != NULL ? dlsym(h, "fake_cuda_fail") : NULL;
+		if (h != NULL)
+			dlclose(h);
+	}
+	if (nfail == NULL || cfail == NULL) {
+		t_ok(0, "the models' failure hooks");
+		return;
+	}
+	c = failure_graph(CGR_TASK_DEVICE);
+	for (int i = 1; i <= 3; i++)
+		bad += failure_exec(c, (uint64_t)i, "", msg, sizeof(msg)) != 1;
+	nfail(6 /* ncclRemoteError */);
+	for (int i = 4; i <= 8; i++)
+		after += failure_exec(c, (uint64_t)i, "network failure", msg,
+				      sizeof(msg)) == 0;
+	t_ok(bad == 0 && after == 5,
+	     "an NCCL asynchronous error: every execution after it is a "
+	     "CGR_EDEVICE error value on all 3 members naming NCCL's "
+	     "message, none hangs (%d of 5) %s", after, msg);
+	nfail(0);
+	t_is(cgr_compiled_teardown(c, 2000000000ll), 0,
+	     "...teardown after it is clean");
+	cgr_compiled_destroy(c);
+
+	c = failure_graph(CGR_TASK_DEVICE | CGR_TASK_STREAM);
+	msg[0] = 0;
+	bad = after = 0;
+	gate_exec = 4;
+	for (int i = 1; i <= 3; i++)
+		bad += failure_exec(c, (uint64_t)i, "", msg, sizeof(msg)) != 1;
+	/* Executions 4 and 5 in flight, their stream work held; the device
+	 * fails under them. */
+	uint64_t x4 = 4, x5 = 5;
+	cgr_value a4 = cgr_value_bytes(&x4, 8), a5 = cgr_value_bytes(&x5, 8);
+	cgr_ref r4, r5;
+	atomic_store(&sgate, 0);
+	atomic_store(&sentered, 0);
+	r = cgr_execute(c, &a4, 1, &r4) | cgr_execute(c, &a5, 1, &r5);
+	while (r == 0 && !atomic_load(&sentered))
+		sched_yield();
+	cfail(700 /* cudaErrorIllegalAddress */);
+	atomic_store(&sgate, 1);
+	/* Whichever call saw it first names it (the task's enqueue, the
+	 * collective's, the watch): CGR_EDEVICE everywhere. */
+	t_ok(r == 0 && failure_get(c, r4, 4, "", msg, sizeof(msg)) == 0 &&
+		     failure_get(c, r5, 5, "", msg, sizeof(msg)) == 0,
+	     "a sticky CUDA error under stream work in flight: those "
+	     "executions end in CGR_EDEVICE error values on every member %s",
+	     msg);
+	for (int i = 6; i <= 24 && !gone; i++) {
+		r = failure_exec(c, (uint64_t)i, "", msg, sizeof(msg));
+		gone = r == CGR_EWORKERGONE;
+		after += r == 0;
+		bad += r == -1 || r == 1;
+	}
+	t_ok(bad == 0 && gone,
+	     "...the executions after it too (%d), none hangs, then the graph "
+	     "takes no more (CGR_EWORKERGONE) %s",
+	     after, msg);
+	t_is(cgr_compiled_teardown(c, 2000000000ll), 0,
+	     "...teardown after it is clean");
+	cgr_compiled_destroy(c);
+	cfail(0);
+}
+#endif
+
 int main(int argc, char **argv)
 {
 	long it = t_scale(200);
@@ -1305,5 +1487,16 @@ int main(int argc, char **argv)
 #endif
 		cgr_ctx_destroy(ctx);
 	}
+#ifdef CGR_FAKE_NCCL
+	/* Fresh workers and devices: the CUDA model's failure stays. */
+	cgr_ctx_create(&cp, &ctx);
+	for (int i = 0; i < 3; i++) {
+		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+		wp.device = i;
+		cgr_worker_create(ctx, &wp, &W[i]);
+	}
+	check_device_failure();
+	cgr_ctx_destroy(ctx);
+#endif
 	return t_done();
 }

@@ -409,13 +409,14 @@ static char g_log[1024];
 static void log_keep(void *arg, int level, const char *msg)
 {
 	(void)arg;
-	if (level == CGR_LOG_ERROR && strstr(msg, "left the graph") != NULL)
+	if (level == CGR_LOG_ERROR && strstr(msg, "its device failed") != NULL)
 		snprintf(g_log, sizeof(g_log), "%s", msg);
 }
 
 /* The CUDA device under a running graph fails (an illegal address): the
- * worker leaves with a report, gets end at their timeout, teardown and
- * the context end cleanly. */
+ * execution is an error value (CGR_EDEVICE), the log says which worker,
+ * the graph takes no more executions, teardown and the context end
+ * cleanly. */
 static void test_device_lost(void (*fail)(int))
 {
 	static struct stask ka = { .mul = 1 };
@@ -456,11 +457,20 @@ static void test_device_lost(void (*fail)(int))
 	ret = cgr_execute(c, &a, 1, &ref);
 	if (ret == 0)
 		ret = cgr_ref_get(c, ref, -1, &o, 1);
-	t_is(ret, -ETIMEDOUT, "after it, the get ends at its timeout");
+	t_ok(ret == 0 && o.kind == CGR_VALUE_ERROR && o.code == CGR_EDEVICE &&
+		     strstr(o.u.error.msg, "device failed") != NULL,
+	     "after it, the execution is a CGR_EDEVICE error value: %s",
+	     ret == 0 && o.kind == CGR_VALUE_ERROR ? o.u.error.msg :
+						      cgr_strerror(ret));
+	if (ret == 0)
+		cgr_ref_release(c, ref);
+	t_is(cgr_execute(c, &a, 1, &ref), CGR_EWORKERGONE,
+	     "then the graph takes no more executions");
 	t_is(cgr_compiled_teardown(c, 2000000000), 0, "teardown");
-	/* Read after teardown: the worker logged before it left. */
-	t_ok(strstr(g_log, "CGR_EDEVICE") != NULL,
-	     "the log says which worker left and why: %s", g_log);
+	/* Read after teardown: the worker logged when its device failed. */
+	t_ok(strstr(g_log, "CGR_EDEVICE") != NULL &&
+		     strstr(g_log, "its device failed") != NULL,
+	     "the log says which worker and why: %s", g_log);
 	fail(0);
 	cgr_compiled_destroy(c);
 	cgr_graph_destroy(g);

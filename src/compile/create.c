@@ -214,8 +214,11 @@ int cgr__create(struct cgr__cc *cc)
 		ret = create_streams(c, &c->progs[i]);
 	for (size_t i = 0; ret == 0 && i < c->nprogs; i++)
 		ret = create_nccl(c, &c->progs[i]);
-	for (size_t i = 0; i < c->nprogs; i++)
-		c->progs[i].gate = c->progs[i].nops > 0 &&
-				   c->progs[i].ops[0].kind != CGR__OP_READ;
+	for (size_t i = 0; i < c->nprogs; i++) {
+		struct cgr__prog *p = &c->progs[i];
+		p->gate = p->nops > 0 && p->ops[0].kind != CGR__OP_READ;
+		for (size_t t = 0; t < p->ntcs; t++)
+			p->watch |= p->tcs[t].stream;
+	}
 	return ret;
 }

@@ -553,6 +553,7 @@ static int lower_task(struct pl *pl, struct cgr__task *t)
 	tc->arg = t->arg;
 	tc->prog = p;
 	tc->stream = (t->flags & CGR_TASK_STREAM) != 0;
+	tc->device = (t->flags & CGR_TASK_DEVICE) != 0;
 	tc->async = tc->stream && c->p.overlap;
 	atomic_init(&tc->done, 0);
 	if (tc->stream) {

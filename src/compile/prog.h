@@ -54,6 +54,9 @@ struct cgr__task_job {
 	struct cgr_task_ctx *tc;
 	uint64_t seq;
 	int64_t t0; /* trace: when the stream reached the task's work */
+	/* Who completes the job: the stream (after the work), or the thread
+	 * once the device failed (exec/failure.c); set by the first. */
+	atomic_flag claimed;
 };
 
 /* A plain task's share of a program (struct cgr_task_ctx behind cgr.h's
@@ -86,6 +89,8 @@ struct cgr_task_ctx {
 	const struct cgr__op *fused_write;
 	struct cgr__prog *prog;
 	_Atomic uint64_t done;
+	uint64_t issued; /* stream tasks: last job enqueued + 1 (thread) */
+	bool device;	 /* CGR_TASK_DEVICE: its outputs live on the device */
 };
 
 /* The verdict every member of a collective reaches for one execution
@@ -205,6 +210,12 @@ struct cgr__prog {
 	 * receiving end of a collective, would run executions nobody asked
 	 * for; every READ implies admission, by induction). */
 	bool gate;
+	/* The worker's device failed (exec/failure.c): CGR_EDEVICE and why;
+	 * from then on its device work ends in error values.  Thread only. */
+	int dead;
+	char dead_msg[300];
+	bool watch;	    /* it has stream tasks: the reactor watches */
+	int64_t dead_check; /* when the device was last asked */
 	/* Trace: the first trace_cap operations, written by the worker only;
 	 * trace_n is published with release after each record. */
 	struct cgr__trace_ev *trace;
@@ -259,6 +270,9 @@ struct cgr_compiled {
 	/* Executions admitted (cgr_execute; release), gated programs wait
 	 * for it. */
 	_Atomic uint64_t admitted;
+	/* A worker's device failed: its program's index + 1 (the graph takes
+	 * no more executions). */
+	_Atomic uint32_t gone;
 	/* Teardown: until when a leaving worker finishes NCCL operations
 	 * it enqueued (its peers finish theirs), before aborting. */
 	_Atomic int64_t drain_deadline;

@@ -236,7 +236,9 @@ static void coll_fail(struct cgr__coll_rt *cr, uint64_t seq, int err,
 	}
 }
 
-/* The communicator failed on this member: its outputs name why. */
+/* The communicator failed on this member: its outputs name why.  On
+ * NCCL that is a device failure (CGR_EDEVICE: an asynchronous NCCL
+ * error, a deadline, a dead stream, an abort). */
 static void comm_fail(struct cgr__coll_rt *cr, uint64_t seq, int ret)
 {
 	const char *why = cgr_comm_errmsg(cr->comm, cr->rank);
@@ -246,7 +248,7 @@ static void comm_fail(struct cgr__coll_rt *cr, uint64_t seq, int ret)
 		 cgr__coll_kind_name(cr->kind), cr->name,
 		 (unsigned long long)seq,
 		 why != NULL && *why ? why : cgr_strerror(ret));
-	coll_fail(cr, seq, ret, msg);
+	coll_fail(cr, seq, cr->nccl ? CGR_EDEVICE : ret, msg);
 }
 
 /* Posts this member's k descriptions (cr->mine) and waits for everybody's
@@ -708,8 +710,11 @@ int cgr__coll_device_test(struct cgr__coll_rt *cr, uint64_t seq)
 	q = ret == 1 && job->ev != NULL ? cgr_event_query(job->ev) : 1;
 	if (q == 0)
 		return 0;
-	if (ret == 1 && q < 0)
+	if (ret == 1 && q < 0) {
 		ret = q;
+		/* The stream failed: the device did (failure.c). */
+		cgr__prog_device_failed(cr->prog, q, "its NCCL stream");
+	}
 	cgr_future_release(job->f);
 	job->f = NULL;
 	if (ret < 0)

@@ -32,6 +32,9 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 		return -EINVAL;
 	if (c->torn_down)
 		return CGR_ECLOSED;
+	/* G1: a worker's device failed (exec/failure.c; the log says). */
+	if (atomic_load_explicit(&c->gone, memory_order_acquire) != 0)
+		return CGR_EWORKERGONE;
 	if (nargs != c->nargs)
 		return CGR_ENARGS;
 	if (c->next_seq - c->oldest >= c->p.max_inflight)

@@ -60,6 +60,21 @@ int cgr__task_issue(struct cgr_task_ctx *tc, uint64_t seq,
 int cgr__wait_done(struct cgr_compiled *c, cgr_worker *w,
 		   struct cgr_reactor *r, _Atomic uint64_t *done,
 		   uint64_t want);
+/* Stream task tc's outputs of execution seq are in: its fused WRITE,
+ * done (its stream's job, or failure.c). */
+void cgr__task_job_finish(struct cgr_task_ctx *tc, uint64_t seq);
+
+/* A worker whose device failed (failure.c): device_failed marks program
+ * p dead (once; err and what say why), completes its enqueued stream
+ * jobs with error values, aborts its NCCL communicators and stops the
+ * driver's admissions; task_dead ends a device or stream task of a dead
+ * worker in error values; check_device marks p dead if its device's
+ * sticky error is set; poll is the reactor's hook (the NCCL queue, and a
+ * watch on outstanding stream work): whether work is pending. */
+void cgr__prog_device_failed(struct cgr__prog *p, int err, const char *what);
+void cgr__task_dead(struct cgr_task_ctx *tc, uint64_t seq);
+void cgr__prog_check_device(struct cgr__prog *p);
+bool cgr__prog_poll(void *arg);
 
 /* Trace records (worker.c): an operation of the thread, a job of stream
  * s.  Each stops once trace_cap records were made. */

@@ -83,6 +83,16 @@ int cgr__coll_issue(struct cgr__coll_rt *cr, uint64_t seq,
 				      coll_job_run, job);
 }
 
+/* The outputs of stream task tc for execution seq are in (error values,
+ * once its device failed): its fused WRITE, then done. */
+void cgr__task_job_finish(struct cgr_task_ctx *tc, uint64_t seq)
+{
+	fused_write(tc->c, tc->fused_write, seq);
+	/* D3: publishes the outputs; pairs with D2. */
+	atomic_store_explicit(&tc->done, seq + 1, memory_order_release);
+	cgr__bell_ring(&tc->w->bell);
+}
+
 /* Trace only: the stream reached the task's work. */
 static void task_job_start(void *arg)
 {
@@ -97,13 +107,13 @@ static void task_job_run(void *arg)
 	struct cgr_task_ctx *tc = job->tc;
 	struct cgr__prog *p = tc->prog;
 
+	/* The thread took it over: the device failed (failure.c). */
+	if (atomic_flag_test_and_set(&job->claimed))
+		return;
 	cgr__fault_task_after(tc, job->seq);
-	fused_write(tc->c, tc->fused_write, job->seq);
 	if (p->strace[CGR__S_COMP] != NULL)
 		cgr__strace_record(p, CGR__S_COMP, NULL, tc, job->seq, job->t0);
-	/* D3: publishes the outputs; pairs with D2. */
-	atomic_store_explicit(&tc->done, job->seq + 1, memory_order_release);
-	cgr__bell_ring(&tc->w->bell);
+	cgr__task_job_finish(tc, job->seq);
 }
 
 int cgr__task_issue(struct cgr_task_ctx *tc, uint64_t seq,
@@ -122,11 +132,14 @@ int cgr__task_issue(struct cgr_task_ctx *tc, uint64_t seq,
 			return ret;
 	}
 	job->seq = seq;
+	atomic_flag_clear(&job->claimed);
 	if (tc->prog->strace[CGR__S_COMP] != NULL &&
 	    (ret = cgr_stream_launch_host(tc->s, task_job_start, job)) < 0)
 		return ret;
 	cgr__task_run(tc, seq);
 	ret = cgr_stream_launch_host(tc->s, task_job_run, job);
+	if (ret == 0)
+		tc->issued = seq + 1;
 	if (ret == 0)
 		ret = cgr_event_record(tc->ev[slot], tc->s);
 	if (ret < 0 || tc->async)

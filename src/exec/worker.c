@@ -146,6 +146,55 @@ void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 
 /* ---- the program ---------------------------------------------------- */
 
+/* A COMPUTE; a worker whose device failed ends its device and stream
+ * tasks in error values (failure.c). */
+static int run_compute(struct cgr__prog *p, struct cgr_task_ctx *tc,
+		       uint64_t seq, struct cgr_reactor *r)
+{
+	int ret;
+
+	if (p->dead && (tc->stream || tc->device)) {
+		cgr__task_dead(tc, seq);
+		return 0;
+	}
+	if (!tc->stream) {
+		cgr__task_run(tc, seq);
+		if (tc->device)
+			cgr__prog_check_device(p);
+		return 0;
+	}
+	ret = cgr__task_issue(tc, seq, r);
+	if (ret < 0 && ret != -ECANCELED) {
+		cgr__prog_device_failed(p, ret, "enqueueing a task");
+		cgr__task_dead(tc, seq);
+		ret = 0;
+	}
+	return ret;
+}
+
+/* A COLL: to its stream (overlap) or the NCCL queue, or run here. */
+static int run_coll(cgr_worker *w, struct cgr__coll_rt *cr, uint64_t seq,
+		    struct cgr_reactor *r)
+{
+	int ret = 0;
+
+	if (cr->async && cr->nccl)
+		return cgr__launch_issue(cr, seq, r);
+	if (cr->async)
+		return cgr__coll_issue(cr, seq, r);
+	atomic_store_explicit(&w->current_task, cr->name,
+			      memory_order_relaxed);
+	if (cr->nccl) {
+		ret = cgr__launch_issue(cr, seq, r);
+		if (ret == 0)
+			ret = cgr__wait_done(cr->c, w, r, &cr->done, seq + 1);
+	} else {
+		cgr__coll_run(cr, seq, r);
+	}
+	atomic_store_explicit(&w->current_task, NULL, memory_order_relaxed);
+	return ret;
+}
+
 /* One operation of execution seq.  Returns 0, or negative: the graph
  * stops (-ECANCELED) or a stream refused work. */
 static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
@@ -170,36 +219,24 @@ static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
 		break;
 	}
 	case CGR__OP_COMPUTE:
-		if (op->tc->stream)
-			return cgr__task_issue(op->tc, seq, r);
-		cgr__task_run(op->tc, seq);
-		break;
+		return run_compute(p, op->tc, seq, r);
 	case CGR__OP_COLL:
-		if (op->coll->async && op->coll->nccl)
-			return cgr__launch_issue(op->coll, seq, r);
-		if (op->coll->async)
-			return cgr__coll_issue(op->coll, seq, r);
-		atomic_store_explicit(&w->current_task, op->coll->name,
-				      memory_order_relaxed);
-		if (op->coll->nccl) {
-			ret = cgr__launch_issue(op->coll, seq, r);
-			if (ret == 0)
-				ret = cgr__wait_done(c, w, r, &op->coll->done,
-						     seq + 1);
-		} else {
-			cgr__coll_run(op->coll, seq, r);
-		}
-		atomic_store_explicit(&w->current_task, NULL,
-				      memory_order_relaxed);
-		break;
+		return run_coll(w, op->coll, seq, r);
 	case CGR__OP_WAIT:
 		return cgr__wait_done(c, w, r,
 				      op->tc != NULL ? &op->tc->done :
 						       &op->coll->done,
 				      seq + !op->prev);
 	case CGR__OP_SWAIT:
-		return cgr_stream_wait_event(op->coll->s,
-					     op->tc->ev[seq & (c->nslots - 1)]);
+		if (p->dead)
+			break; /* nothing runs on its streams any more */
+		ret = cgr_stream_wait_event(op->coll->s,
+					    op->tc->ev[seq & (c->nslots - 1)]);
+		if (ret < 0) {
+			cgr__prog_device_failed(p, ret, "a stream wait");
+			ret = 0;
+		}
+		break;
 	case CGR__OP_WRITE:
 		for (size_t k = 0; k < op->nchans && ret == 0; k++)
 			ret = cgr__chan_write(&c->chans[op->chans[k]], seq,
@@ -218,9 +255,10 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 	uint64_t seq;
 	int ret = 0;
 
-	if (p->lq != NULL) {
-		/* NCCL collectives progress whenever the reactor waits. */
-		r->poll = cgr__launch_progress;
+	if (p->lq != NULL || p->watch) {
+		/* NCCL collectives progress, and the device is watched while
+		 * stream work is out, whenever the reactor waits. */
+		r->poll = cgr__prog_poll;
 		r->poll_arg = p;
 	}
 	for (seq = 0; ret == 0; seq++) {
@@ -246,7 +284,8 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 	}
 	if (ret < 0)
 		seq--; /* the execution it left in */
-	/* Not teardown: a stream refused work (its device failed). */
+	/* Not teardown: an operation failed that should not (a device's
+	 * failure does not end up here, failure.c). */
 	if (ret < 0 && ret != -ECANCELED &&
 	    !atomic_load_explicit(&c->stop, memory_order_acquire))
 		cgr__err(&c->ctx->log,
