@@ -172,8 +172,10 @@ typedef struct cgr_worker_params {
 	void *arg;		/* passed to init and fini */
 	/* The worker's device (enum cgr_device_kind: CGR_DEVICE_NONE, the
 	 * default, CGR_DEVICE_SIM, or a CUDA index): where the compute
-	 * stream of its stream tasks lives (NONE: the sim device).  Its
-	 * communication streams stay sim streams (the CPU communicator). */
+	 * stream of its stream tasks lives (NONE: the sim device), where
+	 * its CGR_TASK_DEVICE outputs are allocated, and its GPU as an NCCL
+	 * rank (its NCCL collectives run on CUDA streams of it).  The CPU
+	 * communicator's streams stay sim streams. */
 	int device;
 } cgr_worker_params;
 #define CGR_WORKER_PARAMS_INIT                                             \
@@ -356,7 +358,13 @@ enum cgr_task_flags {
 	 * Bytes and error values stay in host memory; lists are refused.
 	 * Collectives and device edges whose inputs are all such outputs,
 	 * over workers on distinct CUDA devices, go through NCCL.  A worker
-	 * without a CUDA device fails the compile.
+	 * without a CUDA device fails the compile.  Read over the host
+	 * transport (a task on another worker, or the driver's
+	 * cgr_ref_get), such an output is a CUDA tensor that refers to the
+	 * producer's device buffer (unified addressing, one process), valid
+	 * for the task call or until cgr_ref_release: copy it from there
+	 * (cudaMemcpy), or give the edge CGR_TRANSPORT_DEVICE for a copy on
+	 * the reader's device.
 	 */
 	CGR_TASK_DEVICE = 1u << 1,
 };
@@ -482,7 +490,11 @@ typedef uint64_t cgr_ref;
  * before return).  Returns CGR_ENARGS for a wrong count, CGR_ETOOBIG for an
  * argument larger than its buffer, CGR_ECAPACITY when max_inflight
  * executions are not yet released (never blocks for that), CGR_ECLOSED
- * after teardown.  Never allocates.
+ * after teardown, CGR_EWORKERGONE once a worker's device failed (the log
+ * names it; the executions already in flight still complete, their
+ * device work as CGR_EDEVICE error values on every member).  Never
+ * allocates.  A CUDA tensor argument (kDLCUDA) is passed by reference:
+ * it must stay valid until the execution's outputs were got.
  */
 int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 		cgr_ref *out);
@@ -513,6 +525,12 @@ int cgr_ref_release(cgr_compiled *c, cgr_ref ref);
  * reported through the log and abandoned: CGR_ESTUCK is returned, the
  * worker can no longer be used, and what the stuck task may touch stays
  * allocated until it returns.  A second call is a no-op returning 0.
+ * CPU communicators are aborted at once (a member waiting in one for a
+ * member that left returns).  NCCL communicators are not: a leaving
+ * worker first finishes the NCCL operations it enqueued (for half the
+ * timeout, its peers do the same), so a clean teardown leaves them whole
+ * (finalized when freed); only one with an operation still on a device
+ * then (waiting for a stuck member) is aborted.
  */
 int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns);
 
@@ -679,7 +697,26 @@ size_t cgr_dtype_size(cgr_dtype dt);
  * binds rank i to worker members[i] (distinct, non-NULL); without members,
  * any n threads may drive the ranks (one thread per rank at a time).
  * CGR_BACKEND_AUTO picks CPU.  Returns 0, -EINVAL, -ENOMEM, -EOPNOTSUPP
- * (backend not built: NCCL in this version).
+ * (backend not built), -ENODEV (NCCL: the library or a device is
+ * missing; the log says which).
+ *
+ * CGR_BACKEND_NCCL: rank i is members[i]'s CUDA device
+ * (cgr_worker_params.device; without members, CUDA device i), each rank
+ * its own GPU (NCCL refuses two ranks on one: -EINVAL).  libnccl is
+ * loaded when a context first makes one (cgr_ctx_params.nccl_path, else
+ * libnccl.so.2; version 2.18 or later; gather, scatter and alltoall are
+ * NCCL's own from 2.28.3, grouped send/recv before); the communicator is
+ * nonblocking, its ranks made together.  Operations take CUDA device
+ * buffers and a CUDA stream of the rank's device (s NULL: the rank's own
+ * stream, waited for).  The ranks' agreement (below) runs over host
+ * memory before NCCL sees the operation, with the operation's deadline.
+ * Each future completes from a CUDA event recorded once NCCL took the
+ * operation; a worker's reactor polls it.  A failure (an asynchronous
+ * NCCL error, an operation past its deadline, a failed stream, an abort)
+ * fails the communicator as a whole: every pending and later operation
+ * of every rank fails, the message names the rank and NCCL's text, and
+ * its ranks are aborted off the caller's thread (ncclCommAbort, never
+ * ncclCommDestroy after a failure).  Freed whole, it is finalized.
  */
 int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 		    int backend, cgr_comm **out);
@@ -794,7 +831,13 @@ typedef struct cgr_coll_params {
 	cgr_redop op;	      /* reducing kinds */
 	int root;	      /* rank (index in members) for rooted kinds */
 	cgr_comm *comm;	      /* NULL: one made at compile per member set */
-	int static_shape;     /* agree on the first execution only */
+	/* Agree on the first execution only.  A member whose shape later
+	 * changes gets an error value on every member for that execution
+	 * (CGR_EMISMATCH, naming the rank): the CPU communicator checks
+	 * counts itself; on NCCL every member moves the agreed count (the
+	 * changed one from a scratch buffer) and then all of them compare
+	 * everybody's description, posted before the launch (no wait). */
+	int static_shape;
 	size_t max_out_bytes; /* per output; 0: the compile default */
 	size_t ntensors;      /* allreduce, allgather: tensors per member,
 				 fused into one operation; 0 or 1: one */

@@ -23,7 +23,7 @@
 #define FQ 4096
 
 struct fop {
-	int kind; /* 1 host fn, 2 copy, 3 wait */
+	int kind; /* 1 host fn, 2 copy, 3 wait, 4 memset (value in n2) */
 	cudaHostFn_t fn;
 	void *arg;
 	void *dst;
@@ -31,6 +31,7 @@ struct fop {
 	size_t n;
 	struct CUstream_st *t; /* wait: until t passed pos */
 	uint64_t pos;
+	int value; /* memset */
 };
 
 struct CUstream_st {
@@ -115,6 +116,8 @@ static void *fake_main(void *arg)
 				op.fn(op.arg);
 		} else if (op.kind == 2) {
 			memmove(op.dst, op.src, op.n);
+		} else if (op.kind == 4) {
+			memset(op.dst, op.value, op.n);
 		} else if (op.kind == 3) {
 			pthread_mutex_lock(&op.t->mu);
 			while (op.t->done < op.pos)
@@ -301,6 +304,37 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n,
 	if (kind != cudaMemcpyDefault)
 		return cudaErrorInvalidValue;
 	return fake_push(s, &op);
+}
+
+cudaError_t cudaMemsetAsync(void *dst, int value, size_t n, cudaStream_t s)
+{
+	struct fop op = { .kind = 4, .dst = dst, .n = n, .value = value };
+	cudaError_t e = fake_enter();
+
+	return e != cudaSuccess ? e : fake_push(s, &op);
+}
+
+cudaError_t cudaMallocHost(void **p, size_t n)
+{
+	cudaError_t e = fake_enter();
+
+	if (e != cudaSuccess)
+		return e;
+	*p = malloc(n ? n : 1);
+	return *p != NULL ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t s)
+{
+	cudaError_t e = fake_enter();
+
+	if (e != cudaSuccess)
+		return e;
+	pthread_mutex_lock(&s->mu);
+	while (s->done != s->enq)
+		pthread_cond_wait(&s->cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+	return (cudaError_t)atomic_load(&fake_err);
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *out, unsigned flags)

@@ -68,6 +68,9 @@ struct fgroup {
 	struct world *w;
 	int rank;
 	int n;
+	/* Launched and not run yet (a failed runtime never runs it: the
+	 * model keeps it, reachable, rather than leak it). */
+	struct fgroup *next, *prev;
 	struct fop ops[];
 };
 
@@ -112,6 +115,7 @@ struct ncclComm {
 	uint64_t ncoll;		/* collectives issued */
 	_Atomic int in_call;
 	bool finalized;
+	bool blocking; /* ncclCommInitAll's: settled from the start */
 	char last[256];
 };
 
@@ -417,11 +421,46 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
 	return ncclInProgress;
 }
 
+/* Blocking communicators of ranks on devs[0..n) (0..n-1 if NULL), as
+ * the baselines of tests/gpu-nccl use. */
+ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devs)
+{
+	ncclUniqueId id;
+	uint64_t magic;
+	struct world *w;
+
+	ncclGetUniqueId(&id);
+	memcpy(&magic, id.internal, sizeof(magic));
+	w = world_of(magic, n);
+	for (int r = 0; r < n; r++) {
+		struct ncclComm *c = calloc(1, sizeof(*c));
+		c->w = w;
+		c->rank = r;
+		c->dev = devs != NULL ? devs[r] : r;
+		c->blocking = true;
+		atomic_init(&c->state, ncclSuccess);
+		pthread_mutex_lock(&w->mu);
+		w->dev[r] = c->dev;
+		w->joined++;
+		pthread_mutex_unlock(&w->mu);
+		comms[r] = c;
+	}
+	return ncclSuccess;
+}
+
 /* Launches group g on stream s: a host function of the fake runtime. */
 static void run_group(void *arg);
 
+static struct fgroup launched = { .next = &launched, .prev = &launched };
+
 static void launch(struct ncclComm *c, cudaStream_t s, struct fgroup *g)
 {
+	pthread_mutex_lock(&reg_mu);
+	g->next = launched.next;
+	g->prev = &launched;
+	launched.next->prev = g;
+	launched.next = g;
+	pthread_mutex_unlock(&reg_mu);
 	atomic_fetch_add(&c->w->inflight[c->rank], 1);
 	for (int i = 0; i < g->n; i++) {
 		g->ops[i].dev = c->dev;
@@ -487,7 +526,8 @@ ncclResult_t ncclCommFinalize(ncclComm_t c)
 ncclResult_t ncclCommDestroy(ncclComm_t c)
 {
 	enter(c);
-	if (!c->finalized || atomic_load(&c->state) != ncclSuccess)
+	if (!c->blocking &&
+	    (!c->finalized || atomic_load(&c->state) != ncclSuccess))
 		bad("destroy without a finished finalize");
 	if (atomic_load(&c->w->inflight[c->rank]) != 0)
 		bad("destroy with work in flight");
@@ -689,6 +729,10 @@ static void run_group(void *arg)
 	struct fgroup *g = arg;
 	bool p2p = false;
 
+	pthread_mutex_lock(&reg_mu);
+	g->prev->next = g->next;
+	g->next->prev = g->prev;
+	pthread_mutex_unlock(&reg_mu);
 	for (int i = 0; i < g->n; i++) {
 		if (g->ops[i].kind == K_SEND || g->ops[i].kind == K_RECV)
 			p2p = true;
@@ -745,7 +789,7 @@ static void defer(struct ncclComm *c, cudaStream_t s, struct fgroup *g)
 ncclResult_t ncclGroupEnd(void)
 {
 	int polls = atomic_load(&fake_polls);
-	bool init = grp.init;
+	bool init = grp.init, nonblocking = false;
 
 	if (grp.depth <= 0)
 		return ncclInvalidUsage;
@@ -759,7 +803,9 @@ ncclResult_t ncclGroupEnd(void)
 			continue;
 		enter(c);
 		g = take(c, grp.p[i].s);
-		if (polls > 0 || atomic_load(&c->state) != ncclSuccess) {
+		nonblocking |= !c->blocking;
+		if (!c->blocking &&
+		    (polls > 0 || atomic_load(&c->state) != ncclSuccess)) {
 			/* Enqueued "in the background": once settled. */
 			defer(c, grp.p[i].s, g);
 			c->polls = polls;
@@ -773,7 +819,8 @@ ncclResult_t ncclGroupEnd(void)
 	free(grp.p);
 	grp.p = NULL;
 	grp.n = grp.cap = 0;
-	return init || polls > 0 ? ncclInProgress : ncclSuccess;
+	return init || (polls > 0 && nonblocking) ? ncclInProgress :
+						      ncclSuccess;
 }
 
 static ncclResult_t add(struct ncclComm *c, cudaStream_t s, struct fop op)

@@ -43,6 +43,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -217,6 +218,7 @@ struct nrank {
 	bool gs_set;
 	uint64_t nops; /* operations issued (names them in messages) */
 	char errmsg[256];
+	struct nev *pool; /* records given back (c->pool_lock) */
 };
 
 struct ncomm {
@@ -237,6 +239,11 @@ struct ncomm {
 	 * nev): futures may outlive cgr_comm_destroy. */
 	_Atomic uint32_t refs;
 	bool abandoned; /* an abort hung: the aborter keeps the memory */
+	/* Records given back keep their CUDA events for the rank's next
+	 * operations (creating and destroying an event per operation costs
+	 * more than the rest of an enqueue; an event belongs to one device):
+	 * each rank's pool, under pool_lock. */
+	pthread_mutex_t pool_lock;
 	struct nrank rk[];
 };
 
@@ -371,17 +378,27 @@ static int settle(struct ncomm *c, int r, int64_t deadline,
 {
 	struct nrank *rk = &c->rk[r];
 	ncclResult_t st = ncclInProgress;
-	long nap = 200;
+	int64_t t0 = cgr__now_ns(), now;
+	long nap = 1000;
 
+	/* An enqueue settles within microseconds: poll, then yield the
+	 * core while polling, and only then nap (a nap costs tens of us). */
 	while (st == ncclInProgress) {
 		if (c->rt->async_error(rk->nc, &st) != ncclSuccess)
 			st = ncclInternalError;
-		if (st == ncclInProgress && cgr__now_ns() >= deadline) {
+		if (st != ncclInProgress)
+			break;
+		now = cgr__now_ns();
+		if (now >= deadline) {
 			comm_fail(c, -ETIMEDOUT, "%s on rank %d: still in "
 				  "progress at its deadline", what, r);
 			return failed_code(c);
 		}
-		if (st == ncclInProgress) {
+		if (now - t0 < 20000) {
+			cgr__cpu_relax();
+		} else if (now - t0 < 2000000) {
+			sched_yield();
+		} else {
 			struct timespec ts = { 0, nap };
 			nanosleep(&ts, NULL);
 			if (nap < 100000)
@@ -461,6 +478,8 @@ static int init_ranks(struct ncomm *c)
 }
 
 /* Frees what create allocated (the NCCL side is gone already). */
+static void pool_drain(struct ncomm *c);
+
 static void comm_free(struct ncomm *c)
 {
 	struct cgr__arena *a = c->base.arena;
@@ -476,6 +495,8 @@ static void comm_free(struct ncomm *c)
 		c->sd->ops->destroy(c->sd);
 	if (c->rd != NULL)
 		c->rd->ops->destroy(c->rd);
+	pool_drain(c);
+	pthread_mutex_destroy(&c->pool_lock);
 	pthread_mutex_destroy(&c->fail_lock);
 	cgr__free(a, c, sizeof(*c) + (size_t)n * sizeof(struct nrank), 64);
 }
@@ -563,9 +584,15 @@ static int nccl_abort(cgr_comm *cc)
 	return 0;
 }
 
+/* The rank's last failure; one seen only by polling (no call of the
+ * rank failed yet) is the communicator's. */
 static const char *nccl_errmsg(const cgr_comm *cc, int rank)
 {
-	return ((const struct ncomm *)cc)->rk[rank].errmsg;
+	const struct ncomm *c = (const struct ncomm *)cc;
+
+	if (c->rk[rank].errmsg[0] == 0 && failed_code(c) != 0)
+		return c->why; /* F0: written before failed */
+	return c->rk[rank].errmsg;
 }
 
 static const struct cgr__comm_ops nccl_ops;
@@ -601,8 +628,10 @@ int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,
 	atomic_init(&c->aborter_done, false);
 	atomic_init(&c->refs, 1);
 	pthread_mutex_init(&c->fail_lock, NULL);
+	pthread_mutex_init(&c->pool_lock, NULL);
 	for (int r = 0; r < n; r++) {
 		c->rk[r].dev = dev[r];
+		c->rk[r].pool = NULL;
 		pthread_mutex_init(&c->rk[r].lock, NULL);
 	}
 	ret = cgr__cpu_comm_create(ctx, n, &c->sd);
@@ -627,6 +656,7 @@ int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,
  * futures of its operations. */
 struct nev {
 	_Atomic uint32_t refs; /* one per future, and the issuer's */
+	struct nev *next;      /* in c->pool */
 	struct ncomm *c;
 	int rank;
 	cgr_event *ev;
@@ -635,15 +665,36 @@ struct nev {
 	struct cgr__arena *arena;
 };
 
+static void pool_drain(struct ncomm *c)
+{
+	for (int r = 0; r < c->base.n; r++)
+		while (c->rk[r].pool != NULL) {
+			struct nev *p = c->rk[r].pool;
+			c->rk[r].pool = p->next;
+			cgr_event_destroy(p->ev);
+			cgr__free(p->arena, p, sizeof(*p), 16);
+		}
+}
+
 static void nev_put(void *arg)
 {
 	struct nev *p = arg;
 
+	struct ncomm *c = p->c;
+
 	if (atomic_fetch_sub_explicit(&p->refs, 1, memory_order_acq_rel) != 1)
 		return;
-	cgr_event_destroy(p->ev);
-	comm_put(p->c);
-	cgr__free(p->arena, p, sizeof(*p), 16);
+	if (p->ev == NULL) {
+		cgr__free(p->arena, p, sizeof(*p), 16);
+	} else {
+		/* Re-recording a pending event is allowed: waits enqueued
+		 * before keep the record they saw. */
+		pthread_mutex_lock(&c->pool_lock);
+		p->next = c->rk[p->rank].pool;
+		c->rk[p->rank].pool = p;
+		pthread_mutex_unlock(&c->pool_lock);
+	}
+	comm_put(c);
 }
 
 /* Polls rank r's asynchronous error (without waiting for its lock: the
@@ -1102,8 +1153,14 @@ static int wait_inline(struct cgr__dfuture *df)
 static struct nev *nev_new(struct ncomm *c, int r, const struct gop *g,
 			   size_t n)
 {
-	struct nev *p = cgr__alloc(c->base.arena, sizeof(*p), 16);
+	struct nev *p;
 
+	pthread_mutex_lock(&c->pool_lock);
+	if ((p = c->rk[r].pool) != NULL)
+		c->rk[r].pool = p->next;
+	pthread_mutex_unlock(&c->pool_lock);
+	if (p == NULL && (p = cgr__alloc(c->base.arena, sizeof(*p), 16)) != NULL)
+		p->ev = NULL;
 	if (p == NULL)
 		return NULL;
 	atomic_init(&p->refs, 1);
@@ -1114,8 +1171,9 @@ static struct nev *nev_new(struct ncomm *c, int r, const struct gop *g,
 		if (g[i].d.deadline > 0 && g[i].d.deadline < p->deadline)
 			p->deadline = g[i].d.deadline;
 	p->arena = c->base.arena;
+	p->first = 0;
 	atomic_fetch_add_explicit(&c->refs, 1, memory_order_relaxed);
-	if (cgr_event_create(c->base.ctx, &p->ev) < 0) {
+	if (p->ev == NULL && cgr_event_create(c->base.ctx, &p->ev) < 0) {
 		p->ev = NULL;
 		nev_put(p);
 		return NULL;

@@ -8,6 +8,7 @@
  * other's devices.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -529,9 +530,13 @@ static int cgr__bound_future_wait(struct cgr__dfuture *df, int64_t deadline)
 
 /* Waits for a polled future: polls, spinning for 20 us, then sleeping
  * from 1 us to 100 us between polls. */
+/* Nobody rings for a polled future (a device completes it): spin, then
+ * yield the core while polling (a nap costs tens of us of timer slack,
+ * more than most device operations take), then nap. */
 static int polled_future_wait(struct cgr__dfuture *df, int64_t deadline)
 {
-	int64_t spin_end = cgr__now_ns() + 20000;
+	int64_t t0 = cgr__now_ns();
+	int64_t spin_end = t0 + 20000, yield_end = t0 + 2000000;
 	long nap = 1000;
 	int res;
 
@@ -541,6 +546,10 @@ static int polled_future_wait(struct cgr__dfuture *df, int64_t deadline)
 			return -ETIMEDOUT;
 		if (now < spin_end) {
 			cgr__cpu_relax();
+			continue;
+		}
+		if (now < yield_end) {
+			sched_yield();
 			continue;
 		}
 		struct timespec ts = { 0, nap };
