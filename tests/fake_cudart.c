@@ -58,9 +58,28 @@ static __thread int fake_dev = 0;
 void fake_cuda_fail(int err);
 long fake_cuda_calls(void);
 
+/* A copy or memset in progress when the device fails finishes first: no
+ * device write lands after a call has seen the failure (the caller may
+ * then reuse the memory); later ones do not run, as on a dead device. */
+static pthread_rwlock_t fake_dma = PTHREAD_RWLOCK_INITIALIZER;
+
 void fake_cuda_fail(int err)
 {
+	pthread_rwlock_wrlock(&fake_dma);
 	atomic_store(&fake_err, err);
+	pthread_rwlock_unlock(&fake_dma);
+}
+
+static void fake_dma_op(const struct fop *op)
+{
+	pthread_rwlock_rdlock(&fake_dma);
+	if (atomic_load(&fake_err) == 0) {
+		if (op->kind == 2)
+			memmove(op->dst, op->src, op->n);
+		else
+			memset(op->dst, op->value, op->n);
+	}
+	pthread_rwlock_unlock(&fake_dma);
 }
 
 long fake_cuda_calls(void)
@@ -114,10 +133,8 @@ static void *fake_main(void *arg)
 		if (op.kind == 1) {
 			if (atomic_load(&fake_err) == 0)
 				op.fn(op.arg);
-		} else if (op.kind == 2) {
-			memmove(op.dst, op.src, op.n);
-		} else if (op.kind == 4) {
-			memset(op.dst, op.value, op.n);
+		} else if (op.kind == 2 || op.kind == 4) {
+			fake_dma_op(&op);
 		} else if (op.kind == 3) {
 			pthread_mutex_lock(&op.t->mu);
 			while (op.t->done < op.pos)
@@ -322,6 +339,12 @@ cudaError_t cudaMallocHost(void **p, size_t n)
 		return e;
 	*p = malloc(n ? n : 1);
 	return *p != NULL ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+	free(p);
+	return cudaSuccess;
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t s)

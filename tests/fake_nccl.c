@@ -651,6 +651,7 @@ static void compute(struct world *w, struct cslot *cs)
 static void collective(struct world *w, int r, const struct fop *op)
 {
 	struct cslot *cs;
+	bool cancelled;
 
 	pthread_mutex_lock(&w->mu);
 	if ((cs = slot_wait(w, op->seq)) == NULL) {
@@ -667,13 +668,14 @@ static void collective(struct world *w, int r, const struct fop *op)
 	while (!cs->done && !w->dead)
 		pthread_cond_wait(&w->cv, &w->mu);
 	atomic_fetch_sub(&nwaiting, 1);
-	if (!cs->done)
-		unnote(op->dev, op->logi);
+	cancelled = !cs->done;
 	if (++cs->left == w->n) {
 		cs->arrived = cs->left = 0;
 		pthread_cond_broadcast(&w->cv);
 	}
 	pthread_mutex_unlock(&w->mu);
+	if (cancelled) /* reg_mu after w->mu, never inside it */
+		unnote(op->dev, op->logi);
 }
 
 /* The sends and receives of one group: every send posted, every receive

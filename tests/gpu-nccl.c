@@ -50,6 +50,7 @@ static int (*rt_memcpy)(void *, const void *, size_t, int);
 static int (*rt_memcpy_async)(void *, const void *, size_t, int, void *);
 static int (*rt_memset_async)(void *, int, size_t, void *);
 static int (*rt_malloc_host)(void **, size_t);
+static int (*rt_free_host)(void *);
 static int (*rt_stream_sync)(void *);
 static int (*nc_init_all)(void **, int, const int *);
 static int (*nc_allreduce)(const void *, void *, size_t, int, int, void *,
@@ -113,12 +114,13 @@ static int load_raw(void)
 	*(void **)&rt_memcpy_async = sym(rt, "cudaMemcpyAsync");
 	*(void **)&rt_memset_async = sym(rt, "cudaMemsetAsync");
 	*(void **)&rt_malloc_host = sym(rt, "cudaMallocHost");
+	*(void **)&rt_free_host = sym(rt, "cudaFreeHost");
 	*(void **)&rt_stream_sync = sym(rt, "cudaStreamSynchronize");
 	*(void **)&nc_init_all = sym(nc, "ncclCommInitAll");
 	*(void **)&nc_allreduce = sym(nc, "ncclAllReduce");
 	*(void **)&nc_destroy = sym(nc, "ncclCommDestroy");
 	return rt_malloc && rt_free && rt_memcpy && rt_memcpy_async &&
-			       rt_memset_async && rt_malloc_host &&
+			       rt_memset_async && rt_malloc_host && rt_free_host &&
 			       rt_stream_sync && nc_init_all && nc_allreduce &&
 			       nc_destroy ?
 		       0 :
@@ -403,6 +405,7 @@ static void overlap(cgr_comm *c)
 	rt_free(d_big);
 	rt_free(d_cp);
 	rt_free(d_ar);
+	rt_free_host(h_cp);
 }
 
 /* ---- 5. failure ---------------------------------------------------- */
@@ -516,6 +519,8 @@ static int failure_child(void)
 	       "\"synchronize\":\"%s\",\"event_query\":%d,"
 	       "\"nccl_after\":\"%s\",\"log\":\"%s\"}\n",
 	       r, cgr_err_name(sync), q, cgr_err_name(op), g_log);
+	cgr_event_destroy(e);
+	rt_free(d);
 	cgr_comm_destroy(c);
 	cgr_stream_destroy(s);
 	cgr_ctx_destroy(ctx);
