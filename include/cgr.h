@@ -355,7 +355,12 @@ enum cgr_task_flags {
 	 * memory, and a tensor output pointing elsewhere (device or host
 	 * memory) is copied there: by the compute stream after the task's
 	 * work for a stream task, with a synchronous cudaMemcpy otherwise.
-	 * Bytes and error values stay in host memory; lists are refused.
+	 * Bytes and error values stay in host memory.  A list keeps its
+	 * bytes items in host memory (give them host pointers) and has its
+	 * tensor items copied to the output's device buffer, at the offsets
+	 * the list's layout gives them (cudaMemcpy; a stream task's output
+	 * is not a list); over a device edge its bytes travel through host
+	 * memory and its tensors in one NCCL broadcast.
 	 * Collectives and device edges whose inputs are all such outputs,
 	 * over workers on distinct CUDA devices, go through NCCL.  A worker
 	 * without a CUDA device fails the compile.  Read over the host

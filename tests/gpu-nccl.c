@@ -23,6 +23,9 @@
  *     CGR_EDEVICE, the NCCL communicator's next operation fails; then a
  *     graph whose stream task launches that kernel yields a CGR_EDEVICE
  *     error value and the graph takes no more executions.
+ *  6. A device task's list output: its bytes item stays on the host, its
+ *     two tensor items (one from host memory, one from device memory)
+ *     land in the output's device slot, read back with cudaMemcpy.
  *
  * Results are also printed as JSON lines ("# json {...}").
  *
@@ -581,6 +584,102 @@ static int graph_failure_child(void)
 	return bad;
 }
 
+/* ---- 6. a device task's list ---------------------------------------- */
+
+static int64_t list_host[16];
+static void *list_dev; /* 16 int64 on GPU 0 */
+
+/* [bytes "head", int64 [16] in host memory, int64 [16] on the GPU]. */
+static int list_task(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		     size_t nin, cgr_value *out, size_t nout)
+{
+	static int64_t shape = 16;
+	static cgr_value items[3];
+	(void)tc, (void)st, (void)in, (void)nin, (void)nout;
+	items[0] = cgr_value_bytes("head", 5);
+	items[1] = cgr_value_tensor(list_host, kDLInt, 64, 1, &shape);
+	items[2] = cgr_value_tensor(list_dev, kDLInt, 64, 1, &shape);
+	items[2].u.tensor.device.device_type = kDLCUDA;
+	out[0] = cgr_value_list(items, 3);
+	return 0;
+}
+
+/* Whether list o holds execution x's items, its tensors on GPU 0. */
+static bool list_right(const cgr_value *o, int64_t x)
+{
+	const cgr_value *it = o->u.list.items;
+	int64_t back[16];
+
+	if (o->kind != CGR_VALUE_LIST || o->u.list.n != 3 ||
+	    it[0].kind != CGR_VALUE_BYTES || strcmp(it[0].u.bytes.data, "head"))
+		return false;
+	for (int k = 1; k <= 2; k++) {
+		if (it[k].kind != CGR_VALUE_TENSOR ||
+		    it[k].u.tensor.device.device_type != kDLCUDA ||
+		    it[k].u.tensor.device.device_id != 0 ||
+		    rt_memcpy(back, it[k].u.tensor.data, sizeof(back), 4) != 0)
+			return false;
+		for (int i = 0; i < 16; i++)
+			if (back[i] != x * 100 + i + (k == 2 ? 50 : 0))
+				return false;
+	}
+	return true;
+}
+
+/* Bytes stay on the host, both tensors land in the output's device slot
+ * (read back with cudaMemcpy). */
+static void device_list(int iters)
+{
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_compiled *c = NULL;
+	cgr_worker *w = NULL;
+	cgr_node *x, *l;
+	cgr_graph *g;
+	int64_t dv[16];
+	int bad = 0;
+
+	wp.device = 0;
+	list_dev = dmalloc(sizeof(dv));
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	d.name = "list", d.fn = list_task, d.flags = CGR_TASK_DEVICE;
+	if (list_dev == NULL || cgr_worker_create(ctx, &wp, &w) != 0 ||
+	    cgr_graph_task(g, w, &d, &x, 1, &l, 1) != 0 ||
+	    cgr_graph_output(g, &l, 1) != 0 || cgr_graph_compile(g, &pp, &c))
+		bad = -1;
+	for (int64_t e = 1; bad >= 0 && e <= iters; e++) {
+		cgr_value a = cgr_value_bytes(&e, 8), o;
+		cgr_ref ref;
+		for (int i = 0; i < 16; i++)
+			list_host[i] = e * 100 + i, dv[i] = e * 100 + i + 50;
+		if (rt_memcpy(list_dev, dv, sizeof(dv), 4) != 0 ||
+		    cgr_execute(c, &a, 1, &ref) != 0) {
+			bad++;
+			continue;
+		}
+		if (cgr_ref_get(c, ref, 10000000000ll, &o, 1) != 0)
+			bad++;
+		else
+			bad += !list_right(&o, e);
+		cgr_ref_release(c, ref);
+	}
+	t_diag("json {\"check\":\"device_list\",\"executions\":%d,"
+	       "\"bad\":%d}",
+	       iters, bad);
+	t_is(bad, 0, "a device task's list: bytes on the host, tensors from "
+		     "host and device memory in its GPU slot (%d executions) %s",
+	     iters, cgr_graph_errmsg(g));
+	if (c != NULL)
+		cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	if (w != NULL)
+		cgr_worker_destroy(w, -1);
+	if (list_dev != NULL)
+		rt_free(list_dev);
+}
+
 static void in_child(int (*fn)(void), const char *what)
 {
 	pid_t pid;
@@ -652,6 +751,7 @@ int main(int argc, char **argv)
 	latency(c, s, 16u << 20, 100);
 	event_latency(s, 2000);
 	overlap(c);
+	device_list(200);
 	cgr_comm_destroy(c);
 	cgr_stream_destroy(s);
 	cgr_ctx_destroy(ctx);

@@ -16,9 +16,9 @@
  * (tests/fake_nccl.c, tests/fake_cudart.c): outputs must be CUDA tensors
  * of the member's device, every two devices must have issued their
  * shared communicators' operations in one order, and the model must have
- * seen nothing NCCL forbids.  Mixed lists and modelled communication
- * time are CPU-communicator features: there they are checked refused or
- * left out.
+ * seen nothing NCCL forbids (a mixed list's tensors go through NCCL
+ * too).  Modelled communication time is a CPU-communicator feature:
+ * there it is left out.
  */
 #include <errno.h>
 #include <sched.h>
@@ -41,9 +41,11 @@ static cgr_compile_params G_PP = CGR_COMPILE_PARAMS_INIT;
 #include <dlfcn.h>
 static const unsigned G_TASK_FLAGS = CGR_TASK_DEVICE;
 #define G_DEV_TYPE kDLCUDA
+#define G_DEV(w) (w) /* worker w's tensors are on model GPU w */
 #else
 static const unsigned G_TASK_FLAGS = 0;
 #define G_DEV_TYPE kDLCPU
+#define G_DEV(w) 0
 #endif
 
 /* A task: reads u64 x and emits an int64 tensor [rows, 3] with
@@ -1017,50 +1019,80 @@ static void check_edge_group(long iters)
 	cgr_compiled_destroy(c);
 }
 
-/* A mixed value: [bytes "x=<x>", tensor [4,3] int64, bytes "end"]. */
+/* A mixed value: [bytes "x=<x>", tensor [4,3] int64, bytes "end", tensor
+ * [5] int32], or [bytes "x=<x>", bytes "end"] when 7 divides x.  A device
+ * task's (NCCL build): bytes on the host, tensors copied to its GPU. */
 static int mixed_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 		    size_t nin, cgr_value *out, size_t nout)
 {
 	static __thread char head[32];
-	static __thread int64_t data[12], shape[2] = { 4, 3 };
-	static __thread cgr_value items[3];
+	static __thread int64_t data[12], shape[2] = { 4, 3 }, shape1 = 5;
+	static __thread int32_t small[5];
+	static __thread cgr_value items[4];
 	uint64_t x;
 	(void)tc, (void)st, (void)nin, (void)nout;
 	memcpy(&x, in[0].u.bytes.data, 8);
 	snprintf(head, sizeof(head), "x=%llu", (unsigned long long)x);
 	for (int i = 0; i < 12; i++)
 		data[i] = elem(x, 0, i);
+	for (int i = 0; i < 5; i++)
+		small[i] = (int32_t)(x + (uint64_t)i);
 	items[0] = cgr_value_bytes(head, strlen(head) + 1);
 	items[1] = cgr_value_tensor(data, kDLInt, 64, 2,
 					shape);
 	items[2] = cgr_value_bytes("end", 4);
-	out[0] = cgr_value_list(items, 3);
+	items[3] = cgr_value_tensor(small, kDLInt, 32, 1, &shape1);
+	/* Every 7th: bytes only (over NCCL nothing to move, nobody calls). */
+	if (x % 7 == 0)
+		items[1] = items[2];
+	out[0] = cgr_value_list(items, x % 7 == 0 ? 2 : 4);
 	return 0;
 }
 
-/* Checks a mixed value; returns an int64 1 if right, 0 if not. */
+/* Whether v is the mixed value of x, its tensors on device dev. */
+static bool mixed_ok(const cgr_value *v, uint64_t x, int dev)
+{
+	const cgr_value *it = v->u.list.items;
+	char head[32];
+	bool ok;
+
+	snprintf(head, sizeof(head), "x=%llu", (unsigned long long)x);
+	if (x % 7 == 0)
+		return v->kind == CGR_VALUE_LIST && v->u.list.n == 2 &&
+		       it[0].kind == CGR_VALUE_BYTES &&
+		       strcmp(it[0].u.bytes.data, head) == 0 &&
+		       it[1].kind == CGR_VALUE_BYTES &&
+		       strcmp(it[1].u.bytes.data, "end") == 0;
+	ok = v->kind == CGR_VALUE_LIST && v->u.list.n == 4 &&
+	     it[0].kind == CGR_VALUE_BYTES &&
+	     strcmp(it[0].u.bytes.data, head) == 0 &&
+	     it[1].kind == CGR_VALUE_TENSOR && it[1].u.tensor.ndim == 2 &&
+	     it[1].u.tensor.shape[0] == 4 && it[1].u.tensor.shape[1] == 3 &&
+	     it[2].kind == CGR_VALUE_BYTES &&
+	     strcmp(it[2].u.bytes.data, "end") == 0 &&
+	     it[3].kind == CGR_VALUE_TENSOR && it[3].u.tensor.ndim == 1 &&
+	     it[3].u.tensor.shape[0] == 5 && it[3].u.tensor.dtype.bits == 32;
+	for (int k = 1; ok && k <= 3; k += 2)
+		ok = it[k].u.tensor.device.device_type == G_DEV_TYPE &&
+		     it[k].u.tensor.device.device_id == dev;
+	/* The model's device memory is host memory: read in place. */
+	for (int i = 0; ok && i < 12; i++)
+		ok = ((const int64_t *)it[1].u.tensor.data)[i] == elem(x, 0, i);
+	for (int i = 0; ok && i < 5; i++)
+		ok = ((const int32_t *)it[3].u.tensor.data)[i] ==
+		     (int32_t)(x + (uint64_t)i);
+	return ok;
+}
+
+/* Checks a mixed value (arg: the device its tensors must be on); returns
+ * an int64 1 if right, 0 if not. */
 static int mixed_check_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 			  size_t nin, cgr_value *out, size_t nout)
 {
 	static __thread int64_t ok;
 	const uint64_t *x = in[1].u.bytes.data;
-	char head[32];
-	(void)tc, (void)st, (void)nin, (void)nout;
-	snprintf(head, sizeof(head), "x=%llu", (unsigned long long)*x);
-	ok = in[0].kind == CGR_VALUE_LIST && in[0].u.list.n == 3;
-	if (ok) {
-		const cgr_value *it = in[0].u.list.items;
-		ok = it[0].kind == CGR_VALUE_BYTES &&
-		     strcmp(it[0].u.bytes.data, head) == 0 &&
-		     it[1].kind == CGR_VALUE_TENSOR &&
-		     it[1].u.tensor.ndim == 2 && it[1].u.tensor.shape[0] == 4 &&
-		     it[1].u.tensor.shape[1] == 3 &&
-		     it[2].kind == CGR_VALUE_BYTES &&
-		     strcmp(it[2].u.bytes.data, "end") == 0;
-		for (int i = 0; ok && i < 12; i++)
-			ok = ((const int64_t *)it[1].u.tensor.data)[i] ==
-			     elem(*x, 0, i);
-	}
+	(void)st, (void)nin, (void)nout;
+	ok = mixed_ok(&in[0], *x, *(const int *)cgr_task_arg(tc));
 	out[0] = cgr_value_bytes(&ok, 8);
 	return 0;
 }
@@ -1075,13 +1107,15 @@ static void check_mixed(long iters)
 	cgr_graph_create(ctx, &g);
 	cgr_graph_input(g, 0, &x);
 	cgr_task_desc d = CGR_TASK_DESC_INIT;
-	d.name = "mixed", d.fn = mixed_fn;
+	d.name = "mixed", d.fn = mixed_fn, d.flags = G_TASK_FLAGS;
 	cgr_graph_task(g, W[0], &d, &x, 1, &v, 1);
 	cgr_node_set_transport(v, CGR_TRANSPORT_DEVICE, 0);
 	for (int r = 0; r < 3; r++) {
+		static const int on_dev[3] = { G_DEV(1), G_DEV(2), G_DEV(3) };
 		cgr_task_desc e = CGR_TASK_DESC_INIT;
 		cgr_node *two[2] = { v, x };
 		e.name = "check", e.fn = mixed_check_fn;
+		e.arg = (void *)&on_dev[r];
 		cgr_graph_task(g, W[r + 1], &e, two, 2, &chk[r], 1);
 	}
 	outs[0] = chk[0], outs[1] = chk[1], outs[2] = chk[2], outs[3] = v;
@@ -1108,14 +1142,13 @@ static void check_mixed(long iters)
 					       "?");
 			bad += ok != 1;
 		}
-		bad += o[3].kind != CGR_VALUE_LIST || o[3].u.list.n != 3 ||
-		       ((const int64_t *)o[3].u.list.items[1].u.tensor.data)[5] !=
-			       elem(xv, 0, 5);
+		bad += !mixed_ok(&o[3], xv, G_DEV(0));
 		cgr_ref_release(c, ref);
 	}
-	t_is(bad, 0, "mixed bytes+tensor value: tensors by broadcast, bytes "
-		     "by host, to 3 readers and the driver: %ld executions",
-	     iters);
+	t_is(bad, 0, "mixed bytes+tensor value%s: tensors by broadcast, "
+		     "bytes by host, to 3 readers and the driver: %ld "
+		     "executions",
+	     G_TASK_FLAGS ? " of a device task, over NCCL" : "", iters);
 	cgr_compiled_destroy(c);
 }
 
@@ -1157,8 +1190,7 @@ static int try_allreduce(cgr_worker *a, cgr_worker *b, unsigned dev0,
 	return ret;
 }
 
-/* What cannot go through NCCL is refused at compile, saying why; a list
- * from a device task is an error value. */
+/* What cannot go through NCCL is refused at compile, saying why. */
 static void check_refusals(void)
 {
 	const unsigned D = CGR_TASK_DEVICE;

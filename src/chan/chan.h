@@ -211,7 +211,9 @@ int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 /* Stores v into execution seq of port p, host or device: a device port
  * takes a tensor's data into its device slot (copied from any memory by
  * stream s in order, or now with cudaMemcpy; not at all when it already
- * is there), bytes and errors into the host slot, and refuses lists. */
+ * is there), bytes and errors into the host slot; a list's tables and
+ * bytes items into the host slot and its tensor items into the device
+ * slot, now (a list by stream s is refused). */
 int cgr__value_store_port(const struct cgr__port *p, uint64_t seq,
 			  const cgr_value *v, cgr_stream *s);
 /* A CUDA tensor argument, by reference: the header only (the caller keeps
@@ -231,5 +233,9 @@ void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,
  * tensors' data is left for the caller (a device edge moves it). */
 void cgr__list_store(struct cgr__slot_hdr *h, const cgr_value *v,
 		     bool copy_tensors);
+/* The same for a device port: the tensor items' data at the same offsets
+ * of device slot dbase (CUDA device dev), left for the caller to fill. */
+void cgr__list_store_dev(struct cgr__slot_hdr *h, const cgr_value *v,
+			 void *dbase, int dev);
 
 #endif

@@ -100,8 +100,9 @@ static int cgr__item_check(const cgr_value *v, size_t *bytes)
 
 /*
  * A list in a slot: a table of n values (pointing into this slot), a table
- * of n shapes, then each item's data, 64-byte aligned.  cgr__list_layout
- * gives the offsets, so any writer lays a list out the same way.
+ * of n shapes, then each item's data, 64-byte aligned.  list_layout gives
+ * the offsets, so any writer lays a list out the same way (on a device
+ * port the tensor items sit at the same offsets of the device slot).
  */
 struct cgr__list_hdr {
 	uint64_t n;
@@ -155,12 +156,15 @@ int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes)
 /*
  * Lays list v out in slot h (already checked to fit).  With copy_tensors
  * false the tensors' data is left for the caller to fill (a device edge
- * moves it through the communicator).
+ * moves it through the communicator).  With dbase set the tensor items
+ * live at the same offsets of a device slot (dbase, on CUDA device dev):
+ * the host slot keeps the tables and the bytes items.
  */
-void cgr__list_store(struct cgr__slot_hdr *h, const cgr_value *v,
-		     bool copy_tensors)
+static void list_layout(struct cgr__slot_hdr *h, const cgr_value *v,
+			bool copy_tensors, unsigned char *dbase, int dev)
 {
 	unsigned char *d = cgr__slot_data(h);
+	unsigned char *tb = dbase != NULL ? dbase : d;
 	struct cgr__list_hdr *lh = (struct cgr__list_hdr *)d;
 	size_t n = v->u.list.n, off = cgr__list_data_off(n);
 	cgr_value *items = (cgr_value *)(lh + 1);
@@ -180,16 +184,18 @@ void cgr__list_store(struct cgr__slot_hdr *h, const cgr_value *v,
 			const DLTensor *t = &it->u.tensor;
 			const unsigned char *src =
 				(const unsigned char *)t->data + t->byte_offset;
-			if (copy_tensors && b > 0 && src != d + off)
-				memcpy(d + off, src, b);
+			if (copy_tensors && b > 0 && src != tb + off)
+				memcpy(tb + off, src, b);
 			for (int k = 0; k < t->ndim; k++)
 				shapes[i][k] = t->shape[k];
-			items[i].u.tensor.data = d + off;
+			items[i].u.tensor.data = tb + off;
 			items[i].u.tensor.shape = shapes[i];
 			items[i].u.tensor.strides = NULL;
 			items[i].u.tensor.byte_offset = 0;
-			items[i].u.tensor.device.device_type = kDLCPU;
-			items[i].u.tensor.device.device_id = 0;
+			items[i].u.tensor.device.device_type =
+				dbase != NULL ? kDLCUDA : kDLCPU;
+			items[i].u.tensor.device.device_id =
+				dbase != NULL ? dev : 0;
 		}
 		off += CGR__ALIGN_UP(b, 64);
 	}
@@ -197,6 +203,18 @@ void cgr__list_store(struct cgr__slot_hdr *h, const cgr_value *v,
 	h->code = 0;
 	h->len = off;
 	h->ndim = 0;
+}
+
+void cgr__list_store(struct cgr__slot_hdr *h, const cgr_value *v,
+		     bool copy_tensors)
+{
+	list_layout(h, v, copy_tensors, NULL, 0);
+}
+
+void cgr__list_store_dev(struct cgr__slot_hdr *h, const cgr_value *v,
+			 void *dbase, int dev)
+{
+	list_layout(h, v, false, dbase, dev);
 }
 
 void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,
@@ -383,6 +401,50 @@ void cgr__value_store_ref(struct cgr__slot_hdr *h, const cgr_value *v)
 		      (const unsigned char *)t->data + t->byte_offset);
 }
 
+/* Copies n bytes to device port p's memory now (-ENODEV without the
+ * cuda backend). */
+static int dev_copy(const struct cgr__port *p, void *dst, const void *src,
+		    size_t n)
+{
+#ifdef HAVE_CUDA
+	return cgr__cuda_memcpy(p->ddev, dst, src, n);
+#else
+	(void)p, (void)dst, (void)src, (void)n;
+	return -ENODEV;
+#endif
+}
+
+/* List v (checked to fit) on device port p: the tables and the bytes
+ * items in the host slot, the tensor items copied now from wherever
+ * they are to the same offsets of the device slot. */
+static int list_store_dev(const struct cgr__port *p, uint64_t seq,
+			  const cgr_value *v)
+{
+	struct cgr__slot_hdr *h = cgr__port_slot(p, seq);
+	cgr_value st;
+	int ret = 0;
+
+	cgr__list_store_dev(h, v, cgr__port_data(p, seq), p->dev);
+	cgr__value_load(h, &st);
+	for (size_t i = 0; ret == 0 && i < v->u.list.n; i++) {
+		const DLTensor *t = &v->u.list.items[i].u.tensor;
+		void *dst = st.u.list.items[i].u.tensor.data;
+		const unsigned char *src;
+		size_t n;
+		if (v->u.list.items[i].kind != CGR_VALUE_TENSOR)
+			continue;
+		src = (const unsigned char *)t->data + t->byte_offset;
+		n = cgr_tensor_nbytes(t);
+		if (n > 0 && src != dst)
+			ret = dev_copy(p, dst, src, n);
+	}
+	if (ret < 0)
+		cgr__value_store_error(h, p->cap, ret,
+				       "copying a list's tensor to the device "
+				       "failed");
+	return ret;
+}
+
 int cgr__value_store_port(const struct cgr__port *p, uint64_t seq,
 			  const cgr_value *v, cgr_stream *s)
 {
@@ -395,14 +457,11 @@ int cgr__value_store_port(const struct cgr__port *p, uint64_t seq,
 
 	if (p->dmem == NULL)
 		return cgr__value_store_on(h, p->cap, v, s);
-	if (v->kind == CGR_VALUE_LIST) {
-		cgr__value_store_error(h, p->cap, CGR_EBADVALUE,
-				       "a device output holds a tensor or "
-				       "bytes, not a list");
-		return CGR_EBADVALUE;
-	}
+	if (v->kind == CGR_VALUE_LIST && s == NULL &&
+	    cgr__value_check(v, p->cap, NULL) == 0)
+		return list_store_dev(p, seq, v);
 	if (v->kind != CGR_VALUE_TENSOR)
-		return cgr__value_store_on(h, p->cap, v, s);
+		return cgr__value_store_on(h, p->cap, v, s); /* or its error */
 	ret = cgr__value_check(v, p->cap, &n);
 	if (ret < 0)
 		return cgr__value_store_on(h, p->cap, v, s); /* its error */
@@ -411,11 +470,7 @@ int cgr__value_store_port(const struct cgr__port *p, uint64_t seq,
 	if (n == 0 || src == dst)
 		return 0; /* built in place: zero copy */
 	ret = s != NULL ? cgr_stream_memcpy_async(s, dst, src, n) :
-#ifdef HAVE_CUDA
-			  cgr__cuda_memcpy(p->ddev, dst, src, n);
-#else
-			  -ENODEV;
-#endif
+			  dev_copy(p, dst, src, n);
 	if (ret < 0)
 		cgr__value_store_error(h, p->cap, ret,
 				       "copying a tensor to the device failed");

@@ -513,10 +513,10 @@ static int bucket_move(struct cgr__coll_rt *cr, uint64_t seq)
 }
 
 /*
- * A list over a device edge (mixed value, CPU communicator only): every
- * reader lays the list out from the producer's slot, copying the bytes
- * items through host memory, while the tensor items' data moves through
- * the communicator, packed into one broadcast.
+ * A list over a device edge (a mixed value) on the CPU communicator:
+ * every reader lays the list out from the producer's slot, copying the
+ * bytes items through host memory, while the tensor items' data moves
+ * through the communicator, packed into one broadcast.
  */
 static void run_list(struct cgr__coll_rt *cr, uint64_t seq)
 {
@@ -578,6 +578,77 @@ static void run_list(struct cgr__coll_rt *cr, uint64_t seq)
 		memcpy(t->data, cr->bucket_out + off, b);
 		off += b;
 	}
+}
+
+/* The span [*lo, *hi) of slot base that list v's tensor items cover. */
+static void tensor_span(const cgr_value *v, const unsigned char *base,
+			size_t *lo, size_t *hi)
+{
+	*lo = *hi = 0;
+	for (size_t i = 0; i < v->u.list.n; i++) {
+		const DLTensor *t = &v->u.list.items[i].u.tensor;
+		size_t off, b;
+		if (v->u.list.items[i].kind != CGR_VALUE_TENSOR ||
+		    (b = cgr_tensor_nbytes(t)) == 0)
+			continue;
+		off = (size_t)((const unsigned char *)t->data - base);
+		if (*hi == 0 || off < *lo)
+			*lo = off;
+		if (off + b > *hi)
+			*hi = off + b;
+	}
+}
+
+/*
+ * A list over an NCCL edge: the producer's device port holds the tables
+ * and bytes items in its host slot and the tensor items at the same
+ * offsets of its device slot (chan/value.c).  Every reader lays the list
+ * out from the producer's host slot into its own (bytes through host
+ * memory, as one process), and the tensor items move in one in-place
+ * broadcast of the span that holds them, device slot to device slot.
+ * Every member computes the span from the same slot.
+ */
+static void run_list_nccl(struct cgr__coll_rt *cr, uint64_t seq)
+{
+	struct cgr_compiled *c = cr->c;
+	const struct cgr__port *rp = &c->ports[cr->root_port], *op = NULL;
+	struct cgr__slot_hdr *rh = cgr__port_slot(rp, seq);
+	unsigned char *rbase = cgr__port_data(rp, seq), *obase = NULL;
+	bool root = cr->rank == cr->root;
+	struct cgr__coll_desc d;
+	size_t lo, hi;
+	cgr_value rv;
+	char msg[400];
+	int ret;
+
+	if (!root && cr->out_ports[0] != CGR__NO_PORT) {
+		op = &c->ports[cr->out_ports[0]];
+		obase = cgr__port_data(op, seq);
+	}
+	/* Every member judges the same slot (no call, or everybody's).  A
+	 * reader always has its output port (compile/lower.c); without one
+	 * the communicator's own check would fail every member. */
+	if (rh->len > cr->cap) {
+		snprintf(msg, sizeof(msg),
+			 "broadcast %s (execution %llu): list of %llu bytes "
+			 "exceeds the %zu-byte buffer",
+			 cr->name, (unsigned long long)seq,
+			 (unsigned long long)rh->len, cr->cap);
+		coll_fail(cr, seq, CGR_ETOOBIG, msg);
+		return;
+	}
+	cgr__value_load(rh, &rv);
+	tensor_span(&rv, rbase, &lo, &hi);
+	if (op != NULL)
+		cgr__list_store_dev(cgr__port_slot(op, seq), &rv, obase,
+				    op->dev);
+	if (hi == lo)
+		return; /* no tensor data: nobody calls */
+	coll_desc(cr, rbase + lo, root ? NULL : obase + lo, hi - lo,
+		  CGR_UINT8, &d);
+	ret = coll_call(cr, seq, &d);
+	if (ret < 0)
+		comm_fail(cr, seq, ret);
 }
 
 /* The count a member that changed its static shape calls with: its own
@@ -689,7 +760,10 @@ void cgr__coll_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 		return;
 	}
 	if (agreed && cr->edge && cr->cached[cr->root].kind == CGR_VALUE_LIST) {
-		run_list(cr, seq);
+		if (cr->nccl)
+			run_list_nccl(cr, seq);
+		else
+			run_list(cr, seq);
 		return;
 	}
 	single_move(cr, seq, agreed);
