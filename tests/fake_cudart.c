@@ -53,7 +53,11 @@ struct CUevent_st {
 
 static _Atomic int fake_err;
 static _Atomic long fake_ncalls;
-static __thread int fake_dev = 0;
+/* The calling thread's device.  Static TLS (initial-exec): dlopen'ed
+ * libraries' dynamic TLS blocks are malloc'd and freed by ld.so in ways
+ * TSan does not follow (a false data race on reuse of a dead thread's
+ * block). */
+static __thread int fake_dev __attribute__((tls_model("initial-exec"))) = 0;
 
 void fake_cuda_fail(int err);
 long fake_cuda_calls(void);

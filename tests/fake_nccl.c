@@ -126,6 +126,7 @@ static _Atomic int fake_fail_err;
 static _Atomic int fake_polls = 2;
 static _Atomic long misuse, nops, nwaiting, naborts;
 static int dlog[MAXDEV][LOGN], ndlog[MAXDEV];
+/* The calling thread's group; static TLS as in fake_cudart.c. */
 static __thread struct {
 	int depth;
 	struct pend {
@@ -135,7 +136,7 @@ static __thread struct {
 	} *p;
 	int n, cap;
 	bool init; /* an init was in the group */
-} grp;
+} grp __attribute__((tls_model("initial-exec")));
 
 void fake_nccl_fail(int err);
 void fake_nccl_inprogress(int polls);

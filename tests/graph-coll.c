@@ -216,30 +216,41 @@ static void check_kind(int kind, int n, int root, long iters)
 }
 
 /* Mismatch on one member, then an error value on one member. */
-static void check_errors(void)
+/* A 3-rank allreduce "ar" of 6-row fills where rank 2 emits a row more
+ * on execution 5 and rank 1 fails on execution 9. */
+static cgr_compiled *faulty_allreduce(int static_shape, const char *what)
 {
-	static struct fill f[3];
-	cgr_graph *g;
-	cgr_compiled *c;
-	cgr_node *x, *ins[3], *outs[3];
+	static struct fill f[2][3];
+	struct fill *fs = f[static_shape != 0];
 	cgr_coll_params p = CGR_COLL_PARAMS_INIT;
-	int good = 0, mism = 0, errv = 0;
+	cgr_node *x, *ins[3], *outs[3];
+	cgr_compiled *c = NULL;
+	cgr_graph *g;
 
 	cgr_graph_create(ctx, &g);
 	cgr_graph_input(g, 0, &x);
 	for (int r = 0; r < 3; r++) {
 		cgr_task_desc d = CGR_TASK_DESC_INIT;
-		f[r] = (struct fill){ r, 6, r == 2 ? 5 : -1, r == 1 ? 9 : -1 };
-		d.name = "fill", d.fn = fill_fn, d.arg = &f[r];
+		fs[r] = (struct fill){ r, 6, r == 2 ? 5 : -1, r == 1 ? 9 : -1 };
+		d.name = "fill", d.fn = fill_fn, d.arg = &fs[r];
 		d.flags = G_TASK_FLAGS;
 		cgr_graph_task(g, W[r], &d, &x, 1, &ins[r], 1);
 	}
 	p.kind = CGR_COLL_ALLREDUCE;
 	p.name = "ar";
+	p.static_shape = static_shape;
 	cgr_graph_collective(g, &p, W, 3, ins, 3, outs, 3);
 	cgr_graph_output(g, outs, 3);
-	t_is(cgr_graph_compile(g, &G_PP, &c), 0, "compile 3-rank allreduce");
+	t_is(cgr_graph_compile(g, &G_PP, &c), 0, "%s", what);
 	cgr_graph_destroy(g);
+	return c;
+}
+
+static void check_errors(void)
+{
+	cgr_compiled *c = faulty_allreduce(0, "compile 3-rank allreduce");
+	int good = 0, mism = 0, errv = 0;
+
 	for (int it = 1; it <= 12; it++) {
 		uint64_t xv = (uint64_t)it;
 		cgr_value a = cgr_value_bytes(&xv, 8), o[3];
@@ -292,29 +303,9 @@ static void check_errors(void)
  */
 static void check_static(long iters)
 {
-	static struct fill f[3];
-	cgr_graph *g;
-	cgr_compiled *c;
-	cgr_node *x, *ins[3], *outs[3];
-	cgr_coll_params p = CGR_COLL_PARAMS_INIT;
+	cgr_compiled *c = faulty_allreduce(1, "static-shape allreduce");
 	long good = 0, mism = 0, errv = 0;
 
-	cgr_graph_create(ctx, &g);
-	cgr_graph_input(g, 0, &x);
-	for (int r = 0; r < 3; r++) {
-		cgr_task_desc d = CGR_TASK_DESC_INIT;
-		f[r] = (struct fill){ r, 6, r == 2 ? 5 : -1, r == 1 ? 9 : -1 };
-		d.name = "fill", d.fn = fill_fn, d.arg = &f[r];
-		d.flags = G_TASK_FLAGS;
-		cgr_graph_task(g, W[r], &d, &x, 1, &ins[r], 1);
-	}
-	p.kind = CGR_COLL_ALLREDUCE;
-	p.name = "ar";
-	p.static_shape = 1;
-	cgr_graph_collective(g, &p, W, 3, ins, 3, outs, 3);
-	cgr_graph_output(g, outs, 3);
-	t_is(cgr_graph_compile(g, &G_PP, &c), 0, "static-shape allreduce");
-	cgr_graph_destroy(g);
 	for (long it = 1; it <= iters; it++) {
 		uint64_t xv = (uint64_t)it;
 		cgr_value a = cgr_value_bytes(&xv, 8), o[3];

@@ -3,7 +3,8 @@
  * pipeline and a diamond over 1e4 executions (checked one by one), every
  * wait mode, gets in any order up to the in-flight limit, error values
  * that reach only their own execution, get timeouts, multi-output tasks,
- * constants, the whole-input node, tensors, zero-copy and copied outputs.
+ * constants, the whole-input node, tensors, zero-copy and copied outputs,
+ * and no task call for an execution the driver did not submit.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -461,6 +462,68 @@ static void test_shapes(void)
 	(void)one;
 }
 
+/* Counts its calls (arg: an _Atomic long); out: its first input. */
+static int count_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		    size_t nin, cgr_value *out, size_t nout)
+{
+	_Atomic long *calls = cgr_task_arg(tc);
+	(void)st, (void)nin, (void)nout;
+	atomic_fetch_add(calls, 1);
+	out[0] = in[0];
+	return 0;
+}
+
+/*
+ * No task runs for an execution nobody asked for: a task fed only a
+ * constant (its worker has nothing to read), and the reader of a device
+ * edge (its worker only receives), each run exactly once per execution,
+ * counted after teardown stopped every worker; overlap off and on.
+ */
+static void test_admission(int overlap)
+{
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	_Atomic long lonely = 0, recv = 0;
+	uint64_t kv = 5;
+	cgr_value kval = cgr_value_bytes(&kv, 8);
+	cgr_node *k, *x, *src, *outs[2];
+	struct affine one = { 1, 0 };
+	cgr_compiled *c;
+	cgr_graph *g;
+	long n = 50, bad = 0;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_const(g, &kval, &k);
+	cgr_graph_input(g, 0, &x);
+	outs[0] = add_task(g, W[1], "lonely", count_fn, &lonely, &k, 1);
+	src = add_task(g, W[0], "src", affine_fn, &one, &x, 1);
+	cgr_node_set_transport(src, CGR_TRANSPORT_DEVICE, 0);
+	outs[1] = add_task(g, W[2], "recv", count_fn, &recv, &src, 1);
+	cgr_graph_output(g, outs, 2);
+	pp.overlap = overlap;
+	t_is(cgr_graph_compile(g, &pp, &c), 0, "admission graph: %s",
+	     cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	for (long i = 1; i <= n; i++) {
+		uint64_t xv = (uint64_t)i;
+		cgr_value a = cgr_value_bytes(&xv, 8), o[2];
+		cgr_ref r;
+		if (cgr_execute(c, &a, 1, &r) != 0 ||
+		    cgr_ref_get(c, r, -1, o, 2) != 0) {
+			bad++;
+			continue;
+		}
+		bad += u64(&o[0]) != 5 || u64(&o[1]) != xv;
+		cgr_ref_release(c, r);
+	}
+	t_is(cgr_compiled_teardown(c, 2000000000ll), 0, "teardown");
+	t_ok(bad == 0 && atomic_load(&lonely) == n && atomic_load(&recv) == n,
+	     "overlap %s: a constant's task and an edge's reader ran once "
+	     "per execution asked for (%ld and %ld of %ld calls, %ld wrong)",
+	     overlap ? "on" : "off", atomic_load(&lonely), atomic_load(&recv),
+	     n, bad);
+	cgr_compiled_destroy(c);
+}
+
 int main(int argc, char **argv)
 {
 	long n = t_scale(10000);
@@ -481,6 +544,8 @@ int main(int argc, char **argv)
 	test_order_and_errors();
 	test_timeout();
 	test_shapes();
+	test_admission(0);
+	test_admission(1);
 	cgr_ctx_destroy(ctx);
 	return t_done();
 }

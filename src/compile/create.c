@@ -125,6 +125,33 @@ static int create_streams(struct cgr_compiled *c, struct cgr__prog *p)
 	return 0;
 }
 
+/*
+ * Whether program p waits for the driver to admit each execution: nothing
+ * anybody can see (a task call, an NCCL operation, a write) may happen
+ * for an execution nobody asked for.  Its leading operations decide.  A
+ * READ waits for a producer that was admitted (by induction).  A CPU
+ * collective reached before any READ or task is one this worker only
+ * receives from (a member with an input made it first): on the thread its
+ * agreement, and a WAIT for one started on a communication stream, wait
+ * for the root's data, so for the root's admission.  The start on a
+ * stream and waits for an earlier execution show nothing: skipped.
+ */
+static bool prog_gated(const struct cgr__prog *p)
+{
+	for (size_t i = 0; i < p->nops; i++) {
+		const struct cgr__op *op = &p->ops[i];
+		const struct cgr__coll_rt *cr = op->coll;
+		if (op->kind == CGR__OP_SWAIT ||
+		    (op->kind == CGR__OP_WAIT && (cr == NULL || op->prev)) ||
+		    (op->kind == CGR__OP_COLL && cr->async && !cr->nccl))
+			continue;
+		return op->kind != CGR__OP_READ &&
+		       !((op->kind == CGR__OP_COLL || op->kind == CGR__OP_WAIT) &&
+			 !cr->nccl);
+	}
+	return false;
+}
+
 /* Device slots of device ports. */
 static int create_device_ports(struct cgr_compiled *c)
 {
@@ -216,7 +243,7 @@ int cgr__create(struct cgr__cc *cc)
 		ret = create_nccl(c, &c->progs[i]);
 	for (size_t i = 0; i < c->nprogs; i++) {
 		struct cgr__prog *p = &c->progs[i];
-		p->gate = p->nops > 0 && p->ops[0].kind != CGR__OP_READ;
+		p->gate = prog_gated(p);
 		for (size_t t = 0; t < p->ntcs; t++)
 			p->watch |= p->tcs[t].stream;
 	}

@@ -205,10 +205,10 @@ struct cgr__prog {
 	struct cgr_future left; /* completed when the worker leaves */
 	uint32_t left_gen;
 	_Atomic uint64_t done_seq; /* executions completed (for reports) */
-	/* The program's first operation is no READ: it waits for the driver
-	 * to admit each execution (else a task without inputs, or the
-	 * receiving end of a collective, would run executions nobody asked
-	 * for; every READ implies admission, by induction). */
+	/* The program's leading operations do not imply admission: it
+	 * waits for the driver to admit each execution (else a task without
+	 * inputs, or an NCCL collective's receiving end, would run
+	 * executions nobody asked for; compile/create.c, prog_gated). */
 	bool gate;
 	/* The worker's device failed (exec/failure.c): CGR_EDEVICE and why;
 	 * from then on its device work ends in error values.  Thread only. */

@@ -257,20 +257,28 @@ int cgr_stream_memcpy_async(cgr_stream *s, void *dst, const void *src,
 	return s->dev->ops->enqueue(s, &op);
 }
 
+/* One nap of a poll (1 us doubling to 100 us in *nap); false when the
+ * waiter (may be NULL) has failed or stops: give up. */
+static bool poll_nap(cgr_stream *waiter, long *nap)
+{
+	struct timespec ts = { 0, *nap };
+
+	if (waiter != NULL && (cgr__device_error(waiter->dev) != 0 ||
+			       cgr__stream_stopping(waiter) != 0))
+		return false;
+	nanosleep(&ts, NULL);
+	if (*nap < 100000)
+		*nap *= 2;
+	return true;
+}
+
 void cgr__dfuture_poll_wait(struct cgr__dfuture *df, cgr_stream *waiter)
 {
 	long nap = 1000;
 	int res;
 
-	while (!cgr__dfuture_test(df, &res)) {
-		struct timespec ts = { 0, nap };
-		if (waiter != NULL && (cgr__device_error(waiter->dev) != 0 ||
-				       cgr__stream_stopping(waiter) != 0))
-			break;
-		nanosleep(&ts, NULL);
-		if (nap < 100000)
-			nap *= 2;
-	}
+	while (!cgr__dfuture_test(df, &res) && poll_nap(waiter, &nap))
+		;
 }
 
 void cgr__waite_run(cgr_stream *waiter, const struct cgr__sop *op)
@@ -278,15 +286,9 @@ void cgr__waite_run(cgr_stream *waiter, const struct cgr__sop *op)
 	const struct cgr__device_ops *ops = op->u.waite.ops;
 	long nap = 1000;
 
-	while (ops->snap_query(op->u.waite.snap, op->u.waite.pos) == 0) {
-		struct timespec ts = { 0, nap };
-		if (waiter != NULL && (cgr__device_error(waiter->dev) != 0 ||
-				       cgr__stream_stopping(waiter) != 0))
-			break;
-		nanosleep(&ts, NULL);
-		if (nap < 100000)
-			nap *= 2;
-	}
+	while (ops->snap_query(op->u.waite.snap, op->u.waite.pos) == 0 &&
+	       poll_nap(waiter, &nap))
+		;
 	ops->snap_put(op->u.waite.snap);
 }
 

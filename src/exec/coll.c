@@ -512,6 +512,20 @@ static int bucket_move(struct cgr__coll_rt *cr, uint64_t seq)
 	return ret;
 }
 
+/* A list over a device edge that does not fit its readers' buffers: an
+ * error value on every member. */
+static void list_too_big(struct cgr__coll_rt *cr, uint64_t seq, uint64_t len)
+{
+	char msg[400];
+
+	snprintf(msg, sizeof(msg),
+		 "broadcast %s (execution %llu): list of %llu bytes exceeds "
+		 "the %zu-byte buffer",
+		 cr->name, (unsigned long long)seq, (unsigned long long)len,
+		 cr->cap);
+	coll_fail(cr, seq, CGR_ETOOBIG, msg);
+}
+
 /*
  * A list over a device edge (a mixed value) on the CPU communicator:
  * every reader lays the list out from the producer's slot, copying the
@@ -527,7 +541,6 @@ static void run_list(struct cgr__coll_rt *cr, uint64_t seq)
 	struct cgr__slot_hdr *oh = NULL;
 	cgr_value rv, ov;
 	size_t total = 0, off = 0;
-	char msg[400];
 	int ret;
 
 	cgr__value_load(rh, &rv);
@@ -535,12 +548,7 @@ static void run_list(struct cgr__coll_rt *cr, uint64_t seq)
 		if (rv.u.list.items[i].kind == CGR_VALUE_TENSOR)
 			total += cgr_tensor_nbytes(&rv.u.list.items[i].u.tensor);
 	if (total > cr->cap || rh->len > cr->cap) {
-		snprintf(msg, sizeof(msg),
-			 "broadcast %s (execution %llu): list of %llu bytes "
-			 "exceeds the %zu-byte buffer",
-			 cr->name, (unsigned long long)seq,
-			 (unsigned long long)rh->len, cr->cap);
-		coll_fail(cr, seq, CGR_ETOOBIG, msg);
+		list_too_big(cr, seq, rh->len);
 		return;
 	}
 	if (root) {
@@ -618,7 +626,6 @@ static void run_list_nccl(struct cgr__coll_rt *cr, uint64_t seq)
 	struct cgr__coll_desc d;
 	size_t lo, hi;
 	cgr_value rv;
-	char msg[400];
 	int ret;
 
 	if (!root && cr->out_ports[0] != CGR__NO_PORT) {
@@ -629,12 +636,7 @@ static void run_list_nccl(struct cgr__coll_rt *cr, uint64_t seq)
 	 * reader always has its output port (compile/lower.c); without one
 	 * the communicator's own check would fail every member. */
 	if (rh->len > cr->cap) {
-		snprintf(msg, sizeof(msg),
-			 "broadcast %s (execution %llu): list of %llu bytes "
-			 "exceeds the %zu-byte buffer",
-			 cr->name, (unsigned long long)seq,
-			 (unsigned long long)rh->len, cr->cap);
-		coll_fail(cr, seq, CGR_ETOOBIG, msg);
+		list_too_big(cr, seq, rh->len);
 		return;
 	}
 	cgr__value_load(rh, &rv);
@@ -811,17 +813,28 @@ void cgr__coll_device_mark(struct cgr__coll_rt *cr, uint64_t seq)
 }
 
 /* The CPU communicator's collectives: agreement, then the move, on the
- * caller's thread (NCCL's go through exec/launch.c). */
-void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
-		   struct cgr_reactor *r)
+ * caller's thread (NCCL's go through exec/launch.c).  Teardown cuts the
+ * agreement short: the outputs become error values (no reader computes
+ * on stale data) and -ECANCELED is returned. */
+int cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
+		  struct cgr_reactor *r)
 {
 	bool agreed = false;
+	char msg[200];
 
 	cgr__coll_describe(cr, seq);
 	if (cgr__coll_needs_agree(cr)) {
-		if (agree(cr, seq, r) < 0)
-			return; /* teardown */
+		if (agree(cr, seq, r) < 0) {
+			snprintf(msg, sizeof(msg),
+				 "%s %s (execution %llu): the graph was torn "
+				 "down",
+				 cgr__coll_kind_name(cr->kind), cr->name,
+				 (unsigned long long)seq);
+			coll_fail(cr, seq, -ECANCELED, msg);
+			return -ECANCELED;
+		}
 		agreed = true;
 	}
 	cgr__coll_move(cr, seq, agreed);
+	return 0;
 }

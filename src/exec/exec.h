@@ -20,9 +20,10 @@ void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq);
 
 /* Runs member cr's share of a CPU communicator's collective for
  * execution seq, on its worker's thread (r: its reactor) or a stream's
- * executor (r NULL). */
-void cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
-		   struct cgr_reactor *r);
+ * executor (r NULL).  Returns 0, or -ECANCELED when teardown cut its
+ * agreement short (its outputs are error values). */
+int cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
+		  struct cgr_reactor *r);
 
 /* The phases of a collective (coll.c), for the NCCL queue: describe
  * this member's inputs, whether this execution agrees (static shapes

@@ -189,7 +189,7 @@ static int run_coll(cgr_worker *w, struct cgr__coll_rt *cr, uint64_t seq,
 		if (ret == 0)
 			ret = cgr__wait_done(cr->c, w, r, &cr->done, seq + 1);
 	} else {
-		cgr__coll_run(cr, seq, r);
+		ret = cgr__coll_run(cr, seq, r);
 	}
 	atomic_store_explicit(&w->current_task, NULL, memory_order_relaxed);
 	return ret;
