@@ -13,8 +13,8 @@
 #         libnccl: correctness of every operation and dtype on one rank,
 #         two ranks on one GPU, cgr's latency over raw NCCL at 8 B and
 #         16 MiB, event-to-future latency, overlap of a memset kernel, a
-#         copy and an allreduce, a faulting kernel under a stream and under
-#         a graph); each writes its output to $OUT/<name>.log, and every
+#         copy and an allreduce, a device task's list output, a faulting
+#         kernel under a stream and under a graph); each writes its output to $OUT/<name>.log, and every
 #         result line of all of them goes to $OUT/results.jsonl.  libnccl
 #         (about 200 MB) is not carried: the machine's own is used
 #         (/usr/local/cuda/lib64 or the loader's path); without one,
