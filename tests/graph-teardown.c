@@ -8,6 +8,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -176,6 +177,8 @@ static void test_stuck(void)
 	cgr_ref r;
 	cgr_value v = cgr_value_bytes("z", 1);
 	int before = atomic_load(&fini_calls);
+	int thr0 = count_dir("/proc/self/task"), thr = 0;
+	struct timespec a, b;
 
 	cp.log_fn = logger;
 	cgr_ctx_create(&cp, &ctx);
@@ -185,7 +188,6 @@ static void test_stuck(void)
 	cgr_execute(c, &v, 1, &r);
 	while (!atomic_load(&stuck_entered))
 		;
-	struct timespec a, b;
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	int ret = cgr_compiled_teardown(c, 100 * 1000000);
 	clock_gettime(CLOCK_MONOTONIC, &b);
@@ -208,6 +210,16 @@ static void test_stuck(void)
 		;
 	t_is(atomic_load(&fini_calls) - before, 2,
 	     "the abandoned worker ran fini once its task returned");
+	/* Then its (detached) thread exits: a moment later. */
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (;;) {
+		thr = count_dir("/proc/self/task");
+		clock_gettime(CLOCK_MONOTONIC, &b);
+		if (thr <= thr0 || b.tv_sec - a.tv_sec > 10)
+			break;
+		sched_yield();
+	}
+	t_is(thr, thr0, "...and its thread exited");
 }
 
 static void test_init_fail(void)
