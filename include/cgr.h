@@ -903,7 +903,9 @@ int cgr_graph_allreduce(cgr_graph *g, cgr_node *const *in, size_t n,
 /*
  * A buffer of at least `bytes` (64-byte aligned) where the task may build
  * output i directly: an output value whose data points into it is not
- * copied.  NULL if bytes exceeds the output's buffer.
+ * copied.  NULL if bytes exceeds the output's buffer.  Not for the items
+ * of a list: they are copied to their places in the list's layout, which
+ * would overlap them.
  */
 void *cgr_task_output_buffer(cgr_task_ctx *tc, size_t i, size_t bytes);
 
