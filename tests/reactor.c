@@ -21,13 +21,20 @@
  *     gives -ECANCELED.
  *  4. busy: six CGR_WAIT_BUSY threads on two cores pass a token around a
  *     ring of flags and complete every pass.
+ *  5. peer-death watch: a reactor parked on a bell nobody rings wakes
+ *     within 100 ms of a kill -9 of a watched child (pidfd); a cancelled
+ *     watch never fires; a process already gone fires at once; 16 fit.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "reactor/reactor.h"
 #include "t_seccomp.h"
@@ -771,6 +778,121 @@ static void t_busy(void)
 	     "busy: every thread's reactor took the expected path");
 }
 
+/* ---- 5. peer-death watch ------------------------------------------ */
+
+static void t_gone(void *arg)
+{
+	atomic_fetch_add((_Atomic int *)arg, 1);
+}
+
+static bool t_flag(void *arg)
+{
+	return atomic_load((_Atomic int *)arg) != 0;
+}
+
+/* A child that exits at once, or waits to be killed; its pidfd in *fd
+ * (-1: none). */
+static pid_t t_child(int *fd, bool exit_now)
+{
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		if (exit_now)
+			_exit(0);
+		for (;;)
+			pause();
+	}
+	*fd = pid > 0 ? (int)syscall(SYS_pidfd_open, pid, 0) : -1;
+	return pid;
+}
+
+struct t_killer {
+	pid_t pid;
+	struct cgr_bell *bell;
+	_Atomic int64_t at;
+};
+
+/* Kills the child once the waiter is parked on the bell (nobody rings). */
+static void *t_killer_main(void *arg)
+{
+	struct t_killer *k = arg;
+
+	while (atomic_load(&k->bell->sleepers) == 0)
+		sched_yield();
+	atomic_store(&k->at, cgr__now_ns());
+	kill(k->pid, SIGKILL);
+	return NULL;
+}
+
+/* A parked reactor wakes when a watched process is killed (nobody rings
+ * its bell), within 100 ms; a cancelled watch never fires; a process
+ * already gone fires at once; the table holds 16. */
+static void t_watch(struct cgr_reactor *r)
+{
+	struct t_killer k = { 0 };
+	struct cgr_bell bell;
+	_Atomic int gone = 0, other = 0;
+	pthread_t th;
+	uint64_t id;
+	int fd, fd2, ret, n = 0;
+
+	cgr__bell_init(&bell);
+	k.pid = t_child(&fd, false);
+	k.bell = &bell;
+	if (fd < 0) {
+		t_diag("pidfd_open: %s", strerror(errno));
+		t_skip("no pidfd_open: the watch not checked");
+		if (k.pid > 0)
+			kill(k.pid, SIGKILL), waitpid(k.pid, NULL, 0);
+		return;
+	}
+	t_is(cgr__reactor_watch_add(r, fd, t_gone, (void *)&gone, &id), 0,
+	     "watch a child");
+	pthread_create(&th, NULL, t_killer_main, &k);
+	ret = cgr__reactor_wait(r, &bell, t_flag, (void *)&gone, NULL,
+				CGR_WAIT_BLOCK, 0, cgr__deadline(5000 * MS));
+	int64_t ms = (cgr__now_ns() - atomic_load(&k.at)) / MS;
+	pthread_join(th, NULL);
+	t_ok(ret == 0 && atomic_load(&gone) == 1 && ms < 100,
+	     "%s: a parked reactor saw the kill -9 after %lld ms (ret %d)",
+	     T_MODE, (long long)ms, ret);
+	t_is(cgr__reactor_watch_cancel(r, id), -ENOENT, "the watch fired once");
+	t_is((int)waitpid(k.pid, NULL, 0), (int)k.pid, "child reaped");
+	close(fd);
+
+	/* Cancelled: the death passes unseen. */
+	k.pid = t_child(&fd, false);
+	cgr__reactor_watch_add(r, fd, t_gone, (void *)&other, &id);
+	t_is(cgr__reactor_watch_cancel(r, id), 0, "cancel a watch");
+	kill(k.pid, SIGKILL);
+	waitpid(k.pid, NULL, 0);
+	ret = cgr__reactor_wait(r, &bell, t_never, NULL, NULL, CGR_WAIT_BLOCK,
+				0, cgr__deadline(30 * MS));
+	t_ok(ret == -ETIMEDOUT && atomic_load(&other) == 0 && r->nwatches == 0,
+	     "a cancelled watch never fires (%d)", ret);
+	close(fd);
+
+	/* Gone before the watch: fires at the first look. */
+	k.pid = t_child(&fd, true);
+	waitid(P_PID, (id_t)k.pid, NULL, WEXITED | WNOWAIT); /* a zombie */
+	cgr__reactor_watch_add(r, fd, t_gone, (void *)&other, NULL);
+	t_is(cgr__reactor_run_watches(r), 1, "a process already gone fires");
+	t_is(atomic_load(&other), 1, "...its callback once");
+	waitpid(k.pid, NULL, 0);
+
+	/* The table. */
+	fd2 = dup(fd);
+	while (cgr__reactor_watch_add(r, fd2, t_gone, (void *)&other, &id) ==
+	       0)
+		n++;
+	t_is(n, CGR_REACTOR_MAX_WATCHES, "the table holds %d watches", n);
+	t_is(cgr__reactor_watch_add(r, -1, t_gone, NULL, NULL), -EINVAL,
+	     "a bad fd is refused");
+	t_is(cgr__reactor_run_watches(r), n, "and they all fire");
+	close(fd2);
+	close(fd);
+}
+
 int main(int argc, char **argv)
 {
 	struct cgr_reactor r;
@@ -800,6 +922,7 @@ int main(int argc, char **argv)
 	t_timers_table(&r);
 	t_wakeups(&r);
 	t_busy();
+	t_watch(&r);
 
 	cgr__reactor_fini(&r);
 	return t_done();

@@ -20,8 +20,19 @@
 #include "base/futex.h"
 
 #define CGR_REACTOR_MAX_TIMERS 32
+#define CGR_REACTOR_MAX_WATCHES 16
 
 typedef void (*cgr__timer_fn)(void *arg);
+
+/* A watched process (its pidfd): fn(arg) once it has exited. */
+struct cgr__watch {
+	int fd;
+	bool armed; /* io_uring: its POLL_ADD is outstanding */
+	bool fired; /* seen gone, fn not called yet */
+	cgr__timer_fn fn; /* NULL: slot free */
+	void *arg;
+	uint64_t id;
+};
 
 struct cgr__timer {
 	int64_t deadline; /* 0: slot free */
@@ -36,6 +47,10 @@ struct cgr_reactor {
 	int uring_err;	/* why io_uring was not used (negative errno) */
 	uint64_t next_timer_id;
 	struct cgr__timer timers[CGR_REACTOR_MAX_TIMERS];
+	struct cgr__watch watches[CGR_REACTOR_MAX_WATCHES];
+	unsigned nwatches;
+	uint64_t next_watch_id;
+	int64_t watch_at; /* a spin looks at the watches from then on */
 	/* Device work the reactor polls while it waits (NULL: none): poll
 	 * advances it (a worker's NCCL collectives, exec/launch.c) and says
 	 * whether some is still pending; then a park is bounded (2 us,
@@ -92,5 +107,26 @@ int cgr__reactor_timer_cancel(struct cgr_reactor *r, uint64_t id);
 int cgr__reactor_run_timers(struct cgr_reactor *r, int64_t now);
 /* Earliest pending deadline, or CGR_FOREVER. */
 int64_t cgr__reactor_next_deadline(const struct cgr_reactor *r);
+
+/*
+ * Peer-death watch: fn(arg) runs on the owner thread once the process
+ * behind pidfd (pidfd_open; the caller keeps it open until the watch is
+ * cancelled or has fired) has exited, from the reactor's loop: a park
+ * returns for it (on io_uring a POLL_ADD on the pidfd wakes the park at
+ * once; the futex fallback parks in slices of at most 10 ms while a
+ * watch is set), every park ends by running the due watches, and a
+ * spinning wait looks at them every millisecond.  A watch
+ * fires once and frees its slot.  Not used by the library yet: it is the
+ * process workers' watch of their peers (and the driver's of its
+ * workers); tests/reactor.c covers it.  Owner thread only.  Returns 0 and
+ * an id, -EINVAL (fd < 0 or fn NULL) or -ENOSPC.
+ */
+int cgr__reactor_watch_add(struct cgr_reactor *r, int pidfd,
+			   cgr__timer_fn fn, void *arg, uint64_t *id);
+/* Returns 0, or -ENOENT if it already fired or never existed. */
+int cgr__reactor_watch_cancel(struct cgr_reactor *r, uint64_t id);
+/* Fires every watch whose process has exited (never blocks); returns how
+ * many fired. */
+int cgr__reactor_run_watches(struct cgr_reactor *r);
 
 #endif
