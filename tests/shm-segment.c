@@ -1,16 +1,182 @@
 /*
  * tests/shm-segment.c: memfd segments: create (page rounding, zero fill),
  * a second mapping of the same fd at another address sees the same bytes,
- * a forked child maps it too, bad arguments, unmap/close idempotence.
+ * a forked child maps it too, bad arguments, unmap/close idempotence;
+ * typed segments: sealed against resizing, and attach refuses (saying
+ * why, leaving nothing open) a wrong kind or geometry, a bad magic, layout
+ * version or header size, a size that lies about the file, an unsealed
+ * file and one smaller than a header; hand-off over a Unix socket: a
+ * forked child attaches the segment it was sent and writes to it, a
+ * message or descriptor set that does not fit is refused with what came
+ * closed, the deadline, a peer that hung up.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/base.h"
 #include "shm/shm.h"
 #include "tap.h"
+
+/* ---- typed segments and hand-off ---------------------------------- */
+
+static const uint64_t G[CGR__SHM_NGEOM] = { 64, 4096, 3, 0, 7 };
+
+static int fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	if (d == NULL)
+		return -1;
+	while (readdir(d) != NULL)
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* attach's verdict on a copy of a good segment with one header field
+ * changed by edit (offset, value of 8 bytes), or -1 on setup failure. */
+static int attach_edited(size_t off, uint64_t val, size_t n, char *why,
+			 size_t len)
+{
+	struct cgr__shm s, t;
+	int ret;
+
+	if (cgr__shm_create_typed("t", 1000, 9, G, &s) != 0)
+		return -1;
+	memcpy((char *)s.addr + off, &val, n);
+	ret = cgr__shm_attach(s.fd, 9, G, &t, why, len);
+	if (ret == 0)
+		cgr__shm_close(&t);
+	cgr__shm_close(&s);
+	return ret;
+}
+
+static void check_typed(void)
+{
+	struct cgr__shm s, t;
+	char why[200] = "";
+	int fds0 = fd_count(), ret, fd;
+	uint64_t other[CGR__SHM_NGEOM] = { 64, 4096, 4, 0, 7 };
+
+	t_is(cgr__shm_create_typed("t", 1000, 0, G, &s), -EINVAL, "kind 0");
+	ret = cgr__shm_create_typed("t", 1000, 9, G, &s);
+	t_is(ret, 0, "typed segment");
+	if (ret != 0)
+		return;
+	t_ok(ftruncate(s.fd, 100) != 0 && errno == EPERM,
+	     "sealed: it cannot shrink");
+	t_is(cgr__shm_attach(s.fd, 9, G, &t, why, sizeof(why)), 0,
+	     "attach: kind and geometry agree");
+	t_ok(t.size == s.size && memcmp(t.addr, s.addr, 64) == 0,
+	     "...the same header");
+	cgr__shm_close(&t);
+	t_is(cgr__shm_attach(s.fd, 9, NULL, &t, why, sizeof(why)), 0,
+	     "attach without expectations of geometry");
+	cgr__shm_close(&t);
+	t_ok(cgr__shm_attach(s.fd, 8, G, &t, why, sizeof(why)) == -EPROTO &&
+		     strstr(why, "kind 9, expected 8"),
+	     "wrong kind: %s", why);
+	t_ok(cgr__shm_attach(s.fd, 9, other, &t, why, sizeof(why)) ==
+			     -EPROTO &&
+		     strstr(why, "geometry word 2 is 3, expected 4"),
+	     "wrong geometry: %s", why);
+	cgr__shm_close(&s);
+	t_ok(attach_edited(0, 0x12345678, 4, why, sizeof(why)) == -EPROTO &&
+		     strstr(why, "magic"),
+	     "bad magic: %s", why);
+	t_ok(attach_edited(4, 2, 2, why, sizeof(why)) == -EPROTO &&
+		     strstr(why, "version 2"),
+	     "another layout version: %s", why);
+	t_ok(attach_edited(8, 32, 4, why, sizeof(why)) == -EPROTO &&
+		     strstr(why, "header of 32"),
+	     "another header size: %s", why);
+	t_ok(attach_edited(16, 1u << 30, 8, why, sizeof(why)) == -EPROTO &&
+		     strstr(why, "the header says 1073741824"),
+	     "a size that lies about the file: %s", why);
+	/* An unsealed file, and a sealed one too small for a header. */
+	ret = cgr__shm_create("plain", 100, &s);
+	t_ok(ret == 0 && cgr__shm_attach(s.fd, 9, G, &t, why, sizeof(why)) ==
+				 -EPROTO && strstr(why, "not sealed"),
+	     "an unsealed file: %s", why);
+	cgr__shm_close(&s);
+	fd = memfd_create("tiny", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	t_ok(fd >= 0 && ftruncate(fd, 16) == 0 &&
+		     fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0 &&
+		     cgr__shm_attach(fd, 9, G, &t, why, sizeof(why)) ==
+			     -EPROTO &&
+		     strstr(why, "smaller than a header"),
+	     "a file smaller than a header: %s", why);
+	if (fd >= 0)
+		close(fd);
+	t_is(fd_count(), fds0, "nothing left open by the refusals");
+}
+
+static void check_handoff(void)
+{
+	struct cgr__shm s, t;
+	int sv[2], fds[4], got[4], status = 0, fds0 = fd_count();
+	char buf[64], why[200];
+	size_t len, n;
+	pid_t pid;
+
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0 ||
+	    cgr__shm_create_typed("h", 4096, 9, G, &s) != 0) {
+		t_ok(0, "hand-off setup");
+		return;
+	}
+	/* A child attaches what it was handed and writes to it. */
+	pid = fork();
+	if (pid == 0) {
+		int r = cgr__shm_recv(sv[1], buf, sizeof(buf), &len, got, 4,
+				      &n, cgr__deadline(5000000000ll));
+		if (r != 0 || n != 1 || len != 6 || memcmp(buf, "hello", 6))
+			_exit(2);
+		if (cgr__shm_attach(got[0], 9, G, &t, why, sizeof(why)) != 0)
+			_exit(3);
+		memcpy((char *)t.addr + 64, "child", 6);
+		_exit(0);
+	}
+	t_is(cgr__shm_send(sv[0], "hello", 6, &s.fd, 1), 0, "send a segment");
+	waitpid(pid, &status, 0);
+	t_ok(WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+		     memcmp((char *)s.addr + 64, "child", 6) == 0,
+	     "a child attached it and wrote (status %d)", status);
+
+	/* Too long, too many descriptors: refused, what came closed. */
+	int before = fd_count();
+	fds[0] = fds[1] = fds[2] = s.fd;
+	cgr__shm_send(sv[0], "0123456789abcdef", 16, fds, 1);
+	t_is(cgr__shm_recv(sv[1], buf, 8, &len, got, 4, &n,
+			   cgr__deadline(1000000000)),
+	     -EPROTO, "a message longer than the buffer");
+	cgr__shm_send(sv[0], "x", 1, fds, 3);
+	t_is(cgr__shm_recv(sv[1], buf, sizeof(buf), &len, got, 2, &n,
+			   cgr__deadline(1000000000)),
+	     -EPROTO, "more descriptors than asked for");
+	t_is(fd_count(), before, "...the descriptors that came are closed");
+	t_is(cgr__shm_send(sv[0], "x", 1, fds, CGR__SHM_MAX_FDS + 1), -EINVAL,
+	     "sending more than %d descriptors", CGR__SHM_MAX_FDS);
+	/* Nothing comes; then the peer hangs up. */
+	int64_t t0 = cgr__now_ns();
+	t_is(cgr__shm_recv(sv[1], buf, sizeof(buf), &len, got, 4, &n,
+			   cgr__deadline(20000000)),
+	     -ETIMEDOUT, "nothing sent: the deadline (%.1f ms)",
+	     (double)(cgr__now_ns() - t0) / 1e6);
+	close(sv[0]);
+	t_is(cgr__shm_recv(sv[1], buf, sizeof(buf), &len, got, 4, &n,
+			   cgr__deadline(1000000000)),
+	     -ECONNRESET, "the peer hung up");
+	close(sv[1]);
+	cgr__shm_close(&s);
+	t_is(fd_count(), fds0, "nothing left open");
+}
 
 int main(int argc, char **argv)
 {
@@ -79,5 +245,7 @@ int main(int argc, char **argv)
 	t_ok(memcmp(b.addr, "hello", 6) == 0,
 	     "a mapping outlives the other's close");
 	cgr__shm_close(&b);
+	check_typed();
+	check_handoff();
 	return t_done();
 }

@@ -11,8 +11,9 @@
  *
  * Who uses it: nothing in the library yet; it is the ground the process
  * workers stand on (rings, payload slots and the CPU communicator's buffers
- * in shared memory handed to a worker process).  tests/ring-stress.c and
- * perf/ring_pingpong.c run rings between processes over it today.
+ * in typed, sealed segments handed to a worker process over a Unix
+ * socket).  tests/ring-stress.c and perf/ring_pingpong.c run rings between
+ * processes over it today; tests/shm-segment.c covers the checks.
  *
  * Threads: a segment is a plain struct; create/map/close it from one thread.
  */
@@ -20,6 +21,7 @@
 #define CGR_SHM_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct cgr__shm {
 	void *addr;  /* this process's mapping */
@@ -50,5 +52,57 @@ void cgr__shm_unmap(struct cgr__shm *s);
 
 /* Unmaps the segment and closes its fd.  Idempotent; NULL is a no-op. */
 void cgr__shm_close(struct cgr__shm *s);
+
+/*
+ * Typed segments: what two processes share starts with this header, and
+ * the file is sealed against resizing (F_SEAL_SHRINK, F_SEAL_GROW), so a
+ * peer can neither truncate a mapping under the other (SIGBUS) nor make
+ * its layout lie about the file.  The attaching side checks everything
+ * before it reads anything else: the seals, the file's size against the
+ * header, magic, version, kind and the layout's parameters (geometry:
+ * ring slots, slot bytes, ranks... by kind), and fails with -EPROTO
+ * saying which, leaving nothing open.
+ */
+#define CGR__SHM_MAGIC 0x53524743u /* "CGRS" */
+#define CGR__SHM_VERSION 1
+#define CGR__SHM_NGEOM 5
+
+struct cgr__shm_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t kind;	    /* the layout (the caller's enum, not 0) */
+	uint32_t hdr_bytes; /* sizeof(struct cgr__shm_hdr) */
+	uint32_t pad;
+	uint64_t size;	    /* the segment's bytes (page-rounded) */
+	uint64_t geom[CGR__SHM_NGEOM];
+};
+
+/* Creates a sealed segment of at least size bytes after the header (the
+ * layout starts at addr + sizeof(struct cgr__shm_hdr), 64-byte aligned).
+ * Returns 0 or a negative errno (-EINVAL: kind 0, size 0). */
+int cgr__shm_create_typed(const char *name, size_t size, uint16_t kind,
+			  const uint64_t geom[CGR__SHM_NGEOM],
+			  struct cgr__shm *out);
+
+/* Maps the typed segment behind fd (the caller keeps fd) if it is one of
+ * kind with geometry geom (NULL: any; then read it from the header).
+ * Returns 0, -EPROTO (why says what is wrong), or a negative errno. */
+int cgr__shm_attach(int fd, uint16_t kind, const uint64_t geom[CGR__SHM_NGEOM],
+		    struct cgr__shm *out, char *why, size_t len);
+
+/*
+ * Hand-off over a connected Unix socket (SOCK_SEQPACKET: one message per
+ * call): a message of len bytes and up to CGR__SHM_MAX_FDS descriptors.
+ * The receiver takes at most cap bytes and maxfds descriptors (close-on-
+ * exec); a message or descriptor set that does not fit is -EPROTO with
+ * every descriptor that came closed, as is one that is not a plain
+ * message with rights.  Waits until the absolute deadline (-ETIMEDOUT);
+ * a peer that hung up is -ECONNRESET.  Returns 0 or a negative errno.
+ */
+#define CGR__SHM_MAX_FDS 16
+int cgr__shm_send(int sock, const void *msg, size_t len, const int *fds,
+		  size_t nfds);
+int cgr__shm_recv(int sock, void *msg, size_t cap, size_t *len, int *fds,
+		  size_t maxfds, size_t *nfds, int64_t deadline);
 
 #endif
