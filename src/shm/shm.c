@@ -261,8 +261,7 @@ int cgr__shm_send(int sock, const void *msg, size_t len, const int *fds,
 	return (size_t)n == len ? 0 : -EPROTO;
 }
 
-/* Waits until sock is readable or the absolute deadline. */
-static int wait_readable(int sock, int64_t deadline)
+int cgr__fd_wait_readable(int sock, int64_t deadline)
 {
 	struct pollfd pf = { .fd = sock, .events = POLLIN };
 
@@ -327,7 +326,7 @@ int cgr__shm_recv(int sock, void *msg, size_t cap, size_t *len, int *fds,
 	    (maxfds > 0 && fds == NULL))
 		return -EINVAL;
 	do {
-		if ((ret = wait_readable(sock, deadline)) < 0)
+		if ((ret = cgr__fd_wait_readable(sock, deadline)) < 0)
 			return ret;
 		memset(&mh, 0, sizeof(mh));
 		mh.msg_iov = &iov;

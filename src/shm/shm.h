@@ -104,5 +104,8 @@ int cgr__shm_send(int sock, const void *msg, size_t len, const int *fds,
 		  size_t nfds);
 int cgr__shm_recv(int sock, void *msg, size_t cap, size_t *len, int *fds,
 		  size_t maxfds, size_t *nfds, int64_t deadline);
+/* Waits until fd is readable (or hung up) or the absolute deadline:
+ * 0, -ETIMEDOUT or a negative errno. */
+int cgr__fd_wait_readable(int fd, int64_t deadline);
 
 #endif
