@@ -6,7 +6,6 @@
  * descriptors, threads and memory return to their start after 100
  * create/compile/destroy cycles.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -20,19 +19,6 @@
 
 #include "tap.h"
 
-static int count_dir(const char *path)
-{
-	DIR *d = opendir(path);
-	struct dirent *e;
-	int n = 0;
-	if (d == NULL)
-		return -1;
-	while ((e = readdir(d)) != NULL)
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
-}
 
 static _Atomic int release_stuck, stuck_entered, fini_calls, init_calls;
 static _Atomic int tid_mismatch;
@@ -177,7 +163,7 @@ static void test_stuck(void)
 	cgr_ref r;
 	cgr_value v = cgr_value_bytes("z", 1);
 	int before = atomic_load(&fini_calls);
-	int thr0 = count_dir("/proc/self/task"), thr = 0;
+	int thr0 = t_count_dir("/proc/self/task"), thr = 0;
 	struct timespec a, b;
 
 	cp.log_fn = logger;
@@ -213,7 +199,7 @@ static void test_stuck(void)
 	/* Then its (detached) thread exits: a moment later. */
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	for (;;) {
-		thr = count_dir("/proc/self/task");
+		thr = t_count_dir("/proc/self/task");
 		clock_gettime(CLOCK_MONOTONIC, &b);
 		if (thr <= thr0 || b.tv_sec - a.tv_sec > 10)
 			break;
@@ -283,13 +269,13 @@ static void test_cycles(void)
 	long n = t_scale(100) < 20 ? 20 : t_scale(100);
 
 	cycle_full(); /* warm up lazily created library state */
-	fds0 = count_dir("/proc/self/fd");
-	thr0 = count_dir("/proc/self/task");
+	fds0 = t_count_dir("/proc/self/fd");
+	thr0 = t_count_dir("/proc/self/task");
 	heap0 = heap_bytes();
 	for (long i = 0; i < n; i++)
 		cycle_full();
-	fds1 = count_dir("/proc/self/fd");
-	thr1 = count_dir("/proc/self/task");
+	fds1 = t_count_dir("/proc/self/fd");
+	thr1 = t_count_dir("/proc/self/task");
 	heap1 = heap_bytes();
 	t_is(fds1, fds0, "fds back to start after %ld full cycles", n);
 	t_is(thr1, thr0, "threads back to start after %ld full cycles", n);

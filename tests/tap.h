@@ -14,6 +14,7 @@
 #ifndef CGR_TEST_TAP_H
 #define CGR_TEST_TAP_H
 
+#include <dirent.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -145,6 +146,23 @@ static inline int t_done(void)
 	if (!t__planned)
 		printf("1..%d\n", t__n);
 	return t__failed ? 1 : 0;
+}
+
+/* Entries of a /proc directory (fds: /proc/self/fd, threads:
+ * /proc/self/task), "." and ".." not counted; -1 if it cannot be read. */
+static inline int t_count_dir(const char *path)
+{
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int n = 0;
+
+	if (d == NULL)
+		return -1;
+	while ((e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
 }
 
 #endif
