@@ -32,6 +32,7 @@ struct fop {
 	struct CUstream_st *t; /* wait: until t passed pos */
 	uint64_t pos;
 	int value; /* memset */
+	unsigned epoch; /* fake_epoch when it was enqueued */
 };
 
 struct CUstream_st {
@@ -64,20 +65,33 @@ long fake_cuda_calls(void);
 
 /* A copy or memset in progress when the device fails finishes first: no
  * device write lands after a call has seen the failure (the caller may
- * then reuse the memory); later ones do not run, as on a dead device. */
+ * then reuse the memory); later ones do not run, as on a dead device.
+ * Work enqueued before a failure never runs, even once the model
+ * "recovers" (fake_cuda_fail(0), for the next test): its epoch is over,
+ * as a dead context's work is (its memory may be gone by then). */
 static pthread_rwlock_t fake_dma = PTHREAD_RWLOCK_INITIALIZER;
+static _Atomic unsigned fake_epoch;
 
 void fake_cuda_fail(int err)
 {
 	pthread_rwlock_wrlock(&fake_dma);
+	if (err != 0)
+		atomic_fetch_add(&fake_epoch, 1);
 	atomic_store(&fake_err, err);
 	pthread_rwlock_unlock(&fake_dma);
+}
+
+/* Whether op may run: the device alive, and alive since op came. */
+static bool fake_live(const struct fop *op)
+{
+	return atomic_load(&fake_err) == 0 &&
+	       op->epoch == atomic_load(&fake_epoch);
 }
 
 static void fake_dma_op(const struct fop *op)
 {
 	pthread_rwlock_rdlock(&fake_dma);
-	if (atomic_load(&fake_err) == 0) {
+	if (fake_live(op)) {
 		if (op->kind == 2)
 			memmove(op->dst, op->src, op->n);
 		else
@@ -135,7 +149,7 @@ static void *fake_main(void *arg)
 		struct fop op = s->q[s->done % FQ];
 		pthread_mutex_unlock(&s->mu);
 		if (op.kind == 1) {
-			if (atomic_load(&fake_err) == 0)
+			if (fake_live(&op))
 				op.fn(op.arg);
 		} else if (op.kind == 2 || op.kind == 4) {
 			fake_dma_op(&op);
@@ -161,6 +175,7 @@ static cudaError_t fake_push(struct CUstream_st *s, const struct fop *op)
 	while (s->enq - s->done >= FQ)
 		pthread_cond_wait(&s->cv, &s->mu);
 	s->q[s->enq % FQ] = *op;
+	s->q[s->enq % FQ].epoch = atomic_load(&fake_epoch);
 	s->enq++;
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
