@@ -118,6 +118,18 @@ static int64_t expect(int kind, int n, int root, int rows, uint64_t x, int o,
 	return 0;
 }
 
+/* Fill tasks (fn, flags) on W[0..n-1] reading x, task r's arg f[r]; their
+ * outputs in ins. */
+static void add_fills(cgr_graph *g, cgr_node *x, struct fill *f, int n,
+		      cgr_task_fn fn, unsigned flags, cgr_node **ins)
+{
+	for (int r = 0; r < n; r++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		d.name = "fill", d.fn = fn, d.arg = &f[r], d.flags = flags;
+		cgr_graph_task(g, W[r], &d, &x, 1, &ins[r], 1);
+	}
+}
+
 static void check_kind(int kind, int n, int root, long iters)
 {
 	static struct fill f[4];
@@ -136,13 +148,9 @@ static void check_kind(int kind, int n, int root, long iters)
 		 n, root);
 	cgr_graph_create(ctx, &g);
 	cgr_graph_input(g, 0, &x);
-	for (int r = 0; r < n; r++) {
-		cgr_task_desc d = CGR_TASK_DESC_INIT;
+	for (int r = 0; r < n; r++)
 		f[r] = (struct fill){ r, rows, -1, -1 };
-		d.name = "fill", d.fn = fill_fn, d.arg = &f[r];
-		d.flags = G_TASK_FLAGS;
-		cgr_graph_task(g, W[r], &d, &x, 1, &ins[r], 1);
-	}
+	add_fills(g, x, f, n, fill_fn, G_TASK_FLAGS, ins);
 	p.kind = kind;
 	p.root = root;
 	p.name = "coll";
@@ -229,13 +237,9 @@ static cgr_compiled *faulty_allreduce(int static_shape, const char *what)
 
 	cgr_graph_create(ctx, &g);
 	cgr_graph_input(g, 0, &x);
-	for (int r = 0; r < 3; r++) {
-		cgr_task_desc d = CGR_TASK_DESC_INIT;
+	for (int r = 0; r < 3; r++)
 		fs[r] = (struct fill){ r, 6, r == 2 ? 5 : -1, r == 1 ? 9 : -1 };
-		d.name = "fill", d.fn = fill_fn, d.arg = &fs[r];
-		d.flags = G_TASK_FLAGS;
-		cgr_graph_task(g, W[r], &d, &x, 1, &ins[r], 1);
-	}
+	add_fills(g, x, fs, 3, fill_fn, G_TASK_FLAGS, ins);
 	p.kind = CGR_COLL_ALLREDUCE;
 	p.name = "ar";
 	p.static_shape = static_shape;
@@ -1285,14 +1289,11 @@ static cgr_compiled *failure_graph(unsigned flags)
 
 	cgr_graph_create(ctx, &g);
 	cgr_graph_input(g, 0, &x);
-	for (int r = 0; r < 3; r++) {
-		cgr_task_desc d = CGR_TASK_DESC_INIT;
+	for (int r = 0; r < 3; r++)
 		f[r] = (struct fill){ r, 2, -1, -1 };
-		d.name = "fill", d.arg = &f[r];
-		d.fn = flags & CGR_TASK_STREAM ? gated_fill_fn : fill_fn;
-		d.flags = flags;
-		cgr_graph_task(g, W[r], &d, &x, 1, &ins[r], 1);
-	}
+	add_fills(g, x, f, 3,
+		  flags & CGR_TASK_STREAM ? gated_fill_fn : fill_fn, flags,
+		  ins);
 	cgr_graph_allreduce(g, ins, 3, CGR_SUM, NULL, outs);
 	cgr_graph_output(g, outs, 3);
 	pp.overlap = 1;

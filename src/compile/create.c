@@ -244,6 +244,7 @@ int cgr__create(struct cgr__cc *cc)
 	for (size_t i = 0; i < c->nprogs; i++) {
 		struct cgr__prog *p = &c->progs[i];
 		p->gate = prog_gated(p);
+		c->ngated += p->gate;
 		for (size_t t = 0; t < p->ntcs; t++)
 			p->watch |= p->tcs[t].stream;
 	}

@@ -270,6 +270,7 @@ struct cgr_compiled {
 	/* Executions admitted (cgr_execute; release), gated programs wait
 	 * for it. */
 	_Atomic uint64_t admitted;
+	uint32_t ngated; /* programs with gate set */
 	/* A worker's device failed: its program's index + 1 (the graph takes
 	 * no more executions). */
 	_Atomic uint32_t gone;

@@ -66,7 +66,7 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 		}
 	/* A1: admits seq; pairs with the gated programs' acquire. */
 	atomic_store_explicit(&c->admitted, seq + 1, memory_order_release);
-	for (size_t i = 0; i < c->nprogs; i++)
+	for (size_t i = 0; c->ngated > 0 && i < c->nprogs; i++)
 		if (c->progs[i].gate)
 			cgr__bell_ring(&c->progs[i].w->bell);
 	*out = seq;
