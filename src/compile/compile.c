@@ -148,6 +148,26 @@ void cgr__compiled_unref(struct cgr_compiled *c)
 		compiled_free(c);
 }
 
+/* The shared state of c's runners, for nworkers worker indices. */
+static struct cgr__gctl *ctl_new(struct cgr_compiled *c, unsigned nworkers)
+{
+	struct cgr__gctl *ctl = cgr__c_alloc(
+		c, sizeof(*ctl) + nworkers * sizeof(ctl->bells[0]));
+
+	if (ctl == NULL)
+		return NULL;
+	atomic_init(&ctl->stop, 0);
+	atomic_init(&ctl->gone, 0);
+	atomic_init(&ctl->admitted, 0);
+	atomic_init(&ctl->drain_deadline, 0);
+	atomic_init(&ctl->dead, 0);
+	cgr__bell_init(&ctl->drv.b);
+	ctl->nbells = nworkers;
+	for (unsigned i = 0; i < nworkers; i++)
+		cgr__bell_init(&ctl->bells[i].b);
+	return ctl;
+}
+
 /* A compiled graph with nothing in it yet, holding a context reference. */
 static int compiled_new(cgr_graph *g, const cgr_compile_params *prm,
 			struct cgr_compiled **out)
@@ -160,10 +180,11 @@ static int compiled_new(cgr_graph *g, const cgr_compile_params *prm,
 	c->ctx = g->ctx;
 	cgr__ctx_ref(g->ctx);
 	atomic_init(&c->refs, 1);
-	atomic_init(&c->stop, 0);
 	c->t_start = cgr__now_ns();
-	cgr__bell_init(&c->drv_bell);
 	*out = c;
+	c->ctl = ctl_new(c, g->ctx->nworkers);
+	if (c->ctl == NULL)
+		return -ENOMEM;
 	ret = cgr__compile_params(&c->p, prm);
 	if (ret < 0)
 		return cgr__graph_fail(g, ret, "invalid compile parameters");

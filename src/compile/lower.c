@@ -286,10 +286,10 @@ static int make_chans(struct cgr__cc *cc)
 		void *mem = cgr__c_alloc(c, rsize);
 		if (mem == NULL)
 			return -ENOMEM;
-		ret = cgr__chan_init(&c->chans[i], mem, rsize, c->nslots,
-				     cc->ch_port[i],
-				     cc->ch_w[i] != NULL ? &cc->ch_w[i]->bell :
-							   &c->drv_bell);
+		ret = cgr__chan_init(
+		    &c->chans[i], mem, rsize, c->nslots, cc->ch_port[i],
+		    cc->ch_w[i] != NULL ? cgr__wbell(c, cc->ch_w[i])
+					: cgr__drv_bell(c));
 		if (ret < 0)
 			return ret;
 	}
@@ -602,6 +602,7 @@ static int lower_prog(struct pl *pl)
 		return -ENOMEM;
 	p->c = c;
 	p->w = pl->w;
+	p->bell = cgr__wbell(c, pl->w);
 	for (size_t i = 0; i < cc->ntasks; i++) {
 		struct cgr__task *t = cc->order[i];
 		int rank = cgr__task_rank(t, pl->w);
@@ -649,7 +650,7 @@ static int lower_members(struct cgr__cc *cc)
 				;
 			if (j == cc->nw)
 				cc->ws[cc->nw++] = w;
-			bells[m] = &w->bell;
+			bells[m] = cgr__wbell(c, w);
 		}
 		if (!t->coll)
 			continue;

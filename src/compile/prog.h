@@ -202,6 +202,7 @@ struct cgr__prog {
 	size_t nops;
 	struct cgr_task_ctx *tcs;
 	size_t ntcs;
+	struct cgr_bell *bell;	/* its worker parks here while it runs it */
 	struct cgr_future left; /* completed when the worker leaves */
 	uint32_t left_gen;
 	_Atomic uint64_t done_seq; /* executions completed (for reports) */
@@ -235,6 +236,37 @@ struct cgr__prog {
 	_Atomic uint32_t strace_n[CGR__NSTREAMS_ALL];
 };
 
+/* A doorbell on its own cache line. */
+struct cgr__lbell {
+	struct cgr_bell b;
+} cgr__aligned;
+
+/*
+ * The state of a compiled graph that all who run it share: the stop
+ * flag, the admissions, failures, and the doorbells every worker parks on
+ * while it runs the graph's program (one per worker index of the
+ * context) and the driver's.  Graphs with process workers keep it in
+ * their shared segment, so nothing here is a pointer.
+ */
+struct cgr__gctl {
+	_Atomic uint32_t stop;
+	/* A worker's device failed: its program's index + 1 (the graph takes
+	 * no more executions). */
+	_Atomic uint32_t gone;
+	/* Executions admitted (cgr_execute; release), gated programs wait
+	 * for it. */
+	_Atomic uint64_t admitted;
+	/* Teardown: until when a leaving worker finishes NCCL operations
+	 * it enqueued (its peers finish theirs), before aborting. */
+	_Atomic int64_t drain_deadline;
+	/* A worker process died: its worker index + 1, and how. */
+	_Atomic uint32_t dead;
+	char dead_msg[200];
+	struct cgr__lbell drv;
+	uint32_t nbells;
+	struct cgr__lbell bells[];
+};
+
 struct cgr_compiled {
 	cgr_ctx *ctx;
 	_Atomic uint32_t refs; /* driver + each worker running a program */
@@ -259,24 +291,15 @@ struct cgr_compiled {
 	size_t ndrv_chans;
 	unsigned *out_chan; /* per output: index into drv_chans */
 	uint32_t *drv_mult; /* per driver channel: outputs it serves */
-	struct cgr_bell drv_bell cgr__aligned;
 
 	uint64_t next_seq; /* next execution */
 	uint64_t oldest;   /* oldest not released */
 	uint32_t *arrived; /* per slot: outputs arrived */
 	uint8_t *released; /* per slot */
 
-	_Atomic uint32_t stop;
-	/* Executions admitted (cgr_execute; release), gated programs wait
-	 * for it. */
-	_Atomic uint64_t admitted;
+	/* What every thread (and process) running the graph shares. */
+	struct cgr__gctl *ctl;
 	uint32_t ngated; /* programs with gate set */
-	/* A worker's device failed: its program's index + 1 (the graph takes
-	 * no more executions). */
-	_Atomic uint32_t gone;
-	/* Teardown: until when a leaving worker finishes NCCL operations
-	 * it enqueued (its peers finish theirs), before aborting. */
-	_Atomic int64_t drain_deadline;
 	int64_t t_start; /* compile time: trace timestamps start here */
 #ifdef CGR_FAULT_INJECTION
 	/* Tests only (exec/fault.c): the communication streams sleep a
@@ -310,6 +333,17 @@ struct cgr_compiled {
 /* Memory owned by c (64-byte aligned, zeroed), freed with it; NULL when
  * out of memory. */
 void *cgr__c_alloc(struct cgr_compiled *c, size_t size);
+/* The doorbell worker w parks on while it runs c's program, and the
+ * driver's. */
+static inline struct cgr_bell *cgr__wbell(const struct cgr_compiled *c,
+					  const cgr_worker *w)
+{
+	return &c->ctl->bells[w->index].b;
+}
+static inline struct cgr_bell *cgr__drv_bell(const struct cgr_compiled *c)
+{
+	return &c->ctl->drv.b;
+}
 /* Device memory on CUDA device dev, owned by c: 0, -ENODEV (no cuda
  * backend), -ENOMEM or the device's error. */
 int cgr__c_dalloc(struct cgr_compiled *c, int dev, size_t size, void **out);

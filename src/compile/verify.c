@@ -403,7 +403,7 @@ static void admit(struct vm *v)
 		}
 		for (size_t ch = 0; ch < c->nchans; ch++)
 			if (v->drv_writes[ch] && c->chans[ch].reader_bell !=
-							 &c->drv_bell)
+							 cgr__drv_bell(c))
 				v->have[ch]++;
 		v->admitted++;
 	}

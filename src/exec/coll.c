@@ -260,7 +260,7 @@ static int agree(struct cgr__coll_rt *cr, uint64_t seq, struct cgr_reactor *r)
 	struct cgr_compiled *c = cr->c;
 
 	return cgr__board_exchange(cr->board, cr->rank, seq, cr->mine,
-				   cr->cached, r, &c->stop, c->p.wait_mode,
+				   cr->cached, r, &c->ctl->stop, c->p.wait_mode,
 				   c->p.spin_ns);
 }
 
@@ -270,7 +270,7 @@ static void sim_comm(struct cgr__coll_rt *cr)
 {
 	int64_t left = cr->c->p.sim_comm_ns;
 
-	while (left > 0 && !atomic_load_explicit(&cr->c->stop,
+	while (left > 0 && !atomic_load_explicit(&cr->c->ctl->stop,
 						 memory_order_relaxed)) {
 		int64_t ns = left < 20000000 ? left : 20000000;
 		struct timespec ts = { 0, (long)ns };

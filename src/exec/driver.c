@@ -33,7 +33,7 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 	if (c->torn_down)
 		return CGR_ECLOSED;
 	/* G1: a worker's device failed (exec/failure.c; the log says). */
-	if (atomic_load_explicit(&c->gone, memory_order_acquire) != 0)
+	if (atomic_load_explicit(&c->ctl->gone, memory_order_acquire) != 0)
 		return CGR_EWORKERGONE;
 	if (nargs != c->nargs)
 		return CGR_ENARGS;
@@ -58,17 +58,17 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 	 * driver bounds executions; bounded by submit_timeout_ns anyway. */
 	for (size_t a = 0; a < nargs; a++)
 		for (size_t k = 0; k < c->arg_nchans[a]; k++) {
-			ret = cgr__chan_write(
-				&c->chans[c->arg_chans[a][k]], seq, &c->stop,
-				c->p.submit_timeout_ns);
+			ret = cgr__chan_write(&c->chans[c->arg_chans[a][k]],
+					      seq, &c->ctl->stop,
+					      c->p.submit_timeout_ns);
 			if (ret < 0)
 				return ret;
 		}
 	/* A1: admits seq; pairs with the gated programs' acquire. */
-	atomic_store_explicit(&c->admitted, seq + 1, memory_order_release);
+	atomic_store_explicit(&c->ctl->admitted, seq + 1, memory_order_release);
 	for (size_t i = 0; c->ngated > 0 && i < c->nprogs; i++)
 		if (c->progs[i].gate)
-			cgr__bell_ring(&c->progs[i].w->bell);
+			cgr__bell_ring(c->progs[i].bell);
 	*out = seq;
 	return 0;
 }
@@ -114,7 +114,7 @@ static int cgr__wait_ref(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns)
 		return 0;
 	if (timeout_ns == 0)
 		return -ETIMEDOUT;
-	return cgr__reactor_wait(NULL, &c->drv_bell, cgr__arrived, &gw,
+	return cgr__reactor_wait(NULL, cgr__drv_bell(c), cgr__arrived, &gw,
 				 NULL, c->p.wait_mode, c->p.spin_ns,
 				 cgr__deadline(timeout_ns));
 }
@@ -176,13 +176,13 @@ int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
 		timeout_ns = 1000000000;
 	deadline = cgr__deadline(timeout_ns);
 	/* Half the time for NCCL operations to finish (exec/launch.c). */
-	atomic_store_explicit(&c->drain_deadline,
+	atomic_store_explicit(&c->ctl->drain_deadline,
 			      cgr__deadline(timeout_ns / 2),
 			      memory_order_relaxed);
 	/* T1: stop, then wake every worker wherever it parks. */
-	atomic_store_explicit(&c->stop, 1, memory_order_release);
+	atomic_store_explicit(&c->ctl->stop, 1, memory_order_release);
 	for (size_t i = 0; i < c->nprogs; i++)
-		cgr__bell_ring_force(&c->progs[i].w->bell);
+		cgr__bell_ring_force(c->progs[i].bell);
 	/* T2: then abort the CPU communicators, so that a member waiting
 	 * inside a collective for a member that already left returns.  No
 	 * thread waits inside NCCL (exec/launch.c): a worker leaving with

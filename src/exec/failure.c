@@ -77,7 +77,7 @@ void cgr__prog_device_failed(struct cgr__prog *p, int err, const char *what)
 		 "graph takes no more executions",
 		 p->dead_msg);
 	/* G1: pairs with cgr_execute's acquire. */
-	atomic_store_explicit(&c->gone, (uint32_t)(p - c->progs) + 1,
+	atomic_store_explicit(&c->ctl->gone, (uint32_t)(p - c->progs) + 1,
 			      memory_order_release);
 	for (size_t k = 0; k < p->nops; k++)
 		if (p->ops[k].kind == CGR__OP_COLL && p->ops[k].coll->nccl)

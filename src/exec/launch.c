@@ -32,13 +32,13 @@ static void complete(struct cgr__prog *p, struct cgr__ljob *j)
 	const struct cgr__op *fw = cr->fused_write;
 
 	for (size_t k = 0; fw != NULL && k < fw->nchans; k++)
-		cgr__chan_write(&c->chans[fw->chans[k]], j->seq, &c->stop,
+		cgr__chan_write(&c->chans[fw->chans[k]], j->seq, &c->ctl->stop,
 				CGR_FOREVER);
 	if (cr->async && p->strace[CGR__S_NCCL] != NULL)
 		cgr__strace_record(p, CGR__S_NCCL, cr, NULL, j->seq, j->t0);
 	/* D1: publishes the outputs; pairs with D2. */
 	atomic_store_explicit(&cr->done, j->seq + 1, memory_order_release);
-	cgr__bell_ring(&cr->w->bell);
+	cgr__bell_ring(cgr__wbell(cr->c, cr->w));
 	p->lq_head++;
 }
 
@@ -103,7 +103,7 @@ int cgr__launch_issue(struct cgr__coll_rt *cr, uint64_t seq,
 
 	/* Nothing new once the graph stops (a worker abandoned in a task
 	 * comes back here): its peers are gone. */
-	if (atomic_load_explicit(&c->stop, memory_order_acquire))
+	if (atomic_load_explicit(&c->ctl->stop, memory_order_acquire))
 		return -ECANCELED;
 	/* The slot's job from nslots executions ago must have run (and the
 	 * queue has room: it holds nslots jobs per collective). */
@@ -147,7 +147,7 @@ static bool on_device(struct cgr__coll_job *job)
  */
 void cgr__launch_drain(struct cgr__prog *p)
 {
-	int64_t deadline = atomic_load_explicit(&p->c->drain_deadline,
+	int64_t deadline = atomic_load_explicit(&p->c->ctl->drain_deadline,
 						memory_order_relaxed);
 	long nap = 1000;
 

@@ -31,8 +31,9 @@ int cgr__wait_done(struct cgr_compiled *c, cgr_worker *w,
 {
 	struct done_wait dw = { done, want };
 
-	return cgr__reactor_wait(r, &w->bell, done_reached, &dw, &c->stop,
-				 c->p.wait_mode, c->p.spin_ns, CGR_FOREVER);
+	return cgr__reactor_wait(r, cgr__wbell(c, w), done_reached, &dw,
+				 &c->ctl->stop, c->p.wait_mode, c->p.spin_ns,
+				 CGR_FOREVER);
 }
 
 /* A WRITE fused into a stream job, on the stream's executor. */
@@ -40,7 +41,7 @@ static void fused_write(struct cgr_compiled *c, const struct cgr__op *fw,
 			uint64_t seq)
 {
 	for (size_t k = 0; fw != NULL && k < fw->nchans; k++)
-		cgr__chan_write(&c->chans[fw->chans[k]], seq, &c->stop,
+		cgr__chan_write(&c->chans[fw->chans[k]], seq, &c->ctl->stop,
 				CGR_FOREVER);
 }
 
@@ -62,7 +63,7 @@ static void coll_job_run(void *arg)
 		cgr__strace_record(p, cr->sclass, cr, NULL, seq, t0);
 	/* D1: publishes the outputs; pairs with D2. */
 	atomic_store_explicit(&cr->done, seq + 1, memory_order_release);
-	cgr__bell_ring(&cr->w->bell);
+	cgr__bell_ring(cgr__wbell(cr->c, cr->w));
 }
 
 int cgr__coll_issue(struct cgr__coll_rt *cr, uint64_t seq,
@@ -90,7 +91,7 @@ void cgr__task_job_finish(struct cgr_task_ctx *tc, uint64_t seq)
 	fused_write(tc->c, tc->fused_write, seq);
 	/* D3: publishes the outputs; pairs with D2. */
 	atomic_store_explicit(&tc->done, seq + 1, memory_order_release);
-	cgr__bell_ring(&tc->w->bell);
+	cgr__bell_ring(cgr__wbell(tc->c, tc->w));
 }
 
 /* Trace only: the stream reached the task's work. */

@@ -207,8 +207,8 @@ static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
 	switch (op->kind) {
 	case CGR__OP_READ: {
 		struct cgr__chan *ch = &c->chans[op->chan];
-		ret = cgr__chan_read(ch, r, &w->bell, &c->stop, c->p.wait_mode,
-				     c->p.spin_ns, &got);
+		ret = cgr__chan_read(ch, r, cgr__wbell(c, w), &c->ctl->stop,
+				     c->p.wait_mode, c->p.spin_ns, &got);
 		if (ret == 0 && cgr__unlikely(got != seq))
 			cgr__err(&c->ctx->log,
 				 "worker %s: channel for %s carried execution "
@@ -240,7 +240,7 @@ static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
 	case CGR__OP_WRITE:
 		for (size_t k = 0; k < op->nchans && ret == 0; k++)
 			ret = cgr__chan_write(&c->chans[op->chans[k]], seq,
-					      &c->stop, CGR_FOREVER);
+					      &c->ctl->stop, CGR_FOREVER);
 		break;
 	default:
 		break;
@@ -262,13 +262,14 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 		r->poll_arg = p;
 	}
 	for (seq = 0; ret == 0; seq++) {
-		if (atomic_load_explicit(&c->stop, memory_order_acquire))
+		if (atomic_load_explicit(&c->ctl->stop, memory_order_acquire))
 			break;
 		/* A1: pairs with cgr_execute's release. */
 		if (p->gate &&
-		    atomic_load_explicit(&c->admitted, memory_order_acquire) <=
-			    seq &&
-		    (ret = cgr__wait_done(c, w, r, &c->admitted, seq + 1)) < 0)
+		    atomic_load_explicit(&c->ctl->admitted,
+					 memory_order_acquire) <= seq &&
+		    (ret = cgr__wait_done(c, w, r, &c->ctl->admitted,
+					  seq + 1)) < 0)
 			continue; /* leaves, in execution seq */
 		for (size_t i = 0; i < p->nops && ret == 0; i++) {
 			int64_t t0 = p->trace != NULL ? cgr__now_ns() : 0;
@@ -287,7 +288,7 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 	/* Not teardown: an operation failed that should not (a device's
 	 * failure does not end up here, failure.c). */
 	if (ret < 0 && ret != -ECANCELED &&
-	    !atomic_load_explicit(&c->stop, memory_order_acquire))
+	    !atomic_load_explicit(&c->ctl->stop, memory_order_acquire))
 		cgr__err(&c->ctx->log,
 			 "worker %s left the graph at execution %llu: %s (%s); "
 			 "its executions end at the get timeout",
