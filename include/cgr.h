@@ -58,7 +58,8 @@ extern "C" {
 	X(CGR_EBADVALUE, -10015, "value is malformed or of an unsupported kind") \
 	X(CGR_EMISMATCH, -10016, "collective members disagree (count, dtype, op, root or shape)") \
 	X(CGR_EDEADLOCK, -10017, "graph schedule would deadlock") \
-	X(CGR_EDEVICE, -10018, "device error (sticky)")
+	X(CGR_EDEVICE, -10018, "device error (sticky)") \
+	X(CGR_EPEERDEAD, -10019, "a worker process died")
 
 enum cgr_error {
 #define CGR__ERR_ENUM(name, value, msg) name = value,
@@ -117,9 +118,16 @@ typedef struct cgr_ctx_params {
 	 * communicator (a path, copied); NULL: libnccl.so.2 from the
 	 * loader's search path, then the one found at build time. */
 	const char *nccl_path;
+	/* What process workers find by name (cgr_export; the table ends
+	 * with an entry whose name is NULL; NULL: none): every task function
+	 * and worker init and fini a process worker runs must be in it, the
+	 * same table the program hands cgr_worker_main.  Not copied: it
+	 * must outlive the context (a static table). */
+	const struct cgr_export *exports;
 } cgr_ctx_params;
-#define CGR_CTX_PARAMS_INIT \
-	{ sizeof(cgr_ctx_params), NULL, NULL, CGR_LOG_WARN, 0, NULL, NULL }
+#define CGR_CTX_PARAMS_INIT                                              \
+	{ sizeof(cgr_ctx_params), NULL, NULL, CGR_LOG_WARN, 0, NULL, NULL, \
+	  NULL }
 
 /*
  * Creates a context: the owner of workers, graphs and cgr's jemalloc arena.
@@ -153,8 +161,42 @@ typedef int (*cgr_worker_init_fn)(void *arg, void **state);
 typedef void (*cgr_worker_fini_fn)(void *arg, void *state);
 
 enum cgr_worker_kind {
-	CGR_WORKER_THREAD = 0, /* a thread of this process */
+	CGR_WORKER_THREAD = 0,	/* a thread of this process */
+	CGR_WORKER_PROCESS = 1, /* a process of its own (see below) */
 };
+
+/*
+ * Process workers.  A process worker is this program run again (the
+ * executable of /proc/self/exe, with the same arguments) as a worker: it
+ * must call cgr_worker_main() early in main, before anything that must
+ * not run twice.  Since code is at other addresses in another process,
+ * the task functions and worker init and fini it runs are found by name
+ * in a table of exports, the same one in both: cgr_ctx_params.exports of
+ * the context that starts it, and cgr_worker_main's argument.
+ *
+ * What crosses: a worker's init and fini get a copy of
+ * cgr_worker_params.arg_data (arg must be NULL); a task's arg must be
+ * NULL (cgr_task_arg() returns NULL there).  Values move through shared
+ * memory (memfd segments, nothing in /dev/shm); its doorbells are shared
+ * futexes, so the control path costs what it costs between threads.
+ *
+ * Graphs may mix thread and process workers.  On a process worker, a
+ * graph may hold plain tasks, stream tasks (its compute stream is a sim
+ * stream in that process), host edges, constants and trace; not yet
+ * collectives, device tasks or CUDA devices (refused at compile, saying
+ * so).
+ *
+ * Failures: a worker process that dies (a crash, kill -9) is seen at once
+ * through its pidfd: every graph that uses it stops, the executions in
+ * flight get CGR_EPEERDEAD error values naming the worker and how it
+ * died (cgr_ref_get), cgr_execute returns CGR_EPEERDEAD, and the graph
+ * can be destroyed; the context stays usable for graphs without that
+ * worker, and cgr_worker_destroy of the dead worker returns
+ * CGR_EPEERDEAD.  A worker stuck in a task past the teardown deadline is
+ * killed (teardown returns CGR_ESTUCK).  When the driver dies, its
+ * worker processes exit at once (their control socket closes).  Nothing
+ * is left behind: no shared memory, descriptor, thread or process.
+ */
 
 enum cgr_wait_mode {
 	CGR_WAIT_ADAPTIVE = 0, /* spin spin_ns, then park (default) */
@@ -177,10 +219,14 @@ typedef struct cgr_worker_params {
 	 * rank (its NCCL collectives run on CUDA streams of it).  The CPU
 	 * communicator's streams stay sim streams. */
 	int device;
+	/* A process worker's arg: these bytes, copied into its process
+	 * (init and fini get a pointer to the copy; arg must be NULL). */
+	const void *arg_data;
+	size_t arg_len;
 } cgr_worker_params;
 #define CGR_WORKER_PARAMS_INIT                                             \
 	{ sizeof(cgr_worker_params), NULL, CGR_WORKER_THREAD, -1, NULL, NULL, \
-	  NULL, -1 }
+	  NULL, -1, NULL, 0 }
 
 /*
  * Starts a worker thread and runs init on it.  Blocks until init returned.
@@ -202,6 +248,10 @@ int cgr_worker_destroy(cgr_worker *w, int64_t timeout_ns);
 
 /* The name given at creation. */
 const char *cgr_worker_name(const cgr_worker *w);
+
+/* A process worker's process id (0 for a thread worker, or once the
+ * process was reaped by cgr_worker_destroy). */
+int cgr_worker_pid(const cgr_worker *w);
 
 /* ------------------------------------------------------------------ */
 /* Values                                                             */
@@ -316,6 +366,26 @@ typedef struct cgr_compiled cgr_compiled;
 typedef int (*cgr_task_fn)(cgr_task_ctx *tc, void *state,
 			   const cgr_value *in, size_t nin, cgr_value *out,
 			   size_t nout);
+
+/* Process workers' exports (see "Process workers" above). */
+typedef struct cgr_export {
+	const char *name; /* unique in the table; NULL ends it */
+	cgr_task_fn task; /* a task function, or NULL */
+	/* Worker callbacks (a pair under one name), or NULL. */
+	cgr_worker_init_fn init;
+	cgr_worker_fini_fn fini;
+} cgr_export;
+
+/*
+ * Call at the top of main with main's arguments and the exports.  In a
+ * process that cgr started as a worker, runs the worker until its
+ * context lets it go (or dies), then exits the process: it never returns
+ * there.  Anywhere else it returns 0 at once.  A worker that cannot
+ * start (a malformed environment, a wrong protocol version, its init or
+ * a function not exported) exits with status 1 after saying why on
+ * stderr; the context that started it gets the reason too.
+ */
+int cgr_worker_main(int argc, char **argv, const cgr_export *exports);
 
 typedef struct cgr_task_desc {
 	size_t size;

@@ -386,7 +386,7 @@ static int brute_force(struct cgr_compiled *c, long *states)
 				b->jobs[p][s][b->njobs[p][s]++] = (uint16_t)k;
 		}
 	for (size_t ch = 0; ret == 0 && ch < c->nchans; ch++) {
-		b->driver[ch] = c->chans[ch].reader_bell != &c->drv_bell;
+		b->driver[ch] = c->chans[ch].reader_bell != cgr__drv_bell(c);
 		for (size_t p = 0; p < c->nprogs; p++)
 			for (size_t k = 0; k < c->progs[p].nops; k++) {
 				const struct cgr__op *op = &c->progs[p].ops[k];

@@ -225,7 +225,11 @@ static inline bool cgr__value_on_device(const cgr_value *v)
 	return v->kind == CGR_VALUE_TENSOR &&
 	       v->u.tensor.device.device_type == kDLCUDA;
 }
-/* The value in slot h, pointing into it. */
+/* Whether slot h (cap data bytes, from another process) holds a value
+ * that loads safely: 0 or -EPROTO. */
+int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap);
+/* The value in slot h, pointing into it (a list laid out elsewhere: an
+ * error value saying so). */
 void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v);
 void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,
 			    const char *msg);

@@ -106,7 +106,11 @@ static int cgr__item_check(const cgr_value *v, size_t *bytes)
  */
 struct cgr__list_hdr {
 	uint64_t n;
-	uint64_t pad[7];
+	/* Where the slot was when the list was laid out: its tables point
+	 * there, so another process (which maps the slot elsewhere) cannot
+	 * read them. */
+	uint64_t base;
+	uint64_t pad[6];
 };
 
 static size_t cgr__list_data_off(size_t n)
@@ -171,6 +175,7 @@ static void list_layout(struct cgr__slot_hdr *h, const cgr_value *v,
 	int64_t(*shapes)[CGR_MAX_NDIM] = (void *)(items + n);
 
 	lh->n = n;
+	lh->base = (uint64_t)(uintptr_t)h;
 	for (size_t i = 0; i < n; i++) {
 		const cgr_value *it = &v->u.list.items[i];
 		size_t b = 0;
@@ -332,6 +337,29 @@ int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 	return ret;
 }
 
+int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap)
+{
+	const char *d = (const char *)h + CGR__SLOT_HDR;
+
+	if (h->len > cap)
+		return -EPROTO;
+	switch (h->kind) {
+	case CGR_VALUE_NONE:
+	case CGR_VALUE_BYTES:
+	case CGR_VALUE_LIST: /* loads as an error value elsewhere */
+		return 0;
+	case CGR_VALUE_TENSOR:
+		return h->ndim >= 0 && h->ndim <= CGR_MAX_NDIM &&
+				       h->dev_type == kDLCPU ?
+			       0 :
+			       -EPROTO;
+	case CGR_VALUE_ERROR:
+		return h->len > 0 && d[h->len - 1] == 0 ? 0 : -EPROTO;
+	default:
+		return -EPROTO;
+	}
+}
+
 void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v)
 {
 	unsigned char *d = cgr__slot_data(h);
@@ -364,11 +392,20 @@ void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v)
 	case CGR_VALUE_ERROR:
 		v->u.error.msg = (const char *)d;
 		break;
-	case CGR_VALUE_LIST:
-		v->u.list.n = (size_t)((const struct cgr__list_hdr *)d)->n;
-		v->u.list.items =
-			(const cgr_value *)((const struct cgr__list_hdr *)d + 1);
+	case CGR_VALUE_LIST: {
+		const struct cgr__list_hdr *lh = (const void *)d;
+		if (lh->base != (uint64_t)(uintptr_t)h) {
+			/* Laid out in another process (or copied). */
+			v->kind = CGR_VALUE_ERROR;
+			v->code = CGR_EBADVALUE;
+			v->u.error.msg = "a list cannot cross from one process "
+					 "to another (not yet supported)";
+			break;
+		}
+		v->u.list.n = (size_t)lh->n;
+		v->u.list.items = (const cgr_value *)(lh + 1);
 		break;
+	}
 	default:
 		v->kind = CGR_VALUE_NONE;
 		break;

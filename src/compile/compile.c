@@ -137,6 +137,7 @@ static void compiled_free(struct cgr_compiled *c)
 		cgr__free(a, c->allocs[i], c->alloc_sizes[i], 64);
 	cgr__free(a, c->allocs, c->allocs_cap * sizeof(void *), 16);
 	cgr__free(a, c->alloc_sizes, c->allocs_cap * sizeof(size_t), 16);
+	cgr__seg_free(c);
 	cgr__free(a, c, sizeof(*c), 64);
 	cgr__ctx_put(ctx);
 }
@@ -151,7 +152,7 @@ void cgr__compiled_unref(struct cgr_compiled *c)
 /* The shared state of c's runners, for nworkers worker indices. */
 static struct cgr__gctl *ctl_new(struct cgr_compiled *c, unsigned nworkers)
 {
-	struct cgr__gctl *ctl = cgr__c_alloc(
+	struct cgr__gctl *ctl = cgr__c_salloc(
 		c, sizeof(*ctl) + nworkers * sizeof(ctl->bells[0]));
 
 	if (ctl == NULL)
@@ -168,12 +169,29 @@ static struct cgr__gctl *ctl_new(struct cgr_compiled *c, unsigned nworkers)
 	return ctl;
 }
 
-/* A compiled graph with nothing in it yet, holding a context reference. */
+/* Whether a task of g runs on a worker of another process. */
+static bool graph_remote(const cgr_graph *g)
+{
+	for (const struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
+		if (!t->coll && t->w->remote)
+			return true;
+		for (size_t i = 0; t->coll && i < t->nmembers; i++)
+			if (t->members[i]->remote)
+				return true;
+	}
+	return false;
+}
+
+/* A compiled graph with nothing in it yet, holding a context reference;
+ * its shared state in a segment if the graph has process workers (the
+ * driver's new one, or a worker process's view of the driver's: seg_fd
+ * >= 0). */
 static int compiled_new(cgr_graph *g, const cgr_compile_params *prm,
-			struct cgr_compiled **out)
+			bool plan_only, int seg_fd, struct cgr_compiled **out)
 {
 	struct cgr_compiled *c = cgr__alloc(&g->ctx->arena, sizeof(*c), 64);
-	int ret;
+	char why[sizeof(g->errmsg)] = "";
+	int ret = 0;
 
 	if (c == NULL)
 		return -ENOMEM;
@@ -182,6 +200,14 @@ static int compiled_new(cgr_graph *g, const cgr_compile_params *prm,
 	atomic_init(&c->refs, 1);
 	c->t_start = cgr__now_ns();
 	*out = c;
+	if (seg_fd >= 0)
+		ret = cgr__seg_attach(c, seg_fd, why, sizeof(why));
+	else if (!plan_only && graph_remote(g))
+		ret = cgr__seg_create(c);
+	if (ret < 0)
+		return cgr__graph_fail(g, ret,
+				       "the graph's shared segment: %s",
+				       why[0] ? why : cgr_strerror(ret));
 	c->ctl = ctl_new(c, g->ctx->nworkers);
 	if (c->ctl == NULL)
 		return -ENOMEM;
@@ -267,8 +293,36 @@ static int compile(struct cgr__cc *cc)
 	return ret;
 }
 
+/* The driver's segment, once compiled: the graph's description inside
+ * for the worker processes, sealed.  A worker process checks that its
+ * layout came out the driver's. */
+static int seg_finish(struct cgr__cc *cc, int seg_fd)
+{
+	cgr_graph *g = cc->g;
+	struct cgr_compiled *c = cc->c;
+	char why[sizeof(g->errmsg)];
+	void *blob;
+	size_t len, cap;
+	int ret;
+
+	if (seg_fd >= 0) {
+		ret = cgr__seg_check(c, why, sizeof(why));
+		return ret < 0 ? cgr__graph_fail(g, ret, "%s", why) : 0;
+	}
+	ret = cgr__graph_pack(g, &c->p, &blob, &len, &cap);
+	if (ret < 0)
+		return ret; /* g's errmsg says why */
+	ret = cgr__seg_seal(c, blob, len);
+	cgr__free(&g->ctx->arena, blob, cap, 64);
+	if (ret < 0)
+		return cgr__graph_fail(g, ret,
+				       "the graph's shared segment: %s",
+				       cgr_strerror(ret));
+	return 0;
+}
+
 static int compile_graph(cgr_graph *g, const cgr_compile_params *prm,
-			 bool plan_only, cgr_compiled **out)
+			 bool plan_only, int seg_fd, cgr_compiled **out)
 {
 	struct cgr__cc cc;
 	int ret;
@@ -288,9 +342,11 @@ static int compile_graph(cgr_graph *g, const cgr_compile_params *prm,
 	memset(&cc, 0, sizeof(cc));
 	cc.g = g;
 	cc.plan_only = plan_only;
-	ret = compiled_new(g, prm, &cc.c);
+	ret = compiled_new(g, prm, plan_only, seg_fd, &cc.c);
 	if (ret == 0)
 		ret = compile(&cc);
+	if (ret == 0 && cc.c->seg != NULL)
+		ret = seg_finish(&cc, seg_fd);
 	if (ret < 0) {
 		if (cc.c != NULL)
 			cgr__compiled_unref(cc.c);
@@ -303,7 +359,7 @@ static int compile_graph(cgr_graph *g, const cgr_compile_params *prm,
 int cgr__graph_plan(cgr_graph *g, const cgr_compile_params *p,
 		    cgr_compiled **out)
 {
-	return compile_graph(g, p, true, out);
+	return compile_graph(g, p, true, -1, out);
 }
 
 void cgr__plan_free(cgr_compiled *c)
@@ -312,25 +368,10 @@ void cgr__plan_free(cgr_compiled *c)
 		cgr__compiled_unref(c);
 }
 
-int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
-		      cgr_compiled **out)
+int cgr__graph_build(cgr_graph *g, const cgr_compile_params *p, int seg_fd,
+		     cgr_compiled **out)
 {
-	cgr_compiled *c;
-	int ret = compile_graph(g, prm, false, &c);
-
-	if (ret < 0)
-		return ret;
-	/* Start: each worker holds a reference while it runs its program. */
-	g->compiled = true;
-	atomic_fetch_add(&c->refs, (uint32_t)c->nprogs);
-	for (size_t i = 0; i < c->nprogs; i++) {
-		c->progs[i].w->busy_with = c;
-		cgr__worker_post(c->progs[i].w, &c->progs[i]);
-	}
-	c->next = g->ctx->compiled;
-	g->ctx->compiled = c;
-	*out = c;
-	return 0;
+	return compile_graph(g, p, false, seg_fd, out);
 }
 
 size_t cgr_compiled_noutputs(const cgr_compiled *c)

@@ -79,5 +79,12 @@ int cgr__create(struct cgr__cc *cc);
 int cgr__graph_plan(cgr_graph *g, const cgr_compile_params *p,
 		    cgr_compiled **out);
 void cgr__plan_free(cgr_compiled *c);
+/* Compiles g (what cgr_graph_compile does before starting the programs):
+ * seg_fd -1 in the driver (a graph with process workers gets its shared
+ * segment), or a worker process's fd of the driver's segment (the same
+ * graph, rebuilt from the description in it, compiled over it).  Returns
+ * 0 or the error (g's errmsg says why). */
+int cgr__graph_build(cgr_graph *g, const cgr_compile_params *p, int seg_fd,
+		     cgr_compiled **out);
 
 #endif

@@ -237,10 +237,14 @@ int cgr__create(struct cgr__cc *cc)
 
 	if (ret == 0)
 		ret = create_device_ports(c);
+	/* A remote worker's program runs in its own process, which makes
+	 * its streams itself. */
 	for (size_t i = 0; ret == 0 && i < c->nprogs; i++)
-		ret = create_streams(c, &c->progs[i]);
+		if (!c->progs[i].w->remote)
+			ret = create_streams(c, &c->progs[i]);
 	for (size_t i = 0; ret == 0 && i < c->nprogs; i++)
-		ret = create_nccl(c, &c->progs[i]);
+		if (!c->progs[i].w->remote)
+			ret = create_nccl(c, &c->progs[i]);
 	for (size_t i = 0; i < c->nprogs; i++) {
 		struct cgr__prog *p = &c->progs[i];
 		p->gate = prog_gated(p);

@@ -131,10 +131,14 @@ int cgr__lower_devices(struct cgr__cc *cc)
 
 /* ---- ports and channels --------------------------------------------- */
 
+/* A port; its slots in shared memory unless it is a constant (which
+ * every process running the graph keeps for itself). */
 static int port_init(struct cgr_compiled *c, struct cgr__port *p,
-		     size_t want, uint32_t nslots, const char *name)
+		     size_t want, uint32_t nslots, const char *name,
+		     bool shared)
 {
-	void *mem = cgr__c_alloc(c, cgr__port_memsize(want, nslots));
+	size_t size = cgr__port_memsize(want, nslots);
+	void *mem = shared ? cgr__c_salloc(c, size) : cgr__c_alloc(c, size);
 
 	if (mem == NULL)
 		return -ENOMEM;
@@ -202,7 +206,7 @@ static int make_ports(struct cgr__cc *cc)
 		char name[32];
 		snprintf(name, sizeof(name), "input[%u]", pi);
 		ret = port_init(c, &c->ports[pi], c->p.max_value_bytes,
-				c->nslots, name);
+				c->nslots, name, true);
 		if (ret < 0)
 			return ret;
 		c->arg_port[pi] = pi;
@@ -216,16 +220,23 @@ static int make_ports(struct cgr__cc *cc)
 		if (n->kind == CGR__NODE_CONST) {
 			struct cgr__slot_hdr *h = n->cdata;
 			ret = port_init(c, &c->ports[pi],
-					n->cdata_len - CGR__SLOT_HDR, 1, n->name);
-			if (ret == 0)
-				memcpy(c->ports[pi].mem, n->cdata,
-				       CGR__SLOT_HDR + (size_t)h->len);
+					n->cdata_len - CGR__SLOT_HDR, 1, n->name,
+					false);
+			/* Stored again (not copied): a list's tables
+			 * point into the slot that holds it. */
+			if (ret == 0) {
+				cgr_value v;
+				cgr__value_load(h, &v);
+				cgr__value_store(
+					cgr__port_slot(&c->ports[pi], 0),
+					c->ports[pi].cap, &v);
+			}
 		} else {
 			size_t cap = n->task->max_out_bytes ?
 					     n->task->max_out_bytes :
 					     c->p.max_value_bytes;
 			ret = port_init(c, &c->ports[pi], cap, c->nslots,
-					n->name);
+					n->name, true);
 			/* Its device slots come at create (not when only
 			 * planning). */
 			c->ports[pi].dev = cc->node_dev[n->id];
@@ -283,7 +294,7 @@ static int make_chans(struct cgr__cc *cc)
 	if (c->chans == NULL || rsize == 0)
 		return -ENOMEM;
 	for (size_t i = 0; i < cc->nch; i++) {
-		void *mem = cgr__c_alloc(c, rsize);
+		void *mem = cgr__c_salloc(c, rsize);
 		if (mem == NULL)
 			return -ENOMEM;
 		ret = cgr__chan_init(

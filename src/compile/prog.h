@@ -21,6 +21,7 @@
 #include "chan/chan.h"
 #include "comm/comm.h"
 #include "graph/graph.h"
+#include "shm/shm.h"
 
 enum cgr__op_kind {
 	CGR__OP_READ = 1,
@@ -267,6 +268,16 @@ struct cgr__gctl {
 	struct cgr__lbell bells[];
 };
 
+/* The shared segment of a graph with process workers (compile/shared.c). */
+#define CGR__SHM_GRAPH 0x4752 /* its typed header's kind */
+struct cgr__gseg {
+	struct cgr__shm shm;
+	size_t used;  /* bytes handed out, header included */
+	size_t cap;   /* driver: the file's size now */
+	size_t total; /* worker process: the driver's used */
+	bool attach;  /* worker process: the layout is the driver's */
+};
+
 struct cgr_compiled {
 	cgr_ctx *ctx;
 	_Atomic uint32_t refs; /* driver + each worker running a program */
@@ -320,6 +331,14 @@ struct cgr_compiled {
 	cgr_comm **used_comms;
 	size_t nused_comms;
 
+	/* Process workers: the shared segment (NULL: none), the graph's id
+	 * among the context's, and the driver's copy of why a worker
+	 * process died (the error value of executions it left). */
+	struct cgr__gseg *seg;
+	struct cgr__pgraph *pg; /* exec/proc.c: on the death monitor */
+	uint64_t gid;
+	char dead_msg[200];
+
 	/* Memory this graph allocated, freed in one place. */
 	void **allocs;
 	size_t *alloc_sizes;
@@ -333,6 +352,20 @@ struct cgr_compiled {
 /* Memory owned by c (64-byte aligned, zeroed), freed with it; NULL when
  * out of memory. */
 void *cgr__c_alloc(struct cgr_compiled *c, size_t size);
+/* Memory every process running c shares (its segment, when it has
+ * process workers; else as cgr__c_alloc); NULL when out of it. */
+void *cgr__c_salloc(struct cgr_compiled *c, size_t size);
+/* compile/shared.c: the driver makes the segment (create), and once the
+ * compile is done cuts, heads and seals it with the graph's description
+ * blob inside (seal); a worker process maps the driver's (attach, from
+ * fd: -EPROTO and why if it is no graph segment), finds the blob in it
+ * and, after compiling, checks that its layout matched (check). */
+int cgr__seg_create(struct cgr_compiled *c);
+int cgr__seg_seal(struct cgr_compiled *c, const void *blob, size_t blen);
+int cgr__seg_attach(struct cgr_compiled *c, int fd, char *why, size_t len);
+const void *cgr__seg_blob(const struct cgr_compiled *c, size_t *len);
+int cgr__seg_check(const struct cgr_compiled *c, char *why, size_t len);
+void cgr__seg_free(struct cgr_compiled *c);
 /* The doorbell worker w parks on while it runs c's program, and the
  * driver's. */
 static inline struct cgr_bell *cgr__wbell(const struct cgr_compiled *c,

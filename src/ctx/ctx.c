@@ -49,6 +49,7 @@ int cgr_ctx_create(const cgr_ctx_params *p, cgr_ctx **out)
 	ctx->log.arg = prm.log_arg;
 	ctx->log.level = prm.log_level;
 	ctx->flags = prm.flags;
+	ctx->exports = prm.exports;
 	atomic_init(&ctx->refs, 1);
 	atomic_init(&ctx->uring_fallback_logged, false);
 	pthread_mutex_init(&ctx->lock, NULL);

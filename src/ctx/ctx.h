@@ -31,6 +31,7 @@
 struct cgr__device;
 struct cgr_worker;
 struct cgr_compiled;
+struct cgr__procs;
 
 /* Slots of per-context state owned by higher layers (cgr__ctx_state). */
 enum cgr__ctx_slot {
@@ -50,6 +51,10 @@ struct cgr_ctx {
 	unsigned flags;
 	char *cudart_path; /* cgr_ctx_params.cudart_path, copied, or NULL */
 	char *nccl_path;   /* cgr_ctx_params.nccl_path, copied, or NULL */
+	const struct cgr_export *exports; /* cgr_ctx_params.exports */
+	/* Process workers (exec/proc.c): their monitor, and its end. */
+	struct cgr__procs *procs;
+	void (*release_procs)(cgr_ctx *ctx);
 	/* The driver's reference plus one per object that may outlive
 	 * cgr_ctx_destroy (see the top of this file). */
 	_Atomic uint32_t refs;

@@ -12,13 +12,94 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <string.h>
 
-#include "exec/exec.h"
+#include "compile/compile.h"
+#include "exec/proc.h"
 
 static inline uint32_t cgr__slot(const struct cgr_compiled *c, uint64_t seq)
 {
 	return (uint32_t)(seq & (c->nslots - 1));
+}
+
+/* What a graph with process workers cannot hold yet, and workers that
+ * died: 0, or the error (g's errmsg says which). */
+static int check_procs(cgr_graph *g)
+{
+	const char *why;
+
+	for (const struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
+		size_t n = t->coll ? t->nmembers : 1;
+		for (size_t i = 0; i < n; i++) {
+			cgr_worker *w = t->coll ? t->members[i] : t->w;
+			if (!w->remote)
+				continue;
+			if (cgr__proc_dead(w, &why))
+				return cgr__graph_fail(g, CGR_EPEERDEAD,
+						       "%s: %s", t->name, why);
+			if (t->coll || (t->flags & CGR_TASK_DEVICE))
+				return cgr__graph_fail(
+					g, -ENOTSUP,
+					"%s %s on process worker %s: "
+					"collectives, device edges and device "
+					"tasks are not supported on process "
+					"workers yet",
+					cgr__coll_name(t->coll), t->name,
+					w->name);
+		}
+	}
+	return 0;
+}
+
+void cgr__compiled_start(cgr_ctx *ctx, cgr_compiled *c)
+{
+	/* Each worker of this process holds a reference while it runs its
+	 * program. */
+	for (size_t i = 0; i < c->nprogs; i++) {
+		if (c->progs[i].w->remote)
+			continue;
+		atomic_fetch_add(&c->refs, 1);
+		c->progs[i].w->busy_with = c;
+		cgr__worker_post(c->progs[i].w, &c->progs[i]);
+	}
+	c->next = ctx->compiled;
+	ctx->compiled = c;
+}
+
+int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
+		      cgr_compiled **out)
+{
+	cgr_compiled *c;
+	int ret;
+
+	if (g == NULL || out == NULL)
+		return -EINVAL;
+	if ((ret = check_procs(g)) < 0)
+		return ret;
+	ret = cgr__graph_build(g, prm, -1, &c);
+	if (ret < 0)
+		return ret;
+	if (c->seg != NULL && (ret = cgr__pgraph_compile(c, g)) < 0) {
+		cgr__compiled_unref(c);
+		return ret;
+	}
+	g->compiled = true;
+	cgr__compiled_start(g->ctx, c);
+	for (size_t i = 0; i < c->nprogs; i++)
+		if (c->progs[i].w->remote)
+			c->progs[i].w->busy_with = c;
+	if (c->seg != NULL)
+		cgr__pgraph_run(c);
+	*out = c;
+	return 0;
+}
+
+/* A worker process died (its graphs stop): its index + 1, or 0. */
+static inline uint32_t cgr__dead(const cgr_compiled *c)
+{
+	/* P1: pairs with the monitor's release (exec/proc.c). */
+	return atomic_load_explicit(&c->ctl->dead, memory_order_acquire);
 }
 
 int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
@@ -35,6 +116,8 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 	/* G1: a worker's device failed (exec/failure.c; the log says). */
 	if (atomic_load_explicit(&c->ctl->gone, memory_order_acquire) != 0)
 		return CGR_EWORKERGONE;
+	if (cgr__dead(c))
+		return CGR_EPEERDEAD;
 	if (nargs != c->nargs)
 		return CGR_ENARGS;
 	if (c->next_seq - c->oldest >= c->p.max_inflight)
@@ -95,7 +178,7 @@ static bool cgr__arrived(void *arg)
 {
 	struct cgr__get_wait *gw = arg;
 	cgr__drain(gw->c);
-	return gw->c->arrived[gw->slot] >= gw->c->nout;
+	return gw->c->arrived[gw->slot] >= gw->c->nout || cgr__dead(gw->c);
 }
 
 static bool cgr__ref_live(const cgr_compiled *c, cgr_ref ref)
@@ -135,6 +218,18 @@ int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
 	ret = cgr__wait_ref(c, ref, timeout_ns);
 	if (ret < 0)
 		return ret;
+	if (c->arrived[cgr__slot(c, ref)] < c->nout) {
+		/* A worker process died: what did not come never will. */
+		snprintf(c->dead_msg, sizeof(c->dead_msg), "%.*s",
+			 (int)sizeof(c->ctl->dead_msg) - 1, c->ctl->dead_msg);
+		for (size_t o = 0; o < nouts; o++) {
+			memset(&outs[o], 0, sizeof(outs[o]));
+			outs[o].kind = CGR_VALUE_ERROR;
+			outs[o].code = CGR_EPEERDEAD;
+			outs[o].u.error.msg = c->dead_msg;
+		}
+		return 0;
+	}
 	for (size_t o = 0; o < nouts; o++)
 		cgr__value_load(cgr__port_slot(&c->ports[c->out_port[o]], ref),
 				&outs[o]);
@@ -191,11 +286,16 @@ int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
 	for (size_t i = 0; i < c->nused_comms; i++)
 		if (c->used_comms[i]->backend != CGR_BACKEND_NCCL)
 			cgr_comm_abort(c->used_comms[i]);
+	/* T3: worker processes leave theirs (a stuck one is killed). */
+	result = cgr__pgraph_teardown(c, deadline);
 	for (size_t i = 0; i < c->nprogs; i++) {
 		struct cgr__prog *p = &c->progs[i];
 		cgr_worker *w = p->w;
-		int ret = cgr__future_wait(&p->left, p->left_gen, deadline,
-					   NULL, CGR_WAIT_BLOCK, 0);
+		int ret;
+		if (w->remote)
+			continue;
+		ret = cgr__future_wait(&p->left, p->left_gen, deadline, NULL,
+				       CGR_WAIT_BLOCK, 0);
 		if (ret == -ETIMEDOUT) {
 			const char *t = atomic_load(&w->current_task);
 			cgr__err(&c->ctx->log,

@@ -9,6 +9,10 @@
 
 #include "compile/prog.h"
 
+/* Starts compiled graph c's programs on the workers of this process and
+ * lists it with ctx (driver.c). */
+void cgr__compiled_start(cgr_ctx *ctx, cgr_compiled *c);
+
 /* Runs program p on worker w's thread (reactor r) until the graph stops
  * or a stream refuses work; then leaves it (W1: p->left completes). */
 void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,

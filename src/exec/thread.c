@@ -12,7 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "exec/exec.h"
+#include "exec/proc.h"
+
+static void worker_free(cgr_ctx *ctx, cgr_worker *w);
 
 /* The context's hook: workers live as long as the context (an abandoned
  * thread uses its struct until it exits). */
@@ -22,8 +24,7 @@ static void release_workers(cgr_ctx *ctx)
 
 	for (w = ctx->workers; w != NULL; w = next) {
 		next = w->next;
-		cgr__strfree(&ctx->arena, w->name);
-		cgr__free(&ctx->arena, w, sizeof(*w), 64);
+		worker_free(ctx, w);
 	}
 }
 
@@ -43,6 +44,8 @@ void cgr_ctx_destroy(cgr_ctx *ctx)
 		cgr_compiled_destroy(ctx->compiled);
 	for (w = ctx->workers; w != NULL; w = w->next)
 		cgr_worker_destroy(w, 1000000000);
+	if (ctx->release_procs != NULL)
+		ctx->release_procs(ctx);
 	cgr__ctx_put(ctx);
 }
 
@@ -130,19 +133,120 @@ out_init:
 	return NULL;
 }
 
+/* A process worker's exports: its init/fini by name, its arg bytes. */
+static int proc_params(cgr_ctx *ctx, cgr_worker *w,
+		       const cgr_worker_params *p)
+{
+	const cgr_export *e = ctx->exports;
+
+	if (p->arg != NULL || p->arg_len > CGR__PMSG_MAX_ARG ||
+	    (p->arg_len > 0 && p->arg_data == NULL) ||
+	    (p->device != CGR_DEVICE_NONE && p->device != CGR_DEVICE_SIM)) {
+		cgr__err(&ctx->log,
+			 "worker %s: a process worker takes arg_data (at most "
+			 "%u bytes), not arg, and no CUDA device (yet)",
+			 w->name, CGR__PMSG_MAX_ARG);
+		return -EINVAL;
+	}
+	while (e != NULL && e->name != NULL &&
+	       (p->init != NULL || p->fini != NULL) &&
+	       (e->init != p->init || e->fini != p->fini))
+		e++;
+	if (p->init == NULL && p->fini == NULL)
+		e = NULL;
+	else if (e == NULL || e->name == NULL) {
+		cgr__err(&ctx->log,
+			 "worker %s: its init/fini are not in "
+			 "cgr_ctx_params.exports (a process worker finds them "
+			 "by name)",
+			 w->name);
+		return -EINVAL;
+	}
+	w->init_name = cgr__strdup(&ctx->arena, e != NULL ? e->name : "");
+	w->arg_len = p->arg_len;
+	if (p->arg_len > 0 &&
+	    (w->arg_data = cgr__alloc(&ctx->arena, p->arg_len, 16)) != NULL)
+		memcpy(w->arg_data, p->arg_data, p->arg_len);
+	return w->init_name == NULL || (p->arg_len && w->arg_data == NULL) ?
+		       -ENOMEM :
+		       0;
+}
+
+/* Starts w's thread and waits for its init. */
+static int thread_start(cgr_ctx *ctx, cgr_worker *w)
+{
+	int ret;
+
+	/* The thread holds a context reference until it exits. */
+	atomic_fetch_add(&ctx->refs, 1);
+	ret = -pthread_create(&w->thread, NULL, cgr__worker_main, w);
+	if (ret != 0) {
+		atomic_fetch_sub(&ctx->refs, 1);
+		return ret == -EAGAIN ? -EAGAIN : ret;
+	}
+	ret = cgr__future_wait(&w->life, w->life_gen, CGR_FOREVER, NULL,
+			       CGR_WAIT_BLOCK, 0);
+	if (ret != 0)
+		pthread_join(w->thread, NULL);
+	return ret;
+}
+
+static void worker_free(cgr_ctx *ctx, cgr_worker *w)
+{
+	cgr__proc_free(w);
+	cgr__strfree(&ctx->arena, w->init_name);
+	cgr__free(&ctx->arena, w->arg_data, w->arg_len, 16);
+	cgr__strfree(&ctx->arena, w->name);
+	cgr__free(&ctx->arena, w, sizeof(*w), 64);
+}
+
+static cgr_worker *worker_new(cgr_ctx *ctx, const cgr_worker_params *prm)
+{
+	cgr_worker *w = cgr__alloc(&ctx->arena, sizeof(*w), 64);
+	char buf[32];
+
+	if (w == NULL)
+		return NULL;
+	snprintf(buf, sizeof(buf), "worker%u", ctx->nworkers);
+	w->name = cgr__strdup(&ctx->arena, prm->name ? prm->name : buf);
+	if (w->name == NULL) {
+		cgr__free(&ctx->arena, w, sizeof(*w), 64);
+		return NULL;
+	}
+	w->ctx = ctx;
+	w->kind = prm->kind;
+	w->remote = prm->kind == CGR_WORKER_PROCESS;
+	w->cpu = prm->cpu;
+	w->device = prm->device;
+	w->init = prm->init;
+	w->fini = prm->fini;
+	w->arg = prm->arg;
+	w->index = ctx->nworkers;
+	atomic_init(&w->cmd, CGR__WCMD_IDLE);
+	atomic_init(&w->prog, NULL);
+	atomic_init(&w->current_task, NULL);
+	atomic_init(&w->current_seq, 0);
+	cgr__bell_init(&w->bell);
+	cgr__future_init(&w->life);
+	w->life_gen = cgr__future_arm(&w->life);
+	cgr__future_init(&w->exited);
+	w->exit_gen = cgr__future_arm(&w->exited);
+	return w;
+}
+
 int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 		      cgr_worker **out)
 {
 	cgr_worker_params prm;
 	cgr_worker *w;
-	char buf[32];
 	int ret;
 
 	if (ctx == NULL || out == NULL || ctx->destroyed ||
 	    (p != NULL && p->size < sizeof(size_t)))
 		return -EINVAL;
 	CGR__PARAMS_COPY(prm, p, ((cgr_worker_params)CGR_WORKER_PARAMS_INIT));
-	if (prm.kind != CGR_WORKER_THREAD || prm.cpu < -1 ||
+	if ((prm.kind != CGR_WORKER_THREAD && prm.kind != CGR_WORKER_PROCESS) ||
+	    prm.cpu < -1 ||
 	    (prm.device < 0 && prm.device != CGR_DEVICE_NONE &&
 	     prm.device != CGR_DEVICE_SIM))
 		return -EINVAL;
@@ -154,50 +258,17 @@ int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 			return ret;
 		cgr_stream_destroy(probe);
 	}
-	w = cgr__alloc(&ctx->arena, sizeof(*w), 64);
-	if (w == NULL)
+	if ((w = worker_new(ctx, &prm)) == NULL)
 		return -ENOMEM;
-	if (prm.name == NULL) {
-		snprintf(buf, sizeof(buf), "worker%u", ctx->nworkers);
-		prm.name = buf;
+	if (w->remote) {
+		ret = proc_params(ctx, w, &prm);
+		if (ret == 0)
+			ret = cgr__proc_start(w, prm.cpu);
+	} else {
+		ret = thread_start(ctx, w);
 	}
-	w->name = cgr__strdup(&ctx->arena, prm.name);
-	if (w->name == NULL) {
-		cgr__free(&ctx->arena, w, sizeof(*w), 64);
-		return -ENOMEM;
-	}
-	w->ctx = ctx;
-	w->cpu = prm.cpu;
-	w->device = prm.device;
-	w->init = prm.init;
-	w->fini = prm.fini;
-	w->arg = prm.arg;
-	w->index = ctx->nworkers;
-	atomic_init(&w->cmd, CGR__WCMD_IDLE);
-	atomic_init(&w->prog, NULL);
-	atomic_init(&w->current_task, NULL);
-	atomic_init(&w->current_seq, 0);
-	cgr__bell_init(&w->bell);
-	cgr__future_init(&w->life);
-	w->life_gen = cgr__future_arm(&w->life);
-	cgr__future_init(&w->exited);
-	w->exit_gen = cgr__future_arm(&w->exited);
-
-	/* The thread holds a context reference until it exits. */
-	atomic_fetch_add(&ctx->refs, 1);
-	ret = -pthread_create(&w->thread, NULL, cgr__worker_main, w);
 	if (ret != 0) {
-		atomic_fetch_sub(&ctx->refs, 1);
-		cgr__strfree(&ctx->arena, w->name);
-		cgr__free(&ctx->arena, w, sizeof(*w), 64);
-		return ret == -EAGAIN ? -EAGAIN : ret;
-	}
-	ret = cgr__future_wait(&w->life, w->life_gen, CGR_FOREVER, NULL,
-			       CGR_WAIT_BLOCK, 0);
-	if (ret != 0) {
-		pthread_join(w->thread, NULL);
-		cgr__strfree(&ctx->arena, w->name);
-		cgr__free(&ctx->arena, w, sizeof(*w), 64);
+		worker_free(ctx, w);
 		return ret;
 	}
 	w->next = ctx->workers;
@@ -229,6 +300,8 @@ int cgr_worker_destroy(cgr_worker *w, int64_t timeout_ns)
 	if (timeout_ns < 0)
 		timeout_ns = 1000000000;
 	deadline = cgr__deadline(timeout_ns);
+	if (w->kind == CGR_WORKER_PROCESS)
+		return cgr__proc_stop(w, deadline);
 	atomic_store_explicit(&w->cmd, CGR__WCMD_STOP, memory_order_release);
 	cgr__bell_ring_force(&w->bell);
 	ret = cgr__future_wait(&w->exited, w->exit_gen, deadline, NULL,
@@ -250,4 +323,9 @@ int cgr_worker_destroy(cgr_worker *w, int64_t timeout_ns)
 const char *cgr_worker_name(const cgr_worker *w)
 {
 	return w != NULL ? w->name : NULL;
+}
+
+int cgr_worker_pid(const cgr_worker *w)
+{
+	return w != NULL && w->proc != NULL ? w->proc->pid : 0;
 }

@@ -78,6 +78,23 @@ struct cgr_graph {
 int cgr__graph_fail(cgr_graph *g, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* graph/blob.c: the description of g a worker process compiles again
+ * (*out: *len bytes in arena memory of *cap bytes).  Fails (g's errmsg) when a task of
+ * a process worker has no exported function or has an arg. */
+int cgr__graph_pack(cgr_graph *g, const cgr_compile_params *p, void **out,
+		    size_t *len, size_t *cap);
+/* A worker process's side: the graph of blob (len bytes, untrusted: every
+ * index checked; -EPROTO with why) made again in ctx, each worker index
+ * mapped to a worker of ctx by cb (its own, or a stand-in). */
+struct cgr__unpack_cb {
+	int (*worker)(void *arg, unsigned index, int kind, int device,
+		      const char *name, cgr_worker **out);
+	void *arg;
+};
+int cgr__graph_unpack(cgr_ctx *ctx, const void *blob, size_t len,
+		      const struct cgr__unpack_cb *cb, cgr_graph **out,
+		      cgr_compile_params *params, char *why, size_t wlen);
+
 /* "task" for a plain task, else the collective kind's name. */
 const char *cgr__coll_name(int kind);
 

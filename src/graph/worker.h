@@ -9,6 +9,9 @@
  * waiting for input, and every producer of something it waits for rings
  * it.
  *
+ * A process worker (exec/proc.c) has no thread here: its program runs in
+ * its own process, which the driver reaches over a socket (proc).
+ *
  * Threads: fields marked driver belong to the driver thread; the rest is
  * written before the thread starts, or is _Atomic.
  */
@@ -25,6 +28,7 @@
 #include "future/future.h"
 
 struct cgr__prog;
+struct cgr__proc;
 
 enum cgr__wcmd {
 	CGR__WCMD_IDLE = 0,
@@ -43,6 +47,17 @@ struct cgr_worker {
 	void *state;
 	pthread_t thread;
 	unsigned index;
+	int kind; /* enum cgr_worker_kind */
+	/* Its programs run in another process: in the driver, a process
+	 * worker (proc: its process, exec/proc.c); in a worker process,
+	 * every worker but its own (a stand-in that only names it). */
+	bool remote;
+	struct cgr__proc *proc;
+	/* A process worker's exported init/fini (its name; "" none) and
+	 * arg_data copy. */
+	char *init_name;
+	void *arg_data;
+	size_t arg_len;
 
 	_Atomic uint32_t cmd;
 	struct cgr__prog *_Atomic prog;

@@ -4,6 +4,8 @@
  * each, through shm.c's hand-off (which refuses what does not fit).
  */
 #include <errno.h>
+#include <limits.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -66,6 +68,7 @@ int cgr__boot_listen(struct cgr__boot *b, int nranks)
 		return -EINVAL;
 	memset(b, 0, sizeof(*b));
 	b->lsock = -1;
+	b->abort_fd = -1;
 	b->nranks = nranks;
 	for (int r = 0; r < CGR__BOOT_MAX_RANKS; r++)
 		b->socks[r] = -1;
@@ -201,6 +204,30 @@ static void close_socks(struct cgr__boot *b)
 	}
 }
 
+/* Until a connection waits (0), the abort fd is readable (-ECHILD) or
+ * the deadline (-ETIMEDOUT). */
+static int wait_conn(struct cgr__boot *b, int64_t deadline)
+{
+	struct pollfd pf[2] = { { .fd = b->lsock, .events = POLLIN },
+				{ .fd = b->abort_fd, .events = POLLIN } };
+
+	for (;;) {
+		int64_t left = deadline - cgr__now_ns();
+		int ms, r;
+		if (left <= 0)
+			return -ETIMEDOUT;
+		ms = left / 1000000 >= INT_MAX ? INT_MAX :
+						   (int)((left + 999999) / 1000000);
+		r = poll(pf, b->abort_fd >= 0 ? 2 : 1, ms);
+		if (r > 0 && pf[0].revents)
+			return 0;
+		if (r > 0)
+			return -ECHILD;
+		if (r < 0 && errno != EINTR)
+			return -errno;
+	}
+}
+
 int cgr__boot_accept(struct cgr__boot *b, int64_t deadline, char *why,
 		     size_t len)
 {
@@ -210,7 +237,11 @@ int cgr__boot_accept(struct cgr__boot *b, int64_t deadline, char *why,
 		return -EINVAL;
 	while (ret == 0 && arrived < b->nranks) {
 		int c;
-		ret = cgr__fd_wait_readable(b->lsock, deadline);
+		ret = wait_conn(b, deadline);
+		if (ret == -ECHILD)
+			ret = fail(why, len, ret,
+				   "the worker process exited before it "
+				   "joined");
 		if (ret == -ETIMEDOUT)
 			ret = missing(b, why, len);
 		if (ret < 0)
@@ -232,6 +263,27 @@ int cgr__boot_accept(struct cgr__boot *b, int64_t deadline, char *why,
 		ret = welcome_all(b, why, len);
 	if (ret < 0)
 		close_socks(b);
+	return ret;
+}
+
+int cgr__boot_accept_child(struct cgr__boot *b, int pidfd, int64_t pid,
+			   int64_t deadline, char *why, size_t len)
+{
+	struct ucred cr;
+	socklen_t cl = sizeof(cr);
+	int ret;
+
+	b->abort_fd = pidfd;
+	ret = cgr__boot_accept(b, deadline, why, len);
+	if (ret == 0 && (getsockopt(b->socks[0], SOL_SOCKET, SO_PEERCRED, &cr,
+				    &cl) != 0 ||
+			 (int64_t)cr.pid != pid)) {
+		ret = fail(why, len, -EPROTO,
+			   "the worker's connection came from pid %d, not "
+			   "%lld",
+			   (int)cr.pid, (long long)pid);
+		close_socks(b);
+	}
 	return ret;
 }
 

@@ -13,8 +13,9 @@
  * deadline (-ETIMEDOUT, naming the ranks missing); either way every
  * socket is closed, nothing half-built is left.
  *
- * Who uses it: nothing in the library yet: it is where process workers
- * (issue 10) start; tests/shm-boot.c covers it.  Threads: one rendezvous
+ * Who uses it: exec/proc.c starts each process worker with a rendezvous
+ * of one (accept_child) and exec/agent.c joins it; tests/shm-boot.c
+ * covers the rest.  Threads: one rendezvous
  * from one thread.
  */
 #ifndef CGR_SHM_BOOT_H
@@ -50,6 +51,7 @@ struct cgr__boot {
 	char addr[CGR__BOOT_ADDR_LEN]; /* what workers connect to */
 	int socks[CGR__BOOT_MAX_RANKS]; /* by rank, -1 until it arrives */
 	int64_t pids[CGR__BOOT_MAX_RANKS];
+	int abort_fd; /* readable: give up (accept_child), or -1 */
 };
 
 /* Listens for nranks (1..CGR__BOOT_MAX_RANKS) workers; b->addr is their
@@ -66,6 +68,13 @@ int cgr__boot_listen(struct cgr__boot *b, int nranks);
  */
 int cgr__boot_accept(struct cgr__boot *b, int64_t deadline, char *why,
 		     size_t len);
+
+/* The same for one worker process this process started (pidfd: it, pid
+ * its pid): one that exits before it joins fails the rendezvous at once
+ * (-ECHILD), and a connection from any other process (SO_PEERCRED) is
+ * refused (-EPROTO). */
+int cgr__boot_accept_child(struct cgr__boot *b, int pidfd, int64_t pid,
+			   int64_t deadline, char *why, size_t len);
 
 /* Closes the listening socket and every connection b still holds. */
 void cgr__boot_close(struct cgr__boot *b);

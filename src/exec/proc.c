@@ -1,0 +1,703 @@
+/*
+ * exec/proc.c: process workers, the driver's side.
+ *
+ * cgr_worker_create of a CGR_WORKER_PROCESS starts this program again
+ * (/proc/self/exe, the same arguments, CGR_WORKER=<address> in its
+ * environment) and meets it on an abstract Unix address (shm/boot.c); the
+ * connection then carries control messages (struct cgr__pmsg, one per
+ * SOCK_SEQPACKET message): the worker's identity and init by exported
+ * name, then per graph compile (with the graph's segment), run,
+ * teardown, and finally stop.  The worker side is exec/agent.c.
+ *
+ * Death: a monitor thread per context polls every worker process's pidfd
+ * (no timer: the kernel wakes it when the process exits).  A process that
+ * dies without being told to stop fails every graph that uses it: in the
+ * graph's shared state, who died and how, then stop, then every doorbell
+ * rung, so the driver and every surviving worker (thread or process) see
+ * it at once.  The driver reaps its children when it destroys them.
+ *
+ * Threads: the driver thread, except the monitor (under procs->lock).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "exec/proc.h"
+#include "shm/boot.h"
+
+extern char **environ;
+
+#define BOOT_TIMEOUT_NS (10 * 1000000000ll)
+
+/* A graph the monitor fails when one of its worker processes dies. */
+struct cgr__pgraph {
+	struct cgr__gctl *ctl;
+	uint32_t nbells; /* the driver's count, not the shared one */
+	cgr_worker **ws; /* its process workers */
+	size_t nws;
+	struct cgr__pgraph *next;
+};
+
+struct cgr__procs {
+	pthread_t thread;
+	int evfd;
+	pthread_mutex_t lock;
+	bool quit;
+	cgr_worker **ws; /* live process workers */
+	size_t nws, cap;
+	struct cgr__pgraph *graphs;
+	uint64_t next_gid;
+};
+
+/* ---- messages ------------------------------------------------------- */
+
+void cgr__pmsg_init(struct cgr__pmsg *m, int type, uint64_t gid)
+{
+	memset(m, 0, sizeof(*m));
+	m->magic = CGR__PMSG_MAGIC;
+	m->version = CGR__PMSG_VERSION;
+	m->type = (uint16_t)type;
+	m->gid = gid;
+}
+
+int cgr__pmsg_recv(int sock, struct cgr__pmsg *m, int *fd, int64_t deadline)
+{
+	size_t n = 0, nf = 0;
+	int fds[1] = { -1 };
+	int ret = cgr__shm_recv(sock, m, sizeof(*m), &n, fds, fd ? 1 : 0, &nf,
+				deadline);
+
+	if (ret == 0 && (n != sizeof(*m) || m->magic != CGR__PMSG_MAGIC ||
+			 m->version != CGR__PMSG_VERSION))
+		ret = -EPROTO;
+	if (ret < 0 && nf > 0)
+		close(fds[0]);
+	if (ret == 0) {
+		m->text[sizeof(m->text) - 1] = 0;
+		m->name[sizeof(m->name) - 1] = 0;
+		m->fn[sizeof(m->fn) - 1] = 0;
+		if (fd != NULL)
+			*fd = nf > 0 ? fds[0] : -1;
+	}
+	return ret;
+}
+
+/* ---- the monitor ---------------------------------------------------- */
+
+/* How process w ended (it has), without reaping it. */
+static void describe_death(cgr_worker *w)
+{
+	struct cgr__proc *pr = w->proc;
+	siginfo_t si;
+
+	memset(&si, 0, sizeof(si));
+	if (waitid((idtype_t)P_PIDFD, (id_t)pr->pidfd, &si,
+		   WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0)
+		snprintf(pr->why, sizeof(pr->why),
+			 "worker %s (pid %d) died", w->name, (int)pr->pid);
+	else if (si.si_code == CLD_EXITED)
+		snprintf(pr->why, sizeof(pr->why),
+			 "worker %s (pid %d) exited with status %d", w->name,
+			 (int)pr->pid, si.si_status);
+	else
+		snprintf(pr->why, sizeof(pr->why),
+			 "worker %s (pid %d) died: killed by signal %d (%s)",
+			 w->name, (int)pr->pid, si.si_status,
+			 strsignal(si.si_status));
+}
+
+/* Fails graph g: w died.  Under procs->lock. */
+static void fail_graph(struct cgr__pgraph *g, cgr_worker *w)
+{
+	struct cgr__gctl *ctl = g->ctl;
+
+	if (atomic_load_explicit(&ctl->dead, memory_order_relaxed) != 0)
+		return; /* somebody died first */
+	snprintf(ctl->dead_msg, sizeof(ctl->dead_msg), "%s", w->proc->why);
+	/* P1: the message, then who; pairs with the driver's acquire. */
+	atomic_store_explicit(&ctl->dead, w->index + 1, memory_order_release);
+	atomic_store_explicit(&ctl->stop, 1, memory_order_release);
+	cgr__bell_ring_force(&ctl->drv.b);
+	for (uint32_t i = 0; i < g->nbells; i++)
+		cgr__bell_ring_force(&ctl->bells[i].b);
+}
+
+/* Process w ended.  Under procs->lock. */
+static void saw_death(struct cgr__procs *ps, cgr_worker *w)
+{
+	struct cgr__proc *pr = w->proc;
+
+	if (atomic_exchange(&pr->dead, 1))
+		return;
+	if (!pr->why[0])
+		describe_death(w);
+	if (pr->stopping)
+		return; /* told to go */
+	cgr__err(&w->ctx->log, "%s", pr->why);
+	for (struct cgr__pgraph *g = ps->graphs; g != NULL; g = g->next)
+		for (size_t i = 0; i < g->nws; i++)
+			if (g->ws[i] == w)
+				fail_graph(g, w);
+}
+
+static void *monitor(void *arg)
+{
+	struct cgr__procs *ps = arg;
+	struct pollfd fds[CGR__PROC_MAX + 1];
+	cgr_worker *who[CGR__PROC_MAX + 1];
+
+	pthread_setname_np(pthread_self(), "cgr:monitor");
+	for (;;) {
+		nfds_t n = 1;
+		uint64_t v;
+		pthread_mutex_lock(&ps->lock);
+		if (ps->quit) {
+			pthread_mutex_unlock(&ps->lock);
+			break;
+		}
+		fds[0] = (struct pollfd){ ps->evfd, POLLIN, 0 };
+		for (size_t i = 0; i < ps->nws && n <= CGR__PROC_MAX; i++) {
+			if (atomic_load(&ps->ws[i]->proc->dead))
+				continue;
+			who[n] = ps->ws[i];
+			fds[n++] = (struct pollfd){ ps->ws[i]->proc->pidfd,
+						    POLLIN, 0 };
+		}
+		pthread_mutex_unlock(&ps->lock);
+		if (poll(fds, n, -1) < 0)
+			continue; /* EINTR */
+		if (fds[0].revents && read(ps->evfd, &v, sizeof(v)) < 0)
+			v = 0;
+		pthread_mutex_lock(&ps->lock);
+		/* who[] may be stale: only workers still listed count. */
+		for (nfds_t i = 1; i < n; i++)
+			for (size_t k = 0; fds[i].revents && k < ps->nws; k++)
+				if (ps->ws[k] == who[i])
+					saw_death(ps, who[i]);
+		pthread_mutex_unlock(&ps->lock);
+	}
+	return NULL;
+}
+
+static void poke(struct cgr__procs *ps)
+{
+	uint64_t one = 1;
+
+	if (write(ps->evfd, &one, sizeof(one)) < 0)
+		(void)0; /* the counter is full: it is awake anyway */
+}
+
+static void release_procs(cgr_ctx *ctx)
+{
+	struct cgr__procs *ps = ctx->procs;
+
+	if (ps == NULL)
+		return;
+	pthread_mutex_lock(&ps->lock);
+	ps->quit = true;
+	pthread_mutex_unlock(&ps->lock);
+	poke(ps);
+	pthread_join(ps->thread, NULL);
+	close(ps->evfd);
+	pthread_mutex_destroy(&ps->lock);
+	cgr__free(&ctx->arena, ps->ws, ps->cap * sizeof(*ps->ws), 16);
+	cgr__free(&ctx->arena, ps, sizeof(*ps), 64);
+	ctx->procs = NULL;
+}
+
+static int procs_get(cgr_ctx *ctx, struct cgr__procs **out)
+{
+	struct cgr__procs *ps = ctx->procs;
+	int ret;
+
+	if (ps != NULL) {
+		*out = ps;
+		return 0;
+	}
+	ps = cgr__alloc(&ctx->arena, sizeof(*ps), 64);
+	if (ps == NULL)
+		return -ENOMEM;
+	memset(ps, 0, sizeof(*ps));
+	ps->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (ps->evfd < 0) {
+		ret = -errno;
+		cgr__free(&ctx->arena, ps, sizeof(*ps), 64);
+		return ret;
+	}
+	pthread_mutex_init(&ps->lock, NULL);
+	ret = -pthread_create(&ps->thread, NULL, monitor, ps);
+	if (ret < 0) {
+		close(ps->evfd);
+		pthread_mutex_destroy(&ps->lock);
+		cgr__free(&ctx->arena, ps, sizeof(*ps), 64);
+		return ret;
+	}
+	ctx->procs = ps;
+	ctx->release_procs = release_procs;
+	*out = ps;
+	return 0;
+}
+
+/* Lists w with the monitor (or takes it off: add false). */
+static int procs_list(cgr_worker *w, bool add)
+{
+	struct cgr__procs *ps = w->ctx->procs;
+	int ret = 0;
+
+	pthread_mutex_lock(&ps->lock);
+	if (add && ps->nws == CGR__PROC_MAX) {
+		ret = -EMFILE;
+	} else if (add && ps->nws == ps->cap) {
+		size_t cap = ps->cap ? 2 * ps->cap : 8;
+		cgr_worker **nw =
+			cgr__alloc(&w->ctx->arena, cap * sizeof(*nw), 16);
+		if (nw == NULL) {
+			ret = -ENOMEM;
+		} else {
+			if (ps->nws)
+				memcpy(nw, ps->ws, ps->nws * sizeof(*nw));
+			cgr__free(&w->ctx->arena, ps->ws,
+				  ps->cap * sizeof(*nw), 16);
+			ps->ws = nw;
+			ps->cap = cap;
+		}
+	}
+	if (ret == 0 && add) {
+		ps->ws[ps->nws++] = w;
+	} else if (ret == 0) {
+		for (size_t i = 0; i < ps->nws; i++)
+			if (ps->ws[i] == w) {
+				ps->ws[i] = ps->ws[--ps->nws];
+				break;
+			}
+	}
+	pthread_mutex_unlock(&ps->lock);
+	poke(ps);
+	return ret;
+}
+
+/* ---- starting and stopping a worker process ------------------------- */
+
+/* This program's arguments (/proc/self/cmdline), as an argv in one
+ * allocation of *size bytes. */
+static char **self_argv(struct cgr__arena *a, size_t *size)
+{
+	char buf[65536], **argv;
+	size_t n = 0, nargs = 0, off;
+	ssize_t r;
+	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return NULL;
+	while (n < sizeof(buf) - 1 &&
+	       (r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+		n += (size_t)r;
+	close(fd);
+	if (n == 0 || buf[n - 1] != 0)
+		buf[n++] = 0;
+	for (size_t i = 0; i < n; i++)
+		nargs += buf[i] == 0;
+	off = (nargs + 1) * sizeof(char *);
+	*size = off + n;
+	argv = cgr__alloc(a, *size, 16);
+	if (argv == NULL)
+		return NULL;
+	memcpy((char *)argv + off, buf, n);
+	for (size_t i = 0, k = 0; k < nargs; k++) {
+		argv[k] = (char *)argv + off + i;
+		i += strlen(argv[k]) + 1;
+	}
+	argv[nargs] = NULL;
+	return argv;
+}
+
+/* The environment with CGR_WORKER=addr (every other CGR_WORKER gone). */
+static char **worker_env(struct cgr__arena *a, const char *addr, char *var,
+			 size_t vlen, size_t *size)
+{
+	size_t n = 0, k = 0;
+	char **env;
+
+	while (environ[n] != NULL)
+		n++;
+	*size = (n + 2) * sizeof(char *);
+	env = cgr__alloc(a, *size, 16);
+	if (env == NULL)
+		return NULL;
+	snprintf(var, vlen, "%s=%s", CGR__WORKER_ENV, addr);
+	for (size_t i = 0; i < n; i++)
+		if (strncmp(environ[i], CGR__WORKER_ENV "=",
+			    sizeof(CGR__WORKER_ENV)) != 0)
+			env[k++] = environ[i];
+	env[k++] = var;
+	env[k] = NULL;
+	return env;
+}
+
+static int spawn(cgr_worker *w, const char *addr)
+{
+	struct cgr__arena *a = &w->ctx->arena;
+	size_t asize = 0, esize = 0;
+	char var[128];
+	char **argv = self_argv(a, &asize);
+	char **env = worker_env(a, addr, var, sizeof(var), &esize);
+	pid_t pid;
+	int ret = -ENOMEM;
+
+	if (argv != NULL && env != NULL)
+		ret = -posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv,
+				   env);
+	cgr__free(a, argv, asize, 16);
+	cgr__free(a, env, esize, 16);
+	if (ret < 0)
+		return ret;
+	w->proc->pid = pid;
+	w->proc->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (w->proc->pidfd < 0) {
+		ret = -errno;
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return ret;
+	}
+	fcntl(w->proc->pidfd, F_SETFD, FD_CLOEXEC);
+	return 0;
+}
+
+/* Waits for w's process to end by the deadline (then kills it), and
+ * reaps it. */
+static void reap(cgr_worker *w, int64_t deadline)
+{
+	struct cgr__proc *pr = w->proc;
+	siginfo_t si;
+
+	if (pr->pid <= 0)
+		return;
+	if (cgr__fd_wait_readable(pr->pidfd, deadline) == -ETIMEDOUT) {
+		cgr__err(&w->ctx->log,
+			 "worker %s (pid %d) did not exit by the deadline: "
+			 "killed",
+			 w->name, (int)pr->pid);
+		syscall(SYS_pidfd_send_signal, pr->pidfd, SIGKILL, NULL, 0);
+	}
+	memset(&si, 0, sizeof(si));
+	while (waitid((idtype_t)P_PIDFD, (id_t)pr->pidfd, &si, WEXITED) != 0 &&
+	       errno == EINTR)
+		;
+	pr->pid = 0;
+}
+
+static void proc_close(cgr_worker *w)
+{
+	struct cgr__proc *pr = w->proc;
+
+	if (pr->sock >= 0)
+		close(pr->sock);
+	if (pr->pidfd >= 0)
+		close(pr->pidfd);
+	pr->sock = pr->pidfd = -1;
+}
+
+/* The worker's reply of type `type` to what it was just sent, by the
+ * deadline: 0 (*m), CGR_EPEERDEAD (it hung up: the log says how it
+ * ended), or -ETIMEDOUT. */
+static int await(cgr_worker *w, struct cgr__pmsg *m, int type,
+		 int64_t deadline)
+{
+	int ret = cgr__pmsg_recv(w->proc->sock, m, NULL, deadline);
+
+	if (ret == 0 && m->type != type)
+		ret = -EPROTO;
+	if (ret == -ECONNRESET) {
+		cgr__fd_wait_readable(w->proc->pidfd,
+				      cgr__deadline(100000000));
+		if (!w->proc->why[0])
+			describe_death(w);
+		return CGR_EPEERDEAD;
+	}
+	if (ret == -EPROTO)
+		cgr__err(&w->ctx->log,
+			 "worker %s: a malformed control message (wanted "
+			 "type %d)",
+			 w->name, type);
+	return ret;
+}
+
+/* The worker's identity and init: sent, and init's answer. */
+static int start(cgr_worker *w, int cpu)
+{
+	struct cgr__pmsg m;
+	int ret;
+
+	cgr__pmsg_init(&m, CGR__PMSG_SPEC, 0);
+	m.index = w->index;
+	m.cpu = cpu;
+	m.device = w->device;
+	m.flags = w->ctx->flags;
+	m.log_level = w->ctx->log.level;
+	m.arg_len = (uint32_t)w->arg_len;
+	snprintf(m.name, sizeof(m.name), "%s", w->name);
+	snprintf(m.fn, sizeof(m.fn), "%s", w->init_name);
+	ret = cgr__shm_send(w->proc->sock, &m, sizeof(m), NULL, 0);
+	if (ret == 0 && w->arg_len > 0)
+		ret = cgr__shm_send(w->proc->sock, w->arg_data, w->arg_len,
+				    NULL, 0);
+	if (ret == 0)
+		ret = await(w, &m, CGR__PMSG_READY, CGR_FOREVER);
+	if (ret == CGR_EPEERDEAD)
+		cgr__err(&w->ctx->log, "%s before its init returned",
+			 w->proc->why);
+	if (ret == 0 && m.code != 0) {
+		if (m.text[0])
+			cgr__err(&w->ctx->log, "worker %s: %s", w->name,
+				 m.text);
+		ret = m.code;
+	}
+	return ret;
+}
+
+int cgr__proc_start(cgr_worker *w, int cpu)
+{
+	struct cgr__procs *ps;
+	struct cgr__boot b;
+	char why[256] = "";
+	int ret;
+
+	w->proc = cgr__alloc(&w->ctx->arena, sizeof(*w->proc), 64);
+	if (w->proc == NULL)
+		return -ENOMEM;
+	memset(w->proc, 0, sizeof(*w->proc));
+	w->proc->sock = w->proc->pidfd = -1;
+	ret = procs_get(w->ctx, &ps);
+	if (ret == 0)
+		ret = cgr__boot_listen(&b, 1);
+	if (ret < 0)
+		return ret;
+	ret = spawn(w, b.addr);
+	if (ret == 0) {
+		ret = cgr__boot_accept_child(&b, w->proc->pidfd, w->proc->pid,
+					     cgr__deadline(BOOT_TIMEOUT_NS),
+					     why, sizeof(why));
+		if (ret < 0)
+			cgr__err(&w->ctx->log, "worker %s: %s", w->name, why);
+		else
+			w->proc->sock = b.socks[0], b.socks[0] = -1;
+	}
+	cgr__boot_close(&b);
+	if (ret == 0)
+		ret = start(w, cpu);
+	if (ret == 0)
+		ret = procs_list(w, true);
+	if (ret < 0) {
+		w->proc->stopping = true;
+		if (w->proc->pid > 0 && w->proc->pidfd >= 0)
+			syscall(SYS_pidfd_send_signal, w->proc->pidfd,
+				SIGKILL, NULL, 0);
+		reap(w, CGR_FOREVER);
+		proc_close(w);
+	}
+	return ret;
+}
+
+int cgr__proc_stop(cgr_worker *w, int64_t deadline)
+{
+	struct cgr__proc *pr = w->proc;
+	struct cgr__pmsg m;
+	int ret = 0;
+
+	pthread_mutex_lock(&w->ctx->procs->lock);
+	pr->stopping = true;
+	pthread_mutex_unlock(&w->ctx->procs->lock);
+	if (atomic_load(&pr->dead)) {
+		ret = CGR_EPEERDEAD;
+	} else {
+		cgr__pmsg_init(&m, CGR__PMSG_STOP, 0);
+		m.timeout_ns = deadline - cgr__now_ns();
+		ret = cgr__shm_send(pr->sock, &m, sizeof(m), NULL, 0);
+		if (ret == 0)
+			ret = await(w, &m, CGR__PMSG_BYE, deadline);
+		if (ret == 0 && m.code != 0)
+			ret = m.code;
+		if (ret == -ETIMEDOUT)
+			ret = CGR_ESTUCK;
+	}
+	procs_list(w, false);
+	reap(w, ret == 0 ? deadline : cgr__now_ns());
+	proc_close(w);
+	return ret;
+}
+
+void cgr__proc_free(cgr_worker *w)
+{
+	if (w->proc == NULL)
+		return;
+	proc_close(w);
+	cgr__free(&w->ctx->arena, w->proc, sizeof(*w->proc), 64);
+	w->proc = NULL;
+}
+
+bool cgr__proc_dead(const cgr_worker *w, const char **why)
+{
+	if (w->proc == NULL || !atomic_load(&w->proc->dead))
+		return false;
+	*why = w->proc->why;
+	return true;
+}
+
+/* ---- graphs --------------------------------------------------------- */
+
+/* The distinct process workers of c's programs (at most c->nprogs). */
+static size_t graph_procs(const cgr_compiled *c, cgr_worker **out)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < c->nprogs; i++)
+		if (c->progs[i].w->remote)
+			out[n++] = c->progs[i].w;
+	return n;
+}
+
+static void pgraph_off(cgr_compiled *c)
+{
+	struct cgr__procs *ps = c->ctx->procs;
+	struct cgr__pgraph *pg = c->pg, **pp;
+
+	if (pg == NULL)
+		return;
+	pthread_mutex_lock(&ps->lock);
+	for (pp = &ps->graphs; *pp != NULL; pp = &(*pp)->next)
+		if (*pp == pg) {
+			*pp = pg->next;
+			break;
+		}
+	pthread_mutex_unlock(&ps->lock);
+	cgr__free(&c->ctx->arena, pg->ws, (pg->nws + 1) * sizeof(*pg->ws), 16);
+	cgr__free(&c->ctx->arena, pg, sizeof(*pg), 64);
+	c->pg = NULL;
+}
+
+/* c on the monitor's list, with its process workers. */
+static int pgraph_on(cgr_compiled *c)
+{
+	struct cgr__procs *ps = c->ctx->procs;
+	struct cgr__pgraph *pg = cgr__alloc(&c->ctx->arena, sizeof(*pg), 64);
+
+	if (pg == NULL)
+		return -ENOMEM;
+	memset(pg, 0, sizeof(*pg));
+	pg->ws = cgr__alloc(&c->ctx->arena, (c->nprogs + 1) * sizeof(*pg->ws),
+			    16);
+	if (pg->ws == NULL) {
+		cgr__free(&c->ctx->arena, pg, sizeof(*pg), 64);
+		return -ENOMEM;
+	}
+	pg->nws = graph_procs(c, pg->ws);
+	pg->ctl = c->ctl;
+	pg->nbells = c->ctl->nbells; /* made here, by the driver */
+	c->pg = pg;
+	pthread_mutex_lock(&ps->lock);
+	c->gid = ++ps->next_gid;
+	pg->next = ps->graphs;
+	ps->graphs = pg;
+	pthread_mutex_unlock(&ps->lock);
+	return 0;
+}
+
+static void send_all(cgr_compiled *c, int type, int64_t timeout_ns,
+		     size_t upto)
+{
+	struct cgr__pgraph *pg = c->pg;
+	struct cgr__pmsg m;
+
+	cgr__pmsg_init(&m, type, c->gid);
+	m.timeout_ns = timeout_ns;
+	for (size_t i = 0; i < upto && i < pg->nws; i++)
+		if (!atomic_load(&pg->ws[i]->proc->dead))
+			cgr__shm_send(pg->ws[i]->proc->sock, &m, sizeof(m),
+				      NULL, 0);
+}
+
+int cgr__pgraph_compile(cgr_compiled *c, cgr_graph *g)
+{
+	struct cgr__pmsg m;
+	size_t i, sent;
+	int ret = pgraph_on(c);
+
+	if (ret < 0)
+		return cgr__graph_fail(g, ret, "out of memory");
+	cgr__pmsg_init(&m, CGR__PMSG_COMPILE, c->gid);
+	for (sent = 0; ret == 0 && sent < c->pg->nws; sent++)
+		ret = cgr__shm_send(c->pg->ws[sent]->proc->sock, &m, sizeof(m),
+				    &c->seg->shm.fd, 1);
+	for (i = 0; i < sent; i++) {
+		cgr_worker *w = c->pg->ws[i];
+		int r = await(w, &m, CGR__PMSG_COMPILED, CGR_FOREVER);
+		if (r == 0 && m.code != 0)
+			r = m.code;
+		if (r != 0 && ret == 0)
+			ret = cgr__graph_fail(
+				g, r, "worker %s could not compile the graph: %s",
+				w->name,
+				r == CGR_EPEERDEAD ? w->proc->why :
+				m.text[0]	   ? m.text :
+						     cgr_strerror(r));
+	}
+	if (ret != 0) {
+		send_all(c, CGR__PMSG_DROP, 0, sent);
+		pgraph_off(c);
+	}
+	return ret;
+}
+
+void cgr__pgraph_run(cgr_compiled *c)
+{
+	send_all(c, CGR__PMSG_RUN, 0, SIZE_MAX);
+}
+
+/* w did not leave graph c in time: it is killed. */
+static void kill_stuck(cgr_compiled *c, cgr_worker *w, const char *text)
+{
+	cgr__err(&c->ctx->log,
+		 "teardown: worker %s (pid %d) did not leave the graph by the "
+		 "deadline%s%s; killed",
+		 w->name, w->proc->pid, text[0] ? ": " : "", text);
+	snprintf(w->proc->why, sizeof(w->proc->why),
+		 "worker %s (pid %d) was killed: stuck past a teardown "
+		 "deadline",
+		 w->name, w->proc->pid);
+	syscall(SYS_pidfd_send_signal, w->proc->pidfd, SIGKILL, NULL, 0);
+}
+
+int cgr__pgraph_teardown(cgr_compiled *c, int64_t deadline)
+{
+	struct cgr__pgraph *pg = c->pg;
+	struct cgr__pmsg m;
+	int result = 0;
+
+	if (pg == NULL)
+		return 0;
+	send_all(c, CGR__PMSG_TEARDOWN, deadline - cgr__now_ns(), SIZE_MAX);
+	for (size_t i = 0; i < pg->nws; i++) {
+		cgr_worker *w = pg->ws[i];
+		int r;
+		if (atomic_load(&w->proc->dead))
+			continue;
+		/* A little past the deadline: the worker keeps to it. */
+		r = await(w, &m, CGR__PMSG_LEFT, deadline + 200000000);
+		if (r == -ETIMEDOUT || (r == 0 && m.code == CGR_ESTUCK)) {
+			kill_stuck(c, w, r == 0 ? m.text : "");
+			result = CGR_ESTUCK;
+		}
+		w->busy_with = NULL;
+	}
+	pgraph_off(c);
+	return result;
+}

@@ -1,0 +1,658 @@
+/*
+ * tests/graph-proc.c: process workers (cgr.h, "Process workers").
+ *
+ * This program is also its own worker processes (cgr_worker_main first
+ * thing in main).  Graphs over process workers, mixed with thread
+ * workers, carry real values both ways (every value checked); a task's
+ * failure reaches the outputs; init runs in the worker's process with its
+ * arg bytes and fails cgr_worker_create with its code; what cannot cross
+ * is refused with a reason.  Then the failures: kill -9 of a worker in
+ * the middle of an execution and while its ring is full (every execution
+ * in flight becomes a CGR_EPEERDEAD error value naming it, the context
+ * stays usable without it); a worker stuck in a task past the teardown
+ * deadline (killed, CGR_ESTUCK); the driver killed (its workers exit).
+ * Each ends with nothing left: descriptors, threads, child processes.
+ * A corrupted graph description is refused, never trusted.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cgr.h>
+
+#include "graph/graph.h"
+#include "tap.h"
+
+#define SEC 1000000000ll
+
+/* ---- what the workers run ------------------------------------------ */
+
+struct wstate {
+	int64_t add; /* from arg_data: "add[ fd]" */
+	int note_fd; /* t_sleep writes a byte here as it starts, or -1 */
+	int pid;
+};
+
+static int w_init(void *arg, void **state)
+{
+	struct wstate *s;
+
+	if (arg != NULL && strcmp(arg, "fail") == 0)
+		return -EIO;
+	s = calloc(1, sizeof(*s));
+	if (s == NULL)
+		return -ENOMEM;
+	s->note_fd = -1;
+	if (arg != NULL)
+		sscanf(arg, "%" SCNd64 " %d", &s->add, &s->note_fd);
+	s->pid = (int)getpid();
+	*state = s;
+	return 0;
+}
+
+static void w_fini(void *arg, void *state)
+{
+	(void)arg;
+	free(state);
+}
+
+/* out = in + state->add; the output says which process ran it. */
+static int t_add(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		 size_t nin, cgr_value *out, size_t nout)
+{
+	const struct wstate *s = state;
+	int64_t *o = cgr_task_output_buffer(tc, 0, 2 * sizeof(int64_t));
+
+	(void)nin, (void)nout;
+	if (in[0].kind != CGR_VALUE_BYTES || in[0].u.bytes.len < 8)
+		return -EINVAL;
+	memcpy(&o[0], in[0].u.bytes.data, 8);
+	o[0] += s != NULL ? s->add : 0;
+	o[1] = (int64_t)getpid();
+	out[0] = cgr_value_bytes(o, 2 * sizeof(int64_t));
+	return 0;
+}
+
+/* Fails every execution whose value is a multiple of 3. */
+static int t_fail3(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	int64_t v;
+
+	memcpy(&v, in[0].u.bytes.data, 8);
+	if (v % 3 == 0) {
+		cgr_task_set_error(tc, CGR_ETASK, "no multiples of 3 (%lld)",
+				   (long long)v);
+		return -1;
+	}
+	return t_add(tc, state, in, nin, out, nout);
+}
+
+/* Sleeps as many milliseconds as its input says, then passes it on. */
+static int t_sleep(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	int64_t ms;
+	struct timespec ts;
+
+	memcpy(&ms, in[0].u.bytes.data, 8);
+	if (state != NULL && ((struct wstate *)state)->note_fd >= 0 &&
+	    write(((struct wstate *)state)->note_fd, "!", 1) != 1)
+		return -EIO;
+	ts.tv_sec = ms / 1000;
+	ts.tv_nsec = (ms % 1000) * 1000000;
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+		;
+	return t_add(tc, state, in, nin, out, nout);
+}
+
+/* Not in the exports. */
+static int t_unexported(cgr_task_ctx *tc, void *state, const cgr_value *in,
+			size_t nin, cgr_value *out, size_t nout)
+{
+	return t_add(tc, state, in, nin, out, nout);
+}
+
+static const cgr_export exports[] = {
+	{ "add", t_add, NULL, NULL },
+	{ "fail3", t_fail3, NULL, NULL },
+	{ "sleep", t_sleep, NULL, NULL },
+	{ "wstate", NULL, w_init, w_fini },
+	{ NULL, NULL, NULL, NULL },
+};
+
+/* ---- helpers --------------------------------------------------------- */
+
+static cgr_ctx *new_ctx(void)
+{
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	cgr_ctx *ctx = NULL;
+
+	cp.exports = exports;
+	cp.log_level = -1; /* the failures below are meant */
+	if (getenv("T_VERBOSE") != NULL)
+		cp.log_level = CGR_LOG_INFO;
+	cgr_ctx_create(&cp, &ctx);
+	return ctx;
+}
+
+static int new_proc(cgr_ctx *ctx, const char *name, const char *arg,
+		    cgr_worker **w)
+{
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+
+	wp.kind = CGR_WORKER_PROCESS;
+	wp.name = name;
+	wp.init = w_init;
+	wp.fini = w_fini;
+	wp.arg_data = arg;
+	wp.arg_len = arg != NULL ? strlen(arg) + 1 : 0;
+	return cgr_worker_create(ctx, &wp, w);
+}
+
+/* A pipe whose write end the worker processes inherit (not close-on-
+ * exec): t_sleep notes there that it started.  *arg: the worker's
+ * arg_data, "add fd". */
+static int note_pipe(int fds[2], char *arg, size_t len, int add)
+{
+	if (pipe(fds) != 0)
+		return -1;
+	snprintf(arg, len, "%d %d", add, fds[1]);
+	return 0;
+}
+
+/* Waits for t_sleep's note (a blocking read: the task has started). */
+static bool note_wait(int fd)
+{
+	char ch;
+	return read(fd, &ch, 1) == 1;
+}
+
+static cgr_node *task(cgr_graph *g, cgr_worker *w, cgr_task_fn fn,
+		      const char *name, cgr_node *in)
+{
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_node *out = NULL;
+
+	d.fn = fn;
+	d.name = name;
+	d.max_out_bytes = 64;
+	cgr_graph_task(g, w, &d, &in, 1, &out, 1);
+	return out;
+}
+
+/* Whether no child process is left (none to reap, none running). */
+static bool no_children(void)
+{
+	return waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD;
+}
+
+struct leaks {
+	int fds, threads;
+};
+
+static struct leaks leaks_now(void)
+{
+	struct leaks l = { t_count_dir("/proc/self/fd"),
+			   t_count_dir("/proc/self/task") };
+	return l;
+}
+
+static void leaks_check(struct leaks before, const char *what)
+{
+	struct leaks now = leaks_now();
+
+	t_is(now.fds, before.fds, "%s: descriptors back to start", what);
+	t_is(now.threads, before.threads, "%s: threads back to start", what);
+	t_ok(no_children(), "%s: no child process left", what);
+}
+
+static int run1(cgr_compiled *c, int64_t v, int64_t *out, int64_t *pid)
+{
+	cgr_value a = cgr_value_bytes(&v, 8), o;
+	cgr_ref r;
+	int ret = cgr_execute(c, &a, 1, &r);
+
+	if (ret == 0)
+		ret = cgr_ref_get(c, r, 10 * SEC, &o, 1);
+	if (ret == 0 && o.kind == CGR_VALUE_ERROR)
+		ret = o.code;
+	else if (ret == 0 && o.kind == CGR_VALUE_BYTES &&
+		 o.u.bytes.len == 16) {
+		memcpy(out, o.u.bytes.data, 8);
+		memcpy(pid, (const char *)o.u.bytes.data + 8, 8);
+	}
+	cgr_ref_release(c, r);
+	return ret;
+}
+
+/* ---- graphs ---------------------------------------------------------- */
+
+/* driver -> p0 (+10) -> thread t (+0) -> p1 (+100) -> driver, and a
+ * second output straight from p0: every value, and who ran it. */
+static void check_mixed(void)
+{
+	struct leaks before = leaks_now();
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *p0 = NULL, *p1 = NULL, *t = NULL;
+	cgr_graph *g = NULL;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a, *b, *d, *outs[2];
+	int bad = 0, n = (int)t_scale(2000);
+
+	t_is(new_proc(ctx, "p0", "10", &p0), 0, "process worker p0 starts");
+	t_is(new_proc(ctx, "p1", "100", &p1), 0, "process worker p1 starts");
+	t_is(cgr_worker_create(ctx, NULL, &t), 0, "thread worker starts");
+	t_ok(cgr_worker_pid(p0) > 0 && cgr_worker_pid(p0) != getpid() &&
+		     cgr_worker_pid(p1) != cgr_worker_pid(p0) &&
+		     cgr_worker_pid(t) == 0,
+	     "each process worker has a process of its own");
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, p0, t_add, "a", in);
+	b = task(g, t, t_add, "b", a);
+	d = task(g, p1, t_add, "d", b);
+	outs[0] = d;
+	outs[1] = a;
+	cgr_graph_output(g, outs, 2);
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "mixed graph compiles: %s",
+	     cgr_graph_errmsg(g));
+	for (int i = 0; c != NULL && i < n; i++) {
+		int64_t v = i * 7 - 3, r0, r1, pid0, pid1;
+		cgr_value arg = cgr_value_bytes(&v, 8), o[2];
+		cgr_ref ref;
+		if (cgr_execute(c, &arg, 1, &ref) != 0 ||
+		    cgr_ref_get(c, ref, 10 * SEC, o, 2) != 0 ||
+		    o[0].kind != CGR_VALUE_BYTES || o[1].kind != CGR_VALUE_BYTES) {
+			bad++;
+			break;
+		}
+		memcpy(&r0, o[0].u.bytes.data, 8);
+		memcpy(&pid0, (const char *)o[0].u.bytes.data + 8, 8);
+		memcpy(&r1, o[1].u.bytes.data, 8);
+		memcpy(&pid1, (const char *)o[1].u.bytes.data + 8, 8);
+		bad += r0 != v + 110 || r1 != v + 10 ||
+		       pid0 != cgr_worker_pid(p1) || pid1 != cgr_worker_pid(p0);
+		cgr_ref_release(c, ref);
+	}
+	t_is(c != NULL ? bad : -1, 0,
+	     "%d executions through 2 processes and a thread: every "
+		     "value right, each task in its worker's process",
+	     n);
+	t_is(cgr_compiled_teardown(c, 5 * SEC), 0, "teardown");
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	t_is(cgr_worker_destroy(p0, 5 * SEC), 0, "p0 stops (fini ran)");
+	t_is(cgr_worker_pid(p0), 0, "p0's process reaped");
+	cgr_ctx_destroy(ctx);
+	leaks_check(before, "mixed graph");
+}
+
+/* Error values from a process worker's task, several in flight. */
+static void check_errors(void)
+{
+	struct leaks before = leaks_now();
+	cgr_ctx *ctx = new_ctx();
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	cgr_worker *p0 = NULL;
+	cgr_graph *g = NULL;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a, *b;
+	cgr_ref refs[4];
+	int bad = 0, n = (int)t_scale(300);
+
+	new_proc(ctx, "p0", "1", &p0);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, p0, t_fail3, "fail3", in);
+	b = task(g, p0, t_add, "after", a);
+	cgr_graph_output(g, &b, 1);
+	cp.max_inflight = 4;
+	t_is(cgr_graph_compile(g, &cp, &c), 0, "compiles");
+	for (int i = 0; c != NULL && i < n; i += 4) {
+		for (int k = 0; k < 4; k++) {
+			int64_t v = i + k;
+			cgr_value arg = cgr_value_bytes(&v, 8);
+			bad += cgr_execute(c, &arg, 1, &refs[k]) != 0;
+		}
+		for (int k = 0; k < 4; k++) {
+			cgr_value o;
+			int64_t v = i + k, r = 0;
+			char want[64];
+			if (cgr_ref_get(c, refs[k], 10 * SEC, &o, 1) != 0) {
+				bad++;
+				continue;
+			}
+			snprintf(want, sizeof(want), "no multiples of 3 (%lld)",
+				 (long long)v);
+			if (v % 3 == 0)
+				bad += o.kind != CGR_VALUE_ERROR ||
+				       o.code != CGR_ETASK ||
+				       strstr(o.u.error.msg, want) == NULL;
+			else if (o.kind == CGR_VALUE_BYTES)
+				memcpy(&r, o.u.bytes.data, 8),
+					bad += r != v + 2;
+			else
+				bad++;
+			cgr_ref_release(c, refs[k]);
+		}
+	}
+	t_is(c != NULL ? bad : -1, 0,
+	     "error values of a process worker's task reach the "
+		     "output with their message; the rest compute");
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	cgr_ctx_destroy(ctx);
+	leaks_check(before, "error values");
+}
+
+/* init by name in the worker process, its code; what cannot cross. */
+static void check_refusals(void)
+{
+	struct leaks before = leaks_now();
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	cgr_worker *w = NULL, *p0 = NULL;
+	cgr_graph *g = NULL;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a;
+	int x = 0;
+
+	t_is(new_proc(ctx, "bad", "fail", &w), -EIO,
+	     "init failing in the worker process fails cgr_worker_create "
+	     "with its code");
+	t_ok(no_children(), "and its process is gone");
+	wp.kind = CGR_WORKER_PROCESS;
+	wp.init = w_init; /* not this pair */
+	t_is(cgr_worker_create(ctx, &wp, &w), -EINVAL,
+	     "an init/fini pair not exported: -EINVAL");
+	wp.init = NULL;
+	wp.arg = &x;
+	t_is(cgr_worker_create(ctx, &wp, &w), -EINVAL,
+	     "a pointer arg for a process worker: -EINVAL");
+	new_proc(ctx, "p0", "0", &p0);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, p0, t_unexported, "unexported", in);
+	cgr_graph_output(g, &a, 1);
+	t_is(cgr_graph_compile(g, NULL, &c), -EINVAL,
+	     "a task function not exported is refused at compile");
+	t_ok(strstr(cgr_graph_errmsg(g), "exports") != NULL, "saying so: %s",
+	     cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	cgr_ctx_destroy(ctx);
+	leaks_check(before, "refusals");
+}
+
+/* ---- failures -------------------------------------------------------- */
+
+/* kill -9 of p0 while executions are in flight: with full ring (p0
+ * sleeps in its task and the driver fills max_inflight) or one at a
+ * time mid-task.  The executions become CGR_EPEERDEAD error values naming
+ * p0 and the signal; the context goes on without it. */
+static void check_kill(int inflight, const char *what)
+{
+	struct leaks before = leaks_now();
+	cgr_ctx *ctx = new_ctx();
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	cgr_worker *p0 = NULL, *t = NULL;
+	cgr_graph *g = NULL;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a, *b;
+	cgr_ref refs[16];
+	int64_t v = 200, t0, dt, r = 0, pid = 0;
+	cgr_value arg = cgr_value_bytes(&v, 8), o;
+	int bad = 0, sent = 0, note[2];
+	char warg[64];
+
+	note_pipe(note, warg, sizeof(warg), 1);
+	new_proc(ctx, "p0", warg, &p0);
+	close(note[1]);
+	cgr_worker_create(ctx, NULL, &t);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, t, t_add, "first", in);
+	b = task(g, p0, t_sleep, "sleepy", a);
+	cgr_graph_output(g, &b, 1);
+	cp.max_inflight = (uint32_t)inflight;
+	t_is(cgr_graph_compile(g, &cp, &c), 0, "%s: compiles", what);
+	while (sent < inflight && cgr_execute(c, &arg, 1, &refs[sent]) == 0)
+		sent++;
+	t_is(sent, inflight, "%s: %d executions in flight", what, inflight);
+	t_ok(note_wait(note[0]), "%s: p0 is inside its task", what);
+	t0 = t_now_ns();
+	kill(cgr_worker_pid(p0), SIGKILL);
+	for (int i = 0; i < sent; i++) {
+		if (cgr_ref_get(c, refs[i], 10 * SEC, &o, 1) != 0)
+			bad++;
+		else
+			bad += o.kind != CGR_VALUE_ERROR ||
+			       o.code != CGR_EPEERDEAD ||
+			       strstr(o.u.error.msg, "p0") == NULL ||
+			       strstr(o.u.error.msg, "signal 9") == NULL;
+		if (i == 0) {
+			dt = t_now_ns() - t0;
+			t_diag("%s: death seen by the driver after %.1f ms", what,
+			       dt / 1e6);
+			t_ok(dt < 2 * SEC, "%s: seen at once (%.1f ms)", what,
+			     dt / 1e6);
+			if (o.kind == CGR_VALUE_ERROR)
+				t_diag("the error value: %s", o.u.error.msg);
+		}
+		cgr_ref_release(c, refs[i]);
+	}
+	t_is(bad, 0, "%s: every execution in flight is a CGR_EPEERDEAD "
+		     "error value naming the worker and its signal",
+	     what);
+	t_is(cgr_execute(c, &arg, 1, &refs[0]), CGR_EPEERDEAD,
+	     "%s: the graph takes no more executions", what);
+	t_is(cgr_compiled_teardown(c, 2 * SEC), 0, "%s: teardown", what);
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	/* The context without p0. */
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, p0, t_add, "again", in);
+	cgr_graph_output(g, &a, 1);
+	t_is(cgr_graph_compile(g, NULL, &c), CGR_EPEERDEAD,
+	     "%s: a graph on the dead worker is refused: %s", what,
+	     cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, t, t_add, "thread", in);
+	cgr_graph_output(g, &a, 1);
+	cgr_graph_compile(g, NULL, &c);
+	t_ok(c != NULL && run1(c, 5, &r, &pid) == 0 && r == 5,
+	     "%s: the context runs graphs without it", what);
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	t_is(cgr_worker_destroy(p0, SEC), CGR_EPEERDEAD,
+	     "%s: destroying the dead worker says it died", what);
+	cgr_ctx_destroy(ctx);
+	close(note[0]);
+	leaks_check(before, what);
+}
+
+/* p0 stuck in a task past the teardown deadline: killed. */
+static void check_stuck(void)
+{
+	struct leaks before = leaks_now();
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *p0 = NULL;
+	cgr_graph *g = NULL;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a;
+	int64_t v = 60000, t0;
+	cgr_value arg = cgr_value_bytes(&v, 8);
+	cgr_ref ref;
+	int note[2];
+	char warg[64];
+
+	note_pipe(note, warg, sizeof(warg), 0);
+	new_proc(ctx, "p0", warg, &p0);
+	close(note[1]);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, p0, t_sleep, "forever", in);
+	cgr_graph_output(g, &a, 1);
+	cgr_graph_compile(g, NULL, &c);
+	t_is(cgr_execute(c, &arg, 1, &ref), 0, "a minute-long task starts");
+	t_ok(note_wait(note[0]), "p0 is inside it");
+	t0 = t_now_ns();
+	t_is(cgr_compiled_teardown(c, 300000000), CGR_ESTUCK,
+	     "teardown past its deadline: CGR_ESTUCK");
+	t_ok(t_now_ns() - t0 < 3 * SEC, "within the deadline (%.0f ms)",
+	     (t_now_ns() - t0) / 1e6);
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	t_is(cgr_worker_destroy(p0, SEC), CGR_EPEERDEAD,
+	     "the stuck worker was killed");
+	cgr_ctx_destroy(ctx);
+	close(note[0]);
+	leaks_check(before, "stuck worker");
+}
+
+/* The driver killed: its worker processes exit.  A child plays the
+ * driver; this process is the subreaper that inherits the orphans. */
+static void check_driver_death(void)
+{
+	int pfd[2];
+	pid_t drv;
+	int wpid = 0, st;
+	int64_t t0;
+
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	t_is(pipe(pfd), 0, "pipe");
+	drv = fork();
+	if (drv == 0) {
+		cgr_ctx *ctx = new_ctx();
+		cgr_worker *p0 = NULL;
+		close(pfd[0]);
+		if (new_proc(ctx, "orphan", "0", &p0) == 0)
+			wpid = cgr_worker_pid(p0);
+		if (write(pfd[1], &wpid, sizeof(wpid)) != sizeof(wpid))
+			_exit(2);
+		pause();
+		_exit(0);
+	}
+	close(pfd[1]);
+	t_is((int)read(pfd[0], &wpid, sizeof(wpid)), (int)sizeof(wpid),
+	     "the driver started a worker");
+	close(pfd[0]);
+	t_ok(wpid > 0, "worker pid %d", wpid);
+	t0 = t_now_ns();
+	kill(drv, SIGKILL);
+	t_is((int)waitpid(drv, &st, 0), (int)drv, "the driver is dead");
+	t_is((int)waitpid(wpid, &st, 0), wpid, "its worker exited");
+	t_diag("the worker exited %.1f ms after the driver's kill",
+	       (t_now_ns() - t0) / 1e6);
+	t_ok(t_now_ns() - t0 < 2 * SEC, "at once (%.1f ms)",
+	     (t_now_ns() - t0) / 1e6);
+	t_ok(no_children(), "nothing else left");
+	prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+/* ---- untrusted descriptions ------------------------------------------ */
+
+static int stand_any(void *arg, unsigned index, int kind, int device,
+		     const char *name, cgr_worker **out)
+{
+	cgr_worker **ws = arg;
+	(void)kind, (void)device, (void)name;
+	*out = ws[index % 2];
+	return 0;
+}
+
+/* A graph's description, truncated and with bytes flipped: refused or
+ * made again, never read out of bounds (ASan). */
+static void check_corrupt(void)
+{
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *ws[2];
+	struct cgr__unpack_cb cb = { stand_any, ws };
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT, got;
+	cgr_graph *g, *h;
+	cgr_node *in, *a, *b;
+	void *blob;
+	size_t len, cap;
+	char why[400];
+	int refused = 0, made = 0, n = (int)t_scale(3000);
+
+	cgr_worker_create(ctx, NULL, &ws[0]);
+	cgr_worker_create(ctx, NULL, &ws[1]);
+	/* As if both ran elsewhere: functions by name, stubs here. */
+	ws[0]->remote = ws[1]->remote = true;
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, ws[0], t_add, "a", in);
+	b = task(g, ws[1], t_add, "b", a);
+	cgr_node *outs[2] = { b, a };
+	cgr_graph_output(g, outs, 2);
+	t_is(cgr__graph_pack(g, &cp, &blob, &len, &cap), 0, "packs");
+	t_is(cgr__graph_unpack(ctx, blob, len, &cb, &h, &got, why, sizeof(why)),
+	     0, "the intact description makes the graph again: %s", why);
+	t_ok(h->nnodes == g->nnodes && h->ntasks == g->ntasks &&
+		     strcmp(h->tasks->next->name, "b") == 0 &&
+		     h->tasks->next->in[0] == h->tasks->out[0] &&
+		     h->noutputs == 2 && h->outputs[0] == h->tasks->next->out[0] &&
+		     h->outputs[1] == h->tasks->out[0],
+	     "node for node and task for task");
+	cgr_graph_destroy(h);
+	for (size_t cut = 0; cut < len; cut++) {
+		h = NULL;
+		refused += cgr__graph_unpack(ctx, blob, cut, &cb, &h, &got, why,
+					     sizeof(why)) == -EPROTO;
+		if (h != NULL)
+			cgr_graph_destroy(h);
+	}
+	t_is(refused, (int)len, "every truncation of the %zu bytes is "
+				"refused (-EPROTO)",
+	     len);
+	refused = 0;
+	for (int i = 0; i < n; i++) {
+		unsigned char *bad = malloc(len);
+		memcpy(bad, blob, len);
+		for (int k = 0; k < 1 + i % 5; k++)
+			bad[t_rand() % len] ^= (unsigned char)(1 + t_rand() % 255);
+		h = NULL;
+		if (cgr__graph_unpack(ctx, bad, len, &cb, &h, &got, why,
+				      sizeof(why)) == 0) {
+			made++;
+			cgr_graph_destroy(h);
+		} else {
+			refused++;
+		}
+		free(bad);
+	}
+	t_ok(refused > 0 && refused + made == n,
+	     "%d descriptions with bytes flipped: %d refused, %d still "
+	     "well-formed, none read out of bounds",
+	     n, refused, made);
+	cgr__free(&ctx->arena, blob, cap, 64);
+	cgr_graph_destroy(g);
+	ws[0]->remote = ws[1]->remote = false;
+	cgr_ctx_destroy(ctx);
+}
+
+int main(int argc, char **argv)
+{
+	cgr_worker_main(argc, argv, exports);
+	t_init(argc, argv, 300);
+	check_driver_death();
+	check_mixed();
+	check_errors();
+	check_refusals();
+	check_kill(1, "kill -9 mid-task");
+	check_kill(8, "kill -9 with its ring full");
+	check_stuck();
+	check_corrupt();
+	return t_done();
+}
