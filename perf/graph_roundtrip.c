@@ -4,7 +4,10 @@
  * measured window by window in one run.
  *
  * Cases: a 1-worker echo graph and a 2-worker chain, each in busy-poll and
- * adaptive wait modes.  Each window measures the floor and the ring, then
+ * adaptive wait modes, on thread workers and on process workers (this
+ * program started again as workers: cgr_worker_main first in main); the
+ * process cases also report their ratio to the same thread case of the
+ * same window.  Each window measures the floor and the ring, then
  * compiles each case on its workers, runs it, and tears it down (a busy
  * graph left compiled would spin and skew the others).  Reports per-window
  * p50 and p99, medians over windows, and ratios to the ring and the floor
@@ -150,19 +153,70 @@ static int graph_rt(cgr_ctx *ctx, cgr_worker **w, int nw, int mode, long n,
 	return ret;
 }
 
-enum { C_FLOOR, C_RING, C_ECHO_BUSY, C_ECHO_ADAPT, C_CHAIN_BUSY,
-       C_CHAIN_ADAPT, NCASE };
-static const char *const names[NCASE] = { "floor",	 "ring",
-					  "echo1_busy",	 "echo1_adaptive",
-					  "chain2_busy", "chain2_adaptive" };
+enum { C_FLOOR, C_RING, NCASE = 10 };
+/* Graph cases: workers, wait mode, process workers; the thread case a
+ * process case compares to. */
+static const struct gcase {
+	const char *name;
+	int nw, mode;
+	bool proc;
+	int twin;
+} cases[NCASE] = {
+	{ "floor", 0, 0, false, 0 },
+	{ "ring", 0, 0, false, 0 },
+	{ "echo1_busy", 1, CGR_WAIT_BUSY, false, 0 },
+	{ "echo1_adaptive", 1, CGR_WAIT_ADAPTIVE, false, 0 },
+	{ "chain2_busy", 2, CGR_WAIT_BUSY, false, 0 },
+	{ "chain2_adaptive", 2, CGR_WAIT_ADAPTIVE, false, 0 },
+	{ "echo1_busy_proc", 1, CGR_WAIT_BUSY, true, 2 },
+	{ "echo1_adapt_proc", 1, CGR_WAIT_ADAPTIVE, true, 3 },
+	{ "chain2_busy_proc", 2, CGR_WAIT_BUSY, true, 4 },
+	{ "chain2_adapt_proc", 2, CGR_WAIT_ADAPTIVE, true, 5 },
+};
+
+static const cgr_export exports[] = { { "echo", echo, NULL, NULL },
+				      { NULL, NULL, NULL, NULL } };
+
+/* Workers 0 and 1 of kind, the first stage on the other core. */
+static int workers(cgr_ctx *ctx, int kind, cgr_worker **w)
+{
+	for (int i = 0; i < 2; i++) {
+		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+		int ret;
+		wp.cpu = 1 - i;
+		wp.kind = kind;
+		if ((ret = cgr_worker_create(ctx, &wp, &w[i])) != 0)
+			return ret;
+	}
+	return 0;
+}
+
+/* Runs case k into lat[] (n of them). */
+static int run_case(cgr_ctx *ctx, cgr_worker **tw, cgr_worker **pw, int k,
+		    long *n, double *lat, double tick)
+{
+	const struct gcase *gc = &cases[k];
+
+	if (k == C_FLOOR || k == C_RING) {
+		pingpong(k == C_RING, *n, lat, tick);
+		return 0;
+	}
+	/* Two workers and the driver share two cores: fewer iterations. */
+	if (gc->nw == 2)
+		*n = *n / 4 > 0 ? *n / 4 : 1;
+	return graph_rt(ctx, gc->proc ? pw : tw, gc->nw, gc->mode, *n, lat,
+			tick);
+}
 
 int main(int argc, char **argv)
 {
 	struct perf_opts o = { 10, 20000, 0, 0 };
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
 	cgr_ctx *ctx;
-	cgr_worker *w[2];
+	cgr_worker *w[2], *pw[2];
 	double tick, *lat, *p50[NCASE], *p99[NCASE];
 
+	cgr_worker_main(argc, argv, exports);
 	if (perf_parse(argc, argv, &o,
 		       "execute+get round trip of compiled graphs vs ring and "
 		       "floor"))
@@ -173,11 +227,12 @@ int main(int argc, char **argv)
 	}
 	perf_pin(0);
 	tick = perf_tick_ns();
-	cgr_ctx_create(NULL, &ctx);
-	for (int i = 0; i < 2; i++) {
-		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
-		wp.cpu = 1 - i; /* first stage on the other core */
-		cgr_worker_create(ctx, &wp, &w[i]);
+	cp.exports = exports;
+	cgr_ctx_create(&cp, &ctx);
+	if (workers(ctx, CGR_WORKER_THREAD, w) != 0 ||
+	    workers(ctx, CGR_WORKER_PROCESS, pw) != 0) {
+		fprintf(stderr, "cannot start the workers\n");
+		return 1;
 	}
 	lat = calloc((size_t)o.iters, sizeof(double));
 	for (int k = 0; k < NCASE; k++) {
@@ -188,31 +243,9 @@ int main(int argc, char **argv)
 		for (int j = 0; j < NCASE; j++) {
 			int k = (j + win) % NCASE; /* rotate the order */
 			long n = o.iters;
-			int ret = 0;
-			switch (k) {
-			case C_FLOOR:
-			case C_RING:
-				pingpong(k == C_RING, n, lat, tick);
-				break;
-			case C_ECHO_BUSY:
-			case C_ECHO_ADAPT:
-				ret = graph_rt(ctx, w, 1,
-					       k == C_ECHO_BUSY ? CGR_WAIT_BUSY :
-								  CGR_WAIT_ADAPTIVE,
-					       n, lat, tick);
-				break;
-			default:
-				/* Two workers and the driver share two cores:
-				 * fewer iterations. */
-				n = o.iters / 4 > 0 ? o.iters / 4 : 1;
-				ret = graph_rt(ctx, w, 2,
-					       k == C_CHAIN_BUSY ? CGR_WAIT_BUSY :
-								   CGR_WAIT_ADAPTIVE,
-					       n, lat, tick);
-				break;
-			}
+			int ret = run_case(ctx, w, pw, k, &n, lat, tick);
 			if (ret != 0) {
-				fprintf(stderr, "%s: %s\n", names[k],
+				fprintf(stderr, "%s: %s\n", cases[k].name,
 					cgr_strerror(ret));
 				return 1;
 			}
@@ -221,15 +254,18 @@ int main(int argc, char **argv)
 		}
 	}
 	double m50[NCASE], m99[NCASE], r_ring[NCASE], r_floor[NCASE];
+	double r_thr[NCASE];
 	for (int k = 0; k < NCASE; k++) {
-		double ratio_r[64], ratio_f[64];
+		double ratio_r[64], ratio_f[64], ratio_t[64];
 		int nw = o.windows < 64 ? o.windows : 64;
 		for (int win = 0; win < nw; win++) {
 			ratio_r[win] = p50[k][win] / p50[C_RING][win];
 			ratio_f[win] = p50[k][win] / p50[C_FLOOR][win];
+			ratio_t[win] = p50[k][win] / p50[cases[k].twin][win];
 		}
 		r_ring[k] = perf_median(ratio_r, (size_t)nw);
 		r_floor[k] = perf_median(ratio_f, (size_t)nw);
+		r_thr[k] = perf_median(ratio_t, (size_t)nw);
 		m50[k] = perf_median(p50[k], (size_t)o.windows);
 		m99[k] = perf_median(p99[k], (size_t)o.windows);
 	}
@@ -237,20 +273,27 @@ int main(int argc, char **argv)
 		printf("graph_roundtrip: %d windows x %ld round trips, 64-byte "
 		       "values, driver on CPU 0\n",
 		       o.windows, o.iters);
-		printf("%-16s %10s %10s %12s %12s\n", "case", "p50 ns",
-		       "p99 ns", "x ring p50", "x floor p50");
-		for (int k = 0; k < NCASE; k++)
-			printf("%-16s %10.0f %10.0f %12.2f %12.2f\n", names[k],
+		printf("%-18s %9s %9s %11s %11s %11s\n", "case", "p50 ns",
+		       "p99 ns", "x ring p50", "x floor p50", "x threads");
+		for (int k = 0; k < NCASE; k++) {
+			printf("%-18s %9.0f %9.0f %11.2f %11.2f", cases[k].name,
 			       m50[k], m99[k], r_ring[k], r_floor[k]);
+			if (cases[k].proc)
+				printf(" %11.2f", r_thr[k]);
+			printf("\n");
+		}
 		printf("(medians over windows; ratios are medians of per-window "
 		       "ratios; Ray Compiled Graphs' echo: 86700 ns)\n");
 	}
 	for (int k = 0; k < NCASE; k++) {
-		perf_json("graph_roundtrip", names[k], "cgr", "rtt_p50", m50[k],
-			  "ns", "\"ratio_to_ring\":%.3f,\"ratio_to_floor\":%.3f,"
-				"\"floor_ns\":%.1f",
-			  r_ring[k], r_floor[k], m50[C_FLOOR]);
-		perf_json("graph_roundtrip", names[k], "cgr", "rtt_p99", m99[k],
+		perf_json("graph_roundtrip", cases[k].name, "cgr", "rtt_p50",
+			  m50[k], "ns",
+			  "\"ratio_to_ring\":%.3f,\"ratio_to_floor\":%.3f,"
+			  "\"ratio_to_threads\":%.3f,\"floor_ns\":%.1f",
+			  r_ring[k], r_floor[k], cases[k].proc ? r_thr[k] : 1.0,
+			  m50[C_FLOOR]);
+		perf_json("graph_roundtrip", cases[k].name, "cgr", "rtt_p99",
+			  m99[k],
 			  "ns", "\"floor_ns\":%.1f", m50[C_FLOOR]);
 	}
 	cgr_ctx_destroy(ctx);

@@ -646,6 +646,14 @@ int main(int argc, char **argv)
 {
 	cgr_worker_main(argc, argv, exports);
 	t_init(argc, argv, 300);
+	{
+		/* Sanitizer runtimes start a thread of their own with the
+		 * first one: before any thread count is taken. */
+		cgr_ctx *ctx = new_ctx();
+		cgr_worker *w;
+		cgr_worker_create(ctx, NULL, &w);
+		cgr_ctx_destroy(ctx);
+	}
 	check_driver_death();
 	check_mixed();
 	check_errors();

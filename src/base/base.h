@@ -21,6 +21,23 @@
 #define CGR__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define CGR__ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((size_t)(a) - 1))
 
+/*
+ * ThreadSanitizer cannot see a happens-before edge that runs through
+ * another process (a thread here writes a ring a worker process reads,
+ * which writes a ring the driver reads).  Graphs with process workers
+ * make that edge explicit on one address per graph in TSan builds: every
+ * publication to a channel releases it, every arrival acquires it.
+ */
+#if defined(__SANITIZE_THREAD__)
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+#define cgr__xproc_acquire(p) __tsan_acquire((void *)(p))
+#define cgr__xproc_release(p) __tsan_release((void *)(p))
+#else
+#define cgr__xproc_acquire(p) ((void)(p))
+#define cgr__xproc_release(p) ((void)(p))
+#endif
+
 /* Reads the caller's params struct of any older, smaller size safely. */
 #define CGR__PARAMS_COPY(dst, src, init)                                    \
 	do {                                                                \

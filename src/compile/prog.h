@@ -352,6 +352,19 @@ struct cgr_compiled {
 /* Memory owned by c (64-byte aligned, zeroed), freed with it; NULL when
  * out of memory. */
 void *cgr__c_alloc(struct cgr_compiled *c, size_t size);
+/* Publication and arrival on c's channels (see base.h): only graphs with
+ * process workers, only TSan builds. */
+static inline void cgr__c_release(const struct cgr_compiled *c)
+{
+	if (c->seg != NULL)
+		cgr__xproc_release(c->ctl);
+}
+static inline void cgr__c_acquire(const struct cgr_compiled *c)
+{
+	if (c->seg != NULL)
+		cgr__xproc_acquire(c->ctl);
+}
+
 /* Memory every process running c shares (its segment, when it has
  * process workers; else as cgr__c_alloc); NULL when out of it. */
 void *cgr__c_salloc(struct cgr_compiled *c, size_t size);

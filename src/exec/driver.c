@@ -137,6 +137,7 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 	c->arrived[slot] = 0;
 	c->released[slot] = 0;
 	c->next_seq = seq + 1;
+	cgr__c_release(c);
 	/* Rings hold max_inflight messages: a write never waits while the
 	 * driver bounds executions; bounded by submit_timeout_ns anyway. */
 	for (size_t a = 0; a < nargs; a++)
@@ -165,6 +166,7 @@ static void cgr__drain(cgr_compiled *c)
 		while ((m = cgr__chan_peek(ch)) != NULL) {
 			c->arrived[cgr__slot(c, m->seq)] += c->drv_mult[j];
 			cgr__chan_consume(ch);
+			cgr__c_acquire(c);
 		}
 	}
 }

@@ -31,6 +31,7 @@ static void complete(struct cgr__prog *p, struct cgr__ljob *j)
 	struct cgr_compiled *c = p->c;
 	const struct cgr__op *fw = cr->fused_write;
 
+	cgr__c_release(c);
 	for (size_t k = 0; fw != NULL && k < fw->nchans; k++)
 		cgr__chan_write(&c->chans[fw->chans[k]], j->seq, &c->ctl->stop,
 				CGR_FOREVER);

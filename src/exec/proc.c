@@ -688,6 +688,7 @@ int cgr__pgraph_teardown(cgr_compiled *c, int64_t deadline)
 	for (size_t i = 0; i < pg->nws; i++) {
 		cgr_worker *w = pg->ws[i];
 		int r;
+		w->busy_with = NULL;
 		if (atomic_load(&w->proc->dead))
 			continue;
 		/* A little past the deadline: the worker keeps to it. */
@@ -696,7 +697,6 @@ int cgr__pgraph_teardown(cgr_compiled *c, int64_t deadline)
 			kill_stuck(c, w, r == 0 ? m.text : "");
 			result = CGR_ESTUCK;
 		}
-		w->busy_with = NULL;
 	}
 	pgraph_off(c);
 	return result;

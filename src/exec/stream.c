@@ -40,6 +40,7 @@ int cgr__wait_done(struct cgr_compiled *c, cgr_worker *w,
 static void fused_write(struct cgr_compiled *c, const struct cgr__op *fw,
 			uint64_t seq)
 {
+	cgr__c_release(c);
 	for (size_t k = 0; fw != NULL && k < fw->nchans; k++)
 		cgr__chan_write(&c->chans[fw->chans[k]], seq, &c->ctl->stop,
 				CGR_FOREVER);

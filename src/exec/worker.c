@@ -209,6 +209,7 @@ static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
 		struct cgr__chan *ch = &c->chans[op->chan];
 		ret = cgr__chan_read(ch, r, cgr__wbell(c, w), &c->ctl->stop,
 				     c->p.wait_mode, c->p.spin_ns, &got);
+		cgr__c_acquire(c);
 		if (ret == 0 && cgr__unlikely(got != seq))
 			cgr__err(&c->ctx->log,
 				 "worker %s: channel for %s carried execution "
@@ -238,6 +239,7 @@ static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
 		}
 		break;
 	case CGR__OP_WRITE:
+		cgr__c_release(c);
 		for (size_t k = 0; k < op->nchans && ret == 0; k++)
 			ret = cgr__chan_write(&c->chans[op->chans[k]], seq,
 					      &c->ctl->stop, CGR_FOREVER);
