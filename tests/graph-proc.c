@@ -34,10 +34,16 @@
 
 /* ---- what the workers run ------------------------------------------ */
 
+/* A stream task's work for one execution. */
+struct swork {
+	int64_t x, add, *out;
+};
+
 struct wstate {
 	int64_t add; /* from arg_data: "add[ fd]" */
 	int note_fd; /* t_sleep writes a byte here as it starts, or -1 */
 	int pid;
+	struct swork w[16]; /* t_stream's, by execution % 16 */
 };
 
 static int w_init(void *arg, void **state)
@@ -113,6 +119,34 @@ static int t_sleep(cgr_task_ctx *tc, void *state, const cgr_value *in,
 	return t_add(tc, state, in, nin, out, nout);
 }
 
+static void swork_run(void *arg)
+{
+	struct swork *w = arg;
+	w->out[0] = w->x + w->add;
+	w->out[1] = (int64_t)getpid();
+}
+
+/* A stream task: the work (out = in + add, and the pid) runs on the
+ * worker's compute stream, in the worker's process. */
+static int t_stream(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		    size_t nin, cgr_value *out, size_t nout)
+{
+	struct wstate *s = state;
+	struct swork *w = &s->w[cgr_task_seq(tc) % 16];
+	cgr_stream *st = cgr_task_stream(tc);
+
+	(void)nin, (void)nout;
+	if (st == NULL)
+		return -EINVAL;
+	memcpy(&w->x, in[0].u.bytes.data, 8);
+	w->add = s->add;
+	w->out = cgr_task_output_buffer(tc, 0, 16);
+	if (cgr_stream_launch_host(st, swork_run, w) != 0)
+		return -EIO;
+	out[0] = cgr_value_bytes(w->out, 16);
+	return 0;
+}
+
 /* Not in the exports. */
 static int t_unexported(cgr_task_ctx *tc, void *state, const cgr_value *in,
 			size_t nin, cgr_value *out, size_t nout)
@@ -124,6 +158,7 @@ static const cgr_export exports[] = {
 	{ "add", t_add, NULL, NULL },
 	{ "fail3", t_fail3, NULL, NULL },
 	{ "sleep", t_sleep, NULL, NULL },
+	{ "stream", t_stream, NULL, NULL },
 	{ "wstate", NULL, w_init, w_fini },
 	{ NULL, NULL, NULL, NULL },
 };
@@ -293,6 +328,66 @@ static void check_mixed(void)
 	t_is(cgr_worker_pid(p0), 0, "p0's process reaped");
 	cgr_ctx_destroy(ctx);
 	leaks_check(before, "mixed graph");
+}
+
+/* A stream task on a process worker, overlap off and on: its work runs
+ * on a compute stream in the worker's process, its outputs reach the
+ * driver, 8 executions in flight. */
+static void check_stream(int overlap)
+{
+	struct leaks before = leaks_now();
+	cgr_ctx *ctx = new_ctx();
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_worker *p0 = NULL, *t = NULL;
+	cgr_graph *g = NULL;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a, *b;
+	cgr_ref refs[8];
+	int bad = 0, n = (int)t_scale(800);
+
+	new_proc(ctx, "p0", "5", &p0);
+	cgr_worker_create(ctx, NULL, &t);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	d.fn = t_stream, d.name = "on-stream", d.flags = CGR_TASK_STREAM;
+	d.max_out_bytes = 64;
+	cgr_graph_task(g, p0, &d, &in, 1, &a, 1);
+	b = task(g, t, t_add, "after", a);
+	cgr_graph_output(g, &b, 1);
+	cp.max_inflight = 8;
+	cp.overlap = overlap;
+	t_is(cgr_graph_compile(g, &cp, &c), 0, "stream task, overlap %s: %s",
+	     overlap ? "on" : "off", cgr_graph_errmsg(g));
+	for (int i = 0; c != NULL && i < n; i += 8) {
+		for (int k = 0; k < 8; k++) {
+			int64_t v = i + k;
+			cgr_value arg = cgr_value_bytes(&v, 8);
+			bad += cgr_execute(c, &arg, 1, &refs[k]) != 0;
+		}
+		for (int k = 0; k < 8; k++) {
+			cgr_value o;
+			int64_t r = 0, pid = 0;
+			if (cgr_ref_get(c, refs[k], 10 * SEC, &o, 1) != 0 ||
+			    o.kind != CGR_VALUE_BYTES) {
+				bad++;
+				continue;
+			}
+			memcpy(&r, o.u.bytes.data, 8);
+			memcpy(&pid, (const char *)o.u.bytes.data + 8, 8);
+			/* "after" on the thread replaces the pid */
+			bad += r != i + k + 5 || pid != getpid();
+			cgr_ref_release(c, refs[k]);
+		}
+	}
+	t_is(c != NULL ? bad : -1, 0,
+	     "overlap %s: %d executions of a stream task in a worker "
+	     "process, every value right",
+	     overlap ? "on" : "off", n);
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	cgr_ctx_destroy(ctx);
+	leaks_check(before, "stream task");
 }
 
 /* Error values from a process worker's task, several in flight. */
@@ -657,6 +752,8 @@ int main(int argc, char **argv)
 	check_driver_death();
 	check_mixed();
 	check_errors();
+	check_stream(0);
+	check_stream(1);
 	check_refusals();
 	check_kill(1, "kill -9 mid-task");
 	check_kill(8, "kill -9 with its ring full");
