@@ -175,8 +175,8 @@ enum cgr_worker_kind {
  * the context that starts it, and cgr_worker_main's argument.
  *
  * What crosses: a worker's init and fini get a copy of
- * cgr_worker_params.arg_data (arg must be NULL); a task's arg must be
- * NULL (cgr_task_arg() returns NULL there).  Values move through shared
+ * cgr_worker_params.arg_data (arg must be NULL); a task gets its
+ * cgr_task_desc.arg_data copied (a pointer arg is refused).  Values move through shared
  * memory (memfd segments, nothing in /dev/shm); its doorbells are shared
  * futexes, so the control path costs what it costs between threads.
  *
@@ -394,8 +394,14 @@ typedef struct cgr_task_desc {
 	void *arg;	  /* cgr_task_arg() returns it */
 	size_t max_out_bytes; /* per output; 0: the compile default */
 	unsigned flags;	      /* enum cgr_task_flags */
+	/* Instead of arg: these bytes (at most 1 MiB), copied now, and into
+	 * the process of a process worker; cgr_task_arg() returns the copy
+	 * (64-byte aligned), which lives as long as the compiled graph. */
+	const void *arg_data;
+	size_t arg_len;
 } cgr_task_desc;
-#define CGR_TASK_DESC_INIT { sizeof(cgr_task_desc), NULL, NULL, NULL, 0, 0 }
+#define CGR_TASK_DESC_INIT \
+	{ sizeof(cgr_task_desc), NULL, NULL, NULL, 0, 0, NULL, 0 }
 
 enum cgr_task_flags {
 	/*

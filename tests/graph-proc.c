@@ -86,6 +86,19 @@ static int t_add(cgr_task_ctx *tc, void *state, const cgr_value *in,
 	return 0;
 }
 
+/* t_add as an int64 tensor of 2 (for collectives). */
+static int t_tadd(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		  size_t nin, cgr_value *out, size_t nout)
+{
+	static int64_t shape[1] = { 2 };
+	int ret = t_add(tc, state, in, nin, out, nout);
+
+	if (ret == 0)
+		out[0] = cgr_value_tensor((void *)out[0].u.bytes.data, kDLInt,
+					  64, 1, shape);
+	return ret;
+}
+
 /* Fails every execution whose value is a multiple of 3. */
 static int t_fail3(cgr_task_ctx *tc, void *state, const cgr_value *in,
 		   size_t nin, cgr_value *out, size_t nout)
@@ -156,6 +169,7 @@ static int t_unexported(cgr_task_ctx *tc, void *state, const cgr_value *in,
 
 static const cgr_export exports[] = {
 	{ "add", t_add, NULL, NULL },
+	{ "tadd", t_tadd, NULL, NULL },
 	{ "fail3", t_fail3, NULL, NULL },
 	{ "sleep", t_sleep, NULL, NULL },
 	{ "stream", t_stream, NULL, NULL },
@@ -486,6 +500,118 @@ static void check_refusals(void)
 	leaks_check(before, "refusals");
 }
 
+/* ---- collectives ------------------------------------------------------ */
+
+/* Each member's input: its value + add; an allreduce (sum) of 3 members
+ * on two processes and a thread; every member's output to the driver.
+ * sleepy: p1's input task sleeps its input's milliseconds first. */
+static cgr_compiled *coll_graph(cgr_ctx *ctx, cgr_worker **m, bool sleepy,
+				int overlap)
+{
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	cgr_graph *g;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *ins[3], *outs[3];
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	for (int r = 0; r < 3; r++)
+		ins[r] = task(g, m[r], sleepy && r == 2 ? t_sleep : t_tadd,
+			      "contribute", in);
+	cgr_graph_allreduce(g, ins, 3, CGR_SUM, NULL, outs);
+	cgr_graph_output(g, outs, 3);
+	cp.overlap = overlap;
+	cp.max_inflight = 4;
+	t_is(cgr_graph_compile(g, &cp, &c), 0, "allreduce over 2 processes "
+					       "and a thread compiles: %s",
+	     cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	return c;
+}
+
+static void check_coll(int overlap)
+{
+	struct leaks before = leaks_now();
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *m[3] = { NULL, NULL, NULL };
+	cgr_compiled *c;
+	int bad = 0, n = (int)t_scale(1000);
+
+	new_proc(ctx, "p0", "1", &m[0]);
+	cgr_worker_create(ctx, NULL, &m[1]);
+	new_proc(ctx, "p1", "100", &m[2]);
+	c = coll_graph(ctx, m, false, overlap);
+	for (int i = 0; c != NULL && i < n; i++) {
+		int64_t v = i * 3, r;
+		cgr_value a = cgr_value_bytes(&v, 8), o[3];
+		cgr_ref ref;
+		if (cgr_execute(c, &a, 1, &ref) != 0 ||
+		    cgr_ref_get(c, ref, 10 * SEC, o, 3) != 0) {
+			bad++;
+			break;
+		}
+		for (int k = 0; k < 3; k++) {
+			/* the sum of (v + add, pid) over the members */
+			if (o[k].kind != CGR_VALUE_TENSOR ||
+			    cgr_tensor_nbytes(&o[k].u.tensor) != 16) {
+				bad++;
+				continue;
+			}
+			memcpy(&r, o[k].u.tensor.data, 8);
+			bad += r != 3 * v + 101;
+		}
+		cgr_ref_release(c, ref);
+	}
+	t_is(c != NULL ? bad : -1, 0,
+	     "overlap %s: %d allreduces across two worker processes and a "
+	     "thread, every member's result right",
+	     overlap ? "on" : "off", n);
+	t_is(cgr_compiled_teardown(c, 5 * SEC), 0, "teardown");
+	cgr_compiled_destroy(c);
+	cgr_ctx_destroy(ctx);
+	leaks_check(before, "collective");
+}
+
+/* kill -9 of p1 while the other members wait for it inside the
+ * allreduce: they fail instead of hanging, the executions are
+ * CGR_EPEERDEAD error values, teardown finds nobody stuck. */
+static void check_coll_kill(void)
+{
+	struct leaks before = leaks_now();
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *m[3] = { NULL, NULL, NULL };
+	cgr_compiled *c;
+	int64_t v = 300;
+	cgr_value a = cgr_value_bytes(&v, 8), o[3];
+	cgr_ref ref;
+	int note[2];
+	char warg[64];
+
+	new_proc(ctx, "p0", "1", &m[0]);
+	cgr_worker_create(ctx, NULL, &m[1]);
+	note_pipe(note, warg, sizeof(warg), 100);
+	new_proc(ctx, "p1", warg, &m[2]);
+	close(note[1]);
+	c = coll_graph(ctx, m, true, 0);
+	t_is(cgr_execute(c, &a, 1, &ref), 0, "execute");
+	t_ok(note_wait(note[0]), "p1 is in its input task, the others in "
+				 "the allreduce");
+	kill(cgr_worker_pid(m[2]), SIGKILL);
+	t_is(cgr_ref_get(c, ref, 10 * SEC, o, 3), 0, "get");
+	t_ok(o[0].kind == CGR_VALUE_ERROR && o[0].code == CGR_EPEERDEAD &&
+		     o[1].code == CGR_EPEERDEAD && o[2].code == CGR_EPEERDEAD &&
+		     strstr(o[0].u.error.msg, "p1") != NULL,
+	     "every member's output: CGR_EPEERDEAD naming p1");
+	cgr_ref_release(c, ref);
+	t_is(cgr_compiled_teardown(c, 2 * SEC), 0,
+	     "the survivors left the collective: nobody stuck");
+	cgr_compiled_destroy(c);
+	cgr_worker_destroy(m[2], SEC);
+	cgr_ctx_destroy(ctx);
+	close(note[0]);
+	leaks_check(before, "kill -9 mid-collective");
+}
+
 /* ---- failures -------------------------------------------------------- */
 
 /* kill -9 of p0 while executions are in flight: with full ring (p0
@@ -755,6 +881,9 @@ int main(int argc, char **argv)
 	check_stream(0);
 	check_stream(1);
 	check_refusals();
+	check_coll(0);
+	check_coll(1);
+	check_coll_kill();
 	check_kill(1, "kill -9 mid-task");
 	check_kill(8, "kill -9 with its ring full");
 	check_stuck();

@@ -7,9 +7,11 @@
 #include "chan/board.h"
 
 struct cgr__board {
-	uint32_t n, k, nslots;	 /* members, records per member, slots */
-	struct cgr_bell **bells; /* each member's doorbell */
-	/* followed by done[n] (a line each), then agree[nslots][n * k] */
+	uint32_t n, k, nslots; /* members, records per member, slots */
+	/* followed by each member's doorbell, as its offset from the board
+	 * (the board and the bells may be in memory each process maps at
+	 * its own address), then done[n] (a line each), then
+	 * agree[nslots][n * k] */
 };
 
 struct board_done {
@@ -20,13 +22,23 @@ struct board_done {
 static size_t board_hdr(size_t n)
 {
 	return CGR__ALIGN_UP(sizeof(struct cgr__board), 64) +
-	       CGR__ALIGN_UP(n * sizeof(struct cgr_bell *), 64);
+	       CGR__ALIGN_UP(n * sizeof(int64_t), 64);
 }
 
 size_t cgr__board_size(size_t n, size_t k, uint32_t nslots)
 {
 	return board_hdr(n) + n * sizeof(struct board_done) +
 	       (size_t)nslots * n * k * sizeof(struct cgr__agree);
+}
+
+static int64_t *bell_offs(struct cgr__board *b)
+{
+	return (int64_t *)((unsigned char *)b + CGR__ALIGN_UP(sizeof(*b), 64));
+}
+
+static struct cgr_bell *bell_of(struct cgr__board *b, uint32_t r)
+{
+	return (struct cgr_bell *)((uintptr_t)b + (uintptr_t)bell_offs(b)[r]);
 }
 
 static struct board_done *board_done(struct cgr__board *b)
@@ -51,10 +63,8 @@ void cgr__board_init(struct cgr__board *b, size_t n, size_t k,
 	b->n = (uint32_t)n;
 	b->k = (uint32_t)k;
 	b->nslots = nslots;
-	b->bells = (struct cgr_bell **)((unsigned char *)b +
-					CGR__ALIGN_UP(sizeof(*b), 64));
 	for (size_t i = 0; i < n; i++)
-		b->bells[i] = bells[i];
+		bell_offs(b)[i] = (int64_t)((uintptr_t)bells[i] - (uintptr_t)b);
 	d = board_done(b);
 	for (size_t i = 0; i < n; i++)
 		atomic_init(&d[i].seq, 0);
@@ -103,7 +113,7 @@ static void ring_others(struct cgr__board *b, int self)
 {
 	for (uint32_t r = 0; r < b->n; r++)
 		if ((int)r != self)
-			cgr__bell_ring(b->bells[r]);
+			cgr__bell_ring(bell_of(b, r));
 }
 
 /* Posts rank's records for seq (its row is free) and rings the others. */
@@ -139,7 +149,7 @@ int cgr__board_exchange(struct cgr__board *b, int rank, uint64_t seq,
 			struct cgr_reactor *r, const _Atomic uint32_t *cancel,
 			int mode, int64_t spin_ns)
 {
-	struct cgr_bell *self = b->bells[rank];
+	struct cgr_bell *self = bell_of(b, (uint32_t)rank);
 	int ret;
 
 	/* The row's previous execution must be read by everybody. */

@@ -11,8 +11,9 @@
 
 /* ---- communicators ------------------------------------------------- */
 
-int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
-		    int backend, cgr_comm **out)
+static int comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
+		       int backend, const struct cgr__comm_shm *shm,
+		       cgr_comm **out)
 {
 	cgr_comm *c;
 	int ret;
@@ -30,7 +31,7 @@ int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 	switch (backend) {
 	case CGR_BACKEND_AUTO:
 	case CGR_BACKEND_CPU:
-		ret = cgr__cpu_comm_create(ctx, (int)n, &c);
+		ret = cgr__cpu_comm_create(ctx, (int)n, shm, &c);
 		backend = CGR_BACKEND_CPU;
 		break;
 	case CGR_BACKEND_NCCL:
@@ -63,6 +64,21 @@ int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 	cgr__ctx_ref(ctx);
 	*out = c;
 	return 0;
+}
+
+int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
+		    int backend, cgr_comm **out)
+{
+	return comm_create(ctx, members, n, backend, NULL, out);
+}
+
+int cgr__comm_create_shared(cgr_ctx *ctx, cgr_worker *const *members,
+			    size_t n, const struct cgr__comm_shm *shm,
+			    cgr_comm **out)
+{
+	if (shm == NULL || shm->mem == NULL)
+		return -EINVAL;
+	return comm_create(ctx, members, n, CGR_BACKEND_CPU, shm, out);
 }
 
 int cgr_comm_abort(cgr_comm *c)

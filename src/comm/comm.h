@@ -129,9 +129,30 @@ static inline bool cgr__backend_joins_all(int backend)
 	return backend == CGR_BACKEND_CPU;
 }
 
+/*
+ * Where a CPU communicator whose ranks are processes keeps what they
+ * share: mem (cgr__cpu_shared_size bytes, cache-line aligned) inside a
+ * segment this process maps at seg (seg_size bytes), into which every
+ * buffer its ranks use must fall; attach: another process set mem up
+ * already (the first one does, before any rank runs).
+ */
+struct cgr__comm_shm {
+	void *mem;
+	void *seg;
+	size_t seg_size;
+	bool attach;
+};
+size_t cgr__cpu_shared_size(int n);
+
 /* The CPU (shared memory) backend: fills *out with a communicator of n
- * ranks whose head the caller completes (comm.c). */
-int cgr__cpu_comm_create(cgr_ctx *ctx, int n, cgr_comm **out);
+ * ranks whose head the caller completes (comm.c); shm NULL: its ranks are
+ * threads of this process. */
+int cgr__cpu_comm_create(cgr_ctx *ctx, int n, const struct cgr__comm_shm *shm,
+			 cgr_comm **out);
+/* cgr_comm_create of a CPU communicator over shm (see above). */
+int cgr__comm_create_shared(cgr_ctx *ctx, cgr_worker *const *members,
+			    size_t n, const struct cgr__comm_shm *shm,
+			    cgr_comm **out);
 #ifdef HAVE_NCCL
 /* The NCCL backend (nccl.c): the same, over the CUDA devices of members
  * (NULL: rank r on CUDA device r).  -ENODEV (no NCCL, or too old; the log

@@ -64,6 +64,17 @@
  * the abort flag as cancel word.  Waits on a stream executor wake at least
  * every CGR__STOP_POLL_NS to notice that the stream is being destroyed.
  *
+ * Across processes.  A communicator whose ranks live in several
+ * processes (a graph with process workers) keeps what the ranks share (the
+ * abort flag, the movers count, the bell, the descriptors, latency lines
+ * and message slots) in memory the caller hands in, inside a segment that
+ * every process maps at its own address (xbase): every buffer a rank
+ * publishes is published as an offset in that segment and read back at
+ * the reader's mapping (cgr__xout, cgr__xin), so ranks copy straight from
+ * and into each other's buffers as threads do.  The rest (records,
+ * indices, error messages) is each process's own.  In one process xbase
+ * is 0 and the translation is the identity.
+ *
  * Abort.  Sets the flag and wakes everybody: every wait ends with
  * -ECANCELED, every later operation fails at once.  A timed-out wait, or
  * a stream destroyed under a pending operation, aborts the communicator:
@@ -139,11 +150,11 @@ _Static_assert(sizeof(struct cgr__fast) == CGR__FAST_SIZE,
 
 struct cgr__slot {
 	/* Written by the sender before `sent` (release). */
-	const void *buf;
+	const void *buf; /* published (cgr__xout) */
 	size_t count;
 	int32_t dtype;
 	int32_t poison;
-	const char *msg; /* the sender's poison message; valid until taken */
+	char msg[CGR__MSG]; /* the sender's poison message */
 	/* Written by the receiver before `taken` (release). */
 	int32_t status;
 	int32_t rdtype;
@@ -211,11 +222,20 @@ struct cgr__rank {
 	struct cgr__rec recs[CGR__NREC];
 };
 
-struct cgr__cpu {
-	struct cgr_comm base;
+/* What every rank's process shares, followed (each line aligned) by
+ * pub[n], fast[2n] and pairs[n * n]. */
+struct cgr__cshm {
 	_Atomic uint32_t aborted;
 	_Atomic int32_t movers; /* ranks copying between buffers now */
 	struct cgr_bell bell cgr__aligned;
+} cgr__aligned;
+
+struct cgr__cpu {
+	struct cgr_comm base;
+	struct cgr__cshm *sh;
+	bool own_sh;	   /* allocated here (not in a caller's segment) */
+	uintptr_t xbase;   /* where this process maps the segment; 0: none */
+	size_t xsize;	   /* and its bytes */
 	struct cgr__rpub *pub;	 /* n */
 	struct cgr__fast *fast;	 /* 2n: [rank * 2 + k % 2] */
 	struct cgr__pair *pairs; /* n * n: [sender * n + receiver] */
@@ -227,21 +247,42 @@ static inline struct cgr__cpu *cgr__cpu_of(cgr_comm *c)
 	return (struct cgr__cpu *)c;
 }
 
+/* A buffer of this process as the peers see it, and back. */
+static inline const void *cgr__xout(const struct cgr__cpu *c, const void *p)
+{
+	return p != NULL ? (const void *)((uintptr_t)p - c->xbase) : NULL;
+}
+
+static inline void *cgr__xin(const struct cgr__cpu *c, const void *p)
+{
+	return p != NULL ? (void *)((uintptr_t)p + c->xbase) : NULL;
+}
+
+/* Whether peers can reach buffer p of n bytes (in the shared segment, if
+ * the ranks are processes). */
+static inline bool cgr__xok(const struct cgr__cpu *c, const void *p, size_t n)
+{
+	uintptr_t a = (uintptr_t)p;
+	return c->xbase == 0 || p == NULL || n == 0 ||
+	       (a >= c->xbase && a - c->xbase <= c->xsize &&
+		n <= c->xsize - (a - c->xbase));
+}
+
 static int cgr__cpu_abort(cgr_comm *cc)
 {
 	struct cgr__cpu *c = cgr__cpu_of(cc);
 
 	/* A0: seq_cst: pairs with the re-check in cgr__move_begin. */
-	if (atomic_exchange_explicit(&c->aborted, 1, memory_order_seq_cst) ==
+	if (atomic_exchange_explicit(&c->sh->aborted, 1, memory_order_seq_cst) ==
 	    0)
 		cgr__info(c->base.log, "communicator aborted");
-	cgr__bell_ring_force(&c->bell);
+	cgr__bell_ring_force(&c->sh->bell);
 	return 0;
 }
 
 static inline bool cgr__aborted(struct cgr__cpu *c)
 {
-	return atomic_load_explicit(&c->aborted, memory_order_acquire) != 0;
+	return atomic_load_explicit(&c->sh->aborted, memory_order_acquire) != 0;
 }
 
 /* ---- waiting ------------------------------------------------------- */
@@ -299,8 +340,8 @@ static int cgr__cwait(struct cgr__wctx *w, cgr__ready_fn ready, void *arg,
 			return ready(arg) ? 0 : -ETIMEDOUT;
 		if (w->s != NULL && dl - now > CGR__STOP_POLL_NS)
 			dl = now + CGR__STOP_POLL_NS;
-		ret = cgr__reactor_wait(NULL, &c->bell, ready, arg,
-					abortable ? &c->aborted : NULL,
+		ret = cgr__reactor_wait(NULL, &c->sh->bell, ready, arg,
+					abortable ? &c->sh->aborted : NULL,
 					CGR_WAIT_ADAPTIVE, CGR__COMM_SPIN_NS,
 					dl);
 		if (ret == 0)
@@ -314,7 +355,7 @@ static inline void cgr__publish(struct cgr__cpu *c, int r, uint64_t stage)
 	 * peers' buffers and our last reads of theirs (4k+2) happen before;
 	 * pairs with the acquire in cgr__stage_ready. */
 	atomic_store_explicit(&c->pub[r].stage, stage, memory_order_release);
-	cgr__bell_ring(&c->bell);
+	cgr__bell_ring(&c->sh->bell);
 }
 
 struct cgr__stagew {
@@ -365,9 +406,9 @@ static inline bool cgr__move_begin(struct cgr__cpu *c)
 	/* M0: seq_cst increment, then re-check the abort flag (pairs with
 	 * A0): an aborted rank that read movers == 0 in cgr__bail is sure
 	 * every later mover sees the flag and backs off. */
-	atomic_fetch_add_explicit(&c->movers, 1, memory_order_seq_cst);
-	if (atomic_load_explicit(&c->aborted, memory_order_seq_cst)) {
-		atomic_fetch_sub_explicit(&c->movers, 1, memory_order_release);
+	atomic_fetch_add_explicit(&c->sh->movers, 1, memory_order_seq_cst);
+	if (atomic_load_explicit(&c->sh->aborted, memory_order_seq_cst)) {
+		atomic_fetch_sub_explicit(&c->sh->movers, 1, memory_order_release);
 		return false;
 	}
 	return true;
@@ -375,7 +416,7 @@ static inline bool cgr__move_begin(struct cgr__cpu *c)
 
 static inline void cgr__move_end(struct cgr__cpu *c)
 {
-	atomic_fetch_sub_explicit(&c->movers, 1, memory_order_release);
+	atomic_fetch_sub_explicit(&c->sh->movers, 1, memory_order_release);
 }
 
 /*
@@ -403,7 +444,7 @@ static int cgr__bail(struct cgr__wctx *w, int ret)
 			ret = -ECANCELED;
 	}
 	/* Copies in progress are bounded (no waits inside them). */
-	while (atomic_load_explicit(&c->movers, memory_order_acquire) != 0)
+	while (atomic_load_explicit(&c->sh->movers, memory_order_acquire) != 0)
 		if ((++i & 63) == 0)
 			sched_yield();
 		else
@@ -656,8 +697,8 @@ static void cgr__move_eager(struct cgr__wctx *w, uint64_t k)
 	for (int j = 0; j < n; j++)
 		e[j] = c->pub[j].eager[k & 1];
 	cgr__move_staged(me->kind, n, w->rank, me->root, me->count,
-			 (cgr_dtype)me->dtype, (cgr_redop)me->op, me->send,
-			 me->recv, e);
+			 (cgr_dtype)me->dtype, (cgr_redop)me->op,
+			 cgr__xin(c, me->send), cgr__xin(c, me->recv), e);
 }
 
 /* Rank r's share of the data of collective #k (agreed; me is its
@@ -670,8 +711,8 @@ static int move_data(struct cgr__cpu *c, const struct cgr__cdesc *me,
 	size_t es = cgr_dtype_size(me->dtype), cnt = me->count, b = cnt * es;
 	size_t off, len;
 
-#define S(j) ((const char *)c->pub[(j)].d[k & 1].send)
-#define R(j) ((char *)c->pub[(j)].d[k & 1].recv)
+#define S(j) ((const char *)cgr__xin(c, c->pub[(j)].d[k & 1].send))
+#define R(j) ((char *)cgr__xin(c, c->pub[(j)].d[k & 1].recv))
 	switch (me->kind) {
 	case CGR_COLL_ALLREDUCE:
 		/* Block by block, so that each reduced block is pushed to
@@ -873,6 +914,20 @@ static void cgr__fast_move(struct cgr__cpu *c, int r, uint64_t k,
 			 d->send, d->recv, e);
 }
 
+/* d, or (in *dx) d poisoned if the peers (other processes) could not
+ * reach its buffers. */
+static const struct cgr__coll_desc *
+cgr__reachable(const struct cgr__cpu *c, const struct cgr__coll_desc *d,
+	       struct cgr__coll_desc *dx)
+{
+	if (d->poison || (cgr__xok(c, d->send, 1) && cgr__xok(c, d->recv, 1)))
+		return d;
+	*dx = *d;
+	dx->poison = -EFAULT;
+	dx->poison_msg = "a buffer outside the communicator's shared segment";
+	return dx;
+}
+
 /*
  * Collective #k of this rank.  Every rank first posts its latency line.
  * If every rank may take the latency path and the lines agree, each rank
@@ -894,9 +949,11 @@ static void cgr__fast_move(struct cgr__cpu *c, int r, uint64_t k,
  * rank finishes #k+1 only after every rank posted #k+1 (line or stage),
  * hence finished #k.
  */
-static int cgr__coll(struct cgr__wctx *w, const struct cgr__coll_desc *d)
+static int cgr__coll(struct cgr__wctx *w, const struct cgr__coll_desc *d0)
 {
 	struct cgr__cpu *c = w->c;
+	struct cgr__coll_desc dx;
+	const struct cgr__coll_desc *d;
 	struct cgr__rank *rk = &c->ranks[w->rank];
 	uint64_t k = ++rk->coll_seq;
 	struct cgr__cdesc *me = &c->pub[w->rank].d[k & 1];
@@ -905,11 +962,12 @@ static int cgr__coll(struct cgr__wctx *w, const struct cgr__coll_desc *d)
 	bool eager = false;
 	int ret;
 
+	d = cgr__reachable(c, d0, &dx);
 	if (cgr__fast_post(c, w->rank, k, d)) {
 		struct cgr__fastw fw = { c, k };
 
 		if (!cgr__fast_ready(&fw)) {
-			cgr__bell_ring(&c->bell);
+			cgr__bell_ring(&c->sh->bell);
 			ret = cgr__cwait(w, cgr__fast_ready, &fw, true);
 			if (ret) {
 				char miss[96];
@@ -929,7 +987,7 @@ static int cgr__coll(struct cgr__wctx *w, const struct cgr__coll_desc *d)
 		}
 		if (cgr__fast_agree(c, w->rank, k)) {
 			cgr__fast_move(c, w->rank, k, d);
-			cgr__bell_ring(&c->bell);
+			cgr__bell_ring(&c->sh->bell);
 			return 0;
 		}
 	}
@@ -938,8 +996,8 @@ static int cgr__coll(struct cgr__wctx *w, const struct cgr__coll_desc *d)
 	me->op = (int32_t)d->op;
 	me->root = d->root;
 	me->count = d->count;
-	me->send = d->send;
-	me->recv = d->recv;
+	me->send = cgr__xout(c, d->send);
+	me->recv = (void *)cgr__xout(c, d->recv);
 	me->poison = d->poison;
 	snprintf(me->msg, sizeof(me->msg), "%s",
 		 d->poison && d->poison_msg ? d->poison_msg : "");
@@ -1045,16 +1103,16 @@ static bool p2p_send_step(struct cgr__wctx *w, struct cgr__item *it)
 	struct cgr__slot *sl = &p->slot[it->idx % CGR__P2P_SLOTS];
 
 	if (it->phase == 0) {
-		sl->buf = it->d.send;
+		sl->buf = cgr__xout(c, it->d.send);
 		sl->count = it->d.count;
 		sl->dtype = (int32_t)it->d.dtype;
 		sl->poison = it->d.poison;
-		sl->msg = it->msg;
+		snprintf(sl->msg, sizeof(sl->msg), "%s", it->msg);
 		/* S0: release: the slot; pairs with the receiver's acquire of
 		 * sent (cgr__p2p_can). */
 		atomic_store_explicit(&p->sent, it->idx + 1,
 				      memory_order_release);
-		cgr__bell_ring(&c->bell);
+		cgr__bell_ring(&c->sh->bell);
 		it->phase = 1;
 		return true;
 	}
@@ -1119,7 +1177,7 @@ static bool p2p_recv_step(struct cgr__wctx *w, struct cgr__item *it)
 	} else if (it->d.count != 0) {
 		if (!cgr__move_begin(c))
 			return false; /* aborted: the wait reports it */
-		cgr__copy(it->d.recv, sl->buf,
+		cgr__copy(it->d.recv, cgr__xin(c, sl->buf),
 			  it->d.count * cgr_dtype_size(it->d.dtype));
 		cgr__move_end(c);
 	}
@@ -1129,7 +1187,7 @@ static bool p2p_recv_step(struct cgr__wctx *w, struct cgr__item *it)
 	/* T0: release: our copy out of the sender's buffer and the status;
 	 * pairs with the sender's acquire of taken. */
 	atomic_store_explicit(&p->taken, it->idx + 1, memory_order_release);
-	cgr__bell_ring(&c->bell);
+	cgr__bell_ring(&c->sh->bell);
 	it->phase = 2;
 	return true;
 }
@@ -1301,7 +1359,7 @@ static int cgr__cpu_exec(void *arg, cgr_stream *s, int err)
 	 * state is handed to its next record; pairs with D1 and with the
 	 * issuer's space check. */
 	atomic_store_explicit(&rk->done, rec->k + 1, memory_order_release);
-	cgr__bell_ring(&c->bell);
+	cgr__bell_ring(&c->sh->bell);
 	return res;
 }
 
@@ -1331,7 +1389,7 @@ static int cgr__issue(struct cgr__cpu *c, int r, struct cgr__item *items,
 
 	/* D2: acquire (in cgr__space_ready): the slot's last run is over. */
 	if (!cgr__space_ready(&dw))
-		cgr__reactor_wait(NULL, &c->bell, cgr__space_ready, &dw, NULL,
+		cgr__reactor_wait(NULL, &c->sh->bell, cgr__space_ready, &dw, NULL,
 				  CGR_WAIT_ADAPTIVE, CGR__COMM_SPIN_NS,
 				  CGR_FOREVER);
 	rec = &rk->recs[rk->issued % CGR__NREC];
@@ -1632,7 +1690,7 @@ static void cgr__cpu_destroy(cgr_comm *cc)
 			  "communicator destroyed with operations pending: "
 			  "aborting them");
 		cgr__cpu_abort(cc);
-		if (cgr__reactor_wait(NULL, &c->bell, cgr__all_done, c, NULL,
+		if (cgr__reactor_wait(NULL, &c->sh->bell, cgr__all_done, c, NULL,
 				      CGR_WAIT_BLOCK, 0,
 				      cgr__deadline(1000000000)) != 0) {
 			cgr__err(c->base.log,
@@ -1671,9 +1729,9 @@ static void cgr__cpu_destroy(cgr_comm *cc)
 		}
 	}
 	cgr__free(a, c->ranks, n * sizeof(*c->ranks), CGR_CACHELINE);
-	cgr__free(a, c->pairs, n * n * sizeof(*c->pairs), CGR_CACHELINE);
-	cgr__free(a, c->pub, n * sizeof(*c->pub), CGR_CACHELINE);
-	cgr__free(a, c->fast, 2 * n * sizeof(*c->fast), CGR_CACHELINE);
+	if (c->own_sh)
+		cgr__free(a, c->sh, cgr__cpu_shared_size((int)n),
+			  CGR_CACHELINE);
 	cgr__free(a, c, sizeof(*c), CGR_CACHELINE);
 }
 
@@ -1696,7 +1754,43 @@ static const struct cgr__comm_ops cgr__cpu_ops = {
 	.errmsg = cgr__cpu_errmsg,
 };
 
-int cgr__cpu_comm_create(cgr_ctx *ctx, int n, cgr_comm **out)
+size_t cgr__cpu_shared_size(int n)
+{
+	size_t nn = (size_t)n;
+
+	return sizeof(struct cgr__cshm) + nn * sizeof(struct cgr__rpub) +
+	       2 * nn * sizeof(struct cgr__fast) +
+	       nn * nn * sizeof(struct cgr__pair);
+}
+
+/* The shared state laid out over c->sh (set up unless attach). */
+static void cpu_shared_init(struct cgr__cpu *c, bool attach)
+{
+	size_t nn = (size_t)c->base.n;
+	unsigned char *m = (unsigned char *)c->sh + sizeof(*c->sh);
+
+	c->pub = (struct cgr__rpub *)m;
+	m += nn * sizeof(*c->pub);
+	c->fast = (struct cgr__fast *)m;
+	m += 2 * nn * sizeof(*c->fast);
+	c->pairs = (struct cgr__pair *)m;
+	if (attach)
+		return; /* the process that made it set it up */
+	atomic_init(&c->sh->aborted, 0);
+	atomic_init(&c->sh->movers, 0);
+	cgr__bell_init(&c->sh->bell);
+	for (size_t i = 0; i < 2 * nn; i++)
+		atomic_init(&c->fast[i].seq, 0);
+	for (size_t r = 0; r < nn; r++)
+		atomic_init(&c->pub[r].stage, 0);
+	for (size_t i = 0; i < nn * nn; i++) {
+		atomic_init(&c->pairs[i].sent, 0);
+		atomic_init(&c->pairs[i].taken, 0);
+	}
+}
+
+int cgr__cpu_comm_create(cgr_ctx *ctx, int n, const struct cgr__comm_shm *shm,
+			 cgr_comm **out)
 {
 	struct cgr__arena *a = &ctx->arena;
 	struct cgr__cpu *c;
@@ -1705,25 +1799,26 @@ int cgr__cpu_comm_create(cgr_ctx *ctx, int n, cgr_comm **out)
 	c = cgr__alloc(a, sizeof(*c), CGR_CACHELINE);
 	if (c == NULL)
 		return -ENOMEM;
+	memset(c, 0, sizeof(*c));
 	c->base.ops = &cgr__cpu_ops;
 	c->base.arena = a;
 	c->base.log = &ctx->log;
 	c->base.ctx = ctx;
 	c->base.n = n;
-	atomic_init(&c->aborted, 0);
-	atomic_init(&c->movers, 0);
-	cgr__bell_init(&c->bell);
-	c->pub = cgr__alloc(a, nn * sizeof(*c->pub), CGR_CACHELINE);
-	c->fast = cgr__alloc(a, 2 * nn * sizeof(*c->fast), CGR_CACHELINE);
-	c->pairs = cgr__alloc(a, nn * nn * sizeof(*c->pairs), CGR_CACHELINE);
+	if (shm != NULL) {
+		c->sh = shm->mem;
+		c->xbase = (uintptr_t)shm->seg;
+		c->xsize = shm->seg_size;
+	} else {
+		c->sh = cgr__alloc(a, cgr__cpu_shared_size(n), CGR_CACHELINE);
+		c->own_sh = true;
+	}
 	c->ranks = cgr__alloc(a, nn * sizeof(*c->ranks), CGR_CACHELINE);
-	if (c->pub == NULL || c->fast == NULL || c->pairs == NULL ||
-	    c->ranks == NULL)
+	if (c->sh == NULL || c->ranks == NULL)
 		goto nomem;
-	for (size_t i = 0; i < 2 * nn; i++)
-		atomic_init(&c->fast[i].seq, 0);
+	memset(c->ranks, 0, nn * sizeof(*c->ranks));
+	cpu_shared_init(c, shm != NULL && shm->attach);
 	for (size_t r = 0; r < nn; r++) {
-		atomic_init(&c->pub[r].stage, 0);
 		atomic_init(&c->ranks[r].done, 0);
 		/* sidx, ridx and sfree share one allocation. */
 		c->ranks[r].sidx = cgr__alloc(a, CGR__IDX_WORDS(nn) * 8, 16);
@@ -1734,10 +1829,6 @@ int cgr__cpu_comm_create(cgr_ctx *ctx, int n, cgr_comm **out)
 		for (size_t i = 0; i < nn * CGR__P2P_SLOTS; i++)
 			c->ranks[r].sfree[i] = i % CGR__P2P_SLOTS;
 	}
-	for (size_t i = 0; i < nn * nn; i++) {
-		atomic_init(&c->pairs[i].sent, 0);
-		atomic_init(&c->pairs[i].taken, 0);
-	}
 	*out = &c->base;
 	return 0;
 nomem:
@@ -1746,9 +1837,8 @@ nomem:
 			cgr__free(a, c->ranks[r].sidx, CGR__IDX_WORDS(nn) * 8,
 				  16);
 	cgr__free(a, c->ranks, nn * sizeof(*c->ranks), CGR_CACHELINE);
-	cgr__free(a, c->pairs, nn * nn * sizeof(*c->pairs), CGR_CACHELINE);
-	cgr__free(a, c->pub, nn * sizeof(*c->pub), CGR_CACHELINE);
-	cgr__free(a, c->fast, 2 * nn * sizeof(*c->fast), CGR_CACHELINE);
+	if (c->own_sh)
+		cgr__free(a, c->sh, cgr__cpu_shared_size(n), CGR_CACHELINE);
 	cgr__free(a, c, sizeof(*c), CGR_CACHELINE);
 	return -ENOMEM;
 }

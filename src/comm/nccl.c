@@ -634,9 +634,9 @@ int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,
 		c->rk[r].pool = NULL;
 		pthread_mutex_init(&c->rk[r].lock, NULL);
 	}
-	ret = cgr__cpu_comm_create(ctx, n, &c->sd);
+	ret = cgr__cpu_comm_create(ctx, n, NULL, &c->sd);
 	if (ret == 0)
-		ret = cgr__cpu_comm_create(ctx, n, &c->rd);
+		ret = cgr__cpu_comm_create(ctx, n, NULL, &c->rd);
 	for (int r = 0; r < n && ret == 0; r++)
 		ret = cgr_stream_create(ctx, dev[r], 0, &c->rk[r].own);
 	if (ret == 0)

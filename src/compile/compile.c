@@ -293,27 +293,29 @@ static int compile(struct cgr__cc *cc)
 	return ret;
 }
 
+/* The description of a graph with process workers, as the caller built
+ * it (before the compiler adds edges' collectives): what each worker
+ * process builds again. */
+struct blob {
+	void *p;
+	size_t len, cap;
+};
+
 /* The driver's segment, once compiled: the graph's description inside
  * for the worker processes, sealed.  A worker process checks that its
  * layout came out the driver's. */
-static int seg_finish(struct cgr__cc *cc, int seg_fd)
+static int seg_finish(struct cgr__cc *cc, int seg_fd, const struct blob *bl)
 {
 	cgr_graph *g = cc->g;
 	struct cgr_compiled *c = cc->c;
 	char why[sizeof(g->errmsg)];
-	void *blob;
-	size_t len, cap;
 	int ret;
 
 	if (seg_fd >= 0) {
 		ret = cgr__seg_check(c, why, sizeof(why));
 		return ret < 0 ? cgr__graph_fail(g, ret, "%s", why) : 0;
 	}
-	ret = cgr__graph_pack(g, &c->p, &blob, &len, &cap);
-	if (ret < 0)
-		return ret; /* g's errmsg says why */
-	ret = cgr__seg_seal(c, blob, len);
-	cgr__free(&g->ctx->arena, blob, cap, 64);
+	ret = cgr__seg_seal(c, bl->p, bl->len);
 	if (ret < 0)
 		return cgr__graph_fail(g, ret,
 				       "the graph's shared segment: %s",
@@ -324,8 +326,9 @@ static int seg_finish(struct cgr__cc *cc, int seg_fd)
 static int compile_graph(cgr_graph *g, const cgr_compile_params *prm,
 			 bool plan_only, int seg_fd, cgr_compiled **out)
 {
+	struct blob bl = { NULL, 0, 0 };
 	struct cgr__cc cc;
-	int ret;
+	int ret = 0;
 
 	if (g == NULL || out == NULL)
 		return -EINVAL;
@@ -342,11 +345,21 @@ static int compile_graph(cgr_graph *g, const cgr_compile_params *prm,
 	memset(&cc, 0, sizeof(cc));
 	cc.g = g;
 	cc.plan_only = plan_only;
-	ret = compiled_new(g, prm, plan_only, seg_fd, &cc.c);
+	if (!plan_only && seg_fd < 0 && graph_remote(g)) {
+		cgr_compile_params pp;
+		ret = cgr__compile_params(&pp, prm);
+		if (ret < 0)
+			return cgr__graph_fail(g, ret,
+					       "invalid compile parameters");
+		ret = cgr__graph_pack(g, &pp, &bl.p, &bl.len, &bl.cap);
+	}
+	if (ret == 0)
+		ret = compiled_new(g, prm, plan_only, seg_fd, &cc.c);
 	if (ret == 0)
 		ret = compile(&cc);
 	if (ret == 0 && cc.c->seg != NULL)
-		ret = seg_finish(&cc, seg_fd);
+		ret = seg_finish(&cc, seg_fd, &bl);
+	cgr__free(&g->ctx->arena, bl.p, bl.cap, 64);
 	if (ret < 0) {
 		if (cc.c != NULL)
 			cgr__compiled_unref(cc.c);

@@ -24,6 +24,30 @@ static bool same_use(const struct cgr__cc *cc, const struct cgr__task *t,
 	       (!t->edge || u->cp.root == t->cp.root);
 }
 
+/* A communicator for collective t's members: in a graph with process
+ * workers, a CPU one whose shared state is in the graph's segment (every
+ * process makes it in the same order, so at the same offset; the driver
+ * sets it up). */
+static int make_comm(struct cgr__cc *cc, struct cgr__task *t, cgr_comm **out)
+{
+	struct cgr_compiled *c = cc->c;
+	struct cgr__comm_shm shm;
+
+	if (c->seg == NULL)
+		return cgr_comm_create(c->ctx, t->members, t->nmembers,
+				       cc->nccl[t->id] ? CGR_BACKEND_NCCL :
+							 CGR_BACKEND_CPU,
+				       out);
+	shm.mem = cgr__c_salloc(c, cgr__cpu_shared_size((int)t->nmembers));
+	shm.seg = c->seg->shm.addr;
+	shm.seg_size = c->seg->attach ? c->seg->shm.size : c->seg->reserve;
+	shm.attach = c->seg->attach;
+	if (shm.mem == NULL)
+		return -ENOMEM;
+	return cgr__comm_create_shared(c->ctx, t->members, t->nmembers, &shm,
+				       out);
+}
+
 /* The communicator collective t uses: the user's, or one made for its
  * member set and use. */
 static int coll_comm(struct cgr__cc *cc, struct cgr__task *t, cgr_comm **out)
@@ -36,10 +60,7 @@ static int coll_comm(struct cgr__cc *cc, struct cgr__task *t, cgr_comm **out)
 		if (same_use(cc, t, cc->comm_owner[i]))
 			comm = c->comms[i];
 	if (comm == NULL) {
-		ret = cgr_comm_create(c->ctx, t->members, t->nmembers,
-				      cc->nccl[t->id] ? CGR_BACKEND_NCCL :
-							CGR_BACKEND_CPU,
-				      &comm);
+		ret = make_comm(cc, t, &comm);
 		if (ret < 0)
 			cgr__graph_fail(cc->g, ret,
 					"%s %s: its communicator could not be "

@@ -459,15 +459,15 @@ static int coll_scratch(struct cgr_compiled *c, struct cgr__coll_rt *cr)
 		return -ENOMEM;
 	if (k == 1 && cr->edge) {
 		/* Lists over a device edge: their tensors travel packed. */
-		cr->bucket_in = cgr__c_alloc(c, cr->cap);
-		cr->bucket_out = cgr__c_alloc(c, cr->cap);
+		cr->bucket_in = cgr__c_salloc(c, cr->cap);
+		cr->bucket_out = cgr__c_salloc(c, cr->cap);
 		return cr->bucket_in && cr->bucket_out ? 0 : -ENOMEM;
 	}
 	if (k == 1)
 		return 0;
 	cr->verdicts = cgr__c_alloc(c, k * sizeof(struct cgr__verdict));
-	cr->bucket_in = cgr__c_alloc(c, k * cr->cap);
-	cr->bucket_out = cgr__c_alloc(
+	cr->bucket_in = cgr__c_salloc(c, k * cr->cap);
+	cr->bucket_out = cgr__c_salloc(
 		c, k * cr->cap * (cr->kind == CGR_COLL_ALLGATHER ? n : 1));
 	return cr->verdicts && cr->bucket_in && cr->bucket_out ? 0 : -ENOMEM;
 }
@@ -562,6 +562,13 @@ static int lower_task(struct pl *pl, struct cgr__task *t)
 	tc->nout = t->nout;
 	tc->fn = t->fn;
 	tc->arg = t->arg;
+	if (t->arg_data != NULL) {
+		/* The graph may go once compiled: the copy's copy. */
+		tc->arg = cgr__c_alloc(c, t->arg_len);
+		if (tc->arg == NULL)
+			return -ENOMEM;
+		memcpy(tc->arg, t->arg_data, t->arg_len);
+	}
 	tc->prog = p;
 	tc->stream = (t->flags & CGR_TASK_STREAM) != 0;
 	tc->device = (t->flags & CGR_TASK_DEVICE) != 0;
@@ -666,7 +673,7 @@ static int lower_members(struct cgr__cc *cc)
 		if (!t->coll)
 			continue;
 		bs = cgr__board_size(t->nmembers, t->cp.ntensors, c->nslots);
-		cc->boards[t->id] = cgr__c_alloc(c, bs);
+		cc->boards[t->id] = cgr__c_salloc(c, bs);
 		if (cc->boards[t->id] == NULL)
 			return -ENOMEM;
 		cgr__board_init(cc->boards[t->id], t->nmembers,

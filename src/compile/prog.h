@@ -274,6 +274,7 @@ struct cgr__gseg {
 	struct cgr__shm shm;
 	size_t used;  /* bytes handed out, header included */
 	size_t cap;   /* driver: the file's size now */
+	size_t reserve; /* driver: the address space reserved */
 	size_t total; /* worker process: the driver's used */
 	bool attach;  /* worker process: the layout is the driver's */
 };

@@ -48,6 +48,7 @@ int cgr__seg_create(struct cgr_compiled *c)
 		return -errno;
 	s->shm.addr = base;
 	s->shm.size = SEG_RESERVE;
+	s->reserve = SEG_RESERVE;
 	s->used = SEG_HDR;
 	return 0;
 }

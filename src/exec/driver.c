@@ -38,13 +38,15 @@ static int check_procs(cgr_graph *g)
 			if (cgr__proc_dead(w, &why))
 				return cgr__graph_fail(g, CGR_EPEERDEAD,
 						       "%s: %s", t->name, why);
-			if (t->coll || (t->flags & CGR_TASK_DEVICE))
+			if ((t->flags & CGR_TASK_DEVICE) ||
+			    (t->coll && (t->cp.comm != NULL ||
+					 t->cp.backend == CGR_BACKEND_NCCL)))
 				return cgr__graph_fail(
 					g, -ENOTSUP,
-					"%s %s on process worker %s: "
-					"collectives, device edges and device "
-					"tasks are not supported on process "
-					"workers yet",
+					"%s %s on process worker %s: device "
+					"tasks, NCCL and communicators of "
+					"the caller's are not supported on "
+					"process workers yet",
 					cgr__coll_name(t->coll), t->name,
 					w->name);
 		}

@@ -40,6 +40,7 @@ extern char **environ;
 
 /* A graph the monitor fails when one of its worker processes dies. */
 struct cgr__pgraph {
+	cgr_compiled *c;
 	struct cgr__gctl *ctl;
 	uint32_t nbells; /* the driver's count, not the shared one */
 	cgr_worker **ws; /* its process workers */
@@ -129,6 +130,10 @@ static void fail_graph(struct cgr__pgraph *g, cgr_worker *w)
 	cgr__bell_ring_force(&ctl->drv.b);
 	for (uint32_t i = 0; i < g->nbells; i++)
 		cgr__bell_ring_force(&ctl->bells[i].b);
+	/* Collectives in progress fail on every surviving member (the
+	 * abort flag is shared with every process). */
+	for (size_t i = 0; i < g->c->nused_comms; i++)
+		cgr_comm_abort(g->c->used_comms[i]);
 }
 
 /* Process w ended.  Under procs->lock. */
@@ -600,6 +605,7 @@ static int pgraph_on(cgr_compiled *c)
 		return -ENOMEM;
 	}
 	pg->nws = graph_procs(c, pg->ws);
+	pg->c = c;
 	pg->ctl = c->ctl;
 	pg->nbells = c->ctl->nbells; /* made here, by the driver */
 	c->pg = pg;

@@ -36,11 +36,16 @@ struct blob_node {
 	uint64_t clen; /* CONST: bytes of its slot that follow */
 };
 
+/* Followed by name_len, fn_len and arg_len bytes, nin input ids and
+ * nmembers worker indices (each 8-aligned). */
 struct blob_task {
-	uint32_t worker, flags;
+	uint32_t worker, flags; /* a plain task's */
 	uint64_t max_out;
 	uint32_t nin, nout;
-	uint32_t name_len, fn_len; /* bytes that follow (no NUL) */
+	uint32_t name_len, fn_len, arg_len, nmembers;
+	/* A collective (coll: its kind, 0 for a plain task): its params. */
+	int32_t coll, op, root, static_shape, overlap, backend;
+	uint64_t ntensors;
 };
 
 struct blob_worker {
@@ -110,37 +115,64 @@ static const char *export_of(const cgr_ctx *ctx, cgr_task_fn fn)
 	return NULL;
 }
 
+/* A plain task of a process worker must cross: its function by name, no
+ * pointer arg.  *fn: its exported name ("" on other workers). */
+static int task_crosses(cgr_graph *g, const struct cgr__task *t,
+			const char **fn)
+{
+	*fn = "";
+	if (t->coll || !t->w->remote)
+		return 0;
+	*fn = export_of(g->ctx, t->fn);
+	if (*fn == NULL)
+		return cgr__graph_fail(g, -EINVAL,
+				       "task %s on process worker %s: its "
+				       "function is not in "
+				       "cgr_ctx_params.exports",
+				       t->name, t->w->name);
+	if (t->arg != NULL)
+		return cgr__graph_fail(g, -EINVAL,
+				       "task %s on process worker %s: a "
+				       "pointer arg cannot cross processes "
+				       "(give its bytes as arg_data)",
+				       t->name, t->w->name);
+	return 0;
+}
+
 static int pack_task(cgr_graph *g, struct wbuf *b, const struct cgr__task *t)
 {
-	const char *fn = "";
 	struct blob_task bt = { 0 };
+	const char *fn;
+	int ret = task_crosses(g, t, &fn);
 
-	if (t->w->remote) {
-		fn = export_of(g->ctx, t->fn);
-		if (fn == NULL)
-			return cgr__graph_fail(g, -EINVAL,
-					       "task %s on process worker %s: "
-					       "its function is not in "
-					       "cgr_ctx_params.exports",
-					       t->name, t->w->name);
-		if (t->arg != NULL)
-			return cgr__graph_fail(g, -EINVAL,
-					       "task %s on process worker %s: "
-					       "a task's arg cannot cross "
-					       "processes (give it NULL)",
-					       t->name, t->w->name);
-	}
-	bt.worker = t->w->index;
+	if (ret < 0)
+		return ret;
+	bt.worker = t->coll ? 0 : t->w->index;
 	bt.flags = t->flags;
 	bt.max_out = t->max_out_bytes;
 	bt.nin = (uint32_t)t->nin;
 	bt.nout = (uint32_t)t->nout;
 	bt.name_len = (uint32_t)strlen(t->name);
 	bt.fn_len = (uint32_t)strlen(fn);
+	bt.arg_len = (uint32_t)t->arg_len;
+	bt.nmembers = t->coll ? (uint32_t)t->nmembers : 0;
+	bt.coll = t->coll;
+	bt.op = t->cp.op;
+	bt.root = t->cp.root;
+	bt.static_shape = t->cp.static_shape;
+	bt.overlap = t->cp.overlap;
+	bt.backend = t->cp.backend;
+	bt.ntensors = t->cp.ntensors;
 	put(b, &bt, sizeof(bt));
 	put(b, t->name, bt.name_len);
 	put(b, fn, bt.fn_len);
+	put(b, t->arg_data, bt.arg_len);
 	put_ids(b, t->in, t->nin);
+	for (size_t i = 0; i < bt.nmembers; i++) {
+		uint32_t wi = t->members[i]->index;
+		put_raw(b, &wi, sizeof(wi));
+	}
+	put(b, NULL, 0);
 	return 0;
 }
 
@@ -276,7 +308,9 @@ struct unpack {
 	const void **cdata;	     /* nnodes: a constant's slot */
 	const struct blob_task **bt; /* ntasks */
 	const char **tname, **tfn;   /* ntasks */
+	const void **targ;	     /* ntasks */
 	const uint32_t **ins;	     /* ntasks */
+	const uint32_t **mem;	     /* ntasks: a collective's members */
 	const uint32_t *outs;	     /* noutputs */
 	const struct blob_worker *bw; /* nworkers */
 	cgr_worker **ws;	      /* nworkers, from the caller */
@@ -324,13 +358,26 @@ static int read_tasks(struct unpack *u)
 				   "outputs, a name of %u bytes",
 				   ti, bt->worker, u->h->nworkers, bt->nin,
 				   bt->nout, bt->name_len);
+		if (bt->nmembers > CGR_MAX_RANKS || bt->arg_len > (1u << 20) ||
+		    (bt->coll != 0) != (bt->nmembers != 0))
+			return bad(r, "task %u: %u members of a collective of "
+				      "kind %d, %u arg bytes",
+				   ti, bt->nmembers, bt->coll, bt->arg_len);
 		u->bt[ti] = bt;
 		u->tname[ti] = get(r, bt->name_len, "a task's name");
 		u->tfn[ti] = get(r, bt->fn_len, "a task's function");
+		u->targ[ti] = get(r, bt->arg_len, "a task's arg");
 		u->ins[ti] = get(r, (size_t)bt->nin * sizeof(uint32_t),
 				 "a task's inputs");
+		u->mem[ti] = get(r, (size_t)bt->nmembers * sizeof(uint32_t),
+				 "a collective's members");
 		if (r->err)
 			return r->err;
+		for (uint32_t i = 0; i < bt->nmembers; i++)
+			if (u->mem[ti][i] >= u->h->nworkers)
+				return bad(r, "task %u: member %u is worker %u "
+					      "of %u",
+					   ti, i, u->mem[ti][i], u->h->nworkers);
 		for (uint32_t i = 0; i < bt->nin; i++)
 			if (u->ins[ti][i] != NO_NODE &&
 			    u->ins[ti][i] >= u->h->nnodes)
@@ -348,6 +395,50 @@ static int read_tasks(struct unpack *u)
 	return r->err;
 }
 
+/* Collective ti again (its inputs made already: they come first). */
+static int make_coll(struct unpack *u, uint32_t ti, const char *name,
+		     cgr_node **first)
+{
+	const struct blob_task *bt = u->bt[ti];
+	cgr_coll_params cp = CGR_COLL_PARAMS_INIT;
+	cgr_worker *m[CGR_MAX_RANKS];
+	cgr_node **io;
+	size_t nb = (bt->nin + bt->nout + 1) * sizeof(*io);
+	int ret = 0;
+
+	cp.name = name;
+	cp.kind = bt->coll;
+	cp.op = (cgr_redop)bt->op;
+	cp.root = bt->root;
+	cp.static_shape = bt->static_shape;
+	cp.max_out_bytes = bt->max_out;
+	cp.ntensors = bt->ntensors;
+	cp.overlap = bt->overlap;
+	cp.backend = bt->backend;
+	for (uint32_t i = 0; i < bt->nmembers; i++)
+		m[i] = u->ws[u->mem[ti][i]];
+	io = cgr__alloc(&u->g->ctx->arena, nb, 16);
+	if (io == NULL)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < bt->nin && ret == 0; i++) {
+		uint32_t id = u->ins[ti][i];
+		io[i] = id != NO_NODE ? u->nodes[id] : NULL;
+		if (io[i] == NULL)
+			ret = bad(u->r, "collective %s: input %u (node %u) "
+					"comes after it",
+				  name, i, id);
+	}
+	if (ret == 0)
+		ret = cgr_graph_collective(u->g, &cp, m, bt->nmembers, io,
+					   bt->nin, io + bt->nin, bt->nout);
+	*first = ret == 0 ? io[bt->nin] : NULL;
+	cgr__free(&u->g->ctx->arena, io, nb, 16);
+	if (ret < 0 && u->r->err == 0)
+		return bad(u->r, "collective %s: %s", name,
+			   cgr_graph_errmsg(u->g));
+	return ret;
+}
+
 /* Task ti again, on the caller's worker; *first gets its first output. */
 static int make_task(struct unpack *u, uint32_t ti, cgr_node **first)
 {
@@ -360,7 +451,11 @@ static int make_task(struct unpack *u, uint32_t ti, cgr_node **first)
 
 	memcpy(name, u->tname[ti], bt->name_len);
 	name[bt->name_len] = 0;
+	if (bt->coll)
+		return make_coll(u, ti, name, first);
 	d.name = name;
+	d.arg_data = u->targ[ti];
+	d.arg_len = bt->arg_len;
 	d.max_out_bytes = bt->max_out;
 	d.flags = bt->flags;
 	d.fn = w->remote ? task_stub :
@@ -428,7 +523,7 @@ static int build(struct unpack *u)
 		return bad(u->r, "%u tasks of %u", ti, u->h->ntasks);
 	ti = 0;
 	for (struct cgr__task *t = u->g->tasks; t != NULL; t = t->next, ti++)
-		for (size_t i = 0; i < t->nin; i++)
+		for (size_t i = 0; !t->coll && i < t->nin; i++)
 			if (u->ins[ti][i] != NO_NODE)
 				t->in[i] = u->nodes[u->ins[ti][i]];
 	return 0;
@@ -453,7 +548,7 @@ static int unpack_outputs(struct unpack *u)
 static size_t tables_size(const struct blob_hdr *h)
 {
 	return (size_t)h->nnodes * (2 * sizeof(void *) + sizeof(cgr_node *)) +
-	       (size_t)h->ntasks * 4 * sizeof(void *) +
+	       (size_t)h->ntasks * 6 * sizeof(void *) +
 	       (size_t)h->nworkers * sizeof(cgr_worker *) + 64;
 }
 
@@ -468,7 +563,9 @@ static void tables_init(struct unpack *u, void *mem)
 	u->bt = (const struct blob_task **)p, p += h->ntasks;
 	u->tname = (const char **)p, p += h->ntasks;
 	u->tfn = (const char **)p, p += h->ntasks;
+	u->targ = (const void **)p, p += h->ntasks;
 	u->ins = (const uint32_t **)p, p += h->ntasks;
+	u->mem = (const uint32_t **)p, p += h->ntasks;
 	u->ws = (cgr_worker **)p;
 }
 

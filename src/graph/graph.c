@@ -48,6 +48,7 @@ static void cgr__task_free(cgr_graph *g, struct cgr__task *t)
 	struct cgr__arena *a = &g->ctx->arena;
 
 	cgr__strfree(a, t->name);
+	cgr__free(a, t->arg_data, t->arg_len, 64);
 	cgr__free(a, t->in, t->nin * sizeof(*t->in), 16);
 	cgr__free(a, t->out, t->nout * sizeof(*t->out), 16);
 	cgr__free(a, t->members, t->nmembers * sizeof(*t->members), 16);
@@ -140,6 +141,20 @@ int cgr_graph_const(cgr_graph *g, const cgr_value *v, cgr_node **out)
 	return 0;
 }
 
+/* d's arg_data, copied into task. */
+static int task_arg_copy(struct cgr__arena *a, struct cgr__task *task,
+			 const cgr_task_desc *d)
+{
+	if (d->arg_len == 0)
+		return 0;
+	task->arg_data = cgr__alloc(a, d->arg_len, 64);
+	if (task->arg_data == NULL)
+		return -ENOMEM;
+	memcpy(task->arg_data, d->arg_data, d->arg_len);
+	task->arg_len = d->arg_len;
+	return 0;
+}
+
 int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
 		   cgr_node *const *in, size_t nin, cgr_node **out,
 		   size_t nout)
@@ -154,7 +169,9 @@ int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
 		return -EINVAL;
 	CGR__PARAMS_COPY(d, t, ((cgr_task_desc)CGR_TASK_DESC_INIT));
 	if (d.fn == NULL ||
-	    (d.flags & ~(unsigned)(CGR_TASK_STREAM | CGR_TASK_DEVICE)) != 0)
+	    (d.flags & ~(unsigned)(CGR_TASK_STREAM | CGR_TASK_DEVICE)) != 0 ||
+	    (d.arg_len > 0 && (d.arg_data == NULL || d.arg != NULL)) ||
+	    d.arg_len > (1u << 20))
 		return -EINVAL;
 	if (g->compiled)
 		return cgr__graph_fail(g, CGR_ECOMPILED,
@@ -190,6 +207,10 @@ int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
 			task->in = NULL;
 	task->fn = d.fn;
 	task->arg = d.arg;
+	if (task_arg_copy(a, task, &d) < 0) {
+		cgr__task_free(g, task);
+		return -ENOMEM;
+	}
 	task->max_out_bytes = d.max_out_bytes;
 	task->flags = d.flags;
 	task->w = w;
@@ -349,9 +370,9 @@ static int coll_check_nodes(cgr_graph *g, const char *name,
 }
 
 /* The collective's task and its output nodes (checked already). */
-static int coll_add(cgr_graph *g, cgr_coll_params *cp,
-		    cgr_worker *const *members, size_t n, cgr_node *const *in,
-		    size_t nin, cgr_node **out, size_t nout)
+int cgr__coll_add(cgr_graph *g, cgr_coll_params *cp,
+		  cgr_worker *const *members, size_t n, cgr_node *const *in,
+		  size_t nin, cgr_node **out, size_t nout)
 {
 	struct cgr__arena *a = &g->ctx->arena;
 	struct cgr__task *task = cgr__alloc(a, sizeof(*task), 16);
@@ -441,7 +462,7 @@ int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
 	ret = coll_check_nodes(g, cp.name, members, n, in, nin);
 	if (ret < 0)
 		return ret;
-	return coll_add(g, &cp, members, n, in, nin, out, nout);
+	return cgr__coll_add(g, &cp, members, n, in, nin, out, nout);
 }
 
 int cgr_graph_allreduce(cgr_graph *g, cgr_node *const *in, size_t n,

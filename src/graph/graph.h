@@ -53,6 +53,8 @@ struct cgr__task {
 	char *name;
 	cgr_task_fn fn;
 	void *arg;
+	void *arg_data; /* cgr_task_desc.arg_data, copied (arg NULL) */
+	size_t arg_len;
 	size_t max_out_bytes;
 	unsigned flags; /* enum cgr_task_flags */
 	cgr_worker *w;
@@ -78,9 +80,17 @@ struct cgr_graph {
 int cgr__graph_fail(cgr_graph *g, int err, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* Adds a collective as checked (cgr_graph_collective's last step; the
+ * rebuild of a worker process's graph uses it directly, its inputs set
+ * after: in may hold NULLs).  cp->name is taken. */
+int cgr__coll_add(cgr_graph *g, cgr_coll_params *cp,
+		  cgr_worker *const *members, size_t n, cgr_node *const *in,
+		  size_t nin, cgr_node **out, size_t nout);
+
 /* graph/blob.c: the description of g a worker process compiles again
- * (*out: *len bytes in arena memory of *cap bytes).  Fails (g's errmsg) when a task of
- * a process worker has no exported function or has an arg. */
+ * (*out: *len bytes in arena memory of *cap bytes), taken before the
+ * compiler adds to it.  Fails (g's errmsg) when a task of a process
+ * worker has no exported function or has an arg. */
 int cgr__graph_pack(cgr_graph *g, const cgr_compile_params *p, void **out,
 		    size_t *len, size_t *cap);
 /* A worker process's side: the graph of blob (len bytes, untrusted: every
