@@ -33,6 +33,13 @@
 
 static cgr_ctx *ctx;
 static cgr_worker *W[4];
+
+/* A task's parameters: by pointer, or by value for process workers. */
+#ifdef T_PROCESS_WORKERS
+#define T_ARG(d, p) ((d).arg_data = (p), (d).arg_len = sizeof(*(p)))
+#else
+#define T_ARG(d, p) ((d).arg = (p))
+#endif
 /* Every graph compiles with these: the suite runs without, then with
  * overlap (collectives on a communication stream per worker). */
 static cgr_compile_params G_PP = CGR_COMPILE_PARAMS_INIT;
@@ -125,7 +132,8 @@ static void add_fills(cgr_graph *g, cgr_node *x, struct fill *f, int n,
 {
 	for (int r = 0; r < n; r++) {
 		cgr_task_desc d = CGR_TASK_DESC_INIT;
-		d.name = "fill", d.fn = fn, d.arg = &f[r], d.flags = flags;
+		d.name = "fill", d.fn = fn, d.flags = flags;
+		T_ARG(d, &f[r]);
 		cgr_graph_task(g, W[r], &d, &x, 1, &ins[r], 1);
 	}
 }
@@ -383,7 +391,8 @@ static void nccl_inprogress(int polls)
  * task: in the agreement, or with static shapes (after a first
  * execution) inside the communicator, on NCCL with their operations
  * enqueued on their devices.  m[2] is abandoned. */
-static void check_teardown(cgr_worker *m0, cgr_worker *m1, cgr_worker *m2,
+static __attribute__((unused)) void
+check_teardown(cgr_worker *m0, cgr_worker *m1, cgr_worker *m2,
 			   bool stat)
 {
 	cgr_worker *m[3] = { m0, m1, m2 };
@@ -407,7 +416,7 @@ static void check_teardown(cgr_worker *m0, cgr_worker *m1, cgr_worker *m2,
 		f[r] = (struct fill){ r, 3, -1, -1 };
 		d.name = r == stuck ? "gated" : "fill";
 		d.fn = r == stuck ? gated_fn : fill_fn;
-		d.arg = &f[r];
+		T_ARG(d, &f[r]);
 		d.flags = G_TASK_FLAGS;
 		cgr_graph_task(g, m[r], &d, &x, 1, &ins[r], 1);
 	}
@@ -511,7 +520,8 @@ static void check_ddp(long iters, int64_t sim_ns)
 	for (int r = 0; r < 2; r++) {
 		cgr_task_desc d = CGR_TASK_DESC_INIT;
 		cgr_node *o[2];
-		d.name = "backward", d.fn = grad_fn, d.arg = &f[r];
+		d.name = "backward", d.fn = grad_fn;
+		T_ARG(d, &f[r]);
 		d.flags = G_TASK_FLAGS;
 		cgr_graph_task(g, W[r], &d, &x, 1, o, 2);
 		gr[0][r] = o[0], gr[1][r] = o[1];
@@ -583,7 +593,8 @@ static void check_sim_teardown(void)
 	cgr_graph_input(g, 0, &x);
 	for (int i = 0; i < 2; i++) {
 		cgr_task_desc d = CGR_TASK_DESC_INIT;
-		d.fn = fill_fn, d.arg = &f[i];
+		d.fn = fill_fn;
+		T_ARG(d, &f[i]);
 		d.flags = G_TASK_FLAGS;
 		cgr_graph_task(g, W[i], &d, &x, 1, &a[i], 1);
 	}
@@ -636,7 +647,8 @@ static cgr_node *aff(cgr_graph *g, cgr_worker *w, const char *name,
 {
 	cgr_task_desc d = CGR_TASK_DESC_INIT;
 	cgr_node *n;
-	d.name = name, d.fn = aff_fn, d.arg = a;
+	d.name = name, d.fn = aff_fn;
+	T_ARG(d, a);
 	cgr_graph_task(g, w, &d, in, nin, &n, 1);
 	return n;
 }
@@ -807,7 +819,8 @@ static void check_bucket(int kind, long iters)
 	for (int r = 0; r < n; r++) {
 		cgr_task_desc d = CGR_TASK_DESC_INIT;
 		f[r] = (struct fill){ r, 0, r == 1 ? 4 : -1, -1 };
-		d.name = "fill3", d.fn = fill3_fn, d.arg = &f[r];
+		d.name = "fill3", d.fn = fill3_fn;
+		T_ARG(d, &f[r]);
 		d.flags = G_TASK_FLAGS;
 		cgr_graph_task(g, W[r], &d, &x, 1, &ins[r * k], (size_t)k);
 	}
@@ -888,7 +901,8 @@ static void check_device_edge(unsigned flags, long iters)
 	cgr_graph_create(ctx, &g);
 	cgr_graph_input(g, 0, &x);
 	cgr_task_desc d = CGR_TASK_DESC_INIT;
-	d.name = "make", d.fn = fill_fn, d.arg = &f;
+	d.name = "make", d.fn = fill_fn;
+	T_ARG(d, &f);
 	d.flags = G_TASK_FLAGS;
 	cgr_graph_task(g, W[0], &d, &x, 1, &v, 1);
 	t_is(cgr_node_set_transport(v, CGR_TRANSPORT_DEVICE, flags), 0,
@@ -967,7 +981,8 @@ static void check_edge_group(long iters)
 	cgr_graph_create(ctx, &g);
 	cgr_graph_input(g, 0, &x);
 	cgr_task_desc d = CGR_TASK_DESC_INIT;
-	d.name = "make3", d.fn = fill3_fn, d.arg = &f;
+	d.name = "make3", d.fn = fill3_fn;
+	T_ARG(d, &f);
 	d.flags = G_TASK_FLAGS;
 	cgr_graph_task(g, W[0], &d, &x, 1, v, 3);
 	cgr_node_set_transport(v[0], CGR_TRANSPORT_DEVICE, 0);
@@ -1092,7 +1107,7 @@ static int mixed_check_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	return 0;
 }
 
-static void check_mixed(long iters)
+static __attribute__((unused)) void check_mixed(long iters)
 {
 	cgr_graph *g;
 	cgr_compiled *c;
@@ -1167,7 +1182,8 @@ static int try_allreduce(cgr_worker *a, cgr_worker *b, unsigned dev0,
 	cgr_graph_input(g, 0, &x);
 	for (int r = 0; r < 2; r++) {
 		cgr_task_desc d = CGR_TASK_DESC_INIT;
-		d.name = "fill", d.fn = fill_fn, d.arg = &f[r];
+		d.name = "fill", d.fn = fill_fn;
+		T_ARG(d, &f[r]);
 		d.flags = fl[r];
 		cgr_graph_task(g, m[r], &d, &x, 1, &in[r], 1);
 	}
@@ -1432,11 +1448,24 @@ static void check_device_failure(void)
 }
 #endif
 
+#ifdef T_PROCESS_WORKERS
+static const cgr_export exports[] = {
+	{ "fill", fill_fn, NULL, NULL },   { "fill3", fill3_fn, NULL, NULL },
+	{ "grad", grad_fn, NULL, NULL },   { "sum", sum_fn, NULL, NULL },
+	{ "aff", aff_fn, NULL, NULL },	   { "gated", gated_fn, NULL, NULL },
+	{ NULL, NULL, NULL, NULL },
+};
+#endif
+
 int main(int argc, char **argv)
 {
 	long it = t_scale(200);
 	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
 
+#ifdef T_PROCESS_WORKERS
+	cgr_worker_main(argc, argv, exports);
+	cp.exports = exports;
+#endif
 	t_init(argc, argv, 240);
 #ifdef CGR_FAKE_NCCL
 	setenv("FAKE_CUDA_NDEV", "4", 1);
@@ -1463,6 +1492,10 @@ int main(int argc, char **argv)
 #ifdef CGR_FAKE_NCCL
 			wp.device = i;
 #endif
+#ifdef T_PROCESS_WORKERS
+			if (i % 2 == 1)
+				wp.kind = CGR_WORKER_PROCESS;
+#endif
 			if (cgr_worker_create(ctx, &wp, &W[i]) != 0) {
 				printf("Bail out! no worker %d\n", i);
 				return 1;
@@ -1484,7 +1517,9 @@ int main(int argc, char **argv)
 		check_device_edge(0, t_scale(500));
 		check_edge_group(t_scale(300));
 		check_device_edge(CGR_EDGE_STATIC_SHAPE, 12);
-		check_mixed(t_scale(300));
+#ifndef T_PROCESS_WORKERS
+		check_mixed(t_scale(300)); /* lists */
+#endif
 		check_ddp(t_scale(1000), 0);
 #ifdef CGR_FAKE_NCCL
 		check_refusals();
@@ -1499,9 +1534,11 @@ int main(int argc, char **argv)
 		check_cyclic(t_scale(1000));
 		check_1f1b(2, 2, t_scale(1000));
 		check_1f1b(4, 8, t_scale(1000));
+#ifndef T_PROCESS_WORKERS
 		/* Last: each abandons a worker (w2, then w3). */
 		check_teardown(W[0], W[1], W[2], false);
 		check_teardown(W[0], W[1], W[3], true);
+#endif
 #ifdef CGR_FAKE_NCCL
 		check_model(ov ? "overlap on, after teardown" :
 				 "overlap off, after teardown");

@@ -20,6 +20,24 @@ void cgr__port_init(struct cgr__port *p, void *mem, size_t want,
 	memset(p->mem, 0, p->slot_bytes * nslots);
 }
 
+void cgr__port_attach(struct cgr__port *p, void *mem, size_t want,
+		      uint32_t nslots, const char *name)
+{
+	const volatile unsigned char *m = mem;
+	size_t n;
+
+	p->cap = cgr__port_cap(want);
+	p->slot_bytes = CGR__SLOT_HDR + p->cap;
+	p->nslots = nslots;
+	p->mask = nslots - 1;
+	snprintf(p->name, sizeof(p->name), "%s", name);
+	p->mem = mem;
+	/* Map every page now (a read: the memory is another process's). */
+	n = p->slot_bytes * nslots;
+	for (size_t i = 0; i < n; i += 4096)
+		(void)m[i];
+}
+
 static uint32_t chan_count(uint32_t nslots)
 {
 	return nslots < 2 ? 2 : nslots;
@@ -31,10 +49,12 @@ size_t cgr__chan_memsize(uint32_t nslots)
 }
 
 int cgr__chan_init(struct cgr__chan *ch, void *mem, size_t memsize,
-		   uint32_t nslots, unsigned port, struct cgr_bell *reader_bell)
+		   uint32_t nslots, unsigned port, struct cgr_bell *reader_bell,
+		   bool attach)
 {
-	int ret = cgr__ring_init(mem, memsize, chan_count(nslots),
-				sizeof(struct cgr__msg), 0);
+	int ret = attach ? 0 :
+			   cgr__ring_init(mem, memsize, chan_count(nslots),
+					  sizeof(struct cgr__msg), 0);
 
 	if (ret == 0)
 		ret = cgr__ring_attach(&ch->prod, mem, memsize,

@@ -92,6 +92,9 @@ static inline size_t cgr__port_memsize(size_t want, uint32_t nslots)
  * would be a page fault, the kernel allocating on the hot path. */
 void cgr__port_init(struct cgr__port *p, void *mem, size_t want,
 		    uint32_t nslots, const char *name);
+/* The same over slots another process laid out (read, not written). */
+void cgr__port_attach(struct cgr__port *p, void *mem, size_t want,
+		      uint32_t nslots, const char *name);
 
 static inline struct cgr__slot_hdr *cgr__port_slot(const struct cgr__port *p,
 						  uint64_t seq)
@@ -134,9 +137,12 @@ struct cgr__chan {
 size_t cgr__chan_memsize(uint32_t nslots);
 
 /* Sets up ch over mem (cgr__chan_memsize(nslots) bytes) for port `port`,
- * read by the owner of reader_bell.  Returns 0 or -EINVAL. */
+ * read by the owner of reader_bell; attach: the ring in mem was set up
+ * by another process (checked, not written).  Returns 0, -EINVAL or
+ * CGR_ECORRUPT. */
 int cgr__chan_init(struct cgr__chan *ch, void *mem, size_t memsize,
-		   uint32_t nslots, unsigned port, struct cgr_bell *reader_bell);
+		   uint32_t nslots, unsigned port, struct cgr_bell *reader_bell,
+		   bool attach);
 
 int cgr__chan_write_wait(struct cgr__chan *ch, uint64_t seq,
 			 const _Atomic uint32_t *cancel, int64_t timeout_ns);

@@ -155,8 +155,8 @@ static struct cgr__gctl *ctl_new(struct cgr_compiled *c, unsigned nworkers)
 	struct cgr__gctl *ctl = cgr__c_salloc(
 		c, sizeof(*ctl) + nworkers * sizeof(ctl->bells[0]));
 
-	if (ctl == NULL)
-		return NULL;
+	if (ctl == NULL || cgr__c_attached(c))
+		return ctl; /* a worker process: the driver's, as it is */
 	atomic_init(&ctl->stop, 0);
 	atomic_init(&ctl->gone, 0);
 	atomic_init(&ctl->admitted, 0);

@@ -142,7 +142,10 @@ static int port_init(struct cgr_compiled *c, struct cgr__port *p,
 
 	if (mem == NULL)
 		return -ENOMEM;
-	cgr__port_init(p, mem, want, nslots, name);
+	if (shared && cgr__c_attached(c))
+		cgr__port_attach(p, mem, want, nslots, name);
+	else
+		cgr__port_init(p, mem, want, nslots, name);
 	p->dev = CGR_DEVICE_NONE;
 	return 0;
 }
@@ -300,7 +303,8 @@ static int make_chans(struct cgr__cc *cc)
 		ret = cgr__chan_init(
 		    &c->chans[i], mem, rsize, c->nslots, cc->ch_port[i],
 		    cc->ch_w[i] != NULL ? cgr__wbell(c, cc->ch_w[i])
-					: cgr__drv_bell(c));
+					: cgr__drv_bell(c),
+		    cgr__c_attached(c));
 		if (ret < 0)
 			return ret;
 	}
@@ -676,7 +680,8 @@ static int lower_members(struct cgr__cc *cc)
 		cc->boards[t->id] = cgr__c_salloc(c, bs);
 		if (cc->boards[t->id] == NULL)
 			return -ENOMEM;
-		cgr__board_init(cc->boards[t->id], t->nmembers,
+		if (!cgr__c_attached(c))
+			cgr__board_init(cc->boards[t->id], t->nmembers,
 				t->cp.ntensors, c->nslots, bells);
 	}
 	return 0;

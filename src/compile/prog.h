@@ -366,6 +366,14 @@ static inline void cgr__c_acquire(const struct cgr_compiled *c)
 		cgr__xproc_acquire(c->ctl);
 }
 
+/* Whether c's shared memory was laid out by another process (a worker
+ * process compiling over the driver's segment): set up already, to be
+ * checked, not written. */
+static inline bool cgr__c_attached(const struct cgr_compiled *c)
+{
+	return c->seg != NULL && c->seg->attach;
+}
+
 /* Memory every process running c shares (its segment, when it has
  * process workers; else as cgr__c_alloc); NULL when out of it. */
 void *cgr__c_salloc(struct cgr_compiled *c, size_t size);

@@ -29,6 +29,7 @@ struct agraph {
 	uint64_t gid;
 	cgr_graph *g;
 	cgr_compiled *c;
+	bool started; /* its program was posted */
 	struct agraph *next;
 };
 
@@ -227,8 +228,14 @@ static int graph_end(struct agent *a, struct agraph **pp, int64_t timeout)
 	int ret;
 
 	*pp = ag->next;
-	ret = cgr_compiled_teardown(ag->c, timeout);
-	cgr_compiled_destroy(ag->c);
+	if (!ag->started) {
+		/* Dropped before it ran: nothing to stop. */
+		cgr__compiled_unref(ag->c);
+		ret = 0;
+	} else {
+		ret = cgr_compiled_teardown(ag->c, timeout);
+		cgr_compiled_destroy(ag->c);
+	}
 	cgr_graph_destroy(ag->g);
 	cgr__free(&a->ctx->arena, ag, sizeof(*ag), 64);
 	return ret;
@@ -251,8 +258,10 @@ static int serve(struct agent *a, const struct cgr__pmsg *m, int fd,
 		reply(a, CGR__PMSG_COMPILED, m->gid, ret, why);
 		return 0;
 	case CGR__PMSG_RUN:
-		if (*pp != NULL)
+		if (*pp != NULL && !(*pp)->started) {
+			(*pp)->started = true;
 			cgr__compiled_start(a->ctx, (*pp)->c);
+		}
 		return 0;
 	case CGR__PMSG_TEARDOWN:
 	case CGR__PMSG_DROP:
