@@ -184,11 +184,11 @@ enum cgr_worker_kind {
  * graph may hold plain tasks, stream tasks (its compute stream is a sim
  * stream in that process), host edges, constants, and collectives and
  * device edges on the CPU communicator (its shared state in the graph's
- * segment too), overlap on or off.  Not yet: NCCL, device tasks, CUDA
- * devices and a communicator of the caller's (refused at compile,
- * saying so), lists crossing from one process to another (the reader
- * gets a CGR_EBADVALUE error value), a process worker's operations in
- * cgr_compiled_write_trace.
+ * segment too), overlap on or off, and traces (a worker process records
+ * into the segment; cgr_compiled_write_trace reads it).  Not yet: NCCL,
+ * device tasks, CUDA devices and a communicator of the caller's (refused
+ * at compile, saying so), lists crossing from one process to another
+ * (the reader gets a CGR_EBADVALUE error value).
  *
  * Failures: a worker process that dies (a crash, kill -9) is seen at once
  * through its pidfd: every graph that uses it stops, the executions in

@@ -404,6 +404,75 @@ static void check_stream(int overlap)
 	leaks_check(before, "stream task");
 }
 
+/* Occurrences of s in file path. */
+static int count_in_file(const char *path, const char *s)
+{
+	FILE *f = fopen(path, "r");
+	static char buf[1 << 20];
+	size_t n;
+	int k = 0;
+
+	if (f == NULL)
+		return -1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	for (char *p = buf; (p = strstr(p, s)) != NULL; p += strlen(s))
+		k++;
+	return k;
+}
+
+/* The trace shows a process worker's operations and its compute stream's
+ * jobs (recorded in that process, read by the driver). */
+static void check_trace(void)
+{
+	cgr_ctx *ctx = new_ctx();
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_worker *p0 = NULL, *t = NULL;
+	cgr_graph *g;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a, *b, *s;
+	char path[64];
+	int bad = 0, n = 20;
+
+	new_proc(ctx, "p0", "1", &p0);
+	cgr_worker_create(ctx, NULL, &t);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, p0, t_add, "alpha", in);
+	d.fn = t_stream, d.name = "gamma", d.flags = CGR_TASK_STREAM;
+	d.max_out_bytes = 64;
+	cgr_graph_task(g, p0, &d, &a, 1, &s, 1);
+	b = task(g, t, t_add, "beta", s);
+	cgr_graph_output(g, &b, 1);
+	cp.trace_events = 256;
+	cp.overlap = 1;
+	t_is(cgr_graph_compile(g, &cp, &c), 0, "traced graph compiles: %s",
+	     cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	for (int i = 0; c != NULL && i < n; i++) {
+		int64_t r, pid;
+		bad += run1(c, i, &r, &pid) != 0 || r != i + 2;
+	}
+	t_is(bad, 0, "%d executions", n);
+	snprintf(path, sizeof(path), "/tmp/cgr-graph-proc-%d.json",
+		 (int)getpid());
+	t_is(cgr_compiled_teardown(c, 5 * SEC), 0, "teardown");
+	t_is(cgr_compiled_write_trace(c, path), 0, "trace written");
+	t_is(count_in_file(path, "\"name\":\"compute alpha\""), n,
+	     "p0's %d calls of alpha, from its process", n);
+	t_is(count_in_file(path, "\"name\":\"run gamma\""), n,
+	     "its compute stream's %d jobs of gamma", n);
+	t_is(count_in_file(path, "\"name\":\"compute beta\""), n,
+	     "and the thread's beta");
+	t_ok(count_in_file(path, "worker p0") >= 2,
+	     "on p0's tracks (its thread, its compute stream)");
+	unlink(path);
+	cgr_compiled_destroy(c);
+	cgr_ctx_destroy(ctx);
+}
+
 /* Error values from a process worker's task, several in flight. */
 static void check_errors(void)
 {
@@ -880,6 +949,7 @@ int main(int argc, char **argv)
 	check_errors();
 	check_stream(0);
 	check_stream(1);
+	check_trace();
 	check_refusals();
 	check_coll(0);
 	check_coll(1);

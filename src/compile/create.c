@@ -103,19 +103,43 @@ static int create_comms(struct cgr__cc *cc)
 	return 0;
 }
 
-/* The streams program p uses, its stream tasks' events, and (tracing)
- * each stream's trace buffer. */
-static int create_streams(struct cgr_compiled *c, struct cgr__prog *p)
+/* The streams program p uses (compute: stream tasks; communication:
+ * async CPU collectives). */
+static void streams_used(const struct cgr__prog *p, bool *used)
 {
-	bool used[CGR__NSTREAMS_ALL] = { false };
-	int ret;
-
 	for (size_t k = 0; k < p->ntcs; k++)
 		used[CGR__S_COMP] |= p->tcs[k].stream;
 	for (size_t k = 0; k < p->nops; k++)
 		if (p->ops[k].kind == CGR__OP_COLL && p->ops[k].coll->async &&
 		    !p->ops[k].coll->nccl)
 			used[p->ops[k].coll->sclass] = true;
+}
+
+/* Tracing: each used stream's trace buffer, for every program (a worker
+ * process's are shared with the driver, so all are made everywhere, in
+ * one order); and each collective's index, for its records. */
+static int create_traces(struct cgr_compiled *c, struct cgr__prog *p)
+{
+	bool used[CGR__NSTREAMS_ALL] = { false };
+
+	for (size_t k = 0; k < p->nops; k++)
+		if (p->ops[k].kind == CGR__OP_COLL)
+			p->ops[k].coll->opi = (int32_t)k;
+	streams_used(p, used);
+	for (int s = 0; p->trace_cap > 0 && s < CGR__NSTREAMS_ALL; s++)
+		if (used[s] &&
+		    (p->strace[s] = cgr__tbuf_new(c, p->trace_cap)) == NULL)
+			return -ENOMEM;
+	return 0;
+}
+
+/* The streams program p uses and its stream tasks' events. */
+static int create_streams(struct cgr_compiled *c, struct cgr__prog *p)
+{
+	bool used[CGR__NSTREAMS_ALL] = { false };
+	int ret;
+
+	streams_used(p, used);
 	for (int s = 0; s < CGR__NSTREAMS_ALL; s++) {
 		int dev = CGR_DEVICE_SIM;
 		if (!used[s])
@@ -125,12 +149,6 @@ static int create_streams(struct cgr_compiled *c, struct cgr__prog *p)
 		ret = cgr_stream_create(c->ctx, dev, 0, &p->streams[s]);
 		if (ret < 0)
 			return ret;
-		if (p->trace_cap == 0)
-			continue;
-		p->strace[s] = cgr__c_alloc(c, (size_t)p->trace_cap *
-						       sizeof(*p->strace[s]));
-		if (p->strace[s] == NULL)
-			return -ENOMEM;
 	}
 	for (size_t k = 0; k < p->nops; k++)
 		if (p->ops[k].kind == CGR__OP_COLL && p->ops[k].coll->async &&
@@ -258,6 +276,8 @@ int cgr__create(struct cgr__cc *cc)
 
 	if (ret == 0)
 		ret = create_device_ports(c);
+	for (size_t i = 0; ret == 0 && i < c->nprogs; i++)
+		ret = create_traces(c, &c->progs[i]);
 	/* A remote worker's program runs in its own process, which makes
 	 * its streams itself. */
 	for (size_t i = 0; ret == 0 && i < c->nprogs; i++)

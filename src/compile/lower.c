@@ -644,12 +644,10 @@ static int lower_prog(struct pl *pl)
 	}
 	if (c->p.trace_events > 0) {
 		p->trace_cap = c->p.trace_events;
-		p->trace = cgr__c_alloc(c, (size_t)p->trace_cap *
-						   sizeof(*p->trace));
+		p->trace = cgr__tbuf_new(c, p->trace_cap);
 		if (p->trace == NULL)
 			return -ENOMEM;
 	}
-	atomic_init(&p->trace_n, 0);
 	cgr__future_init(&p->left);
 	p->left_gen = cgr__future_arm(&p->left);
 	atomic_init(&p->done_seq, 0);

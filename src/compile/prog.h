@@ -126,6 +126,7 @@ struct cgr__coll_rt {
 	uint32_t sidx;	   /* overlap: its place in its stream's order (or,
 			      on the thread, among the thread's) */
 	int overlap;	   /* enum cgr_overlap_mode of the node */
+	int32_t opi;	   /* its COLL's index in the program (trace) */
 	/* overlap: the stream task its stream joins first (an SWAIT, kept
 	 * or found redundant), or NULL */
 	struct cgr_task_ctx *swait;
@@ -187,12 +188,24 @@ struct cgr__ljob {
 	int64_t t0;
 };
 
+/* A trace record.  Indices, not pointers: a process worker writes its
+ * records into the graph's segment, and the driver reads them against
+ * its own copy of the same program. */
 struct cgr__trace_ev {
 	int64_t t0, t1; /* CLOCK_MONOTONIC ns */
 	uint64_t seq;
-	const struct cgr__op *op;	  /* a worker's operation, or NULL */
-	const struct cgr__coll_rt *coll; /* a stream's job (op NULL) */
-	const struct cgr_task_ctx *tc;	  /* a compute stream's job */
+	/* The program's operation (a worker's record, or the collective of
+	 * a communication stream's job), or -1; the stream task of a
+	 * compute stream's job, or -1. */
+	int32_t op, tc;
+};
+
+/* A trace buffer: its records' count (published with release after
+ * each record), then trace_cap records. */
+struct cgr__tbuf {
+	_Atomic uint32_t n;
+	uint32_t pad[15];
+	struct cgr__trace_ev ev[];
 };
 
 /* One worker's program. */
@@ -218,11 +231,10 @@ struct cgr__prog {
 	char dead_msg[300];
 	bool watch;	    /* it has stream tasks: the reactor watches */
 	int64_t dead_check; /* when the device was last asked */
-	/* Trace: the first trace_cap operations, written by the worker only;
-	 * trace_n is published with release after each record. */
-	struct cgr__trace_ev *trace;
+	/* Trace: the first trace_cap operations, written by the worker
+	 * only (in shared memory with process workers). */
+	struct cgr__tbuf *trace;
 	uint32_t trace_cap;
-	_Atomic uint32_t trace_n;
 	/* Overlap: communication; and the compute stream of stream tasks. */
 	cgr_stream *streams[CGR__NSTREAMS_ALL];
 	/* NCCL collectives: CUDA streams on the worker's device, one per
@@ -232,9 +244,8 @@ struct cgr__prog {
 	struct cgr__ljob *lq;
 	uint32_t lq_cap, lq_head, lq_tail;
 	/* Trace of each stream's jobs (trace_cap each), written by that
-	 * stream's executor only; published like trace_n. */
-	struct cgr__trace_ev *strace[CGR__NSTREAMS_ALL];
-	_Atomic uint32_t strace_n[CGR__NSTREAMS_ALL];
+	 * stream's executor only. */
+	struct cgr__tbuf *strace[CGR__NSTREAMS_ALL];
 };
 
 /* A doorbell on its own cache line. */
@@ -372,6 +383,19 @@ static inline void cgr__c_acquire(const struct cgr_compiled *c)
 static inline bool cgr__c_attached(const struct cgr_compiled *c)
 {
 	return c->seg != NULL && c->seg->attach;
+}
+
+void *cgr__c_salloc(struct cgr_compiled *c, size_t size);
+/* A trace buffer of cap records, shared with every process running c. */
+static inline struct cgr__tbuf *cgr__tbuf_new(struct cgr_compiled *c,
+					      uint32_t cap)
+{
+	struct cgr__tbuf *t = cgr__c_salloc(
+		c, sizeof(*t) + (size_t)cap * sizeof(t->ev[0]));
+
+	if (t != NULL && !cgr__c_attached(c))
+		atomic_init(&t->n, 0);
+	return t;
 }
 
 /* Memory every process running c shares (its segment, when it has

@@ -21,16 +21,15 @@
 void cgr__trace_record(struct cgr__prog *p, const struct cgr__op *op,
 		       uint64_t seq, int64_t t0)
 {
-	uint32_t n = atomic_load_explicit(&p->trace_n, memory_order_relaxed);
+	struct cgr__tbuf *t = p->trace;
+	uint32_t n = atomic_load_explicit(&t->n, memory_order_relaxed);
 
 	if (n >= p->trace_cap)
 		return;
-	p->trace[n].t0 = t0;
-	p->trace[n].t1 = cgr__now_ns();
-	p->trace[n].seq = seq;
-	p->trace[n].op = op;
+	t->ev[n] = (struct cgr__trace_ev){ t0, cgr__now_ns(), seq,
+					   (int32_t)(op - p->ops), -1 };
 	/* T1: publishes the record; pairs with the exporter's acquire. */
-	atomic_store_explicit(&p->trace_n, n + 1, memory_order_release);
+	atomic_store_explicit(&t->n, n + 1, memory_order_release);
 }
 
 /* A stream job's record (a collective's or a stream task's), on stream
@@ -40,15 +39,17 @@ void cgr__strace_record(struct cgr__prog *p, int s,
 			const struct cgr_task_ctx *tc, uint64_t seq,
 			int64_t t0)
 {
-	uint32_t n =
-		atomic_load_explicit(&p->strace_n[s], memory_order_relaxed);
+	struct cgr__tbuf *t = p->strace[s];
+	uint32_t n = atomic_load_explicit(&t->n, memory_order_relaxed);
 
 	if (n >= p->trace_cap)
 		return;
-	p->strace[s][n] = (struct cgr__trace_ev){ t0, cgr__now_ns(), seq, NULL,
-						  cr, tc };
+	t->ev[n] = (struct cgr__trace_ev){
+		t0, cgr__now_ns(), seq, cr != NULL ? cr->opi : -1,
+		tc != NULL ? (int32_t)(tc - p->tcs) : -1
+	};
 	/* T1: publishes the record; pairs with the exporter's acquire. */
-	atomic_store_explicit(&p->strace_n[s], n + 1, memory_order_release);
+	atomic_store_explicit(&t->n, n + 1, memory_order_release);
 }
 
 /* ---- tasks ---------------------------------------------------------- */

@@ -104,6 +104,28 @@ static void cgr__trace_op(FILE *f, const cgr_compiled *c, size_t tid,
 		(unsigned long long)e->seq);
 }
 
+/* The records in t (NULL: none): a count a worker process may have
+ * written, so bounded by the capacity. */
+static uint32_t trace_count(const struct cgr__prog *p,
+			    const struct cgr__tbuf *t)
+{
+	uint32_t n;
+
+	if (t == NULL)
+		return 0;
+	/* T2: pairs with T1 in the worker: records below n are whole. */
+	n = atomic_load_explicit(&((struct cgr__tbuf *)t)->n,
+				 memory_order_acquire);
+	return n < p->trace_cap ? n : p->trace_cap;
+}
+
+/* Operation i of p, or NULL if there is none such (the index comes from
+ * a record, maybe another process's). */
+static const struct cgr__op *trace_op(const struct cgr__prog *p, int32_t i)
+{
+	return i >= 0 && (size_t)i < p->nops ? &p->ops[i] : NULL;
+}
+
 int cgr_compiled_write_trace(const cgr_compiled *c, const char *path)
 {
 	static const char *const sname[CGR__NSTREAMS_ALL] = {
@@ -125,14 +147,16 @@ int cgr_compiled_write_trace(const cgr_compiled *c, const char *path)
 		cgr__trace_track(f, i, i == 0, c->progs[i].w->name, "");
 	for (size_t i = 0; i < c->nprogs; i++) {
 		const struct cgr__prog *p = &c->progs[i];
-		/* T2: pairs with T1 in the worker: records below n are whole. */
-		uint32_t n = atomic_load_explicit(
-			&((struct cgr__prog *)p)->trace_n, memory_order_acquire);
+		uint32_t n = trace_count(p, p->trace);
 		for (uint32_t k = 0; k < n; k++) {
-			const struct cgr__trace_ev *e = &p->trace[k];
-			const char *kind = cgr__op_kind_name(e->op->kind);
+			const struct cgr__trace_ev *e = &p->trace->ev[k];
+			const struct cgr__op *op = trace_op(p, e->op);
+			const char *kind;
+			if (op == NULL)
+				continue; /* not a record of this program */
+			kind = cgr__op_kind_name(op->kind);
 			cgr__trace_op(f, c, i, e, kind, kind,
-				      cgr__op_label(c, e->op));
+				      cgr__op_label(c, op));
 		}
 	}
 	/* One track per communication or compute stream, after the
@@ -142,16 +166,21 @@ int cgr_compiled_write_trace(const cgr_compiled *c, const char *path)
 			const struct cgr__prog *p = &c->progs[i];
 			if (p->strace[s] == NULL)
 				continue;
-			/* T2 as above, for the stream's records. */
-			uint32_t n = atomic_load_explicit(
-				&((struct cgr__prog *)p)->strace_n[s],
-				memory_order_acquire);
+			uint32_t n = trace_count(p, p->strace[s]);
 			cgr__trace_track(f, tid, false, p->w->name, sname[s]);
 			for (uint32_t k = 0; k < n; k++) {
-				const struct cgr__trace_ev *e = &p->strace[s][k];
-				cgr__trace_op(f, c, tid, e, "stream", "run",
-					      e->coll != NULL ? e->coll->name :
-								e->tc->name);
+				const struct cgr__trace_ev *e =
+					&p->strace[s]->ev[k];
+				const struct cgr__op *op = trace_op(p, e->op);
+				const char *name =
+					op != NULL && op->coll != NULL ?
+						op->coll->name :
+					e->tc >= 0 && (size_t)e->tc < p->ntcs ?
+						p->tcs[e->tc].name :
+						NULL;
+				if (name != NULL)
+					cgr__trace_op(f, c, tid, e, "stream",
+						      "run", name);
 			}
 			tid++;
 		}
