@@ -227,10 +227,20 @@ typedef struct cgr_worker_params {
 	 * (init and fini get a pointer to the copy; arg must be NULL). */
 	const void *arg_data;
 	size_t arg_len;
+	/* A process worker started by something else (mpirun, a service
+	 * manager, a container; NULL: cgr starts this program again): the
+	 * abstract Unix address (a name under 64 bytes) where cgr waits,
+	 * up to join_timeout_ns (0: 30 s), for a process of this user to
+	 * join: one that calls cgr_worker_main with CGR_WORKER=<join_addr>
+	 * in its environment, or cgr_worker_join(join_addr, ...).  It must
+	 * be this program (the same exports and build of cgr: a graph's
+	 * layout is checked).  Not reaped when it ends: not our child. */
+	const char *join_addr;
+	int64_t join_timeout_ns;
 } cgr_worker_params;
 #define CGR_WORKER_PARAMS_INIT                                             \
 	{ sizeof(cgr_worker_params), NULL, CGR_WORKER_THREAD, -1, NULL, NULL, \
-	  NULL, -1, NULL, 0 }
+	  NULL, -1, NULL, 0, NULL, 0 }
 
 /*
  * Starts a worker thread and runs init on it.  Blocks until init returned.
@@ -390,6 +400,15 @@ typedef struct cgr_export {
  * stderr; the context that started it gets the reason too.
  */
 int cgr_worker_main(int argc, char **argv, const cgr_export *exports);
+
+/*
+ * Runs this process as the worker that waits at join_addr
+ * (cgr_worker_params.join_addr), for a process started by something
+ * else: joins (retrying while nobody listens yet, up to 10 s), runs the
+ * worker until its context lets it go, and returns 0 then; 1 if it could
+ * not join or start, or the context died (stderr says why).
+ */
+int cgr_worker_join(const char *join_addr, const cgr_export *exports);
 
 typedef struct cgr_task_desc {
 	size_t size;

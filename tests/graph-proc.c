@@ -850,6 +850,61 @@ static void check_driver_death(void)
 	prctl(PR_SET_CHILD_SUBREAPER, 0);
 }
 
+/* A worker process started by something else (here: this test, as a
+ * launcher would) joins at an address; one that never comes times out. */
+static void check_join(void)
+{
+	struct leaks before = leaks_now();
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	cgr_worker *w = NULL;
+	cgr_graph *g;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a;
+	char addr[64];
+	pid_t child;
+	int st = -1, bad = 0, n = (int)t_scale(500);
+
+	snprintf(addr, sizeof(addr), "cgr-test-join-%d", (int)getpid());
+	child = fork();
+	if (child == 0) {
+		/* The launcher's side: this program, told where to join. */
+		setenv("CGR_WORKER", addr, 1);
+		execl("/proc/self/exe", "graph-proc", (char *)NULL);
+		_exit(127);
+	}
+	wp.kind = CGR_WORKER_PROCESS;
+	wp.name = "joined";
+	wp.init = w_init, wp.fini = w_fini;
+	wp.arg_data = "7", wp.arg_len = 2;
+	wp.join_addr = addr;
+	t_is(cgr_worker_create(ctx, &wp, &w), 0,
+	     "a process started elsewhere joins at %s", addr);
+	t_is(cgr_worker_pid(w), (int)child, "it is the launcher's process");
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, w, t_add, "a", in);
+	cgr_graph_output(g, &a, 1);
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "a graph on it compiles");
+	cgr_graph_destroy(g);
+	for (int i = 0; c != NULL && i < n; i++) {
+		int64_t r = 0, pid = 0;
+		bad += run1(c, i, &r, &pid) != 0 || r != i + 7 || pid != child;
+	}
+	t_is(c != NULL ? bad : -1, 0, "%d executions on it", n);
+	cgr_compiled_destroy(c);
+	t_is(cgr_worker_destroy(w, 5 * SEC), 0, "it stops");
+	t_is((int)waitpid(child, &st, 0), (int)child, "and exits");
+	t_ok(WIFEXITED(st) && WEXITSTATUS(st) == 0, "with status 0");
+	wp.name = "absent";
+	snprintf(addr, sizeof(addr), "cgr-test-nobody-%d", (int)getpid());
+	wp.join_timeout_ns = 200000000;
+	t_is(cgr_worker_create(ctx, &wp, &w), -ETIMEDOUT,
+	     "a worker that never joins: -ETIMEDOUT after its join timeout");
+	cgr_ctx_destroy(ctx);
+	leaks_check(before, "joined worker");
+}
+
 /* ---- untrusted descriptions ------------------------------------------ */
 
 static int stand_any(void *arg, unsigned index, int kind, int device,
@@ -957,6 +1012,7 @@ int main(int argc, char **argv)
 	check_kill(1, "kill -9 mid-task");
 	check_kill(8, "kill -9 with its ring full");
 	check_stuck();
+	check_join();
 	check_corrupt();
 	return t_done();
 }

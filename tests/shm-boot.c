@@ -198,6 +198,7 @@ int main(int argc, char **argv)
 	check_bad();
 	t_is(cgr__boot_join("cgr-boot-nobody", 0, cgr__deadline(SEC), &n, why,
 			    sizeof(why)),
-	     -ECONNREFUSED, "join with nobody listening: %s", why);
+	     -ECONNREFUSED,
+	     "join with nobody listening by the deadline: %s", why);
 	return t_done();
 }

@@ -383,3 +383,10 @@ int cgr_worker_main(int argc, char **argv, const cgr_export *exports)
 	unsetenv(CGR__WORKER_ENV);
 	exit(agent_run(buf, exports));
 }
+
+int cgr_worker_join(const char *join_addr, const cgr_export *exports)
+{
+	if (join_addr == NULL || strlen(join_addr) >= CGR__BOOT_ADDR_LEN)
+		return 1;
+	return agent_run(join_addr, exports);
+}

@@ -394,7 +394,8 @@ static void reap(cgr_worker *w, int64_t deadline)
 		syscall(SYS_pidfd_send_signal, pr->pidfd, SIGKILL, NULL, 0);
 	}
 	memset(&si, 0, sizeof(si));
-	while (waitid((idtype_t)P_PIDFD, (id_t)pr->pidfd, &si, WEXITED) != 0 &&
+	while (!pr->external &&
+	       waitid((idtype_t)P_PIDFD, (id_t)pr->pidfd, &si, WEXITED) != 0 &&
 	       errno == EINTR)
 		;
 	pr->pid = 0;
@@ -469,10 +470,65 @@ static int start(cgr_worker *w, int cpu)
 	return ret;
 }
 
+/* A process started by something else joins at w->join_addr: one of this
+ * user's, by the join deadline; its pid from the connection. */
+static int join(cgr_worker *w, char *why, size_t len)
+{
+	struct cgr__boot b;
+	struct ucred cr;
+	socklen_t cl = sizeof(cr);
+	int ret = cgr__boot_listen_at(&b, 1, w->join_addr);
+
+	if (ret < 0)
+		return snprintf(why, len, "cannot listen at %s: %s",
+				w->join_addr, strerror(-ret)),
+		       ret;
+	ret = cgr__boot_accept(&b, cgr__deadline(w->join_timeout_ns), why,
+			       len);
+	if (ret == 0 &&
+	    (getsockopt(b.socks[0], SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 ||
+	     cr.uid != geteuid())) {
+		snprintf(why, len, "a process of another user joined at %s",
+			 w->join_addr);
+		ret = -EPERM;
+	}
+	if (ret == 0) {
+		w->proc->external = true;
+		w->proc->pid = (int)cr.pid;
+		w->proc->pidfd = (int)syscall(SYS_pidfd_open, cr.pid, 0);
+		if (w->proc->pidfd < 0)
+			ret = -errno;
+		else
+			fcntl(w->proc->pidfd, F_SETFD, FD_CLOEXEC);
+	}
+	if (ret == 0)
+		w->proc->sock = b.socks[0], b.socks[0] = -1;
+	cgr__boot_close(&b);
+	return ret;
+}
+
+/* This program started again as w's process, met at a fresh address. */
+static int start_child(cgr_worker *w, char *why, size_t len)
+{
+	struct cgr__boot b;
+	int ret = cgr__boot_listen(&b, 1);
+
+	if (ret < 0)
+		return ret;
+	ret = spawn(w, b.addr);
+	if (ret == 0)
+		ret = cgr__boot_accept_child(&b, w->proc->pidfd, w->proc->pid,
+					     cgr__deadline(BOOT_TIMEOUT_NS),
+					     why, len);
+	if (ret == 0)
+		w->proc->sock = b.socks[0], b.socks[0] = -1;
+	cgr__boot_close(&b);
+	return ret;
+}
+
 int cgr__proc_start(cgr_worker *w, int cpu)
 {
 	struct cgr__procs *ps;
-	struct cgr__boot b;
 	char why[256] = "";
 	int ret;
 
@@ -482,31 +538,26 @@ int cgr__proc_start(cgr_worker *w, int cpu)
 	memset(w->proc, 0, sizeof(*w->proc));
 	w->proc->sock = w->proc->pidfd = -1;
 	ret = procs_get(w->ctx, &ps);
-	if (ret == 0)
-		ret = cgr__boot_listen(&b, 1);
 	if (ret < 0)
 		return ret;
-	ret = spawn(w, b.addr);
-	if (ret == 0) {
-		ret = cgr__boot_accept_child(&b, w->proc->pidfd, w->proc->pid,
-					     cgr__deadline(BOOT_TIMEOUT_NS),
-					     why, sizeof(why));
-		if (ret < 0)
-			cgr__err(&w->ctx->log, "worker %s: %s", w->name, why);
-		else
-			w->proc->sock = b.socks[0], b.socks[0] = -1;
-	}
-	cgr__boot_close(&b);
+	ret = w->join_addr != NULL ? join(w, why, sizeof(why)) :
+				     start_child(w, why, sizeof(why));
+	if (ret < 0 && why[0])
+		cgr__err(&w->ctx->log, "worker %s: %s", w->name, why);
 	if (ret == 0)
 		ret = start(w, cpu);
 	if (ret == 0)
 		ret = procs_list(w, true);
 	if (ret < 0) {
+		/* Ours is killed and reaped; one started by something else
+		 * sees its socket close and exits. */
 		w->proc->stopping = true;
-		if (w->proc->pid > 0 && w->proc->pidfd >= 0)
+		if (!w->proc->external && w->proc->pid > 0 &&
+		    w->proc->pidfd >= 0)
 			syscall(SYS_pidfd_send_signal, w->proc->pidfd,
 				SIGKILL, NULL, 0);
-		reap(w, CGR_FOREVER);
+		if (!w->proc->external)
+			reap(w, CGR_FOREVER);
 		proc_close(w);
 	}
 	return ret;

@@ -19,6 +19,7 @@ struct cgr__proc {
 	int pidfd, sock;
 	_Atomic uint32_t dead; /* it ended (seen by the monitor or a reply) */
 	bool stopping;	       /* told to stop: no failure to report */
+	bool external;	       /* started by something else: not reaped */
 	char why[160];	       /* how it ended */
 };
 

@@ -162,6 +162,19 @@ static int proc_params(cgr_ctx *ctx, cgr_worker *w,
 			 w->name);
 		return -EINVAL;
 	}
+	if (p->join_addr != NULL &&
+	    (p->join_addr[0] == 0 || strlen(p->join_addr) >= 64 ||
+	     p->join_timeout_ns < 0)) {
+		cgr__err(&ctx->log, "worker %s: join_addr must be a name of 1 "
+				    "to 63 bytes",
+			 w->name);
+		return -EINVAL;
+	}
+	if (p->join_addr != NULL &&
+	    (w->join_addr = cgr__strdup(&ctx->arena, p->join_addr)) == NULL)
+		return -ENOMEM;
+	w->join_timeout_ns = p->join_timeout_ns > 0 ? p->join_timeout_ns :
+						      30 * 1000000000ll;
 	w->init_name = cgr__strdup(&ctx->arena, e != NULL ? e->name : "");
 	w->arg_len = p->arg_len;
 	if (p->arg_len > 0 &&
@@ -195,6 +208,7 @@ static void worker_free(cgr_ctx *ctx, cgr_worker *w)
 {
 	cgr__proc_free(w);
 	cgr__strfree(&ctx->arena, w->init_name);
+	cgr__strfree(&ctx->arena, w->join_addr);
 	cgr__free(&ctx->arena, w->arg_data, w->arg_len, 16);
 	cgr__strfree(&ctx->arena, w->name);
 	cgr__free(&ctx->arena, w, sizeof(*w), 64);

@@ -58,6 +58,8 @@ struct cgr_worker {
 	char *init_name;
 	void *arg_data;
 	size_t arg_len;
+	char *join_addr; /* started by something else: where it joins */
+	int64_t join_timeout_ns;
 
 	_Atomic uint32_t cmd;
 	struct cgr__prog *_Atomic prog;

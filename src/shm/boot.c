@@ -60,11 +60,17 @@ static void msg_init(struct cgr__boot_msg *m, int type, int rank)
 
 int cgr__boot_listen(struct cgr__boot *b, int nranks)
 {
+	return cgr__boot_listen_at(b, nranks, NULL);
+}
+
+int cgr__boot_listen_at(struct cgr__boot *b, int nranks, const char *addr)
+{
 	struct sockaddr_un sa;
 	socklen_t sl;
 	int fd, ret;
 
-	if (b == NULL || nranks < 1 || nranks > CGR__BOOT_MAX_RANKS)
+	if (b == NULL || nranks < 1 || nranks > CGR__BOOT_MAX_RANKS ||
+	    (addr != NULL && strlen(addr) >= sizeof(b->addr)))
 		return -EINVAL;
 	memset(b, 0, sizeof(*b));
 	b->lsock = -1;
@@ -72,8 +78,11 @@ int cgr__boot_listen(struct cgr__boot *b, int nranks)
 	b->nranks = nranks;
 	for (int r = 0; r < CGR__BOOT_MAX_RANKS; r++)
 		b->socks[r] = -1;
-	snprintf(b->addr, sizeof(b->addr), "cgr-boot-%ld-%u", (long)getpid(),
-		 atomic_fetch_add(&boot_seq, 1));
+	if (addr != NULL)
+		snprintf(b->addr, sizeof(b->addr), "%s", addr);
+	else
+		snprintf(b->addr, sizeof(b->addr), "cgr-boot-%ld-%u",
+			 (long)getpid(), atomic_fetch_add(&boot_seq, 1));
 	if ((ret = addr_of(b->addr, &sa, &sl)) < 0)
 		return ret;
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -320,6 +329,29 @@ static int check_answer(const struct cgr__boot_msg *m, size_t n, int rank,
 	return 0;
 }
 
+/* A connection to sa, retried while nobody listens there yet (a worker
+ * started by something else may come first) until the deadline. */
+static int connect_until(const struct sockaddr_un *sa, socklen_t sl,
+			 int64_t deadline)
+{
+	for (;;) {
+		int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		int err;
+		if (fd < 0)
+			return -errno;
+		if (connect(fd, (const struct sockaddr *)sa, sl) == 0)
+			return fd;
+		err = errno;
+		close(fd);
+		if (err != ECONNREFUSED && err != ENOENT && err != EAGAIN)
+			return -err;
+		if (cgr__now_ns() >= deadline)
+			return -ECONNREFUSED;
+		struct timespec ts = { 0, 2000000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
 int cgr__boot_join(const char *addr, int rank, int64_t deadline, int *nranks,
 		   char *why, size_t len)
 {
@@ -331,15 +363,10 @@ int cgr__boot_join(const char *addr, int rank, int64_t deadline, int *nranks,
 
 	if (nranks == NULL || (ret = addr_of(addr, &sa, &sl)) < 0)
 		return -EINVAL;
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	fd = connect_until(&sa, sl, deadline);
 	if (fd < 0)
-		return -errno;
-	if (connect(fd, (struct sockaddr *)&sa, sl) != 0) {
-		ret = fail(why, len, -errno, "connect to %s: %s", addr,
-			   strerror(errno));
-		close(fd);
-		return ret;
-	}
+		return fail(why, len, fd, "connect to %s: %s", addr,
+			    strerror(-fd));
 	msg_init(&m, CGR__BOOT_HELLO, rank);
 	m.pid = (int64_t)getpid();
 	ret = cgr__shm_send(fd, &m, sizeof(m), NULL, 0);

@@ -58,6 +58,10 @@ struct cgr__boot {
  * address (a printable name: pass it on the worker's command line).
  * Returns 0 or a negative errno. */
 int cgr__boot_listen(struct cgr__boot *b, int nranks);
+/* The same at a given address (a printable name, under 64 bytes): a
+ * process started by something else joins there.  -EADDRINUSE if another
+ * listens on it. */
+int cgr__boot_listen_at(struct cgr__boot *b, int nranks, const char *addr);
 
 /*
  * Takes the workers' hellos until every rank arrived or the absolute
@@ -80,8 +84,9 @@ int cgr__boot_accept_child(struct cgr__boot *b, int pidfd, int64_t pid,
 void cgr__boot_close(struct cgr__boot *b);
 
 /*
- * A worker's side: connects to addr, says hello as rank and waits for the
- * welcome by the absolute deadline.  Returns the connected socket (>= 0;
+ * A worker's side: connects to addr (again and again while nobody listens
+ * there yet), says hello as rank and waits for the welcome, by the
+ * absolute deadline.  Returns the connected socket (>= 0;
  * *nranks set), or -EPROTO with the context's reason in why, -ETIMEDOUT,
  * -ECONNREFUSED (nobody listens), or another negative errno.
  */
