@@ -317,9 +317,17 @@ static void check_mixed(void)
 		int64_t v = i * 7 - 3, r0, r1, pid0, pid1;
 		cgr_value arg = cgr_value_bytes(&v, 8), o[2];
 		cgr_ref ref;
-		if (cgr_execute(c, &arg, 1, &ref) != 0 ||
-		    cgr_ref_get(c, ref, 10 * SEC, o, 2) != 0 ||
+		int e1 = -1, e2 = -1;
+		memset(o, 0, sizeof(o));
+		if ((e1 = cgr_execute(c, &arg, 1, &ref)) != 0 ||
+		    (e2 = cgr_ref_get(c, ref, 10 * SEC, o, 2)) != 0 ||
 		    o[0].kind != CGR_VALUE_BYTES || o[1].kind != CGR_VALUE_BYTES) {
+			t_diag("execution %d (%d %d): kinds %d %d: %s", i, e1, e2,
+			       o[0].kind,
+			       o[1].kind,
+			       o[0].kind == CGR_VALUE_ERROR ? o[0].u.error.msg :
+			       o[1].kind == CGR_VALUE_ERROR ? o[1].u.error.msg :
+							      "");
 			bad++;
 			break;
 		}
@@ -905,6 +913,62 @@ static void check_join(void)
 	leaks_check(before, "joined worker");
 }
 
+/* ---- untrusted slots -------------------------------------------------- */
+
+/* A worker process that garbles its output slots' headers (test builds:
+ * CGR_TEST_CORRUPT_SLOTS, 1 the length, 2 the kind, 3 the tensor rank):
+ * the thread worker reading them and the driver refuse them as
+ * CGR_ECORRUPT error values, nothing reads out of bounds (ASan). */
+static void check_bad_slots(int mode)
+{
+#ifdef CGR_FAULT_INJECTION
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *p0 = NULL, *t = NULL;
+	cgr_graph *g;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a, *b, *outs[2];
+	char m[8];
+	int bad = 0, n = 50;
+
+	snprintf(m, sizeof(m), "%d", mode);
+	setenv("CGR_TEST_CORRUPT_SLOTS", m, 1);
+	new_proc(ctx, "liar", "0", &p0);
+	unsetenv("CGR_TEST_CORRUPT_SLOTS");
+	cgr_worker_create(ctx, NULL, &t);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, p0, t_add, "garbled", in);
+	b = task(g, t, t_add, "reader", a);
+	outs[0] = b, outs[1] = a;
+	cgr_graph_output(g, outs, 2);
+	cgr_graph_compile(g, NULL, &c);
+	cgr_graph_destroy(g);
+	for (int i = 0; c != NULL && i < n; i++) {
+		int64_t v = i;
+		cgr_value arg = cgr_value_bytes(&v, 8), o[2];
+		cgr_ref r;
+		if (cgr_execute(c, &arg, 1, &r) != 0 ||
+		    cgr_ref_get(c, r, 10 * SEC, o, 2) != 0) {
+			bad++;
+			break;
+		}
+		for (int k = 0; k < 2; k++)
+			bad += o[k].kind != CGR_VALUE_ERROR ||
+			       o[k].code != CGR_ECORRUPT;
+		cgr_ref_release(c, r);
+	}
+	t_is(c != NULL ? bad : -1, 0,
+	     "garbled %s from a worker process: CGR_ECORRUPT error values at "
+	     "the thread that reads them and at the driver, %d executions",
+	     mode == 1 ? "lengths" : mode == 2 ? "kinds" : "tensor ranks", n);
+	cgr_compiled_destroy(c);
+	cgr_ctx_destroy(ctx);
+#else
+	(void)mode;
+	t_skip("garbled slots need --enable-fault-injection");
+#endif
+}
+
 /* ---- untrusted descriptions ------------------------------------------ */
 
 static int stand_any(void *arg, unsigned index, int kind, int device,
@@ -1013,6 +1077,9 @@ int main(int argc, char **argv)
 	check_kill(8, "kill -9 with its ring full");
 	check_stuck();
 	check_join();
+	check_bad_slots(1);
+	check_bad_slots(2);
+	check_bad_slots(3);
 	check_corrupt();
 	return t_done();
 }

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compile/compile.h"
@@ -204,6 +205,10 @@ static int compiled_new(cgr_graph *g, const cgr_compile_params *prm,
 		ret = cgr__seg_attach(c, seg_fd, why, sizeof(why));
 	else if (!plan_only && graph_remote(g))
 		ret = cgr__seg_create(c);
+#ifdef CGR_FAULT_INJECTION
+	if (seg_fd >= 0 && getenv("CGR_TEST_CORRUPT_SLOTS") != NULL)
+		c->debug_corrupt = atoi(getenv("CGR_TEST_CORRUPT_SLOTS"));
+#endif
 	if (ret < 0)
 		return cgr__graph_fail(g, ret,
 				       "the graph's shared segment: %s",

@@ -331,6 +331,11 @@ struct cgr_compiled {
 	 * the outputs garbled, to expose missing waits.  Atomic: a job with
 	 * no local input may start before the first execution. */
 	_Atomic int64_t debug_coll_delay_ns;
+	/* Tests only: a worker process garbles the header of every output
+	 * slot its plain tasks write (1: the length, 2: the kind, 3: the
+	 * tensor rank), from CGR_TEST_CORRUPT_SLOTS in its environment:
+	 * its readers must refuse, never trust, what they read. */
+	int debug_corrupt;
 #endif
 	bool torn_down;
 	int teardown_result;

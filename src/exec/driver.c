@@ -234,9 +234,22 @@ int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
 		}
 		return 0;
 	}
-	for (size_t o = 0; o < nouts; o++)
-		cgr__value_load(cgr__port_slot(&c->ports[c->out_port[o]], ref),
-				&outs[o]);
+	for (size_t o = 0; o < nouts; o++) {
+		const struct cgr__port *p = &c->ports[c->out_port[o]];
+		struct cgr__slot_hdr *h = cgr__port_slot(p, ref);
+		if (cgr__unlikely(c->seg != NULL) &&
+		    cgr__slot_check(h, p->cap) < 0) {
+			/* Written by a worker process, and not right. */
+			memset(&outs[o], 0, sizeof(outs[o]));
+			outs[o].kind = CGR_VALUE_ERROR;
+			outs[o].code = CGR_ECORRUPT;
+			outs[o].u.error.msg = "the output's slot holds no "
+					      "valid value (from a worker "
+					      "process)";
+			continue;
+		}
+		cgr__value_load(h, &outs[o]);
+	}
 	return 0;
 }
 

@@ -101,6 +101,7 @@ void cgr__strace_record(struct cgr__prog *p, int s,
 void cgr__fault_coll_before(struct cgr__coll_rt *cr, uint64_t seq);
 void cgr__fault_coll_after(struct cgr__coll_rt *cr, uint64_t seq);
 void cgr__fault_task_after(struct cgr_task_ctx *tc, uint64_t seq);
+void cgr__fault_slot_after(struct cgr_task_ctx *tc, uint64_t seq);
 #else
 static inline void cgr__fault_coll_before(struct cgr__coll_rt *cr,
 					  uint64_t seq)
@@ -113,6 +114,11 @@ static inline void cgr__fault_coll_after(struct cgr__coll_rt *cr,
 	(void)cr, (void)seq;
 }
 static inline void cgr__fault_task_after(struct cgr_task_ctx *tc,
+					 uint64_t seq)
+{
+	(void)tc, (void)seq;
+}
+static inline void cgr__fault_slot_after(struct cgr_task_ctx *tc,
 					 uint64_t seq)
 {
 	(void)tc, (void)seq;

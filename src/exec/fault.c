@@ -97,3 +97,19 @@ void cgr__fault_task_after(struct cgr_task_ctx *tc, uint64_t seq)
 	    seq / c->nprogs % LATE == LATE - 1)
 		fault_garble(c, tc->out_ports, tc->nout, seq, 4 * delay);
 }
+
+void cgr__fault_slot_after(struct cgr_task_ctx *tc, uint64_t seq)
+{
+	struct cgr_compiled *c = tc->c;
+
+	for (size_t o = 0; c->debug_corrupt && o < tc->nout; o++) {
+		struct cgr__slot_hdr *h =
+			cgr__port_slot(&c->ports[tc->out_ports[o]], seq);
+		if (c->debug_corrupt == 1)
+			h->len = (uint64_t)1 << 40;
+		else if (c->debug_corrupt == 2)
+			h->kind = 77;
+		else
+			h->kind = CGR_VALUE_TENSOR, h->ndim = 1000;
+	}
+}

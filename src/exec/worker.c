@@ -119,8 +119,16 @@ void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 
 	tc->seq = seq;
 	for (size_t i = 0; i < tc->nin; i++) {
-		struct cgr__slot_hdr *h =
-			cgr__port_slot(&c->ports[tc->in_ports[i]], seq);
+		const struct cgr__port *p = &c->ports[tc->in_ports[i]];
+		struct cgr__slot_hdr *h = cgr__port_slot(p, seq);
+		if (cgr__unlikely(c->seg != NULL) &&
+		    cgr__slot_check(h, p->cap) < 0) {
+			/* Written by another process, and not right. */
+			task_outputs_error(tc, seq, CGR_ECORRUPT,
+					   "an input's slot holds no valid "
+					   "value (from another process)");
+			return;
+		}
 		cgr__value_load(h, &tc->inv[i]);
 		if (h->kind == CGR_VALUE_ERROR && err == NULL)
 			err = h;
@@ -143,6 +151,7 @@ void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 		task_fail(tc, ret);
 	else
 		task_store(tc, seq);
+	cgr__fault_slot_after(tc, seq);
 }
 
 /* ---- the program ---------------------------------------------------- */
