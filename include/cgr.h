@@ -185,10 +185,11 @@ enum cgr_worker_kind {
  * stream in that process), host edges, constants, and collectives and
  * device edges on the CPU communicator (its shared state in the graph's
  * segment too), overlap on or off, and traces (a worker process records
- * into the segment; cgr_compiled_write_trace reads it).  Not yet: NCCL,
- * device tasks, CUDA devices and a communicator of the caller's (refused
- * at compile, saying so), lists crossing from one process to another
- * (the reader gets a CGR_EBADVALUE error value).
+ * into the segment; cgr_compiled_write_trace reads it).  Values of every
+ * kind cross, lists too (a reader in another process relocates a list's
+ * tables to its own mapping, each item checked to lie in its slot).  Not
+ * yet: NCCL, device tasks, CUDA devices and a communicator of the
+ * caller's (refused at compile, saying so).
  *
  * Failures: a worker process that dies (a crash, kill -9) is seen at once
  * through its pidfd: every graph that uses it stops, the executions in

@@ -38,7 +38,7 @@ static cgr_worker *W[4];
 #ifdef T_PROCESS_WORKERS
 #define T_ARG(d, p) ((d).arg_data = (p), (d).arg_len = sizeof(*(p)))
 #else
-#define T_ARG(d, p) ((d).arg = (p))
+#define T_ARG(d, p) ((d).arg = (void *)(p))
 #endif
 /* Every graph compiles with these: the suite runs without, then with
  * overlap (collectives on a communication stream per worker). */
@@ -1107,7 +1107,7 @@ static int mixed_check_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	return 0;
 }
 
-static __attribute__((unused)) void check_mixed(long iters)
+static void check_mixed(long iters)
 {
 	cgr_graph *g;
 	cgr_compiled *c;
@@ -1125,7 +1125,7 @@ static __attribute__((unused)) void check_mixed(long iters)
 		cgr_task_desc e = CGR_TASK_DESC_INIT;
 		cgr_node *two[2] = { v, x };
 		e.name = "check", e.fn = mixed_check_fn;
-		e.arg = (void *)&on_dev[r];
+		T_ARG(e, &on_dev[r]);
 		cgr_graph_task(g, W[r + 1], &e, two, 2, &chk[r], 1);
 	}
 	outs[0] = chk[0], outs[1] = chk[1], outs[2] = chk[2], outs[3] = v;
@@ -1453,6 +1453,7 @@ static const cgr_export exports[] = {
 	{ "fill", fill_fn, NULL, NULL },   { "fill3", fill3_fn, NULL, NULL },
 	{ "grad", grad_fn, NULL, NULL },   { "sum", sum_fn, NULL, NULL },
 	{ "aff", aff_fn, NULL, NULL },	   { "gated", gated_fn, NULL, NULL },
+	{ "mixed", mixed_fn, NULL, NULL }, { "mixed_check", mixed_check_fn, NULL, NULL },
 	{ NULL, NULL, NULL, NULL },
 };
 #endif
@@ -1517,9 +1518,7 @@ int main(int argc, char **argv)
 		check_device_edge(0, t_scale(500));
 		check_edge_group(t_scale(300));
 		check_device_edge(CGR_EDGE_STATIC_SHAPE, 12);
-#ifndef T_PROCESS_WORKERS
-		check_mixed(t_scale(300)); /* lists */
-#endif
+		check_mixed(t_scale(300));
 		check_ddp(t_scale(1000), 0);
 #ifdef CGR_FAKE_NCCL
 		check_refusals();

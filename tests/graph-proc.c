@@ -160,6 +160,55 @@ static int t_stream(cgr_task_ctx *tc, void *state, const cgr_value *in,
 	return 0;
 }
 
+/* A list of two items from u64 v: the bytes "item v" and an int64
+ * tensor {v, v + 1, v + 2}. */
+static int t_list(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		  size_t nin, cgr_value *out, size_t nout)
+{
+	static __thread char text[32];
+	static __thread int64_t t[3], shape[1] = { 3 };
+	static __thread cgr_value items[2];
+	int64_t v;
+
+	(void)tc, (void)state, (void)nin, (void)nout;
+	memcpy(&v, in[0].u.bytes.data, 8);
+	snprintf(text, sizeof(text), "item %lld", (long long)v);
+	for (int i = 0; i < 3; i++)
+		t[i] = v + i;
+	items[0] = cgr_value_bytes(text, strlen(text) + 1);
+	items[1] = cgr_value_tensor(t, kDLInt, 64, 1, shape);
+	out[0] = cgr_value_list(items, 2);
+	return 0;
+}
+
+/* A list's check: its bytes item must read "item v" and its tensor
+ * {v, v+1, v+2}; out: v (or an error value naming what is wrong). */
+static int t_unlist(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		    size_t nin, cgr_value *out, size_t nout)
+{
+	static __thread int64_t v;
+	const cgr_value *l = &in[0];
+	char want[32];
+
+	(void)state, (void)nin, (void)nout;
+	if (l->kind != CGR_VALUE_LIST || l->u.list.n != 2 ||
+	    l->u.list.items[1].kind != CGR_VALUE_TENSOR ||
+	    l->u.list.items[1].u.tensor.ndim != 1 ||
+	    l->u.list.items[1].u.tensor.shape[0] != 3) {
+		cgr_task_set_error(tc, CGR_EBADVALUE, "not the list");
+		return -1;
+	}
+	memcpy(&v, l->u.list.items[1].u.tensor.data, 8);
+	snprintf(want, sizeof(want), "item %lld", (long long)v);
+	if (strcmp(l->u.list.items[0].u.bytes.data, want) != 0 ||
+	    ((const int64_t *)l->u.list.items[1].u.tensor.data)[2] != v + 2) {
+		cgr_task_set_error(tc, CGR_EBADVALUE, "the list's items");
+		return -1;
+	}
+	out[0] = cgr_value_bytes(&v, 8);
+	return 0;
+}
+
 /* Not in the exports. */
 static int t_unexported(cgr_task_ctx *tc, void *state, const cgr_value *in,
 			size_t nin, cgr_value *out, size_t nout)
@@ -173,6 +222,8 @@ static const cgr_export exports[] = {
 	{ "fail3", t_fail3, NULL, NULL },
 	{ "sleep", t_sleep, NULL, NULL },
 	{ "stream", t_stream, NULL, NULL },
+	{ "list", t_list, NULL, NULL },
+	{ "unlist", t_unlist, NULL, NULL },
 	{ "wstate", NULL, w_init, w_fini },
 	{ NULL, NULL, NULL, NULL },
 };
@@ -232,7 +283,7 @@ static cgr_node *task(cgr_graph *g, cgr_worker *w, cgr_task_fn fn,
 
 	d.fn = fn;
 	d.name = name;
-	d.max_out_bytes = 64;
+	d.max_out_bytes = fn == t_list ? 1024 : 64;
 	cgr_graph_task(g, w, &d, &in, 1, &out, 1);
 	return out;
 }
@@ -477,6 +528,64 @@ static void check_trace(void)
 	t_ok(count_in_file(path, "worker p0") >= 2,
 	     "on p0's tracks (its thread, its compute stream)");
 	unlink(path);
+	cgr_compiled_destroy(c);
+	cgr_ctx_destroy(ctx);
+}
+
+/* Lists cross processes: from a worker process to a thread and to the
+ * driver, and from a thread to a worker process (each reader relocates
+ * the list's tables to its own mapping). */
+static void check_lists(void)
+{
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *p0 = NULL, *p1 = NULL, *t = NULL;
+	cgr_graph *g;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a, *b, *d, *e, *outs[3];
+	int bad = 0, n = (int)t_scale(1000);
+
+	new_proc(ctx, "p0", "0", &p0);
+	new_proc(ctx, "p1", "0", &p1);
+	cgr_worker_create(ctx, NULL, &t);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, p0, t_list, "plist", in);	 /* process -> */
+	b = task(g, t, t_unlist, "tunlist", a);	 /* -> thread */
+	d = task(g, t, t_list, "tlist", in);	 /* thread -> */
+	e = task(g, p1, t_unlist, "punlist", d); /* -> process */
+	outs[0] = b, outs[1] = e, outs[2] = a;	 /* and -> driver */
+	cgr_graph_output(g, outs, 3);
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "list graph compiles: %s",
+	     cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	for (int i = 0; c != NULL && i < n; i++) {
+		int64_t v = 1000 + i, r0 = 0, r1 = 0;
+		cgr_value arg = cgr_value_bytes(&v, 8), o[3];
+		cgr_ref r;
+		if (cgr_execute(c, &arg, 1, &r) != 0 ||
+		    cgr_ref_get(c, r, 10 * SEC, o, 3) != 0) {
+			bad++;
+			break;
+		}
+		if (o[0].kind == CGR_VALUE_BYTES && o[1].kind == CGR_VALUE_BYTES)
+			memcpy(&r0, o[0].u.bytes.data, 8),
+				memcpy(&r1, o[1].u.bytes.data, 8);
+		else if (bad++ == 0)
+			t_diag("execution %d: %s", i,
+			       o[0].kind == CGR_VALUE_ERROR ? o[0].u.error.msg :
+			       o[1].kind == CGR_VALUE_ERROR ? o[1].u.error.msg :
+							      "?");
+		bad += r0 != v || r1 != v;
+		bad += o[2].kind != CGR_VALUE_LIST || o[2].u.list.n != 2 ||
+		       strncmp(o[2].u.list.items[0].u.bytes.data, "item ", 5) ||
+		       ((const int64_t *)o[2].u.list.items[1].u.tensor.data)[1] !=
+			       v + 1;
+		cgr_ref_release(c, r);
+	}
+	t_is(c != NULL ? bad : -1, 0,
+	     "%d executions of lists from a process to a thread and to the "
+	     "driver, and from a thread to a process: every item right",
+	     n);
 	cgr_compiled_destroy(c);
 	cgr_ctx_destroy(ctx);
 }
@@ -1069,6 +1178,7 @@ int main(int argc, char **argv)
 	check_stream(0);
 	check_stream(1);
 	check_trace();
+	check_lists();
 	check_refusals();
 	check_coll(0);
 	check_coll(1);

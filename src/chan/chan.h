@@ -231,6 +231,18 @@ static inline bool cgr__value_on_device(const cgr_value *v)
 	return v->kind == CGR_VALUE_TENSOR &&
 	       v->u.tensor.device.device_type == kDLCUDA;
 }
+/* A reader's copy of a list's tables, for a list another process laid
+ * out (its pointers are that process's): items and shapes relocated to
+ * this mapping. */
+struct cgr__list_view {
+	cgr_value items[CGR_MAX_LIST];
+	int64_t shapes[CGR_MAX_LIST][CGR_MAX_NDIM];
+};
+/* cgr__value_load, with a list laid out in another process relocated into
+ * view (each item checked to lie inside the slot's cap bytes: else a
+ * CGR_ECORRUPT error value); view NULL: as cgr__value_load. */
+void cgr__value_load_view(struct cgr__slot_hdr *h, size_t cap, cgr_value *v,
+			  struct cgr__list_view *view);
 /* Whether slot h (cap data bytes, from another process) holds a value
  * that loads safely: 0 or -EPROTO. */
 int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap);

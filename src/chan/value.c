@@ -360,6 +360,85 @@ int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap)
 	}
 }
 
+/* List item i of a slot another process laid out at base, read at h:
+ * its data at the same offset of this mapping, its shape copied into the
+ * view; -EPROTO if it does not lie inside the slot's cap bytes. */
+static int item_relocate(const struct cgr__slot_hdr *h, size_t cap,
+			 uint64_t base, const cgr_value *it,
+			 const int64_t *shape, cgr_value *out, int64_t *vshape)
+{
+	uint64_t d0 = base + CGR__SLOT_HDR, p, len;
+	size_t b = 0;
+
+	*out = *it;
+	if (it->kind == CGR_VALUE_BYTES) {
+		p = (uint64_t)(uintptr_t)it->u.bytes.data;
+		len = it->u.bytes.len;
+	} else if (it->kind == CGR_VALUE_TENSOR &&
+		   it->u.tensor.device.device_type == kDLCPU &&
+		   it->u.tensor.ndim >= 0 && it->u.tensor.ndim <= CGR_MAX_NDIM) {
+		memcpy(vshape, shape, (size_t)it->u.tensor.ndim * 8);
+		out->u.tensor.shape = vshape;
+		out->u.tensor.strides = NULL;
+		out->u.tensor.byte_offset = 0;
+		if (cgr__item_check(out, &b) < 0)
+			return -EPROTO;
+		p = (uint64_t)(uintptr_t)it->u.tensor.data;
+		len = b;
+	} else {
+		return -EPROTO;
+	}
+	if (p < d0 || p - d0 > cap || len > cap - (p - d0))
+		return -EPROTO;
+	p = (uint64_t)(uintptr_t)cgr__slot_data((struct cgr__slot_hdr *)h) +
+	    (p - d0);
+	if (it->kind == CGR_VALUE_BYTES)
+		out->u.bytes.data = (const void *)(uintptr_t)p;
+	else
+		out->u.tensor.data = (void *)(uintptr_t)p;
+	return 0;
+}
+
+static int list_relocate(struct cgr__slot_hdr *h, size_t cap, cgr_value *v,
+			 struct cgr__list_view *view)
+{
+	const struct cgr__list_hdr *lh = (const void *)cgr__slot_data(h);
+	const cgr_value *items = (const cgr_value *)(lh + 1);
+	size_t n = (size_t)lh->n;
+	const int64_t(*shapes)[CGR_MAX_NDIM] = (const void *)(items + n);
+
+	if (n > CGR_MAX_LIST || cgr__list_data_off(n) > cap)
+		return -EPROTO;
+	for (size_t i = 0; i < n; i++)
+		if (item_relocate(h, cap, lh->base, &items[i], shapes[i],
+				  &view->items[i], view->shapes[i]) < 0)
+			return -EPROTO;
+	memset(v, 0, sizeof(*v));
+	v->kind = CGR_VALUE_LIST;
+	v->u.list.n = n;
+	v->u.list.items = view->items;
+	return 0;
+}
+
+void cgr__value_load_view(struct cgr__slot_hdr *h, size_t cap, cgr_value *v,
+			  struct cgr__list_view *view)
+{
+	const struct cgr__list_hdr *lh = (const void *)cgr__slot_data(h);
+
+	if (h->kind != CGR_VALUE_LIST || view == NULL ||
+	    lh->base == (uint64_t)(uintptr_t)h) {
+		cgr__value_load(h, v);
+		return;
+	}
+	if (list_relocate(h, cap, v, view) < 0) {
+		memset(v, 0, sizeof(*v));
+		v->kind = CGR_VALUE_ERROR;
+		v->code = CGR_ECORRUPT;
+		v->u.error.msg = "a list from another process that does not "
+				 "lie inside its slot";
+	}
+}
+
 void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v)
 {
 	unsigned char *d = cgr__slot_data(h);
@@ -398,8 +477,8 @@ void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v)
 			/* Laid out in another process (or copied). */
 			v->kind = CGR_VALUE_ERROR;
 			v->code = CGR_EBADVALUE;
-			v->u.error.msg = "a list cannot cross from one process "
-					 "to another (not yet supported)";
+			v->u.error.msg = "a list laid out in another process "
+					 "or memory, read without a view";
 			break;
 		}
 		v->u.list.n = (size_t)lh->n;

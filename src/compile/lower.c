@@ -335,6 +335,11 @@ static int make_driver(struct cgr__cc *cc)
 	}
 	c->nout = g->noutputs;
 	c->out_port = cgr__c_alloc(c, c->nout * sizeof(unsigned));
+	if (c->seg != NULL &&
+	    (c->out_views = cgr__c_alloc(c, c->nslots * c->nout *
+						    sizeof(*c->out_views))) ==
+		    NULL)
+		return -ENOMEM;
 	c->out_chan = cgr__c_alloc(c, c->nout * sizeof(unsigned));
 	c->drv_chans = cgr__c_alloc(c, c->nout * sizeof(unsigned));
 	c->drv_mult = cgr__c_alloc(c, c->nout * sizeof(uint32_t));
@@ -465,6 +470,9 @@ static int coll_scratch(struct cgr_compiled *c, struct cgr__coll_rt *cr)
 		/* Lists over a device edge: their tensors travel packed. */
 		cr->bucket_in = cgr__c_salloc(c, cr->cap);
 		cr->bucket_out = cgr__c_salloc(c, cr->cap);
+		if (c->seg != NULL &&
+		    (cr->view = cgr__c_alloc(c, sizeof(*cr->view))) == NULL)
+			return -ENOMEM;
 		return cr->bucket_in && cr->bucket_out ? 0 : -ENOMEM;
 	}
 	if (k == 1)
@@ -564,6 +572,9 @@ static int lower_task(struct pl *pl, struct cgr__task *t)
 		return -ENOMEM;
 	tc->nin = nin;
 	tc->nout = t->nout;
+	if (c->seg != NULL &&
+	    (tc->views = cgr__c_alloc(c, nin * sizeof(*tc->views) + 1)) == NULL)
+		return -ENOMEM;
 	tc->fn = t->fn;
 	tc->arg = t->arg;
 	if (t->arg_data != NULL) {

@@ -73,6 +73,9 @@ struct cgr_task_ctx {
 	unsigned *out_ports; /* nout */
 	size_t nout;
 	cgr_value *inv, *outv; /* scratch, sized at compile */
+	/* With process workers: per input, where a list another process
+	 * laid out is relocated (NULL: none). */
+	struct cgr__list_view *views;
 	int err_code;
 	char errmsg[256];
 	char *name;
@@ -136,6 +139,7 @@ struct cgr__coll_rt {
 	struct cgr__agree *mine; /* k records */
 	struct cgr__verdict *verdicts; /* k, buckets only */
 	unsigned char *bucket_in, *bucket_out; /* buckets and lists only */
+	struct cgr__list_view *view; /* lists, process workers: relocation */
 	struct cgr__board *board; /* shared by the members */
 	struct cgr__agree *cached; /* n * k: the last agreement */
 	bool have_cached;
@@ -310,6 +314,9 @@ struct cgr_compiled {
 	size_t *arg_nchans;
 	size_t nout;
 	unsigned *out_port; /* per output */
+	/* With process workers: per slot and output, where a list a worker
+	 * process laid out is relocated for the caller (NULL: none). */
+	struct cgr__list_view *out_views;
 	unsigned *drv_chans; /* distinct channels into the driver */
 	size_t ndrv_chans;
 	unsigned *out_chan; /* per output: index into drv_chans */

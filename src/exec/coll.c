@@ -543,7 +543,17 @@ static void run_list(struct cgr__coll_rt *cr, uint64_t seq)
 	size_t total = 0, off = 0;
 	int ret;
 
-	cgr__value_load(rh, &rv);
+	/* The producer may be another process: its tables relocated. */
+	cgr__value_load_view(rh, c->ports[cr->root_port].cap, &rv, cr->view);
+	if (rv.kind != CGR_VALUE_LIST) {
+		/* Corrupt: still take part (a count nobody else has fails
+		 * the broadcast on every member). */
+		cgr_broadcast(cr->comm, cr->rank, cr->bucket_out,
+			      cr->bucket_out, (size_t)-1 / 2, CGR_UINT8, cr->root,
+			      NULL, NULL);
+		coll_fail(cr, seq, CGR_ECORRUPT, rv.u.error.msg);
+		return;
+	}
 	for (size_t i = 0; i < rv.u.list.n; i++)
 		if (rv.u.list.items[i].kind == CGR_VALUE_TENSOR)
 			total += cgr_tensor_nbytes(&rv.u.list.items[i].u.tensor);

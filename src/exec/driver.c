@@ -248,7 +248,11 @@ int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
 					      "process)";
 			continue;
 		}
-		cgr__value_load(h, &outs[o]);
+		cgr__value_load_view(
+			h, p->cap, &outs[o],
+			c->out_views != NULL ?
+				&c->out_views[cgr__slot(c, ref) * c->nout + o] :
+				NULL);
 	}
 	return 0;
 }

@@ -129,7 +129,14 @@ void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 					   "value (from another process)");
 			return;
 		}
-		cgr__value_load(h, &tc->inv[i]);
+		cgr__value_load_view(h, p->cap, &tc->inv[i],
+				     tc->views != NULL ? &tc->views[i] : NULL);
+		if (cgr__unlikely(tc->inv[i].kind == CGR_VALUE_ERROR &&
+				  h->kind != CGR_VALUE_ERROR)) {
+			task_outputs_error(tc, seq, tc->inv[i].code,
+					   tc->inv[i].u.error.msg);
+			return;
+		}
 		if (h->kind == CGR_VALUE_ERROR && err == NULL)
 			err = h;
 	}
