@@ -14,6 +14,7 @@
  * Each ends with nothing left: descriptors, threads, child processes.
  * A corrupted graph description is refused, never trusted.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -21,13 +22,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cgr.h>
 
+#include "exec/proc.h"
 #include "graph/graph.h"
+#include "shm/boot.h"
+#include "shm/shm.h"
 #include "tap.h"
 
 #define SEC 1000000000ll
@@ -305,10 +310,27 @@ static struct leaks leaks_now(void)
 	return l;
 }
 
+/* Entries of /dev/shm whose name holds "cgr" (cgr's segments are
+ * memfds: there must never be one). */
+static int shm_files(void)
+{
+	DIR *d = opendir("/dev/shm");
+	struct dirent *e;
+	int n = 0;
+
+	if (d == NULL)
+		return 0;
+	while ((e = readdir(d)) != NULL)
+		n += strstr(e->d_name, "cgr") != NULL;
+	closedir(d);
+	return n;
+}
+
 static void leaks_check(struct leaks before, const char *what)
 {
 	struct leaks now = leaks_now();
 
+	t_is(shm_files(), 0, "%s: nothing of cgr's in /dev/shm", what);
 	t_is(now.fds, before.fds, "%s: descriptors back to start", what);
 	t_is(now.threads, before.threads, "%s: threads back to start", what);
 	t_ok(no_children(), "%s: no child process left", what);
@@ -1078,6 +1100,118 @@ static void check_bad_slots(int mode)
 #endif
 }
 
+/* ---- untrusted control messages -------------------------------------- */
+
+/* This program started as a worker process that joins a rendezvous this
+ * test holds itself (playing a context that talks nonsense): *sock its
+ * connection, *pidfd its pidfd. */
+static pid_t fake_ctx_worker(int *sock, int *pidfd)
+{
+	struct cgr__boot b;
+	char why[200];
+	pid_t pid;
+
+	*sock = *pidfd = -1;
+	if (cgr__boot_listen(&b, 1) < 0)
+		return -1;
+	pid = fork();
+	if (pid == 0) {
+		setenv("CGR_WORKER", b.addr, 1);
+		execl("/proc/self/exe", "graph-proc", (char *)NULL);
+		_exit(127);
+	}
+	if (cgr__boot_accept(&b, cgr__deadline(10 * SEC), why, sizeof(why)) ==
+	    0)
+		*sock = b.socks[0], b.socks[0] = -1;
+	cgr__boot_close(&b);
+	*pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	return pid;
+}
+
+/* The worker process's exit status, once it exits (by the deadline:
+ * -1 if it does not). */
+static int exit_status(pid_t pid, int pidfd, int64_t timeout)
+{
+	int st;
+
+	if (cgr__fd_wait_readable(pidfd, cgr__deadline(timeout)) < 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		return -1;
+	}
+	waitpid(pid, &st, 0);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static void spec(struct cgr__pmsg *m)
+{
+	cgr__pmsg_init(m, CGR__PMSG_SPEC, 0);
+	snprintf(m->name, sizeof(m->name), "target");
+	m->device = CGR_DEVICE_NONE;
+	m->cpu = -1;
+	m->log_level = -1;
+}
+
+/* A worker process given a bad identity, a bad segment and nonsense
+ * exits (status 1) or refuses, at once, and trusts none of it. */
+static void check_bad_control(void)
+{
+	struct leaks before = leaks_now();
+	struct cgr__pmsg m;
+	struct cgr__shm plain;
+	int sock, pidfd;
+	pid_t pid;
+
+	pid = fake_ctx_worker(&sock, &pidfd);
+	spec(&m);
+	m.magic ^= 1;
+	cgr__shm_send(sock, &m, sizeof(m), NULL, 0);
+	t_is(exit_status(pid, pidfd, 5 * SEC), 1,
+	     "an identity with a bad magic: the worker exits with 1");
+	close(sock), close(pidfd);
+
+	pid = fake_ctx_worker(&sock, &pidfd);
+	spec(&m);
+	m.arg_len = 1u << 30;
+	cgr__shm_send(sock, &m, sizeof(m), NULL, 0);
+	t_is(exit_status(pid, pidfd, 5 * SEC), 1,
+	     "an identity announcing a 1 GiB arg: exits with 1");
+	close(sock), close(pidfd);
+
+	pid = fake_ctx_worker(&sock, &pidfd);
+	spec(&m);
+	cgr__shm_send(sock, &m, sizeof(m), NULL, 0);
+	t_ok(cgr__pmsg_recv(sock, &m, NULL, cgr__deadline(10 * SEC)) == 0 &&
+		     m.type == CGR__PMSG_READY && m.code == 0,
+	     "a good identity: ready");
+	cgr__pmsg_init(&m, CGR__PMSG_COMPILE, 7);
+	cgr__shm_send(sock, &m, sizeof(m), NULL, 0);
+	t_ok(cgr__pmsg_recv(sock, &m, NULL, cgr__deadline(10 * SEC)) == 0 &&
+		     m.type == CGR__PMSG_COMPILED && m.code == -EPROTO,
+	     "a compile without a segment: refused (-EPROTO)");
+	cgr__shm_create("not-a-graph", 4096, &plain);
+	cgr__pmsg_init(&m, CGR__PMSG_COMPILE, 8);
+	cgr__shm_send(sock, &m, sizeof(m), &plain.fd, 1);
+	cgr__shm_close(&plain);
+	t_ok(cgr__pmsg_recv(sock, &m, NULL, cgr__deadline(10 * SEC)) == 0 &&
+		     m.type == CGR__PMSG_COMPILED && m.code == -EPROTO &&
+		     strstr(m.text, "sealed") != NULL,
+	     "a compile over memory that is no graph segment: refused: %s",
+	     m.text);
+	cgr__pmsg_init(&m, 99, 0);
+	cgr__shm_send(sock, &m, sizeof(m), NULL, 0);
+	t_is(exit_status(pid, pidfd, 5 * SEC), 1,
+	     "a message of an unknown type: exits with 1");
+	close(sock), close(pidfd);
+
+	pid = fake_ctx_worker(&sock, &pidfd);
+	close(sock); /* the context goes away before it says anything */
+	t_is(exit_status(pid, pidfd, 15 * SEC), 1,
+	     "a context that hangs up first: exits with 1");
+	close(pidfd);
+	leaks_check(before, "bad control messages");
+}
+
 /* ---- untrusted descriptions ------------------------------------------ */
 
 static int stand_any(void *arg, unsigned index, int kind, int device,
@@ -1190,6 +1324,7 @@ int main(int argc, char **argv)
 	check_bad_slots(1);
 	check_bad_slots(2);
 	check_bad_slots(3);
+	check_bad_control();
 	check_corrupt();
 	return t_done();
 }

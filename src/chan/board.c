@@ -55,6 +55,12 @@ static struct cgr__agree *board_row(struct cgr__board *b, uint64_t seq)
 						    sizeof(struct cgr__agree));
 }
 
+bool cgr__board_is(const struct cgr__board *b, size_t n, size_t k,
+		   uint32_t nslots)
+{
+	return b->n == n && b->k == k && b->nslots == nslots;
+}
+
 void cgr__board_init(struct cgr__board *b, size_t n, size_t k,
 		     uint32_t nslots, struct cgr_bell *const *bells)
 {

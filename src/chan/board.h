@@ -45,6 +45,9 @@ size_t cgr__board_size(size_t n, size_t k, uint32_t nslots);
 
 /* Lays the board out in b (cgr__board_size bytes, 64-byte aligned);
  * bells[r] is the doorbell member r waits on. */
+/* Whether board b (laid out by another process) has this geometry. */
+bool cgr__board_is(const struct cgr__board *b, size_t n, size_t k,
+		   uint32_t nslots);
 void cgr__board_init(struct cgr__board *b, size_t n, size_t k,
 		     uint32_t nslots, struct cgr_bell *const *bells);
 

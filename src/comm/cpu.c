@@ -224,7 +224,11 @@ struct cgr__rank {
 
 /* What every rank's process shares, followed (each line aligned) by
  * pub[n], fast[2n] and pairs[n * n]. */
+#define CGR__CSHM_MAGIC 0x43475243u /* "CGRC" */
+#define CGR__CSHM_VERSION 1
+
 struct cgr__cshm {
+	uint32_t magic, version, n, pad; /* checked by who attaches */
 	_Atomic uint32_t aborted;
 	_Atomic int32_t movers; /* ranks copying between buffers now */
 	struct cgr_bell bell cgr__aligned;
@@ -1776,6 +1780,9 @@ static void cpu_shared_init(struct cgr__cpu *c, bool attach)
 	c->pairs = (struct cgr__pair *)m;
 	if (attach)
 		return; /* the process that made it set it up */
+	c->sh->magic = CGR__CSHM_MAGIC;
+	c->sh->version = CGR__CSHM_VERSION;
+	c->sh->n = (uint32_t)nn;
 	atomic_init(&c->sh->aborted, 0);
 	atomic_init(&c->sh->movers, 0);
 	cgr__bell_init(&c->sh->bell);
@@ -1817,6 +1824,17 @@ int cgr__cpu_comm_create(cgr_ctx *ctx, int n, const struct cgr__comm_shm *shm,
 	if (c->sh == NULL || c->ranks == NULL)
 		goto nomem;
 	memset(c->ranks, 0, nn * sizeof(*c->ranks));
+	if (shm != NULL && shm->attach &&
+	    (c->sh->magic != CGR__CSHM_MAGIC ||
+	     c->sh->version != CGR__CSHM_VERSION || c->sh->n != (uint32_t)n)) {
+		cgr__err(&ctx->log,
+			 "communicator: the shared state of another process is "
+			 "not a %d-rank communicator of this version",
+			 n);
+		cgr__free(a, c->ranks, nn * sizeof(*c->ranks), CGR_CACHELINE);
+		cgr__free(a, c, sizeof(*c), CGR_CACHELINE);
+		return -EPROTO;
+	}
 	cpu_shared_init(c, shm != NULL && shm->attach);
 	for (size_t r = 0; r < nn; r++) {
 		atomic_init(&c->ranks[r].done, 0);

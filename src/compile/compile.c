@@ -156,8 +156,10 @@ static struct cgr__gctl *ctl_new(struct cgr_compiled *c, unsigned nworkers)
 	struct cgr__gctl *ctl = cgr__c_salloc(
 		c, sizeof(*ctl) + nworkers * sizeof(ctl->bells[0]));
 
-	if (ctl == NULL || cgr__c_attached(c))
-		return ctl; /* a worker process: the driver's, as it is */
+	if (ctl == NULL)
+		return NULL;
+	if (cgr__c_attached(c)) /* a worker process: the driver's, checked */
+		return ctl->nbells == nworkers ? ctl : NULL;
 	atomic_init(&ctl->stop, 0);
 	atomic_init(&ctl->gone, 0);
 	atomic_init(&ctl->admitted, 0);
@@ -214,6 +216,11 @@ static int compiled_new(cgr_graph *g, const cgr_compile_params *prm,
 				       "the graph's shared segment: %s",
 				       why[0] ? why : cgr_strerror(ret));
 	c->ctl = ctl_new(c, g->ctx->nworkers);
+	if (c->ctl == NULL && cgr__c_attached(c))
+		return cgr__graph_fail(g, -EPROTO,
+				       "the graph's shared run state is not "
+				       "one for %u workers",
+				       g->ctx->nworkers);
 	if (c->ctl == NULL)
 		return -ENOMEM;
 	ret = cgr__compile_params(&c->p, prm);

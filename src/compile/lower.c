@@ -689,6 +689,14 @@ static int lower_members(struct cgr__cc *cc)
 		cc->boards[t->id] = cgr__c_salloc(c, bs);
 		if (cc->boards[t->id] == NULL)
 			return -ENOMEM;
+		if (cgr__c_attached(c) &&
+		    !cgr__board_is(cc->boards[t->id], t->nmembers,
+				   t->cp.ntensors, c->nslots))
+			return cgr__graph_fail(cc->g, -EPROTO,
+					       "%s: its agreement board in the "
+					       "driver's segment has another "
+					       "geometry",
+					       t->name);
 		if (!cgr__c_attached(c))
 			cgr__board_init(cc->boards[t->id], t->nmembers,
 				t->cp.ntensors, c->nslots, bells);
