@@ -8,8 +8,9 @@
 
 #include "chan/chan.h"
 
-void cgr__port_init(struct cgr__port *p, void *mem, size_t want,
-		    uint32_t nslots, const char *name)
+/* p's geometry over mem. */
+static void port_layout(struct cgr__port *p, void *mem, size_t want,
+			uint32_t nslots, const char *name)
 {
 	p->cap = cgr__port_cap(want);
 	p->slot_bytes = CGR__SLOT_HDR + p->cap;
@@ -17,6 +18,12 @@ void cgr__port_init(struct cgr__port *p, void *mem, size_t want,
 	p->mask = nslots - 1;
 	snprintf(p->name, sizeof(p->name), "%s", name);
 	p->mem = mem;
+}
+
+void cgr__port_init(struct cgr__port *p, void *mem, size_t want,
+		    uint32_t nslots, const char *name)
+{
+	port_layout(p, mem, want, nslots, name);
 	memset(p->mem, 0, p->slot_bytes * nslots);
 }
 
@@ -26,12 +33,7 @@ void cgr__port_attach(struct cgr__port *p, void *mem, size_t want,
 	const volatile unsigned char *m = mem;
 	size_t n;
 
-	p->cap = cgr__port_cap(want);
-	p->slot_bytes = CGR__SLOT_HDR + p->cap;
-	p->nslots = nslots;
-	p->mask = nslots - 1;
-	snprintf(p->name, sizeof(p->name), "%s", name);
-	p->mem = mem;
+	port_layout(p, mem, want, nslots, name);
 	/* Map every page now (a read: the memory is another process's). */
 	n = p->slot_bytes * nslots;
 	for (size_t i = 0; i < n; i += 4096)

@@ -4,8 +4,6 @@
  * each, through shm.c's hand-off (which refuses what does not fit).
  */
 #include <errno.h>
-#include <limits.h>
-#include <poll.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -217,24 +215,8 @@ static void close_socks(struct cgr__boot *b)
  * the deadline (-ETIMEDOUT). */
 static int wait_conn(struct cgr__boot *b, int64_t deadline)
 {
-	struct pollfd pf[2] = { { .fd = b->lsock, .events = POLLIN },
-				{ .fd = b->abort_fd, .events = POLLIN } };
-
-	for (;;) {
-		int64_t left = deadline - cgr__now_ns();
-		int ms, r;
-		if (left <= 0)
-			return -ETIMEDOUT;
-		ms = left / 1000000 >= INT_MAX ? INT_MAX :
-						   (int)((left + 999999) / 1000000);
-		r = poll(pf, b->abort_fd >= 0 ? 2 : 1, ms);
-		if (r > 0 && pf[0].revents)
-			return 0;
-		if (r > 0)
-			return -ECHILD;
-		if (r < 0 && errno != EINTR)
-			return -errno;
-	}
+	int ret = cgr__fd_wait_either(b->lsock, b->abort_fd, deadline);
+	return ret == 1 ? -ECHILD : ret;
 }
 
 int cgr__boot_accept(struct cgr__boot *b, int64_t deadline, char *why,

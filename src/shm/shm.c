@@ -261,9 +261,10 @@ int cgr__shm_send(int sock, const void *msg, size_t len, const int *fds,
 	return (size_t)n == len ? 0 : -EPROTO;
 }
 
-int cgr__fd_wait_readable(int sock, int64_t deadline)
+int cgr__fd_wait_either(int a, int b, int64_t deadline)
 {
-	struct pollfd pf = { .fd = sock, .events = POLLIN };
+	struct pollfd pf[2] = { { .fd = a, .events = POLLIN },
+				{ .fd = b, .events = POLLIN } };
 
 	for (;;) {
 		int64_t left = deadline - cgr__now_ns();
@@ -272,12 +273,18 @@ int cgr__fd_wait_readable(int sock, int64_t deadline)
 			return -ETIMEDOUT;
 		ms = left / 1000000 >= INT_MAX ? INT_MAX :
 						   (int)((left + 999999) / 1000000);
-		r = poll(&pf, 1, ms);
+		r = poll(pf, b >= 0 ? 2 : 1, ms);
 		if (r > 0)
-			return 0;
+			return pf[0].revents ? 0 : 1;
 		if (r < 0 && errno != EINTR)
 			return -errno;
 	}
+}
+
+int cgr__fd_wait_readable(int sock, int64_t deadline)
+{
+	int ret = cgr__fd_wait_either(sock, -1, deadline);
+	return ret > 0 ? 0 : ret;
 }
 
 /* Takes the descriptors of mh's rights into got (at most max; *ng of

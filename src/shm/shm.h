@@ -107,5 +107,7 @@ int cgr__shm_recv(int sock, void *msg, size_t cap, size_t *len, int *fds,
 /* Waits until fd is readable (or hung up) or the absolute deadline:
  * 0, -ETIMEDOUT or a negative errno. */
 int cgr__fd_wait_readable(int fd, int64_t deadline);
+/* The same for a, or b (ignored if negative): 0 (a is), 1 (b is). */
+int cgr__fd_wait_either(int a, int b, int64_t deadline);
 
 #endif
