@@ -997,6 +997,57 @@ int cgr_graph_allreduce(cgr_graph *g, cgr_node *const *in, size_t n,
 			cgr_redop op, cgr_comm *comm, cgr_node **out);
 
 /* ------------------------------------------------------------------ */
+/* Eager (non-compiled) execution                                     */
+/* ------------------------------------------------------------------ */
+
+/*
+ * Eager execution runs a graph as it is, without compiling it, for
+ * development and debugging: one execution per call, each task on its own
+ * worker, collectives through the same communicators, the same values and
+ * error values as compiled execution.  The driver runs the tasks one at a
+ * time in the compiler's order (a collective on all its members at once),
+ * so every intermediate value can be read afterwards
+ * (cgr_graph_eager_value), a hook sees each task's inputs and outputs,
+ * and a task's own failure names its inputs' shapes.  The same
+ * cgr_task_ctx calls work.  A graph runs eagerly any number of times and
+ * may then be compiled (after which eager runs are refused).  The first
+ * run prepares it (buffers, communicators: what compiling does, freed
+ * with the graph).  Eager runs need the workers idle (-EBUSY while one
+ * serves a compiled graph), and run on thread workers only, without NCCL
+ * (-ENOTSUP, saying so).  Cost: a thread hand-off per task, tens of
+ * microseconds where compiled execution costs hundreds of nanoseconds.
+ */
+typedef struct cgr_eager_params {
+	size_t size;
+	/* Called on the caller's thread before (after 0) and after (after
+	 * 1) each task, and each member's part of a collective, with its
+	 * name and worker, its inputs and then its outputs (valid during
+	 * the call). */
+	void (*hook)(void *arg, int after, const char *name, cgr_worker *w,
+		     const cgr_value *in, size_t nin, const cgr_value *out,
+		     size_t nout);
+	void *hook_arg;
+	int64_t timeout_ns; /* per task; 0: the compile default (10 s) */
+} cgr_eager_params;
+#define CGR_EAGER_PARAMS_INIT { sizeof(cgr_eager_params), NULL, NULL, 0 }
+
+/*
+ * Runs one execution of g eagerly: args in, outs (values valid until the
+ * next eager run or the graph's destruction).  Returns 0 (outs may hold
+ * error values), -EINVAL, CGR_ENARGS, CGR_ECOMPILED, -EBUSY, -ENOTSUP,
+ * CGR_ESTUCK (a task did not finish by its timeout: the graph runs
+ * eagerly no more), or what preparing it returned (cgr_graph_errmsg says
+ * why).
+ */
+int cgr_graph_execute_eager(cgr_graph *g, const cgr_value *args,
+			    size_t nargs, cgr_value *outs, size_t nouts,
+			    const cgr_eager_params *p);
+
+/* Node n's value in the last eager run (valid as its outputs): 0,
+ * -ENODATA (no run yet), -EINVAL. */
+int cgr_graph_eager_value(cgr_graph *g, const cgr_node *n, cgr_value *out);
+
+/* ------------------------------------------------------------------ */
 /* Inside a task (worker thread only)                                 */
 /* ------------------------------------------------------------------ */
 

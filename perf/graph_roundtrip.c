@@ -7,7 +7,9 @@
  * adaptive wait modes, on thread workers and on process workers (this
  * program started again as workers: cgr_worker_main first in main); the
  * process cases also report their ratio to the same thread case of the
- * same window.  Each window measures the floor and the ring, then
+ * same window; and the echo and the chain run eagerly
+ * (cgr_graph_execute_eager, not compiled), with their ratio to the
+ * compiled adaptive case ("x twin").  Each window measures the floor and the ring, then
  * compiles each case on its workers, runs it, and tears it down (a busy
  * graph left compiled would spin and skew the others).  Reports per-window
  * p50 and p99, medians over windows, and ratios to the ring and the floor
@@ -113,6 +115,35 @@ static int echo(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
 	return 0;
 }
 
+/* The same chain run eagerly (cgr_graph_execute_eager), not compiled. */
+static int eager_rt(cgr_ctx *ctx, cgr_worker **w, int nw, long n,
+		    double *lat, double tick)
+{
+	cgr_graph *g;
+	cgr_node *x;
+	char msg[MSG] = { 7 };
+	cgr_value arg = cgr_value_bytes(msg, MSG), out;
+	int ret = 0;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int i = 0; i < nw; i++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		d.name = "echo";
+		d.fn = echo;
+		cgr_graph_task(g, w[i], &d, &x, 1, &x, 1);
+	}
+	cgr_graph_output(g, &x, 1);
+	for (long i = -n / 10 - 10; i < n && ret == 0; i++) {
+		uint64_t t0 = perf_ticks();
+		ret = cgr_graph_execute_eager(g, &arg, 1, &out, 1, NULL);
+		if (i >= 0)
+			lat[i] = (double)(perf_ticks() - t0) * tick;
+	}
+	cgr_graph_destroy(g);
+	return ret;
+}
+
 /* Compiles a chain of nw echo tasks, runs n round trips into lat[]. */
 static int graph_rt(cgr_ctx *ctx, cgr_worker **w, int nw, int mode, long n,
 		    double *lat, double tick)
@@ -153,7 +184,7 @@ static int graph_rt(cgr_ctx *ctx, cgr_worker **w, int nw, int mode, long n,
 	return ret;
 }
 
-enum { C_FLOOR, C_RING, NCASE = 10 };
+enum { C_FLOOR, C_RING, NCASE = 12 };
 /* Graph cases: workers, wait mode, process workers; the thread case a
  * process case compares to. */
 static const struct gcase {
@@ -161,17 +192,20 @@ static const struct gcase {
 	int nw, mode;
 	bool proc;
 	int twin;
+	bool eager; /* cgr_graph_execute_eager; twin: the compiled case */
 } cases[NCASE] = {
-	{ "floor", 0, 0, false, 0 },
-	{ "ring", 0, 0, false, 0 },
-	{ "echo1_busy", 1, CGR_WAIT_BUSY, false, 0 },
-	{ "echo1_adaptive", 1, CGR_WAIT_ADAPTIVE, false, 0 },
-	{ "chain2_busy", 2, CGR_WAIT_BUSY, false, 0 },
-	{ "chain2_adaptive", 2, CGR_WAIT_ADAPTIVE, false, 0 },
-	{ "echo1_busy_proc", 1, CGR_WAIT_BUSY, true, 2 },
-	{ "echo1_adapt_proc", 1, CGR_WAIT_ADAPTIVE, true, 3 },
-	{ "chain2_busy_proc", 2, CGR_WAIT_BUSY, true, 4 },
-	{ "chain2_adapt_proc", 2, CGR_WAIT_ADAPTIVE, true, 5 },
+	{ "floor", 0, 0, false, 0, false },
+	{ "ring", 0, 0, false, 0, false },
+	{ "echo1_busy", 1, CGR_WAIT_BUSY, false, 0, false },
+	{ "echo1_adaptive", 1, CGR_WAIT_ADAPTIVE, false, 0, false },
+	{ "chain2_busy", 2, CGR_WAIT_BUSY, false, 0, false },
+	{ "chain2_adaptive", 2, CGR_WAIT_ADAPTIVE, false, 0, false },
+	{ "echo1_busy_proc", 1, CGR_WAIT_BUSY, true, 2, false },
+	{ "echo1_adapt_proc", 1, CGR_WAIT_ADAPTIVE, true, 3, false },
+	{ "chain2_busy_proc", 2, CGR_WAIT_BUSY, true, 4, false },
+	{ "chain2_adapt_proc", 2, CGR_WAIT_ADAPTIVE, true, 5, false },
+	{ "echo1_eager", 1, 0, false, 3, true },
+	{ "chain2_eager", 2, 0, false, 5, true },
 };
 
 static const cgr_export exports[] = { { "echo", echo, NULL, NULL },
@@ -201,9 +235,12 @@ static int run_case(cgr_ctx *ctx, cgr_worker **tw, cgr_worker **pw, int k,
 		pingpong(k == C_RING, *n, lat, tick);
 		return 0;
 	}
-	/* Two workers and the driver share two cores: fewer iterations. */
-	if (gc->nw == 2)
+	/* Two workers and the driver share two cores, and an eager run
+	 * hands each task to its thread: fewer iterations. */
+	if (gc->nw == 2 || gc->eager)
 		*n = *n / 4 > 0 ? *n / 4 : 1;
+	if (gc->eager)
+		return eager_rt(ctx, tw, gc->nw, *n, lat, tick);
 	return graph_rt(ctx, gc->proc ? pw : tw, gc->nw, gc->mode, *n, lat,
 			tick);
 }
@@ -274,11 +311,11 @@ int main(int argc, char **argv)
 		       "values, driver on CPU 0\n",
 		       o.windows, o.iters);
 		printf("%-18s %9s %9s %11s %11s %11s\n", "case", "p50 ns",
-		       "p99 ns", "x ring p50", "x floor p50", "x threads");
+		       "p99 ns", "x ring p50", "x floor p50", "x twin");
 		for (int k = 0; k < NCASE; k++) {
 			printf("%-18s %9.0f %9.0f %11.2f %11.2f", cases[k].name,
 			       m50[k], m99[k], r_ring[k], r_floor[k]);
-			if (cases[k].proc)
+			if (cases[k].proc || cases[k].eager)
 				printf(" %11.2f", r_thr[k]);
 			printf("\n");
 		}
@@ -290,7 +327,8 @@ int main(int argc, char **argv)
 			  m50[k], "ns",
 			  "\"ratio_to_ring\":%.3f,\"ratio_to_floor\":%.3f,"
 			  "\"ratio_to_threads\":%.3f,\"floor_ns\":%.1f",
-			  r_ring[k], r_floor[k], cases[k].proc ? r_thr[k] : 1.0,
+			  r_ring[k], r_floor[k],
+			  cases[k].proc || cases[k].eager ? r_thr[k] : 1.0,
 			  m50[C_FLOOR]);
 		perf_json("graph_roundtrip", cases[k].name, "cgr", "rtt_p99",
 			  m99[k],

@@ -300,6 +300,13 @@ static int compile(struct cgr__cc *cc)
 	}
 	if (ret == 0 && !cc->plan_only)
 		ret = cgr__create(cc);
+	if (ret == 0) {
+		/* For eager execution: compile-time memory of c. */
+		cc->c->node_port = cc->node_port;
+		cc->c->nnodes = cc->g->nnodes;
+		cc->c->order = cc->order;
+		cc->c->norder = cc->ntasks;
+	}
 	if (ret == -ENOMEM)
 		cgr__graph_fail(cc->g, ret, "out of memory compiling the graph");
 	return ret;

@@ -355,6 +355,13 @@ struct cgr_compiled {
 	cgr_comm **used_comms;
 	size_t nused_comms;
 
+	/* Eager execution (exec/eager.c): each node's port, and the tasks in
+	 * the compiler's global order (the graph's, kept while it lives). */
+	unsigned *node_port;
+	size_t nnodes;
+	struct cgr__task **order;
+	size_t norder;
+
 	/* Process workers: the shared segment (NULL: none), the graph's id
 	 * among the context's, and the driver's copy of why a worker
 	 * process died (the error value of executions it left). */

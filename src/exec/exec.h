@@ -18,6 +18,11 @@ void cgr__compiled_start(cgr_ctx *ctx, cgr_compiled *c);
 void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 		     struct cgr_reactor *r);
 
+/* Eager (eager.c): runs operation op of program p once, for execution
+ * seq, on w's thread (its reactor r): a COMPUTE or a COLL. */
+int cgr__worker_step(cgr_worker *w, struct cgr__prog *p, const void *op,
+		     uint64_t seq, struct cgr_reactor *r);
+
 /* Runs plain task tc of execution seq: loads its inputs, calls it (or
  * forwards an error value among the inputs), stores its outputs. */
 void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq);

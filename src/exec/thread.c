@@ -58,6 +58,18 @@ static bool cgr__cmd_ready(void *arg)
 	       CGR__WCMD_IDLE;
 }
 
+/* An eager step (exec/eager.c): one operation, then idle again. */
+static void worker_step(cgr_worker *w, struct cgr_reactor *r)
+{
+	uint32_t step = CGR__WCMD_STEP;
+	int ret = cgr__worker_step(w, w->step_prog, w->step_op, w->step_seq,
+				   r);
+
+	atomic_compare_exchange_strong(&w->cmd, &step, CGR__WCMD_IDLE);
+	/* E1: the step's writes; pairs with the driver's future wait. */
+	cgr__future_complete(&w->step_done, w->step_gen, ret);
+}
+
 static void *cgr__worker_main(void *arg)
 {
 	cgr_worker *w = arg;
@@ -122,6 +134,8 @@ out_init:
 						       CGR__WCMD_IDLE);
 			cgr__worker_run(w, p, r);
 		}
+		if (cmd == CGR__WCMD_STEP)
+			worker_step(w, r);
 	}
 	if (w->fini != NULL)
 		w->fini(w->arg, w->state);
@@ -245,6 +259,7 @@ static cgr_worker *worker_new(cgr_ctx *ctx, const cgr_worker_params *prm)
 	w->life_gen = cgr__future_arm(&w->life);
 	cgr__future_init(&w->exited);
 	w->exit_gen = cgr__future_arm(&w->exited);
+	cgr__future_init(&w->step_done);
 	return w;
 }
 

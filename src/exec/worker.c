@@ -267,6 +267,12 @@ static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
 	return ret;
 }
 
+int cgr__worker_step(cgr_worker *w, struct cgr__prog *p, const void *op,
+		     uint64_t seq, struct cgr_reactor *r)
+{
+	return run_op(w, p, (struct cgr__op *)op, seq, r);
+}
+
 void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 		     struct cgr_reactor *r)
 {

@@ -63,6 +63,8 @@ void cgr_graph_destroy(cgr_graph *g)
 
 	if (g == NULL)
 		return;
+	if (g->eager_free != NULL)
+		g->eager_free(g);
 	a = &g->ctx->arena;
 	for (n = g->nodes; n != NULL; n = nn) {
 		nn = n->next;

@@ -73,6 +73,10 @@ struct cgr_graph {
 	size_t noutputs;
 	bool compiled;
 	char errmsg[512];
+	/* Eager execution (exec/eager.c): its state, freed with the graph
+	 * by eager_free. */
+	void *eager;
+	void (*eager_free)(cgr_graph *g);
 };
 
 /* Records the message of a failed call (cgr_graph_errmsg) and logs it at

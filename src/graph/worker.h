@@ -34,6 +34,7 @@ enum cgr__wcmd {
 	CGR__WCMD_IDLE = 0,
 	CGR__WCMD_RUN = 1,
 	CGR__WCMD_STOP = 2,
+	CGR__WCMD_STEP = 3, /* eager: run one operation (step_*) */
 };
 
 struct cgr_worker {
@@ -71,6 +72,15 @@ struct cgr_worker {
 	uint32_t life_gen;
 	struct cgr_future exited;
 	uint32_t exit_gen;
+
+	/* Eager execution (exec/eager.c): the operation of program step_prog
+	 * to run once for execution step_seq; step_done completes with its
+	 * result. */
+	struct cgr__prog *step_prog;
+	const void *step_op;
+	uint64_t step_seq;
+	struct cgr_future step_done;
+	uint32_t step_gen;
 
 	/* What the thread is doing, for teardown's report. */
 	const char *_Atomic current_task;

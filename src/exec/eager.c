@@ -1,0 +1,348 @@
+/*
+ * exec/eager.c: eager (non-compiled) execution of a graph (cgr.h,
+ * cgr_graph_execute_eager).
+ *
+ * The first eager run compiles the graph for itself (overlap off, one
+ * execution in flight) without starting any program and without marking
+ * the graph compiled: that gives every task its context, every node its
+ * buffer and every collective its communicator, exactly as compiled
+ * execution has them.  Each run then stores the arguments, and the driver
+ * walks the tasks in the compiler's global order: a task's operation is
+ * handed to its worker's thread (the worker's mailbox, CGR__WCMD_STEP),
+ * a collective's to every member's thread at once, and the driver waits
+ * for each before the next, so no deadlock proof is needed and values
+ * move through the same buffers (no rings).  Hooks run on the driver's
+ * thread between steps; every node's value stays readable until the
+ * next run.
+ *
+ * Threads: the driver thread; each step on its worker's thread.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "compile/compile.h"
+#include "exec/exec.h"
+
+struct eager {
+	cgr_compiled *c;
+	bool broken; /* a step did not finish in time: no more runs */
+};
+
+static void eager_free(cgr_graph *g)
+{
+	struct eager *e = g->eager;
+
+	if (e == NULL)
+		return;
+	cgr__compiled_unref(e->c);
+	cgr__free(&g->ctx->arena, e, sizeof(*e), 64);
+	g->eager = NULL;
+	g->eager_free = NULL;
+}
+
+/* What eager execution cannot run: 0, or the error (g's errmsg). */
+static int eager_check(cgr_graph *g)
+{
+	for (const struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
+		size_t n = t->coll ? t->nmembers : 1;
+		for (size_t i = 0; i < n; i++) {
+			cgr_worker *w = t->coll ? t->members[i] : t->w;
+			if (w->remote)
+				return cgr__graph_fail(
+					g, -ENOTSUP,
+					"%s: eager execution runs on thread "
+					"workers only (%s is a process)",
+					t->name, w->name);
+			if (w->busy_with != NULL && !w->busy_with->torn_down)
+				return cgr__graph_fail(
+					g, -EBUSY,
+					"%s: worker %s serves a compiled graph",
+					t->name, w->name);
+			if (w->destroyed)
+				return cgr__graph_fail(
+					g, CGR_EWORKERGONE,
+					"%s: worker %s was destroyed", t->name,
+					w->name);
+		}
+	}
+	return 0;
+}
+
+static int eager_get(cgr_graph *g, struct eager **out)
+{
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	struct eager *e = g->eager;
+	int ret;
+
+	if (e == NULL) {
+		e = cgr__alloc(&g->ctx->arena, sizeof(*e), 64);
+		if (e == NULL)
+			return -ENOMEM;
+		pp.overlap = 0;
+		pp.max_inflight = 1;
+		ret = cgr__graph_build(g, &pp, -1, &e->c);
+		if (ret == 0)
+			for (size_t i = 0; i < e->c->nused_comms; i++)
+				if (e->c->used_comms[i]->backend ==
+				    CGR_BACKEND_NCCL)
+					ret = cgr__graph_fail(
+						g, -ENOTSUP,
+						"eager execution does not run "
+						"NCCL collectives");
+		if (ret < 0) {
+			/* A failed build freed its graph itself. */
+			if (ret == -ENOTSUP)
+				cgr__compiled_unref(e->c);
+			cgr__free(&g->ctx->arena, e, sizeof(*e), 64);
+			return ret;
+		}
+		g->eager = e;
+		g->eager_free = eager_free;
+	}
+	*out = e;
+	return 0;
+}
+
+/* ---- one step -------------------------------------------------------- */
+
+static void step_post(struct cgr__prog *p, const struct cgr__op *op,
+		      uint64_t seq)
+{
+	cgr_worker *w = p->w;
+
+	w->step_prog = p;
+	w->step_op = op;
+	w->step_seq = seq;
+	w->step_gen = cgr__future_arm(&w->step_done);
+	/* E0: the step's fields; pairs with the worker's acquire of cmd. */
+	atomic_store_explicit(&w->cmd, CGR__WCMD_STEP, memory_order_release);
+	cgr__bell_ring_force(&w->bell);
+}
+
+static int step_wait(struct cgr__prog *p, int64_t deadline)
+{
+	cgr_worker *w = p->w;
+
+	return cgr__future_wait(&w->step_done, w->step_gen, deadline, NULL,
+				CGR_WAIT_BLOCK, 0);
+}
+
+/* Value v of port pi's slot seq (for hooks and node values). */
+static void port_value(cgr_compiled *c, unsigned pi, uint64_t seq,
+		       cgr_value *v)
+{
+	cgr__value_load(cgr__port_slot(&c->ports[pi], seq), v);
+}
+
+/* " (inputs: ...)": the shapes of tc's inputs of execution seq. */
+static void inputs_shapes(cgr_compiled *c, const struct cgr_task_ctx *tc,
+			  uint64_t seq, char *buf, size_t len)
+{
+	size_t n = (size_t)snprintf(buf, len, " (inputs:");
+
+	for (size_t i = 0; i < tc->nin && n < len; i++) {
+		cgr_value v;
+		port_value(c, tc->in_ports[i], seq, &v);
+		if (v.kind == CGR_VALUE_TENSOR) {
+			n += (size_t)snprintf(buf + n, len - n, " [");
+			for (int d = 0; d < v.u.tensor.ndim && n < len; d++)
+				n += (size_t)snprintf(buf + n, len - n, "%s%lld",
+						      d ? "," : "",
+						      (long long)v.u.tensor.shape[d]);
+			if (n < len)
+				n += (size_t)snprintf(
+					buf + n, len - n, "] dtype %u/%u",
+					v.u.tensor.dtype.code,
+					v.u.tensor.dtype.bits);
+		} else if (v.kind == CGR_VALUE_BYTES) {
+			n += (size_t)snprintf(buf + n, len - n, " %zu bytes",
+					      v.u.bytes.len);
+		} else {
+			n += (size_t)snprintf(buf + n, len - n, " %s",
+					      v.kind == CGR_VALUE_LIST ? "a list" :
+					      v.kind == CGR_VALUE_ERROR ?
+									   "an error" :
+									   "none");
+		}
+	}
+	if (n < len)
+		snprintf(buf + n, len - n, ")");
+}
+
+/* A task whose own failure made its outputs error values: each message
+ * gets its inputs' shapes. */
+static void name_shapes(cgr_compiled *c, const struct cgr_task_ctx *tc,
+			uint64_t seq)
+{
+	char shapes[300], msg[700];
+
+	for (size_t i = 0; i < tc->nin; i++) {
+		cgr_value v;
+		port_value(c, tc->in_ports[i], seq, &v);
+		if (v.kind == CGR_VALUE_ERROR)
+			return; /* forwarded, not its own */
+	}
+	inputs_shapes(c, tc, seq, shapes, sizeof(shapes));
+	for (size_t o = 0; o < tc->nout; o++) {
+		struct cgr__port *p = &c->ports[tc->out_ports[o]];
+		struct cgr__slot_hdr *h = cgr__port_slot(p, seq);
+		if (h->kind != CGR_VALUE_ERROR)
+			continue;
+		snprintf(msg, sizeof(msg), "%s%s",
+			 (const char *)cgr__slot_data(h), shapes);
+		cgr__value_store_error(h, p->cap, h->code, msg);
+	}
+}
+
+/* ---- hooks ----------------------------------------------------------- */
+
+/* Calls the hook for the share of task t that operation op of program p
+ * runs (a plain task, or a member's part of a collective). */
+static void call_hook(const cgr_eager_params *ep, cgr_compiled *c,
+		      const struct cgr__prog *p, const struct cgr__op *op,
+		      uint64_t seq, int after)
+{
+	cgr_value in[64], out[64];
+	const unsigned *ip, *opo;
+	size_t nin, nout;
+	const char *name;
+
+	if (op->kind == CGR__OP_COMPUTE) {
+		ip = op->tc->in_ports, nin = op->tc->nin;
+		opo = op->tc->out_ports, nout = op->tc->nout;
+		name = op->tc->name;
+	} else {
+		ip = op->coll->in_ports, nin = op->coll->k;
+		opo = op->coll->out_ports, nout = op->coll->k;
+		name = op->coll->name;
+	}
+	nin = nin < 64 ? nin : 64;
+	nout = nout < 64 ? nout : 64;
+	for (size_t i = 0; i < nin; i++)
+		if (ip[i] != CGR__NO_PORT)
+			port_value(c, ip[i], seq, &in[i]);
+		else
+			memset(&in[i], 0, sizeof(in[i]));
+	for (size_t i = 0; after && i < nout; i++)
+		if (opo[i] != CGR__NO_PORT)
+			port_value(c, opo[i], seq, &out[i]);
+		else
+			memset(&out[i], 0, sizeof(out[i]));
+	ep->hook(ep->hook_arg, after, name, p->w, in, nin, after ? out : NULL,
+		 after ? nout : 0);
+}
+
+/* ---- a run ----------------------------------------------------------- */
+
+/* Task t's operations (its COMPUTE, or every member's COLL), posted to
+ * their workers at once, waited for, with the hooks around. */
+static int run_task(struct eager *e, const struct cgr__task *t, uint64_t seq,
+		    const cgr_eager_params *ep, int64_t deadline)
+{
+	cgr_compiled *c = e->c;
+	struct cgr__prog *ps[CGR_MAX_RANKS];
+	const struct cgr__op *ops[CGR_MAX_RANKS];
+	size_t n = 0;
+	int ret = 0;
+
+	for (size_t i = 0; i < c->nprogs; i++)
+		for (size_t k = 0; k < c->progs[i].nops && n < CGR_MAX_RANKS;
+		     k++) {
+			const struct cgr__op *op = &c->progs[i].ops[k];
+			if ((op->kind == CGR__OP_COMPUTE &&
+			     op->tc->task_id == t->id) ||
+			    (op->kind == CGR__OP_COLL &&
+			     op->coll->task_id == t->id)) {
+				ps[n] = &c->progs[i];
+				ops[n++] = op;
+			}
+		}
+	for (size_t i = 0; ep->hook != NULL && i < n; i++)
+		call_hook(ep, c, ps[i], ops[i], seq, 0);
+	for (size_t i = 0; i < n; i++)
+		step_post(ps[i], ops[i], seq);
+	for (size_t i = 0; i < n; i++) {
+		int r = step_wait(ps[i], deadline);
+		if (r == -ETIMEDOUT) {
+			e->broken = true;
+			cgr__err(&c->ctx->log,
+				 "eager: %s did not finish on worker %s by the "
+				 "deadline; the graph runs eagerly no more",
+				 t->name, ps[i]->w->name);
+			ret = CGR_ESTUCK;
+		}
+	}
+	if (ret < 0)
+		return ret;
+	for (size_t i = 0; i < n; i++)
+		if (ops[i]->kind == CGR__OP_COMPUTE)
+			name_shapes(c, ops[i]->tc, seq);
+	for (size_t i = 0; ep->hook != NULL && i < n; i++)
+		call_hook(ep, c, ps[i], ops[i], seq, 1);
+	return 0;
+}
+
+int cgr_graph_execute_eager(cgr_graph *g, const cgr_value *args,
+			    size_t nargs, cgr_value *outs, size_t nouts,
+			    const cgr_eager_params *p)
+{
+	cgr_eager_params ep;
+	struct eager *e;
+	cgr_compiled *c;
+	uint64_t seq;
+	int ret;
+
+	if (g == NULL || (nargs > 0 && args == NULL) ||
+	    (nouts > 0 && outs == NULL) || (p != NULL && p->size < 8))
+		return -EINVAL;
+	CGR__PARAMS_COPY(ep, p, ((cgr_eager_params)CGR_EAGER_PARAMS_INIT));
+	g->errmsg[0] = 0;
+	if (g->compiled)
+		return cgr__graph_fail(g, CGR_ECOMPILED,
+				       "graph is compiled: cgr_execute it");
+	if ((ret = eager_check(g)) < 0 || (ret = eager_get(g, &e)) < 0)
+		return ret;
+	c = e->c;
+	if (e->broken)
+		return cgr__graph_fail(g, CGR_ESTUCK,
+				       "a task of an earlier eager run did "
+				       "not finish");
+	if (nargs != c->nargs || nouts != c->nout)
+		return CGR_ENARGS;
+	for (size_t a = 0; a < nargs; a++)
+		if ((ret = cgr__value_check(&args[a],
+					    c->ports[c->arg_port[a]].cap,
+					    NULL)) < 0)
+			return ret;
+	seq = c->next_seq++;
+	for (size_t a = 0; a < nargs; a++) {
+		struct cgr__port *pt = &c->ports[c->arg_port[a]];
+		cgr__value_store(cgr__port_slot(pt, seq), pt->cap, &args[a]);
+	}
+	for (size_t i = 0; i < c->norder; i++) {
+		int64_t dl = cgr__deadline(ep.timeout_ns > 0 ?
+						   ep.timeout_ns :
+						   c->p.get_timeout_ns);
+		if ((ret = run_task(e, c->order[i], seq, &ep, dl)) < 0)
+			return ret;
+	}
+	for (size_t o = 0; o < nouts; o++)
+		port_value(c, c->out_port[o], seq, &outs[o]);
+	return 0;
+}
+
+int cgr_graph_eager_value(cgr_graph *g, const cgr_node *n, cgr_value *out)
+{
+	struct eager *e;
+
+	if (g == NULL || n == NULL || out == NULL || n->g != g)
+		return -EINVAL;
+	e = g->eager;
+	if (e == NULL || e->c->next_seq == 0 || n->id >= e->c->nnodes)
+		return -ENODATA;
+	if (n->kind == CGR__NODE_INPUT && n->index == CGR_INPUT_ALL)
+		return -EINVAL; /* no one value */
+	port_value(e->c, e->c->node_port[n->id], e->c->next_seq - 1, out);
+	return 0;
+}
