@@ -3,9 +3,10 @@
  * --enable-fault-injection (CGR_FAULT_INJECTION).  A test sets
  * cgr_compiled.debug_coll_delay_ns; then the communication streams sleep
  * a pseudo-random time up to a quarter of it before each collective, and
- * in each execution one (member, stream) finishes late: its outputs'
- * data is garbled, the delay passes, then it is restored, all before its
- * job publishes done.  A reader that skipped its WAIT sees garbage even
+ * in each execution one (member, stream) starts late (the delay passes
+ * before it moves anything) and finishes late: its outputs' data is
+ * garbled, the delay passes, then it is restored, all before its job
+ * publishes done.  A reader that skipped its WAIT sees garbage even
  * when the other members finished at once and told it so.  The turn goes
  * round (member = execution mod n, stream = execution / n mod 4: the
  * collective, send, recv and compute streams), so each (member, stream)
@@ -67,23 +68,33 @@ static void fault_garble(struct cgr_compiled *c, const unsigned *ports,
 	}
 }
 
+/* Whether (member, stream) of cr is the late one of execution seq. */
+static bool fault_late(const struct cgr__coll_rt *cr, uint64_t seq)
+{
+	return seq % (uint64_t)cr->n == (uint64_t)cr->rank &&
+	       seq / (uint64_t)cr->n % LATE == (uint64_t)cr->cstream;
+}
+
 void cgr__fault_coll_before(struct cgr__coll_rt *cr, uint64_t seq)
 {
 	int64_t delay = fault_delay(cr->c);
 
 	/* A quarter of the late delay at most: a consumer's other inputs
-	 * come well inside the late member's window. */
+	 * come well inside the late member's window.  The late one also
+	 * starts late (its outputs stale meanwhile): a consumer that did
+	 * not wait may come long after the move itself, behind other
+	 * inputs that take their time. */
 	if (delay > 0)
 		fault_sleep((int64_t)(fault_mix(seq, cr) %
-				      (uint64_t)(delay / 4 + 1)));
+				      (uint64_t)(delay / 4 + 1)) +
+			    (fault_late(cr, seq) ? delay : 0));
 }
 
 void cgr__fault_coll_after(struct cgr__coll_rt *cr, uint64_t seq)
 {
 	int64_t delay = fault_delay(cr->c);
 
-	if (delay > 0 && seq % (uint64_t)cr->n == (uint64_t)cr->rank &&
-	    seq / (uint64_t)cr->n % LATE == (uint64_t)cr->cstream)
+	if (delay > 0 && fault_late(cr, seq))
 		fault_garble(cr->c, cr->out_ports, cr->k, seq, delay);
 }
 
