@@ -115,15 +115,11 @@ static int echo(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
 	return 0;
 }
 
-/* The same chain run eagerly (cgr_graph_execute_eager), not compiled. */
-static int eager_rt(cgr_ctx *ctx, cgr_worker **w, int nw, long n,
-		    double *lat, double tick)
+/* A chain of nw echo tasks, one per worker. */
+static cgr_graph *echo_chain(cgr_ctx *ctx, cgr_worker **w, int nw)
 {
 	cgr_graph *g;
 	cgr_node *x;
-	char msg[MSG] = { 7 };
-	cgr_value arg = cgr_value_bytes(msg, MSG), out;
-	int ret = 0;
 
 	cgr_graph_create(ctx, &g);
 	cgr_graph_input(g, 0, &x);
@@ -134,6 +130,18 @@ static int eager_rt(cgr_ctx *ctx, cgr_worker **w, int nw, long n,
 		cgr_graph_task(g, w[i], &d, &x, 1, &x, 1);
 	}
 	cgr_graph_output(g, &x, 1);
+	return g;
+}
+
+/* The same chain run eagerly (cgr_graph_execute_eager), not compiled. */
+static int eager_rt(cgr_ctx *ctx, cgr_worker **w, int nw, long n,
+		    double *lat, double tick)
+{
+	cgr_graph *g = echo_chain(ctx, w, nw);
+	char msg[MSG] = { 7 };
+	cgr_value arg = cgr_value_bytes(msg, MSG), out;
+	int ret = 0;
+
 	for (long i = -n / 10 - 10; i < n && ret == 0; i++) {
 		uint64_t t0 = perf_ticks();
 		ret = cgr_graph_execute_eager(g, &arg, 1, &out, 1, NULL);
@@ -148,23 +156,13 @@ static int eager_rt(cgr_ctx *ctx, cgr_worker **w, int nw, long n,
 static int graph_rt(cgr_ctx *ctx, cgr_worker **w, int nw, int mode, long n,
 		    double *lat, double tick)
 {
-	cgr_graph *g;
+	cgr_graph *g = echo_chain(ctx, w, nw);
 	cgr_compiled *c;
-	cgr_node *x;
 	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
 	char msg[MSG] = { 7 };
 	cgr_value arg = cgr_value_bytes(msg, MSG), out;
 	int ret;
 
-	cgr_graph_create(ctx, &g);
-	cgr_graph_input(g, 0, &x);
-	for (int i = 0; i < nw; i++) {
-		cgr_task_desc d = CGR_TASK_DESC_INIT;
-		d.name = "echo";
-		d.fn = echo;
-		cgr_graph_task(g, w[i], &d, &x, 1, &x, 1);
-	}
-	cgr_graph_output(g, &x, 1);
 	pp.wait_mode = mode;
 	ret = cgr_graph_compile(g, &pp, &c);
 	cgr_graph_destroy(g);
