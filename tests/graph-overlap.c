@@ -497,9 +497,10 @@ int main(int argc, char **argv)
 			 * descheduled past every late window; and a worker
 			 * running executions ahead of the others (in flight
 			 * together) may be late while they are still behind.
-			 * One more, longer run with one execution at a time
-			 * before calling it missed. */
-			if (bad == 0) {
+			 * Up to three more, longer runs with one execution at
+			 * a time before calling it missed (a CI distcheck
+			 * under load missed one of 40 once, after one). */
+			for (int tries = 0; bad == 0 && tries < 3; tries++) {
 				cgr_compile_params one = mp;
 				one.max_inflight = 1;
 				bad = mutant(ctx, seed, &one, wi, &m,
