@@ -175,13 +175,10 @@ static struct cgr__gctl *ctl_new(struct cgr_compiled *c, unsigned nworkers)
 /* Whether a task of g runs on a worker of another process. */
 static bool graph_remote(const cgr_graph *g)
 {
-	for (const struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
-		if (!t->coll && t->w->remote)
-			return true;
-		for (size_t i = 0; t->coll && i < t->nmembers; i++)
-			if (t->members[i]->remote)
+	for (const struct cgr__task *t = g->tasks; t != NULL; t = t->next)
+		for (size_t i = 0; i < cgr__task_nworkers(t); i++)
+			if (cgr__task_worker(t, i)->remote)
 				return true;
-	}
 	return false;
 }
 

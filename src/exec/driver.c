@@ -30,9 +30,8 @@ static int check_procs(cgr_graph *g)
 	const char *why;
 
 	for (const struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
-		size_t n = t->coll ? t->nmembers : 1;
-		for (size_t i = 0; i < n; i++) {
-			cgr_worker *w = t->coll ? t->members[i] : t->w;
+		for (size_t i = 0; i < cgr__task_nworkers(t); i++) {
+			cgr_worker *w = cgr__task_worker(t, i);
 			if (!w->remote)
 				continue;
 			if (cgr__proc_dead(w, &why))
@@ -88,6 +87,8 @@ int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
 	}
 	g->compiled = true;
 	cgr__compiled_start(g->ctx, c);
+	/* The driver's handles of its worker processes serve c too (a
+	 * worker process's stand-ins do not: nothing there clears them). */
 	for (size_t i = 0; i < c->nprogs; i++)
 		if (c->progs[i].w->remote)
 			c->progs[i].w->busy_with = c;

@@ -45,9 +45,8 @@ static void eager_free(cgr_graph *g)
 static int eager_check(cgr_graph *g)
 {
 	for (const struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
-		size_t n = t->coll ? t->nmembers : 1;
-		for (size_t i = 0; i < n; i++) {
-			cgr_worker *w = t->coll ? t->members[i] : t->w;
+		for (size_t i = 0; i < cgr__task_nworkers(t); i++) {
+			cgr_worker *w = cgr__task_worker(t, i);
 			if (w->remote)
 				return cgr__graph_fail(
 					g, -ENOTSUP,

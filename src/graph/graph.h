@@ -131,6 +131,18 @@ static inline cgr_worker *cgr__out_worker(const struct cgr__task *t, size_t o)
 	return t->members[o / t->cp.ntensors];
 }
 
+/* The workers that run t: its members, or its one worker (i < n). */
+static inline size_t cgr__task_nworkers(const struct cgr__task *t)
+{
+	return t->coll ? t->nmembers : 1;
+}
+
+static inline cgr_worker *cgr__task_worker(const struct cgr__task *t,
+					   size_t i)
+{
+	return t->coll ? t->members[i] : t->w;
+}
+
 /* The rank of w in t (0 for a plain task on w), or -1. */
 static inline int cgr__task_rank(const struct cgr__task *t,
 				 const cgr_worker *w)
