@@ -570,10 +570,18 @@ typedef struct cgr_compile_params {
 	 * members agreed (the payload still moves), on its stream with
 	 * overlap, on the worker thread without.  0: off; at most 10 s. */
 	int64_t sim_comm_ns;
+	/* CPU streams: a collective's job (overlap) or a stream task's work
+	 * on a simulated compute stream whose last run took less than this
+	 * runs on the worker thread instead, where overlap off runs it: a
+	 * handoff to a parked stream thread costs a kernel wakeup, more than
+	 * a short operation takes.  Longer ones, and the first run, go to
+	 * their stream.  -1: default 20 us; 0: always the stream; at most
+	 * 1 s. */
+	int64_t inline_ns;
 } cgr_compile_params;
 #define CGR_COMPILE_PARAMS_INIT                                          \
 	{ sizeof(cgr_compile_params), 0, 0, -1, -1, CGR_WAIT_ADAPTIVE, -1, 0, \
-	  0, 0 }
+	  0, 0, -1 }
 
 /*
  * Validates and compiles the graph: channels allocated, one program per

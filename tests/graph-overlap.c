@@ -394,6 +394,39 @@ static long run(cgr_compiled *c, struct model *m, cgr_node **outs, size_t no,
 	return bad;
 }
 
+/* Builds the graph of seed again and runs it with p and no delays: the
+ * short jobs then run on the worker threads at their RUNs (inline_ns),
+ * mixed with the stream jobs of stream tasks.  The number of wrong
+ * values; *held counts the jobs the threads ran. */
+static long run_inline(cgr_ctx *ctx, uint64_t seed,
+		       const cgr_compile_params *p, struct model *m,
+		       long iters, uint64_t *held)
+{
+	cgr_graph *g;
+	cgr_compiled *c;
+	cgr_node *outs[24];
+	size_t no;
+	long bad;
+
+	cgr_graph_create(ctx, &g);
+	t__rng = seed;
+	build(g, m, outs, &no);
+	if (cgr_graph_compile(g, p, &c) != 0) {
+		t_diag("compile: %s", cgr_graph_errmsg(g));
+		cgr_graph_destroy(g);
+		return 1;
+	}
+	bad = run(c, m, outs, no, iters, true);
+	cgr_compiled_teardown(c, -1);
+	for (size_t i = 0; i < c->nprogs; i++)
+		for (size_t k = 0; k < c->progs[i].nops; k++)
+			if (c->progs[i].ops[k].kind == CGR__OP_RUN)
+				*held += c->progs[i].ops[k].coll->inline_runs;
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	return bad;
+}
+
 /* Builds the graph of seed again, compiles it with p, removes its
  * mutable wait wi and runs it; the number of wrong values (the programs
  * are dumped when none). */
@@ -432,7 +465,8 @@ int main(int argc, char **argv)
 	/* Not scaled: mostly sleeping, and few graphs give few waits. */
 	/* each (rank, stream) late 4 times: 3 ranks x 4 streams */
 	long graphs = 12, iters = 48;
-	long clean_bad = 0, waits = 0, caught = 0, twaits = 0;
+	long clean_bad = 0, waits = 0, caught = 0, twaits = 0, inline_bad = 0;
+	uint64_t held = 0;
 
 	t_init(argc, argv, 240);
 	/* Compute streams on a CUDA device when asked (t_workers.h): the
@@ -478,6 +512,7 @@ int main(int argc, char **argv)
 				}
 		cgr_compiled_destroy(c);
 		cgr_graph_destroy(g);
+		inline_bad += run_inline(ctx, seed, &pp, &m, iters, &held);
 
 		/* Mutations: the same graph (same seed) without one WAIT. */
 #ifdef NO_MUTANTS
@@ -517,6 +552,10 @@ int main(int argc, char **argv)
 	t_is(clean_bad, 0, "%ld random graphs with overlap and random "
 			   "communication delays: every value right",
 	     graphs);
+	t_is(inline_bad, 0, "the same graphs without delays, short jobs on "
+			    "the worker threads: every value right");
+	t_ok(held > 0, "the threads ran %llu of the collectives' jobs",
+	     (unsigned long long)held);
 #ifdef NO_MUTANTS
 #ifdef CGR_TSAN
 	const char *why = "mutations race on purpose: not under TSan";

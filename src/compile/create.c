@@ -152,8 +152,16 @@ static int create_streams(struct cgr_compiled *c, struct cgr__prog *p)
 	}
 	for (size_t k = 0; k < p->nops; k++)
 		if (p->ops[k].kind == CGR__OP_COLL && p->ops[k].coll->async &&
-		    !p->ops[k].coll->nccl)
+		    !p->ops[k].coll->nccl) {
 			p->ops[k].coll->s = p->streams[p->ops[k].coll->sclass];
+			p->hcap[p->ops[k].coll->sclass]++;
+		}
+	for (int s = 0; s < CGR__NSTREAMS; s++)
+		if (p->hcap[s] > 0 &&
+		    (p->held[s] = cgr__c_alloc(c, p->hcap[s] *
+						      sizeof(*p->held[s]))) ==
+			    NULL)
+			return -ENOMEM;
 	for (size_t k = 0; k < p->ntcs; k++) {
 		struct cgr_task_ctx *tc = &p->tcs[k];
 		tc->s = p->streams[CGR__S_COMP];
@@ -185,7 +193,8 @@ static bool prog_gated(const struct cgr__prog *p)
 		    (op->kind == CGR__OP_COLL && cr->async && !cr->nccl))
 			continue;
 		return op->kind != CGR__OP_READ &&
-		       !((op->kind == CGR__OP_COLL || op->kind == CGR__OP_WAIT) &&
+		       !((op->kind == CGR__OP_COLL || op->kind == CGR__OP_WAIT ||
+			  op->kind == CGR__OP_RUN) &&
 			 !cr->nccl);
 	}
 	return false;

@@ -544,6 +544,7 @@ static int lower_coll(struct pl *pl, struct cgr__task *t, int rank)
 		return -ENOMEM;
 	for (uint32_t q = 0; q < c->nslots; q++)
 		cr->jobs[q].cr = cr;
+	atomic_init(&cr->moved, cr->k * cr->cap);
 	op = &pl->p->ops[pl->p->nops++];
 	op->kind = CGR__OP_COLL;
 	op->coll = cr;
@@ -589,6 +590,7 @@ static int lower_task(struct pl *pl, struct cgr__task *t)
 	tc->device = (t->flags & CGR_TASK_DEVICE) != 0;
 	tc->async = tc->stream && c->p.overlap;
 	atomic_init(&tc->done, 0);
+	atomic_init(&tc->ad.last_ns, INT64_MAX);
 	if (tc->stream) {
 		tc->jobs = cgr__c_alloc(c, c->nslots * sizeof(*tc->jobs));
 		tc->ev = cgr__c_alloc(c, c->nslots * sizeof(*tc->ev));

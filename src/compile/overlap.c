@@ -20,6 +20,13 @@
  * right before an asynchronous collective (on that collective's stream),
  * by a WAIT on the thread otherwise; the latest task covers the earlier.
  *
+ * Where overlap off would run a CPU collective (after the operations
+ * before it in program order, its WRITE included), a RUN: a job short
+ * enough to cost less than a handoff to its stream's thread is held for
+ * the thread there (cgr_compile_params.inline_ns, exec/stream.c).  Run
+ * there it waits for no more than overlap off would, so it deadlocks
+ * no program that overlap off runs.
+ *
  * prune.c then drops the WAITs other orderings already imply, and
  * verify.c checks the result.
  */
@@ -163,14 +170,40 @@ static int place_async_coll(struct ov *o, size_t i,
 	const struct cgr__op *op = &o->p->ops[i];
 	struct cgr__coll_rt *cr = op->coll;
 	int sc = cr->sclass;
+	struct cgr__coll_rt *need[CGR__NSTREAMS] = { NULL };
 	size_t at = o->last_coll[sc], w;
 
 	for (size_t j = 0; j < o->m; j++)
 		for (size_t q = 0; q < cr->k; q++)
 			if (cr->in_ports[q] != CGR__NO_PORT &&
-			    op_makes(o->c, &o->out[j], cr->in_ports[q]) &&
-			    j + 1 > at)
-				at = j + 1;
+			    op_makes(o->c, &o->out[j], cr->in_ports[q])) {
+				struct cgr__coll_rt *p = o->out[j].coll;
+				if (j + 1 > at)
+					at = j + 1;
+				/* Made by a collective on the collective
+				 * stream (an edge sends its output): the
+				 * thread waits for it before it issues this
+				 * one on another stream. */
+				if (o->out[j].kind == CGR__OP_COLL &&
+				    p->async && p->sclass == CGR__S_COLL &&
+				    sc != CGR__S_COLL &&
+				    p->sidx >= o->done[p->sclass] &&
+				    (need[p->sclass] == NULL ||
+				     need[p->sclass]->sidx < p->sidx))
+					need[p->sclass] = p;
+			}
+	for (int s = 0; s < CGR__NSTREAMS; s++)
+		if (need[s] != NULL) {
+			memmove(&o->out[at + 1], &o->out[at],
+				(o->m - at) * sizeof(*o->out));
+			put_wait(&o->out[at++], CGR__OP_WAIT, need[s], NULL,
+				 false);
+			o->m++;
+			o->done[s] = need[s]->sidx + 1;
+			for (int t = 0; t < CGR__NSTREAMS; t++)
+				if (o->last_coll[t] >= at)
+					o->last_coll[t]++;
+		}
 	w = tneed != NULL && tneed->tidx >= o->tsdone[sc];
 	memmove(&o->out[at + 1 + w], &o->out[at],
 		(o->m - at) * sizeof(*o->out));
@@ -299,6 +332,9 @@ static int overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 						 place_other(&o, i);
 		if (ret < 0)
 			return ret;
+		if (op->kind == CGR__OP_COLL && !op->coll->nccl)
+			put_wait(&o.out[o.m++], CGR__OP_RUN, op->coll, NULL,
+				 false);
 		i += (size_t)ret; /* its WRITE was fused */
 	}
 	add_prev_waits(&o);

@@ -32,6 +32,8 @@ enum cgr__op_kind {
 			     this execution is done on its stream */
 	CGR__OP_SWAIT = 6, /* overlap: the stream of the collective that
 			      follows waits for a stream task (device side) */
+	CGR__OP_RUN = 7, /* overlap: where overlap off runs a CPU collective:
+			    a job held for the thread (short) runs here */
 };
 
 /* Overlap: a worker's streams. */
@@ -51,10 +53,25 @@ enum cgr__stream_class {
 
 #define CGR__NO_PORT 0xffffffffu
 
+/*
+ * Where a stream task's work on a sim stream runs (cgr_compile_params.
+ * inline_ns): its last run's duration, written by whoever ran it; under
+ * inline_ns the thread runs the next one itself.  The first runs on the thread too; one that
+ * took longer there goes to its stream and is tried on the thread again
+ * after gap executions (16, doubling to 4096), so a slow run once does
+ * not keep a short job on its stream for good (exec/stream.c).
+ */
+struct cgr__adapt {
+	_Atomic int64_t last_ns;
+	uint64_t probe_at; /* thread only */
+	uint32_t gap;	   /* thread only */
+};
+
 struct cgr__task_job {
 	struct cgr_task_ctx *tc;
 	uint64_t seq;
-	int64_t t0; /* trace: when the stream reached the task's work */
+	int64_t t0; /* when the stream reached the task's work (trace, and
+		       a sim stream's last_ns) */
 	/* Who completes the job: the stream (after the work), or the thread
 	 * once the device failed (exec/failure.c); set by the first. */
 	atomic_flag claimed;
@@ -94,6 +111,8 @@ struct cgr_task_ctx {
 	struct cgr__prog *prog;
 	_Atomic uint64_t done;
 	uint64_t issued; /* stream tasks: last job enqueued + 1 (thread) */
+	struct cgr__adapt ad; /* its work, on a sim compute stream */
+	uint64_t inline_runs; /* executions whose work the thread ran */
 	bool device;	 /* CGR_TASK_DEVICE: its outputs live on the device */
 };
 
@@ -157,6 +176,12 @@ struct cgr__coll_rt {
 	const struct cgr__op *fused_write;
 	_Atomic uint64_t done;
 	struct cgr__prog *prog;
+	/* CPU, overlap: the bytes its last call moved (before the first:
+	 * its capacity); with sim_comm_ns its cost, which decides whether
+	 * its job is held for the thread, which runs it at its RUN
+	 * (exec/stream.c). */
+	_Atomic size_t moved;
+	uint64_t inline_runs; /* jobs the thread ran (thread only) */
 };
 
 struct cgr__coll_job {
@@ -247,9 +272,16 @@ struct cgr__prog {
 	cgr_stream *nstreams[CGR__S_NCCL];
 	struct cgr__ljob *lq;
 	uint32_t lq_cap, lq_head, lq_tail;
-	/* Trace of each stream's jobs (trace_cap each), written by that
-	 * stream's executor only. */
+	/* Trace of each stream's jobs (trace_cap each), written by whoever
+	 * runs that stream's jobs (one at a time). */
 	struct cgr__tbuf *strace[CGR__NSTREAMS_ALL];
+	/* Per communication stream: the jobs held for the thread, in stream
+	 * order, not yet run: held[s][hhead[s] .. htail[s]) of hcap[s]
+	 * (exec/stream.c).  While any is held, nothing else is on that
+	 * stream. */
+	struct cgr__coll_job **held[CGR__NSTREAMS];
+	uint32_t hhead[CGR__NSTREAMS], htail[CGR__NSTREAMS];
+	uint32_t hcap[CGR__NSTREAMS];
 };
 
 /* A doorbell on its own cache line. */

@@ -16,6 +16,7 @@
 #define CGR__DEF_VALUE_BYTES (64u * 1024)
 #define CGR__DEF_TIMEOUT_NS (10ll * 1000000000)
 #define CGR__DEF_SPIN_NS (50ll * 1000)
+#define CGR__DEF_INLINE_NS (20ll * 1000)
 
 int cgr__compile_params(cgr_compile_params *p, const cgr_compile_params *in)
 {
@@ -39,6 +40,10 @@ int cgr__compile_params(cgr_compile_params *p, const cgr_compile_params *in)
 		p->get_timeout_ns = CGR__DEF_TIMEOUT_NS;
 	if (p->spin_ns < 0)
 		p->spin_ns = CGR__DEF_SPIN_NS;
+	if (p->inline_ns == -1)
+		p->inline_ns = CGR__DEF_INLINE_NS;
+	if (p->inline_ns < 0 || p->inline_ns > 1000000000)
+		return -EINVAL;
 	if (p->trace_events > (1u << 24) || p->overlap < 0 || p->overlap > 1 ||
 	    p->sim_comm_ns < 0 || p->sim_comm_ns > 10ll * 1000000000)
 		return -EINVAL;

@@ -523,6 +523,7 @@ static int cgr__bound_future_wait(struct cgr__dfuture *df, int64_t deadline)
 {
 	int res;
 
+	cgr__stream_kick(df->s);
 	cgr__reactor_wait(NULL, &df->s->pbell, cgr__dfuture_ready, df, NULL,
 			  CGR_WAIT_ADAPTIVE, 20000, deadline);
 	if (cgr__dfuture_test(df, &res))

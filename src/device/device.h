@@ -202,6 +202,13 @@ struct cgr_stream {
 	struct cgr_bell pbell cgr__aligned;
 	_Atomic uint32_t stop;	 /* destroy: drop remaining work */
 	_Atomic uint32_t exited; /* the executor returned */
+	/* Whoever runs operations holds run (1): the executor, or the
+	 * enqueuing thread draining the queue itself (cgr__stream_drain).
+	 * While hold is set, enqueue does not ring the executor: the
+	 * enqueuer drains soon, and anybody who waits for the stream rings
+	 * it first (cgr__stream_kick). */
+	_Atomic uint32_t run cgr__aligned;
+	_Atomic uint32_t hold;
 	pthread_t thread;
 	struct cgr__sop *q; /* CGR__SIM_QUEUE slots */
 
@@ -225,6 +232,33 @@ int cgr__stream_create_on(struct cgr__device *dev, int priority,
  * -ECANCELED if the stream is being destroyed.
  */
 int cgr__stream_enqueue(cgr_stream *s, const struct cgr__sop *op);
+
+/*
+ * Running a sim stream's queue on the thread that enqueues (the worker's
+ * reactor, exec/): a handoff to a parked executor costs a kernel wakeup
+ * (tens of us on a VM), more than short operations take.  Only the one
+ * enqueuing thread calls these, and only on sim streams
+ * (cgr__stream_is_sim).
+ *
+ * cgr__stream_hold: from now until cgr__stream_drain, enqueue does not
+ * ring the executor.  cgr__stream_drain: runs, on this thread and in
+ * order, the queued operations that can start without waiting (a WAIT
+ * for a position not reached stops it), unless the executor is running
+ * them already; whatever is left goes to the executor.  Returns 1 if
+ * everything enqueued has run, 0 if the executor has the rest.
+ * cgr__stream_idle: everything enqueued has run (acquire: its effects
+ * are visible); false for other backends.
+ */
+static inline bool cgr__stream_is_sim(const cgr_stream *s)
+{
+	return s->dev->ops == &cgr__sim_ops;
+}
+void cgr__stream_hold(cgr_stream *s);
+int cgr__stream_drain(cgr_stream *s);
+bool cgr__stream_idle(cgr_stream *s);
+/* Whoever is about to wait for s's progress: if its enqueuer holds it,
+ * hand the queue to the executor now (never a lost wakeup). */
+void cgr__stream_kick(cgr_stream *s);
 
 /* Polls a foreign event's record (CGR__SOP_WAITE) until it passed, its
  * device failed, or waiter (may be NULL) fails or stops; then gives the

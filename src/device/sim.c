@@ -12,6 +12,12 @@
  * device.  Executor waits also re-check every CGR__STOP_POLL_NS, so a
  * stream being destroyed leaves any wait, even one parked on another
  * device's bell.
+ *
+ * Draining: the enqueuing thread may run the queue itself
+ * (cgr__stream_drain): whoever runs operations first takes the stream's
+ * run word, so the executor and the drainer never run two operations at
+ * once and the order stays.  A drainer runs only operations that can
+ * start at once; the executor, rung for the rest, waits where it must.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -78,6 +84,28 @@ static bool cgr__sim_fut_ready(void *arg)
 	       atomic_load_explicit(&w->waiter->stop, memory_order_relaxed);
 }
 
+/* Whether op can start without waiting (a drainer runs only those). */
+static bool cgr__sim_op_ready(cgr_stream *s, const struct cgr__sop *op)
+{
+	int res;
+
+	if (cgr__device_error(s->dev) != 0 || cgr__stream_stopping(s) != 0)
+		return true;
+	switch (op->kind) {
+	case CGR__SOP_WAIT: {
+		struct cgr__sim_posw w = { s, op->u.wait.s, op->u.wait.pos };
+		return cgr__sim_pos_ready(&w);
+	}
+	case CGR__SOP_WAITF:
+		return cgr__dfuture_test(op->u.waitf.f, &res) != 0;
+	case CGR__SOP_WAITE:
+		return op->u.waite.ops->snap_query(op->u.waite.snap,
+						   op->u.waite.pos) != 0;
+	default:
+		return true;
+	}
+}
+
 static void cgr__sim_run(cgr_stream *s, struct cgr__sop *op)
 {
 	int err = cgr__device_error(s->dev);
@@ -97,6 +125,7 @@ static void cgr__sim_run(cgr_stream *s, struct cgr__sop *op)
 		if (err == 0) {
 			struct cgr__sim_posw w = { s, op->u.wait.s,
 						   op->u.wait.pos };
+			cgr__stream_kick(op->u.wait.s);
 			cgr__sim_exec_wait(s, &op->u.wait.s->pbell,
 					   cgr__sim_pos_ready, &w);
 		}
@@ -130,13 +159,56 @@ static void cgr__sim_run(cgr_stream *s, struct cgr__sop *op)
 	}
 }
 
+/* Work for the executor: queued and not held by the enqueuer, or the
+ * stop. */
 static bool cgr__sim_has_work(void *arg)
 {
 	cgr_stream *s = arg;
 
-	return atomic_load_explicit(&s->enq, memory_order_acquire) !=
-		       atomic_load_explicit(&s->done, memory_order_relaxed) ||
+	return (atomic_load_explicit(&s->enq, memory_order_acquire) !=
+			atomic_load_explicit(&s->done, memory_order_acquire) &&
+		!atomic_load_explicit(&s->hold, memory_order_acquire)) ||
 	       atomic_load_explicit(&s->stop, memory_order_acquire);
+}
+
+/* R1: acquire: pairs with the release of run (R2): the previous runner's
+ * operations and its done are visible. */
+static bool cgr__sim_claim(cgr_stream *s)
+{
+	uint32_t z = 0;
+
+	return atomic_compare_exchange_strong_explicit(
+		&s->run, &z, 1, memory_order_acquire, memory_order_relaxed);
+}
+
+static void cgr__sim_unclaim(cgr_stream *s)
+{
+	/* R2: release: pairs with R1. */
+	atomic_store_explicit(&s->run, 0, memory_order_release);
+	/* An executor waiting for the drainer to let go parks on pbell. */
+	cgr__bell_ring(&s->pbell);
+}
+
+static bool cgr__sim_unclaimed(void *arg)
+{
+	cgr_stream *s = arg;
+
+	return atomic_load_explicit(&s->run, memory_order_relaxed) == 0 ||
+	       !cgr__sim_has_work(s);
+}
+
+/* Runs the operation at position d (the caller holds run) and publishes
+ * it. */
+static void cgr__sim_step(cgr_stream *s, uint64_t d)
+{
+	struct cgr__sop op = s->q[d & CGR__SIM_MASK];
+
+	cgr__sim_run(s, &op);
+	/* X1: release: the operation's effects (and the slot being free) are
+	 * visible to whoever reads this position: P1, the enqueuer's space
+	 * check Q0, synchronize S1, the next runner. */
+	atomic_store_explicit(&s->done, d + 1, memory_order_release);
+	cgr__bell_ring(&s->pbell);
 }
 
 static void *cgr__sim_main(void *arg)
@@ -145,34 +217,93 @@ static void *cgr__sim_main(void *arg)
 
 	pthread_setname_np(pthread_self(), "cgr:stream");
 	for (;;) {
-		uint64_t d = atomic_load_explicit(&s->done,
-						  memory_order_relaxed);
-		struct cgr__sop op;
-
 		/* E1: acquire: pairs with the enqueuer's release of enq (Q1):
 		 * the slot's contents are visible. */
-		if (atomic_load_explicit(&s->enq, memory_order_acquire) == d) {
-			if (atomic_load_explicit(&s->stop,
-						 memory_order_acquire))
-				break;
+		bool empty = atomic_load_explicit(&s->enq,
+						  memory_order_acquire) ==
+			     atomic_load_explicit(&s->done,
+						  memory_order_acquire);
+		if (empty &&
+		    atomic_load_explicit(&s->stop, memory_order_acquire))
+			break;
+		/* Held work is the enqueuer's to run (or to hand over). */
+		if (empty || !cgr__sim_has_work(s)) {
 			cgr__reactor_wait(NULL, &s->bell, cgr__sim_has_work, s,
 					  NULL, CGR_WAIT_ADAPTIVE,
 					  CGR__SIM_SPIN_NS, CGR_FOREVER);
 			continue;
 		}
-		op = s->q[d & CGR__SIM_MASK];
-		cgr__sim_run(s, &op);
-		/* X1: release: the operation's effects (and the slot being
-		 * free) are visible to whoever reads this position: P1, the
-		 * enqueuer's space check Q0, synchronize S1. */
-		atomic_store_explicit(&s->done, d + 1, memory_order_release);
-		cgr__bell_ring(&s->pbell);
+		if (!cgr__sim_claim(s)) {
+			/* The enqueuer is draining: it lets go soon. */
+			cgr__reactor_wait(NULL, &s->pbell, cgr__sim_unclaimed,
+					  s, NULL, CGR_WAIT_ADAPTIVE,
+					  CGR__SIM_SPIN_NS, CGR_FOREVER);
+			continue;
+		}
+		for (;;) {
+			uint64_t d = atomic_load_explicit(
+				&s->done, memory_order_relaxed);
+			if (atomic_load_explicit(&s->enq,
+						 memory_order_acquire) == d)
+				break;
+			cgr__sim_step(s, d);
+		}
+		cgr__sim_unclaim(s);
 	}
 	/* X2: pairs with the destroyer's acquire of exited. */
 	atomic_store_explicit(&s->exited, 1, memory_order_release);
 	cgr__bell_ring_force(&s->pbell);
 	cgr__stream_put(s);
 	return NULL;
+}
+
+void cgr__stream_hold(cgr_stream *s)
+{
+	atomic_store_explicit(&s->hold, 1, memory_order_release);
+}
+
+bool cgr__stream_idle(cgr_stream *s)
+{
+	if (!cgr__stream_is_sim(s))
+		return false;
+	/* S1 as in synchronize: pairs with X1. */
+	return atomic_load_explicit(&s->done, memory_order_acquire) ==
+	       atomic_load_explicit(&s->enq, memory_order_relaxed);
+}
+
+void cgr__stream_kick(cgr_stream *s)
+{
+	/* K1: seq_cst: the executor's look at hold after its prepare (the
+	 * bell's RMW) sees 0, or the ring below wakes it. */
+	if (cgr__stream_is_sim(s) &&
+	    atomic_exchange_explicit(&s->hold, 0, memory_order_seq_cst))
+		cgr__bell_ring_force(&s->bell);
+}
+
+int cgr__stream_drain(cgr_stream *s)
+{
+	/* Claimed before the hold ends: a spinning executor cannot take the
+	 * work in between. */
+	bool mine = cgr__sim_claim(s), left;
+
+	while (mine) {
+		uint64_t d = atomic_load_explicit(&s->done,
+						  memory_order_relaxed);
+		/* The enqueuer is this thread: the slots are its own. */
+		if (atomic_load_explicit(&s->enq, memory_order_relaxed) == d ||
+		    !cgr__sim_op_ready(s, &s->q[d & CGR__SIM_MASK]))
+			break;
+		cgr__sim_step(s, d);
+	}
+	/* H1: seq_cst, as K1: the executor sees the hold gone, or the ring
+	 * below. */
+	atomic_store_explicit(&s->hold, 0, memory_order_seq_cst);
+	if (mine)
+		cgr__sim_unclaim(s);
+	left = !cgr__stream_idle(s);
+	if (left)
+		cgr__bell_ring(&s->bell);
+	return left ? 0 : 1;
 }
 
 static int cgr__sim_stream_init(cgr_stream *s)
@@ -189,6 +320,8 @@ static int cgr__sim_stream_init(cgr_stream *s)
 	cgr__bell_init(&s->pbell);
 	atomic_init(&s->stop, 0);
 	atomic_init(&s->exited, 0);
+	atomic_init(&s->run, 0);
+	atomic_init(&s->hold, 0);
 	/* The executor's reference, dropped when it returns. */
 	cgr__stream_ref(s);
 	ret = -pthread_create(&s->thread, NULL, cgr__sim_main, s);
@@ -226,6 +359,8 @@ static void cgr__sim_stream_fini(cgr_stream *s, int64_t deadline)
 {
 	int64_t grace;
 
+	atomic_store_explicit(&s->hold, 0, memory_order_relaxed);
+	cgr__bell_ring_force(&s->bell);
 	cgr__reactor_wait(NULL, &s->pbell, cgr__sim_drained, s, NULL,
 			  CGR_WAIT_BLOCK, 0, deadline);
 	/* Whatever is left is dropped: the executor completes it with
@@ -269,6 +404,7 @@ static int cgr__sim_enqueue(cgr_stream *s, const struct cgr__sop *op)
 	if (e - atomic_load_explicit(&s->done, memory_order_acquire) >=
 	    CGR__SIM_QUEUE) {
 		/* Full: block like CUDA's launch queue does. */
+		cgr__stream_kick(s);
 		cgr__reactor_wait(NULL, &s->pbell, cgr__sim_has_space, s, NULL,
 				  CGR_WAIT_ADAPTIVE, CGR__SIM_SPIN_NS,
 				  CGR_FOREVER);
@@ -278,7 +414,8 @@ static int cgr__sim_enqueue(cgr_stream *s, const struct cgr__sop *op)
 	s->q[e & CGR__SIM_MASK] = *op;
 	/* Q1: release: publishes the slot; pairs with E1. */
 	atomic_store_explicit(&s->enq, e + 1, memory_order_release);
-	cgr__bell_ring(&s->bell);
+	if (!atomic_load_explicit(&s->hold, memory_order_acquire))
+		cgr__bell_ring(&s->bell);
 	return 0;
 }
 
@@ -304,6 +441,7 @@ static int cgr__sim_synchronize(cgr_stream *s, int64_t deadline)
 	};
 	int ret, err;
 
+	cgr__stream_kick(s);
 	ret = cgr__reactor_wait(NULL, &s->pbell, cgr__sim_sync_ready, &w,
 				NULL, CGR_WAIT_ADAPTIVE, CGR__SIM_SPIN_NS,
 				deadline);

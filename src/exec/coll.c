@@ -289,6 +289,9 @@ static int coll_call(struct cgr__coll_rt *cr, uint64_t seq,
 {
 	struct cgr__coll_job *job = &cr->jobs[seq & (cr->c->nslots - 1)];
 
+	atomic_store_explicit(&cr->moved,
+			      d->count * cgr_dtype_size(d->dtype),
+			      memory_order_relaxed);
 	sim_comm(cr);
 	if (!cr->nccl)
 		return cgr__comm_coll(cr->comm, cr->rank, d, NULL, NULL);

@@ -70,6 +70,17 @@ int cgr__task_issue(struct cgr_task_ctx *tc, uint64_t seq,
 int cgr__wait_done(struct cgr_compiled *c, cgr_worker *w,
 		   struct cgr_reactor *r, _Atomic uint64_t *done,
 		   uint64_t want);
+/* Inline runs (stream.c, cgr_compile_params.inline_ns): the RUN of
+ * collective cr in execution seq runs its job if it was held for the
+ * thread; flush hands every held job of stream class s to its
+ * stream (an SWAIT, and the worker leaving, need that). */
+int cgr__coll_run_held(struct cgr__coll_rt *cr, uint64_t seq);
+/* Before the thread waits for cr's job of execution seq: if held, it
+ * runs now, after the held jobs before it (as its stream would run
+ * them before it). */
+void cgr__held_before_wait(struct cgr__coll_rt *cr, uint64_t seq);
+int cgr__held_flush(struct cgr__prog *p, int s);
+
 /* Stream task tc's outputs of execution seq are in: its fused WRITE,
  * done (its stream's job, or failure.c). */
 void cgr__task_job_finish(struct cgr_task_ctx *tc, uint64_t seq);
@@ -103,11 +114,23 @@ void cgr__strace_record(struct cgr__prog *p, int s,
  * compile none of it.
  */
 #ifdef CGR_FAULT_INJECTION
+/* Whether the delays are on (jobs then always go to their streams, so
+ * that a missing wait shows). */
+static inline bool cgr__fault_on(const struct cgr_compiled *c)
+{
+	return atomic_load_explicit(&c->debug_coll_delay_ns,
+				    memory_order_relaxed) > 0;
+}
 void cgr__fault_coll_before(struct cgr__coll_rt *cr, uint64_t seq);
 void cgr__fault_coll_after(struct cgr__coll_rt *cr, uint64_t seq);
 void cgr__fault_task_after(struct cgr_task_ctx *tc, uint64_t seq);
 void cgr__fault_slot_after(struct cgr_task_ctx *tc, uint64_t seq);
 #else
+static inline bool cgr__fault_on(const struct cgr_compiled *c)
+{
+	(void)c;
+	return false;
+}
 static inline void cgr__fault_coll_before(struct cgr__coll_rt *cr,
 					  uint64_t seq)
 {

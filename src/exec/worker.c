@@ -241,15 +241,23 @@ static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
 	case CGR__OP_COLL:
 		return run_coll(w, op->coll, seq, r);
 	case CGR__OP_WAIT:
+		if (op->coll != NULL && !op->prev)
+			cgr__held_before_wait(op->coll, seq);
 		return cgr__wait_done(c, w, r,
 				      op->tc != NULL ? &op->tc->done :
 						       &op->coll->done,
 				      seq + !op->prev);
+	case CGR__OP_RUN:
+		return cgr__coll_run_held(op->coll, seq);
 	case CGR__OP_SWAIT:
 		if (p->dead)
 			break; /* nothing runs on its streams any more */
-		ret = cgr_stream_wait_event(op->coll->s,
-					    op->tc->ev[seq & (c->nslots - 1)]);
+		/* The wait goes on the stream behind the jobs held before. */
+		if (cgr_event_query(op->tc->ev[seq & (c->nslots - 1)]) != 1)
+			ret = cgr__held_flush(p, op->coll->sclass);
+		if (ret == 0)
+			ret = cgr_stream_wait_event(
+				op->coll->s, op->tc->ev[seq & (c->nslots - 1)]);
 		if (ret < 0) {
 			cgr__prog_device_failed(p, ret, "a stream wait");
 			ret = 0;
@@ -299,7 +307,9 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 		for (size_t i = 0; i < p->nops && ret == 0; i++) {
 			int64_t t0 = p->trace != NULL ? cgr__now_ns() : 0;
 			ret = run_op(w, p, &p->ops[i], seq, r);
-			if (ret == 0 && p->trace != NULL)
+			/* A RUN's job, if it ran, has its stream's record. */
+			if (ret == 0 && p->trace != NULL &&
+			    p->ops[i].kind != CGR__OP_RUN)
 				cgr__trace_record(p, &p->ops[i], seq, t0);
 			if (cgr__unlikely(p->lq_head != p->lq_tail))
 				cgr__launch_progress(p);
@@ -319,8 +329,13 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 			 "its executions end at the get timeout",
 			 w->name, (unsigned long long)seq, cgr_err_name(ret),
 			 cgr_strerror(ret));
-	/* The communication streams may still run collectives of this
-	 * graph: teardown stopped and aborted them, so this is short. */
+	/* Jobs held for the thread go to their streams, which drop them if
+	 * the graph stopped.  The communication streams may still run
+	 * collectives of this graph: teardown stopped and aborted them, so
+	 * this is short. */
+	for (int s = 0; s < CGR__NSTREAMS; s++)
+		if (p->streams[s] != NULL)
+			cgr__held_flush(p, s);
 	for (int s = 0; s < CGR__NSTREAMS_ALL; s++)
 		if (p->streams[s] != NULL)
 			cgr_stream_synchronize(p->streams[s], 2000000000);

@@ -29,6 +29,8 @@ static const char *cgr__op_kind_name(int kind)
 		return "wait";
 	case CGR__OP_SWAIT:
 		return "stream wait";
+	case CGR__OP_RUN:
+		return "run";
 	default:
 		return "?";
 	}
@@ -44,6 +46,7 @@ static const char *cgr__op_label(const struct cgr_compiled *c,
 	case CGR__OP_COMPUTE:
 		return op->tc->name;
 	case CGR__OP_COLL:
+	case CGR__OP_RUN:
 		return op->coll->name;
 	case CGR__OP_WAIT:
 	case CGR__OP_SWAIT:
