@@ -20,6 +20,9 @@
 #include "perf.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
 #include <stdbool.h>
 
 #include <cgr.h>
@@ -272,6 +275,65 @@ static double transfer_alone(cgr_ctx *ctx, int reps)
 	       (g_sim_ns > 0 ? sleep_alone(g_sim_ns, reps) : 0);
 }
 
+/* The bookkeeping cases' medians (us): thread and stream compute, off
+ * and on; filled by report(). */
+static double g_book[2][2];
+
+/* The floor next to the bookkeeping latencies: a one-cache-line ping-pong
+ * between two threads, round trip in ns (median of 2000). */
+static _Atomic uint64_t g_line __attribute__((aligned(64)));
+
+static void *pong(void *arg)
+{
+	for (uint64_t i = 1; i <= (uint64_t)(intptr_t)arg; i++) {
+		while (atomic_load_explicit(&g_line, memory_order_acquire) !=
+		       2 * i - 1)
+			;
+		atomic_store_explicit(&g_line, 2 * i, memory_order_release);
+	}
+	return NULL;
+}
+
+static double pingpong_floor(void)
+{
+	enum { N = 2000 };
+	static double lat[N];
+	pthread_t t;
+
+	atomic_store(&g_line, 0);
+	pthread_create(&t, NULL, pong, (void *)(intptr_t)N);
+	for (uint64_t i = 1; i <= N; i++) {
+		int64_t t0 = perf_now_ns();
+		atomic_store_explicit(&g_line, 2 * i - 1, memory_order_release);
+		while (atomic_load_explicit(&g_line, memory_order_acquire) !=
+		       2 * i)
+			;
+		lat[i - 1] = (double)(perf_now_ns() - t0);
+	}
+	pthread_join(t, NULL);
+	return perf_median(lat, N);
+}
+
+/* The issue's targets for the bookkeeping cases, from one run. */
+static void book_summary(int quiet)
+{
+	double off = g_book[0][0], on = g_book[0][1], son = g_book[1][1],
+	       soff = g_book[1][0], fl = pingpong_floor();
+
+	if (off <= 0 || on <= 0 || son <= 0 || soff <= 0)
+		return;
+	if (!quiet)
+		printf("bookkeeping: on / off (thread compute) %.2fx; stream "
+		       "compute on / thread off %.2fx, off / thread off "
+		       "%.2fx; floor (one-line ping-pong) %.2f us\n",
+		       on / off, son / off, soff / off, fl / 1e3);
+	perf_json("overlap", "bookkeeping_summary", "cgr", "on_over_off",
+		  on / off, "x",
+		  "\"stream_on_over_off\":%.3f,\"stream_off_over_off\":%.3f,"
+		  "\"floor_us\":%.3f",
+		  son / off, soff / off, fl / 1e3);
+}
+
 /* Prints and emits one case: medians of off and on against bound. */
 static void report(const char *name, double *off, double *on,
 		   int nw, int execs, double C, double T, double bound,
@@ -279,6 +341,10 @@ static void report(const char *name, double *off, double *on,
 {
 	double moff = perf_median(off, (size_t)nw),
 	       mon = perf_median(on, (size_t)nw);
+	if (strncmp(name, "bookkeeping", 11) == 0) {
+		g_book[g_stream][0] = moff / 1e3;
+		g_book[g_stream][1] = mon / 1e3;
+	}
 	if (!quiet) {
 		printf("%s: compute %.0f us per step, tensor %zu KiB%s, "
 		       "transfer alone %.0f us; %d windows of %d executions\n",
@@ -503,7 +569,8 @@ int main(int argc, char **argv)
 	}
 	/* Each case with compute on the worker threads, then (name_stream)
 	 * on their compute streams as stream tasks: the threads only issue
-	 * work.  CGR_OVERLAP_CASE=name runs one case only. */
+	 * work.  CGR_OVERLAP_CASE=name runs one case only, name* those
+	 * that start so (bookkeeping* prints the summary). */
 	static const struct {
 		const char *name;
 		bool pipeline; /* 1F1B, else Ray's shape */
@@ -525,13 +592,16 @@ int main(int argc, char **argv)
 			char name[64];
 			snprintf(name, sizeof(name), "%s%s", cases[k].name,
 				 g_stream ? "_stream" : "");
-			if (only != NULL && strcmp(only, name) != 0)
+			if (only != NULL && strcmp(only, name) != 0 &&
+			    !(only[0] != 0 && only[strlen(only) - 1] == '*' &&
+			      strncmp(only, name, strlen(only) - 1) == 0))
 				continue;
 			(cases[k].pipeline ? case_1f1b : shape_case)(
 				ctx, w, name, cases[k].compute_ns,
 				cases[k].elems, cases[k].sim_ns, o.windows,
 				o.json);
 		}
+	book_summary(o.json);
 	cgr_ctx_destroy(ctx);
 	return 0;
 }
