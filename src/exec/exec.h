@@ -70,15 +70,12 @@ int cgr__task_issue(struct cgr_task_ctx *tc, uint64_t seq,
 int cgr__wait_done(struct cgr_compiled *c, cgr_worker *w,
 		   struct cgr_reactor *r, _Atomic uint64_t *done,
 		   uint64_t want);
-/* Inline runs (stream.c, cgr_compile_params.inline_ns): the RUN of
- * collective cr in execution seq runs its job if it was held for the
- * thread; flush hands every held job of stream class s to its
- * stream (an SWAIT, and the worker leaving, need that). */
-int cgr__coll_run_held(struct cgr__coll_rt *cr, uint64_t seq);
-/* Before the thread waits for cr's job of execution seq: if held, it
- * runs now, after the held jobs before it (as its stream would run
- * them before it). */
-void cgr__held_before_wait(struct cgr__coll_rt *cr, uint64_t seq);
+/* Inline runs (stream.c, cgr_compile_params.inline_ns): held_run runs
+ * collective cr's job of execution seq on the thread if it was held for
+ * it, after the held jobs before it (as its stream would): at its RUN,
+ * and before a WAIT for it.  flush hands every held job of stream class
+ * s to its stream (an SWAIT, and the worker leaving, need that). */
+void cgr__held_run(struct cgr__coll_rt *cr, uint64_t seq);
 int cgr__held_flush(struct cgr__prog *p, int s);
 
 /* Stream task tc's outputs of execution seq are in: its fused WRITE,

@@ -172,7 +172,7 @@ static struct cgr__coll_job *held_pop_run(struct cgr__prog *p, int s)
 	return job;
 }
 
-void cgr__held_before_wait(struct cgr__coll_rt *cr, uint64_t seq)
+void cgr__held_run(struct cgr__coll_rt *cr, uint64_t seq)
 {
 	struct cgr__prog *p = cr->prog;
 	int s = cr->sclass;
@@ -185,20 +185,6 @@ void cgr__held_before_wait(struct cgr__coll_rt *cr, uint64_t seq)
 		if (job->cr == cr && job->seq == seq)
 			break;
 	}
-}
-
-int cgr__coll_run_held(struct cgr__coll_rt *cr, uint64_t seq)
-{
-	struct cgr__prog *p = cr->prog;
-	int s = cr->sclass;
-	struct cgr__coll_job *job;
-
-	if (p->hhead[s] == p->htail[s])
-		return 0;
-	job = p->held[s][p->hhead[s]];
-	if (job->cr == cr && job->seq == seq)
-		held_pop_run(p, s); /* else not held: RUNs come in order */
-	return 0;
 }
 
 /* The outputs of stream task tc for execution seq are in (error values,

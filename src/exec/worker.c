@@ -242,13 +242,14 @@ static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
 		return run_coll(w, op->coll, seq, r);
 	case CGR__OP_WAIT:
 		if (op->coll != NULL && !op->prev)
-			cgr__held_before_wait(op->coll, seq);
+			cgr__held_run(op->coll, seq);
 		return cgr__wait_done(c, w, r,
 				      op->tc != NULL ? &op->tc->done :
 						       &op->coll->done,
 				      seq + !op->prev);
 	case CGR__OP_RUN:
-		return cgr__coll_run_held(op->coll, seq);
+		cgr__held_run(op->coll, seq);
+		break;
 	case CGR__OP_SWAIT:
 		if (p->dead)
 			break; /* nothing runs on its streams any more */
