@@ -602,8 +602,9 @@ typedef uint64_t cgr_ref;
  * Starts one execution with args[0..nargs) (copied into cgr's buffers
  * before return).  Returns CGR_ENARGS for a wrong count, CGR_ETOOBIG for an
  * argument larger than its buffer, CGR_ECAPACITY when max_inflight
- * executions are not yet released (never blocks for that), CGR_ECLOSED
- * after teardown, CGR_EWORKERGONE once a worker's device failed (the log
+ * executions are not yet released (a count: however old the unreleased
+ * ones are; never blocks for that), CGR_ECLOSED after teardown, -EDEADLK
+ * from a task of this graph, CGR_EWORKERGONE once a worker's device failed (the log
  * names it; the executions already in flight still complete, their
  * device work as CGR_EDEVICE error values on every member).  Never
  * allocates.  A CUDA tensor argument (kDLCUDA) is passed by reference:
@@ -614,12 +615,15 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 
 /*
  * Waits up to timeout_ns for execution ref and fills outs[0..nouts) (nouts
- * must equal the number of graph outputs).  Refs may be got in any order:
- * results of other executions that arrive meanwhile are kept (at most
- * max_inflight executions exist at once, so that is the bound).  An output
- * may be an error value: the call still returns 0.  The values stay valid
- * until cgr_ref_release.  Returns -ETIMEDOUT (try again later),
- * CGR_EUNKNOWNREF, CGR_ENARGS, CGR_ECLOSED.
+ * must equal the number of graph outputs).  Refs may be got in any order,
+ * and again: results of other executions that arrive meanwhile are kept
+ * (at most max_inflight executions exist at once, so that is the bound).
+ * An output may be an error value: the call still returns 0.  The values
+ * stay valid, unchanged, until cgr_ref_release, however many executions
+ * run meanwhile.  Returns -ETIMEDOUT (try again later), CGR_EUNKNOWNREF,
+ * CGR_ENARGS, CGR_ECLOSED (after teardown; or teardown began in another
+ * thread while this call waited, and the outputs were not all in),
+ * -EDEADLK from a task of this graph.
  */
 int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
 		cgr_value *outs, size_t nouts);
@@ -627,7 +631,17 @@ int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
 /*
  * Releases execution ref: its buffers may be reused and it no longer
  * counts against max_inflight.  A ref not yet got is waited for first (up
- * to the get timeout).  Returns 0, CGR_EUNKNOWNREF, -ETIMEDOUT.
+ * to the get timeout).  Returns 0 (also after teardown, which released
+ * everything, or when teardown began in another thread during the wait),
+ * CGR_EUNKNOWNREF, -ETIMEDOUT, -EDEADLK from a task of this graph.
+ *
+ * Threads: cgr_execute, cgr_ref_get and cgr_ref_release are the driver
+ * thread's, one at a time.  cgr_compiled_teardown may be called from
+ * another thread while the driver thread is in any of them: a blocked
+ * get or release returns at once, as said above.  cgr_compiled_destroy
+ * races with nothing.  A task calling these for its own graph would wait
+ * for itself: they return -EDEADLK (another graph, on other workers, is
+ * fine).
  */
 int cgr_ref_release(cgr_compiled *c, cgr_ref ref);
 
@@ -637,7 +651,10 @@ int cgr_ref_release(cgr_compiled *c, cgr_ref ref);
  * timeout_ns (negative: 1 s).  A worker stuck in a task past the deadline is
  * reported through the log and abandoned: CGR_ESTUCK is returned, the
  * worker can no longer be used, and what the stuck task may touch stays
- * allocated until it returns.  A second call is a no-op returning 0.
+ * allocated until it returns.  A second call (or one racing the first
+ * from another thread) is a no-op returning 0.  It wakes a get or release
+ * blocked in the driver thread at once.  From a task of this graph:
+ * -EDEADLK, nothing done.
  * CPU communicators are aborted at once (a member waiting in one for a
  * member that left returns).  NCCL communicators are not: a leaving
  * worker first finishes the NCCL operations it enqueued (for half the
@@ -647,7 +664,9 @@ int cgr_ref_release(cgr_compiled *c, cgr_ref ref);
  */
 int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns);
 
-/* Teardown (1 s) if not done, then frees c.  NULL is a no-op. */
+/* Teardown (1 s) if not done, then frees c.  NULL is a no-op.  From a
+ * task of this graph it is refused (logged through the context's log
+ * hook, nothing freed). */
 void cgr_compiled_destroy(cgr_compiled *c);
 
 /* ---- pictures ---- */

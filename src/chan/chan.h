@@ -58,6 +58,14 @@ struct cgr__device;
  * device, for its tensors' data (dmem, allocated by compile/create.c);
  * everything else (the header, bytes, error messages) stays in the host
  * slot.
+ *
+ * A graph output's port has more buffers than slots (nbufs > nslots) and
+ * a map from slot (seq & mask) to buffer, shared by every output port of
+ * the graph: the driver lends a result the caller still holds its buffer
+ * and gives the slot a spare one (exec/driver.c), so that held results
+ * never stop later executions.  Only the driver writes the map, before it
+ * admits the execution that uses the slot; readers and writers of that
+ * execution see it through the admission's release.
  */
 struct cgr__port {
 	unsigned char *mem;
@@ -65,6 +73,8 @@ struct cgr__port {
 	size_t cap;	   /* data capacity per slot */
 	uint32_t nslots;   /* 1 for constants */
 	uint32_t mask;
+	uint32_t nbufs;	   /* buffers: nslots, more for graph outputs */
+	uint32_t *map;	   /* slot -> buffer (NULL: the identity) */
 	int dev;	     /* CGR_DEVICE_NONE: a host port */
 	unsigned char *dmem; /* device ports: nslots * cap bytes */
 	struct cgr__device *ddev; /* referenced while dmem lives */
@@ -80,27 +90,42 @@ static inline size_t cgr__port_cap(size_t want)
 			     64);
 }
 
-/* Bytes of memory a port of capacity cgr__port_cap(want) and nslots
- * slots (a power of two) needs. */
-static inline size_t cgr__port_memsize(size_t want, uint32_t nslots)
+/* Bytes of memory a port of capacity cgr__port_cap(want) and nbufs
+ * buffers needs. */
+static inline size_t cgr__port_memsize(size_t want, uint32_t nbufs)
 {
-	return (CGR__SLOT_HDR + cgr__port_cap(want)) * nslots;
+	return (CGR__SLOT_HDR + cgr__port_cap(want)) * nbufs;
 }
 
-/* Lays port p out over mem (cgr__port_memsize(want, nslots) bytes, 64-byte
- * aligned) and touches every page now: a first touch during an execution
- * would be a page fault, the kernel allocating on the hot path. */
+/* Lays port p out over mem (cgr__port_memsize(want, nbufs) bytes, 64-byte
+ * aligned) with nslots slots (a power of two, at most nbufs; the map,
+ * when nbufs > nslots, is set by the caller) and touches every page now:
+ * a first touch during an execution would be a page fault, the kernel
+ * allocating on the hot path. */
 void cgr__port_init(struct cgr__port *p, void *mem, size_t want,
-		    uint32_t nslots, const char *name);
+		    uint32_t nslots, uint32_t nbufs, const char *name);
 /* The same over slots another process laid out (read, not written). */
 void cgr__port_attach(struct cgr__port *p, void *mem, size_t want,
-		      uint32_t nslots, const char *name);
+		      uint32_t nslots, uint32_t nbufs, const char *name);
+
+/* The buffer execution seq uses in p. */
+static inline uint32_t cgr__port_buf(const struct cgr__port *p, uint64_t seq)
+{
+	uint32_t i = (uint32_t)(seq & p->mask);
+	return cgr__likely(p->map == NULL) ? i : p->map[i];
+}
+
+/* Buffer b of p (cgr__port_buf; the driver names a held result's). */
+static inline struct cgr__slot_hdr *cgr__port_bufhdr(const struct cgr__port *p,
+						    uint32_t b)
+{
+	return (struct cgr__slot_hdr *)(p->mem + (size_t)b * p->slot_bytes);
+}
 
 static inline struct cgr__slot_hdr *cgr__port_slot(const struct cgr__port *p,
 						  uint64_t seq)
 {
-	return (struct cgr__slot_hdr *)(p->mem +
-					(size_t)(seq & p->mask) * p->slot_bytes);
+	return cgr__port_bufhdr(p, cgr__port_buf(p, seq));
 }
 
 static inline void *cgr__slot_data(struct cgr__slot_hdr *h)
@@ -113,7 +138,7 @@ static inline void *cgr__slot_data(struct cgr__slot_hdr *h)
 static inline void *cgr__port_data(const struct cgr__port *p, uint64_t seq)
 {
 	if (p->dmem != NULL)
-		return p->dmem + (size_t)(seq & p->mask) * p->cap;
+		return p->dmem + (size_t)cgr__port_buf(p, seq) * p->cap;
 	return cgr__slot_data(cgr__port_slot(p, seq));
 }
 

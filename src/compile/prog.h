@@ -346,8 +346,9 @@ struct cgr_compiled {
 	size_t *arg_nchans;
 	size_t nout;
 	unsigned *out_port; /* per output */
-	/* With process workers: per slot and output, where a list a worker
-	 * process laid out is relocated for the caller (NULL: none). */
+	/* With process workers: per output buffer and output, where a list
+	 * a worker process laid out is relocated for the caller (NULL:
+	 * none). */
 	struct cgr__list_view *out_views;
 	unsigned *drv_chans; /* distinct channels into the driver */
 	size_t ndrv_chans;
@@ -355,9 +356,23 @@ struct cgr_compiled {
 	uint32_t *drv_mult; /* per driver channel: outputs it serves */
 
 	uint64_t next_seq; /* next execution */
-	uint64_t oldest;   /* oldest not released */
+	uint32_t unreleased; /* executions not released: max_inflight */
 	uint32_t *arrived; /* per slot: outputs arrived */
 	uint8_t *released; /* per slot */
+	/* Held results (exec/driver.c): the output ports' slot map (shared
+	 * memory; chan.h), their buffers per port (nslots + max_inflight
+	 * with outputs), the spare buffers, and the executions older than
+	 * the slots that hold their outputs' buffers (at most max_inflight
+	 * - 1, in no order). */
+	uint32_t *omap;
+	uint32_t nbufs;
+	uint32_t *free_bufs;
+	uint32_t nfree;
+	struct cgr__held {
+		uint64_t seq;
+		uint32_t buf;
+	} *held;
+	uint32_t nheld;
 
 	/* What every thread (and process) running the graph shares. */
 	struct cgr__gctl *ctl;
@@ -376,7 +391,9 @@ struct cgr_compiled {
 	 * its readers must refuse, never trust, what they read. */
 	int debug_corrupt;
 #endif
-	bool torn_down;
+	/* Set once by teardown; the driver thread's calls (and one blocked
+	 * in another thread) read it. */
+	_Atomic bool torn_down;
 	int teardown_result;
 	struct cgr_compiled *next; /* ctx's list */
 
@@ -411,6 +428,13 @@ struct cgr_compiled {
 	struct cgr__device **ddevs;
 	size_t ndallocs, dallocs_cap;
 };
+
+/* Whether c was torn down (a driver call racing teardown sees it). */
+static inline bool cgr__torn_down(const struct cgr_compiled *c)
+{
+	/* T0: pairs with teardown's release. */
+	return atomic_load_explicit(&c->torn_down, memory_order_acquire);
+}
 
 /* Memory owned by c (64-byte aligned, zeroed), freed with it; NULL when
  * out of memory. */

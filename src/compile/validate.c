@@ -65,7 +65,7 @@ static int check_worker(cgr_graph *g, struct cgr__task *t, cgr_worker *w)
 				       w->name,
 				       w->abandoned ? "abandoned" :
 						      "destroyed");
-	if (w->busy_with != NULL && !w->busy_with->torn_down)
+	if (w->busy_with != NULL && !cgr__torn_down(w->busy_with))
 		return cgr__graph_fail(g, -EBUSY,
 				       "%s %s: worker %s already serves "
 				       "another compiled graph",

@@ -53,7 +53,7 @@ static int eager_check(cgr_graph *g)
 					"%s: eager execution runs on thread "
 					"workers only (%s is a process)",
 					t->name, w->name);
-			if (w->busy_with != NULL && !w->busy_with->torn_down)
+			if (w->busy_with != NULL && !cgr__torn_down(w->busy_with))
 				return cgr__graph_fail(
 					g, -EBUSY,
 					"%s: worker %s serves a compiled graph",

@@ -70,6 +70,9 @@ static void worker_step(cgr_worker *w, struct cgr_reactor *r)
 	cgr__future_complete(&w->step_done, w->step_gen, ret);
 }
 
+__thread const struct cgr_compiled *cgr__running_graph
+	__attribute__((tls_model("initial-exec")));
+
 static void *cgr__worker_main(void *arg)
 {
 	cgr_worker *w = arg;
@@ -132,10 +135,15 @@ out_init:
 			 * stays. */
 			atomic_compare_exchange_strong(&w->cmd, &run,
 						       CGR__WCMD_IDLE);
+			cgr__running_graph = p->c;
 			cgr__worker_run(w, p, r);
+			cgr__running_graph = NULL;
 		}
-		if (cmd == CGR__WCMD_STEP)
+		if (cmd == CGR__WCMD_STEP) {
+			cgr__running_graph = w->step_prog->c;
 			worker_step(w, r);
+			cgr__running_graph = NULL;
+		}
 	}
 	if (w->fini != NULL)
 		w->fini(w->arg, w->state);
@@ -323,7 +331,7 @@ int cgr_worker_destroy(cgr_worker *w, int64_t timeout_ns)
 		w->destroyed = true;
 		return 0;
 	}
-	if (w->busy_with != NULL && !w->busy_with->torn_down)
+	if (w->busy_with != NULL && !cgr__torn_down(w->busy_with))
 		return -EBUSY;
 	w->destroyed = true;
 	if (timeout_ns < 0)
