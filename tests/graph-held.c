@@ -373,6 +373,7 @@ static int gated_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 }
 
 struct waiter {
+	bool release; /* cgr_ref_release, not get */
 	cgr_compiled *c;
 	cgr_ref ref;
 	int rc;
@@ -393,6 +394,12 @@ static void *waiter_main(void *arg)
 	struct waiter *wt = arg;
 	cgr_value o;
 	atomic_store(&wt->started, 1);
+	if (wt->release) {
+		wt->rc = cgr_ref_release(wt->c, wt->ref);
+		wt->t_done = now_ns();
+		atomic_store(&gate_open, 1);
+		return NULL;
+	}
 	wt->rc = cgr_ref_get(wt->c, wt->ref, CGR_FOREVER, &o, 1);
 	if (wt->rc == 0 && o.kind == CGR_VALUE_BYTES)
 		memcpy(&wt->value, o.u.bytes.data, 8);
@@ -403,7 +410,7 @@ static void *waiter_main(void *arg)
 	return NULL;
 }
 
-static void test_teardown_wakes(bool arrives)
+static void test_teardown_wakes(bool arrives, bool release)
 {
 	cgr_task_desc d = CGR_TASK_DESC_INIT;
 	cgr_graph *g;
@@ -424,6 +431,7 @@ static void test_teardown_wakes(bool arrives)
 	t_is(cgr_graph_compile(g, NULL, &c), 0, "gated graph compiles");
 	cgr_graph_destroy(g);
 	wt.c = c;
+	wt.release = release;
 	t_is(cgr_execute(c, &a, 1, &wt.ref), 0, "execute");
 	pthread_create(&th, NULL, waiter_main, &wt);
 	while (!atomic_load(&wt.started))
@@ -434,7 +442,9 @@ static void test_teardown_wakes(bool arrives)
 	pthread_join(th, NULL);
 	t_is(ret, 0, "teardown returns 0 (the task ended once the get "
 		     "returned)");
-	if (arrives)
+	if (release)
+		t_is(wt.rc, 0, "a release blocked in another thread: 0");
+	else if (arrives)
 		t_ok(wt.rc == 0 ? wt.value == v : wt.rc == CGR_ECLOSED,
 		     "a get blocked in another thread: the value or "
 		     "CGR_ECLOSED (%s)",
@@ -487,8 +497,9 @@ int main(int argc, char **argv)
 	test_held(1, true, 2, 1, n);
 	test_held(0, false, 1, 0, n / 4);
 	test_self();
-	test_teardown_wakes(false);
-	test_teardown_wakes(true);
+	test_teardown_wakes(false, false);
+	test_teardown_wakes(true, false);
+	test_teardown_wakes(false, true);
 	cgr_ctx_destroy(ctx);
 	return t_done();
 }
