@@ -137,7 +137,8 @@ int cgr_ctx_create(const cgr_ctx_params *p, cgr_ctx **out);
 
 /*
  * Destroys the context, its remaining compiled graphs (teardown with a 1 s
- * deadline each) and workers.  NULL is a no-op.  Blocks until done.
+ * deadline each) and workers.  NULL is a no-op.  Blocks until done.  From
+ * a task of one of its graphs it is refused (logged, nothing freed).
  */
 void cgr_ctx_destroy(cgr_ctx *ctx);
 
@@ -377,6 +378,18 @@ typedef struct cgr_compiled cgr_compiled;
  * cgr_task_set_error, and every output of this execution becomes an error
  * value.  An error value among the inputs skips the call: it is forwarded to
  * every output.  Runs on the worker's thread.
+ *
+ * What a task may call: the cgr_task_* calls with its own tc, the value
+ * helpers (cgr_value_*, cgr_tensor_nbytes, cgr_dtype_size), cgr_strerror
+ * and cgr_err_name, streams, events, futures and communicators (its
+ * compute stream: cgr_task_stream), and the calls of graphs that run on
+ * other workers.  It must not drive its own graph, which waits for it:
+ * cgr_execute, cgr_ref_get, cgr_ref_release and cgr_compiled_teardown of
+ * its own graph (and cgr_graph_execute_eager of the graph it runs in
+ * eagerly) return -EDEADLK, cgr_compiled_destroy of it and
+ * cgr_ctx_destroy of its context are refused (logged, nothing freed),
+ * cgr_worker_destroy of a worker its compiled graph uses returns -EBUSY,
+ * and a compile using its own worker -EBUSY.
  */
 typedef int (*cgr_task_fn)(cgr_task_ctx *tc, void *state,
 			   const cgr_value *in, size_t nin, cgr_value *out,
@@ -1062,9 +1075,9 @@ typedef struct cgr_eager_params {
  * Runs one execution of g eagerly: args in, outs (values valid until the
  * next eager run or the graph's destruction).  Returns 0 (outs may hold
  * error values), -EINVAL, CGR_ENARGS, CGR_ECOMPILED, -EBUSY, -ENOTSUP,
- * CGR_ESTUCK (a task did not finish by its timeout: the graph runs
- * eagerly no more), or what preparing it returned (cgr_graph_errmsg says
- * why).
+ * -EDEADLK (from one of its own tasks), CGR_ESTUCK (a task did not finish
+ * by its timeout: the graph runs eagerly no more), or what preparing it
+ * returned (cgr_graph_errmsg says why).
  */
 int cgr_graph_execute_eager(cgr_graph *g, const cgr_value *args,
 			    size_t nargs, cgr_value *outs, size_t nouts,

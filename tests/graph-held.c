@@ -297,7 +297,7 @@ static void test_held(int overlap, bool device, uint32_t m, uint32_t nheld,
 /* ---- calls from a task of the same graph ---------------------------- */
 
 static cgr_compiled *_Atomic self_graph;
-static _Atomic int self_rc[5];
+static _Atomic int self_rc[6];
 
 static int self_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 		   size_t nin, cgr_value *out, size_t nout)
@@ -305,14 +305,17 @@ static int self_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	cgr_compiled *c = atomic_load(&self_graph);
 	cgr_value o, a = in[0];
 	cgr_ref r;
-	(void)tc, (void)st, (void)nin, (void)nout;
+	(void)st, (void)nin, (void)nout;
 	if (c != NULL) {
 		atomic_store(&self_rc[0], cgr_execute(c, &a, 1, &r));
 		atomic_store(&self_rc[1], cgr_ref_get(c, 0, 0, &o, 1));
 		atomic_store(&self_rc[2], cgr_ref_release(c, 0));
 		atomic_store(&self_rc[3], cgr_compiled_teardown(c, 0));
 		cgr_compiled_destroy(c); /* refused: logged, nothing freed */
+		cgr_ctx_destroy(ctx);	 /* the same */
 		atomic_store(&self_rc[4], 1);
+		atomic_store(&self_rc[5],
+			     cgr_worker_destroy(cgr_task_worker(tc), 0));
 	}
 	out[0] = in[0];
 	return 0;
@@ -346,7 +349,10 @@ static void test_self(void)
 	t_is(atomic_load(&self_rc[2]), -EDEADLK, "cgr_ref_release: -EDEADLK");
 	t_is(atomic_load(&self_rc[3]), -EDEADLK,
 	     "cgr_compiled_teardown: -EDEADLK");
-	t_is(atomic_load(&self_rc[4]), 1, "cgr_compiled_destroy returned");
+	t_is(atomic_load(&self_rc[4]), 1,
+	     "cgr_compiled_destroy and cgr_ctx_destroy returned");
+	t_is(atomic_load(&self_rc[5]), -EBUSY,
+	     "cgr_worker_destroy of its own worker: -EBUSY");
 	atomic_store(&self_graph, NULL);
 	t_is(cgr_ref_release(c, r), 0, "released");
 	/* The graph still runs. */
@@ -356,6 +362,44 @@ static void test_self(void)
 		     cgr_ref_release(c, r) == 0,
 	     "the graph runs on");
 	cgr_compiled_destroy(c);
+}
+
+/* An eager run of its own graph from a task. */
+static cgr_graph *_Atomic eager_graph;
+static _Atomic int eager_rc = 1;
+
+static int eager_self_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+			 size_t nin, cgr_value *out, size_t nout)
+{
+	cgr_value o;
+	(void)tc, (void)st, (void)nin, (void)nout;
+	atomic_store(&eager_rc, cgr_graph_execute_eager(atomic_load(
+					&eager_graph), in, 1, &o, 1, NULL));
+	out[0] = in[0];
+	return 0;
+}
+
+static void test_eager_self(void)
+{
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_graph *g;
+	cgr_node *x, *y;
+	uint64_t v = 9;
+	cgr_value a = cgr_value_bytes(&v, 8), o;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	d.name = "eager_self", d.fn = eager_self_fn;
+	cgr_graph_task(g, W[0], &d, &x, 1, &y, 1);
+	cgr_graph_output(g, &y, 1);
+	atomic_store(&eager_graph, g);
+	t_ok(cgr_graph_execute_eager(g, &a, 1, &o, 1, NULL) == 0 &&
+		     o.kind == CGR_VALUE_BYTES &&
+		     memcmp(o.u.bytes.data, &v, 8) == 0,
+	     "an eager run whose task ran it again: its value");
+	t_is(atomic_load(&eager_rc), -EDEADLK,
+	     "cgr_graph_execute_eager from its own task: -EDEADLK");
+	cgr_graph_destroy(g);
 }
 
 /* ---- teardown while another thread waits ---------------------------- */
@@ -497,6 +541,7 @@ int main(int argc, char **argv)
 	test_held(1, true, 2, 1, n);
 	test_held(0, false, 1, 0, n / 4);
 	test_self();
+	test_eager_self();
 	test_teardown_wakes(false, false);
 	test_teardown_wakes(true, false);
 	test_teardown_wakes(false, true);

@@ -303,6 +303,10 @@ int cgr_graph_execute_eager(cgr_graph *g, const cgr_value *args,
 	if ((ret = eager_check(g)) < 0 || (ret = eager_get(g, &e)) < 0)
 		return ret;
 	c = e->c;
+	if (cgr__running_graph == c)
+		return cgr__graph_fail(g, -EDEADLK,
+				       "called from a task of this graph's "
+				       "eager run");
 	if (e->broken)
 		return cgr__graph_fail(g, CGR_ESTUCK,
 				       "a task of an earlier eager run did "

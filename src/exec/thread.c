@@ -39,6 +39,12 @@ void cgr_ctx_destroy(cgr_ctx *ctx)
 
 	if (ctx == NULL || ctx->destroyed)
 		return;
+	if (cgr__running_graph != NULL && cgr__running_graph->ctx == ctx) {
+		/* It would wait for the very task that called it. */
+		cgr__err(&ctx->log, "cgr_ctx_destroy called from a task of "
+				    "one of its graphs: refused, nothing freed");
+		return;
+	}
 	ctx->destroyed = true;
 	while (ctx->compiled != NULL)
 		cgr_compiled_destroy(ctx->compiled);
