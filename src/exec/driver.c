@@ -128,6 +128,8 @@ static int cgr__hold(cgr_compiled *c, uint64_t prev)
 	cgr__drain(c);
 	if (c->arrived[slot] < c->nout)
 		return cgr__dead(c) ? CGR_EPEERDEAD : CGR_ECAPACITY;
+	if (c->omap != NULL && c->nfree == 0)
+		return CGR_ECAPACITY; /* cannot be: max_inflight spares */
 	c->held[c->nheld].seq = prev;
 	c->held[c->nheld].buf = 0;
 	if (c->omap != NULL) {
