@@ -227,11 +227,18 @@ int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
 		/* A worker process died: what did not come never will. */
 		snprintf(c->dead_msg, sizeof(c->dead_msg), "%.*s",
 			 (int)sizeof(c->ctl->dead_msg) - 1, c->ctl->dead_msg);
+		const char *who = "";
+		for (size_t i = 0; i < c->nprogs; i++)
+			if (c->progs[i].w->index + 1 == cgr__dead(c))
+				who = c->progs[i].w->name;
 		for (size_t o = 0; o < nouts; o++) {
 			memset(&outs[o], 0, sizeof(outs[o]));
 			outs[o].kind = CGR_VALUE_ERROR;
 			outs[o].code = CGR_EPEERDEAD;
 			outs[o].u.error.msg = c->dead_msg;
+			outs[o].u.error.task = "";
+			outs[o].u.error.worker = who;
+			outs[o].u.error.execution = ref;
 		}
 		return 0;
 	}
@@ -247,6 +254,8 @@ int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
 			outs[o].u.error.msg = "the output's slot holds no "
 					      "valid value (from a worker "
 					      "process)";
+			outs[o].u.error.task = outs[o].u.error.worker = "";
+			outs[o].u.error.execution = ref;
 			continue;
 		}
 		cgr__value_load_view(
