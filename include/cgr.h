@@ -194,12 +194,12 @@ enum cgr_worker_kind {
  *
  * Failures: a worker process that dies (a crash, kill -9) is seen at once
  * through its pidfd: every graph that uses it stops, the executions in
- * flight get CGR_EPEERDEAD error values naming the worker and how it
- * died (cgr_ref_get), cgr_execute returns CGR_EPEERDEAD, and the graph
- * can be destroyed; the context stays usable for graphs without that
- * worker, and cgr_worker_destroy of the dead worker returns
- * CGR_EPEERDEAD.  A worker stuck in a task past the teardown deadline is
- * killed (teardown returns CGR_ESTUCK).  When the driver dies, its
+ * flight get CGR_EPEERDEAD error values naming the worker
+ * (u.error.worker) and how it died (cgr_ref_get), cgr_execute returns
+ * CGR_EPEERDEAD, and the graph can be destroyed; the context stays
+ * usable for graphs without that worker, and cgr_worker_destroy of the
+ * dead worker returns CGR_EPEERDEAD.  A worker stuck in a task past the
+ * teardown deadline is killed (teardown returns CGR_ESTUCK).  When the driver dies, its
  * worker processes exit at once (their control socket closes).  Nothing
  * is left behind: no shared memory, descriptor, thread or process.
  */
@@ -277,7 +277,7 @@ enum cgr_value_kind {
 	CGR_VALUE_NONE = 0,   /* empty (zero bytes) */
 	CGR_VALUE_BYTES = 1,  /* data, len */
 	CGR_VALUE_TENSOR = 2, /* a DLPack tensor: CPU, or CUDA (kDLCUDA) */
-	CGR_VALUE_ERROR = 3,  /* code + message, produced by a failing task */
+	CGR_VALUE_ERROR = 3,  /* an error: its origin and message (below) */
 	CGR_VALUE_LIST = 4,   /* items: bytes and tensors mixed (at most 64) */
 };
 
@@ -290,10 +290,36 @@ enum cgr_value_kind {
  * cgr's channel buffers: read-only, valid for the task call or until
  * cgr_ref_release.  Values a task or caller hands in are copied (unless
  * they already live in the buffer cgr_task_output_buffer returned).
+ *
+ * Error values keep their root cause.  An error arises at one place, its
+ * origin: a task that failed (returned non-zero, or output an error
+ * value), or a collective or device edge that failed by itself (its
+ * members disagreed, its communicator failed; a device edge is named
+ * "<producer output>->device").  code is the origin's code (the failing
+ * task's cgr_task_set_error code, CGR_EMISMATCH for a disagreement, ...),
+ * and u.error names the origin: task (the task's or collective's name),
+ * worker (the worker it ran on) and execution (the execution's number,
+ * cgr_task_seq).  Every value the error reaches downstream, through
+ * tasks it skips, host and device edges and collectives on any member,
+ * carries the same origin, unchanged.  msg starts with the origin,
+ *   "task T on worker W, execution E: <text>"
+ * (a collective says its kind instead of "task": "allreduce ar on worker
+ * w1, execution 7: ...") and ends with the path the error took, after
+ * "; via ", hop by hop ("; via task b, broadcast b->device, allreduce
+ * g"): at most CGR_ERROR_MAX_HOPS hops, and only what fits its buffer, a
+ * cut message ending in "...".  The origin is never cut (names longer
+ * than 63 bytes are, in task, worker and msg alike).  The text is at
+ * most 512 bytes.  task, worker and msg point into cgr's buffers, valid
+ * as long as the value.  An error value that did not arise in a
+ * task (an argument or constant handed in, a corrupt buffer, a worker
+ * process that died) has task "" and, unless a worker is the cause,
+ * worker "" too; its msg is its text.  Handed in (an argument, a
+ * constant, a task's output), only kind, code and msg are read: a task
+ * that outputs an error value is its origin.
  */
 typedef struct cgr_value {
 	int kind; /* enum cgr_value_kind */
-	int code; /* CGR_VALUE_ERROR: the error code */
+	int code; /* CGR_VALUE_ERROR: the error code of its origin */
 	union {
 		struct {
 			const void *data;
@@ -301,7 +327,10 @@ typedef struct cgr_value {
 		} bytes;
 		DLTensor tensor; /* contiguous (strides NULL or compact) */
 		struct {
-			const char *msg; /* NUL-terminated */
+			const char *msg;    /* NUL-terminated: origin, text, path */
+			const char *task;   /* origin: task or collective ("") */
+			const char *worker; /* origin: its worker ("") */
+			uint64_t execution; /* origin: the execution */
 		} error;
 		struct {
 			const struct cgr_value *items; /* bytes or tensors */
@@ -309,6 +338,18 @@ typedef struct cgr_value {
 		} list;
 	} u;
 } cgr_value;
+
+/* The error's fields never make a value larger than a tensor's. */
+#ifdef __cplusplus
+static_assert(sizeof(((cgr_value *)0)->u.error) <= sizeof(DLTensor),
+	      "cgr_value.u.error fits the union");
+#else
+_Static_assert(sizeof(((cgr_value *)0)->u.error) <= sizeof(DLTensor),
+	       "cgr_value.u.error fits the union");
+#endif
+
+/* The most hops an error value's message lists after its origin. */
+#define CGR_ERROR_MAX_HOPS 8
 
 static inline cgr_value cgr_value_bytes(const void *data, size_t len)
 {
@@ -376,8 +417,10 @@ typedef struct cgr_compiled cgr_compiled;
  * (read-only, valid during the call).  It fills out[0..nout) (pre-set to
  * CGR_VALUE_NONE) and returns 0; or it returns non-zero, optionally after
  * cgr_task_set_error, and every output of this execution becomes an error
- * value.  An error value among the inputs skips the call: it is forwarded to
- * every output.  Runs on the worker's thread.
+ * value whose origin is this task (see cgr_value).  An error value among
+ * the inputs skips the call: it is forwarded to every output (the first
+ * such input's, origin kept, the task added to its path).  Runs on the
+ * worker's thread.
  *
  * What a task may call: the cgr_task_* calls with its own tc, the value
  * helpers (cgr_value_*, cgr_tensor_nbytes, cgr_dtype_size), cgr_strerror
@@ -529,7 +572,8 @@ enum cgr_transport {
 
 enum cgr_edge_flags {
 	/* The value's shape and dtype never change: they are agreed on the
-	 * first execution only; a later change is an error value. */
+	 * first execution whose value is not an error only; a later change
+	 * is an error value (an error value goes through as it is). */
 	CGR_EDGE_STATIC_SHAPE = 1u << 0,
 	/* The communicator of the edge (default: NCCL when the value is a
 	 * device output, CGR_TASK_DEVICE, and its producer and readers own
@@ -568,7 +612,9 @@ const char *cgr_graph_errmsg(const cgr_graph *g);
 typedef struct cgr_compile_params {
 	size_t size;
 	uint32_t max_inflight;	   /* executions not yet released; default 8 */
-	size_t max_value_bytes;	   /* per channel buffer; default 64 KiB */
+	size_t max_value_bytes;	   /* per channel buffer; default 64 KiB;
+				      at least 512 (an error value's room),
+				      as each task's max_out_bytes */
 	int64_t submit_timeout_ns; /* execute's longest wait; default 10 s */
 	int64_t get_timeout_ns;	   /* ref_get's default; default 10 s */
 	int wait_mode;		   /* enum cgr_wait_mode */
@@ -976,12 +1022,17 @@ typedef struct cgr_coll_params {
 	cgr_redop op;	      /* reducing kinds */
 	int root;	      /* rank (index in members) for rooted kinds */
 	cgr_comm *comm;	      /* NULL: one made at compile per member set */
-	/* Agree on the first execution only.  A member whose shape later
-	 * changes gets an error value on every member for that execution
+	/* Agree once: on the first execution whose inputs are all tensors
+	 * that agree (an execution with an error value or a mismatch
+	 * agrees again next time).  A member whose shape later changes
+	 * gets an error value on every member for that execution
 	 * (CGR_EMISMATCH, naming the rank): the CPU communicator checks
 	 * counts itself; on NCCL every member moves the agreed count (the
 	 * changed one from a scratch buffer) and then all of them compare
-	 * everybody's description, posted before the launch (no wait). */
+	 * everybody's description, posted before the launch (no wait).  A
+	 * member's error value reaches every member as it is (its origin's
+	 * code, not CGR_EMISMATCH): on the CPU communicator that member
+	 * poisons the operation and every member reads its error value. */
 	int static_shape;
 	size_t max_out_bytes; /* per output; 0: the compile default */
 	size_t ntensors;      /* allreduce, allgather: tensors per member,
@@ -1022,9 +1073,11 @@ enum cgr_overlap_mode {
  *    per member (in[r * k + j] is rank r's tensor j; out likewise), of one
  *    dtype, and move them all in one fused operation.
  * Before data moves, the members agree on dtype, shape and error state: a
- * mismatch, or an error value at any member, makes every output of that
- * execution an error value naming the ranks and what differed.  Returns 0,
- * -EINVAL, -ENOMEM.
+ * mismatch makes every output of that execution an error value naming the
+ * ranks and what differed (the collective its origin); an error value at
+ * a member (the lowest such rank's) reaches every output of that
+ * execution, its origin kept, the collective added to its path.  Returns
+ * 0, -EINVAL, -ENOMEM.
  */
 int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
 			 cgr_worker *const *members, size_t n,
@@ -1100,7 +1153,10 @@ int cgr_graph_eager_value(cgr_graph *g, const cgr_node *n, cgr_value *out);
  */
 void *cgr_task_output_buffer(cgr_task_ctx *tc, size_t i, size_t bytes);
 
-/* Sets the code and message of the error value a failing task produces. */
+/* Sets the code and text of the error value a failing task produces (its
+ * message: the origin, "task T on worker W, execution E: ", then the
+ * text, at most 255 bytes); without it the code is the task's negative
+ * return value, else CGR_ETASK, and the text cgr_strerror's. */
 void cgr_task_set_error(cgr_task_ctx *tc, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 

@@ -29,6 +29,21 @@
 
 /* ---- ports and slots ------------------------------------------------ */
 
+/*
+ * An error value in a slot (kind CGR_VALUE_ERROR): its data holds three
+ * strings, the message first, then the origin's task and worker names
+ * (offsets, never pointers: slots are shared between processes).  The
+ * message is the origin's prefix, the text (from text_off), and the path
+ * (from path_off: "; via " and hops hops, cut set once it ended in "..."
+ * and takes no more).
+ */
+struct cgr__err_hdr {
+	uint64_t execution;
+	uint32_t task_off, worker_off; /* from the data's start */
+	uint32_t text_off, path_off;   /* in the message */
+	uint32_t hops, cut;
+};
+
 /* Header of one buffer slot; the data follows at CGR__SLOT_HDR. */
 struct cgr__slot_hdr {
 	uint32_t kind; /* enum cgr_value_kind */
@@ -38,7 +53,10 @@ struct cgr__slot_hdr {
 	uint8_t dt_code, dt_bits;
 	uint16_t dt_lanes;
 	int32_t dev_type, dev_id;
-	int64_t shape[CGR_MAX_NDIM];
+	union {
+		int64_t shape[CGR_MAX_NDIM];
+		struct cgr__err_hdr err; /* CGR_VALUE_ERROR */
+	};
 	/* A tensor in device memory (dev_type kDLCUDA): where its data is
 	 * (a device port's device slot, or an argument's own memory). */
 	uint64_t ref;
@@ -47,8 +65,11 @@ struct cgr__slot_hdr {
 _Static_assert(sizeof(struct cgr__slot_hdr) <= CGR__SLOT_HDR,
 	       "slot header must fit its reserved space");
 
-/* Smallest data capacity of a slot: room for an error message. */
-#define CGR__MIN_VALUE_BYTES 256u
+/* Smallest data capacity of a slot: room for an error value (its
+ * origin's names, CGR__ERR_NAME bytes each, and a message that starts
+ * with them). */
+#define CGR__MIN_VALUE_BYTES 512u
+#define CGR__ERR_NAME 64
 
 struct cgr__device;
 
@@ -274,8 +295,33 @@ int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap);
 /* The value in slot h, pointing into it (a list laid out elsewhere: an
  * error value saying so). */
 void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v);
+/* An error value of no origin (task and worker ""): code and msg. */
 void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,
 			    const char *msg);
+/* ---- error values (chan/value.c) ------------------------------------ */
+
+/* Where an error arises: what ("task", or a collective's kind), the
+ * task's name, its worker's, the execution (NULL names: ""). */
+struct cgr__origin {
+	const char *what;
+	const char *task;
+	const char *worker;
+	uint64_t execution;
+};
+
+/* Stores an error value arising at o with code (0: CGR_ETASK) and text
+ * (cut to fit, never the origin). */
+void cgr__error_store(struct cgr__slot_hdr *h, size_t cap, int code,
+		      const struct cgr__origin *o, const char *text);
+/* Stores error value e (loaded from slot eh, which may be another port's)
+ * where it went on: its origin and text as they are, hop (NULL: none)
+ * added to its path.  eh and h must differ. */
+void cgr__error_forward(struct cgr__slot_hdr *h, size_t cap,
+			const struct cgr__slot_hdr *eh, const char *hop);
+/* Appends more to the text of the error value in slot h (before its
+ * path), as far as it fits. */
+void cgr__error_append(struct cgr__slot_hdr *h, size_t cap, const char *more);
+
 /* Lays list v out in slot h (checked to fit); with copy_tensors false the
  * tensors' data is left for the caller (a device edge moves it). */
 void cgr__list_store(struct cgr__slot_hdr *h, const cgr_value *v,

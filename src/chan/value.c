@@ -11,6 +11,12 @@
 #include "chan/chan.h"
 #include "device/device.h"
 
+/* An error value's text keeps at most ERR_TEXT_MAX bytes; its message,
+ * being put together, at most ERR_MSG_MAX (the origin, the text and
+ * CGR_ERROR_MAX_HOPS hops fit). */
+#define ERR_TEXT_MAX 512
+#define ERR_MSG_MAX 2048
+
 size_t cgr_tensor_nbytes(const DLTensor *t)
 {
 	size_t n = 1, esz;
@@ -128,7 +134,14 @@ int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes)
 
 	switch (v->kind) {
 	case CGR_VALUE_ERROR:
-		n = (v->u.error.msg != NULL ? strlen(v->u.error.msg) : 0) + 1;
+		/* Its text (cut at ERR_TEXT_MAX, or to fit: an error
+		 * always fits), empty task and worker. */
+		n = (v->u.error.msg != NULL ?
+			     strnlen(v->u.error.msg, ERR_TEXT_MAX) :
+			     0) +
+		    3;
+		if (n > cap && cap >= 3)
+			n = cap;
 		break;
 	case CGR_VALUE_LIST:
 		if (v->u.list.n > CGR_MAX_LIST ||
@@ -222,20 +235,192 @@ void cgr__list_store_dev(struct cgr__slot_hdr *h, const cgr_value *v,
 	list_layout(h, v, false, dbase, dev);
 }
 
+/* ---- error values ---------------------------------------------------- */
+
+/* A name of the origin as an error value keeps it: at most
+ * CGR__ERR_NAME - 1 bytes. */
+static size_t name_len(const char *s)
+{
+	return s != NULL ? strnlen(s, CGR__ERR_NAME - 1) : 0;
+}
+
+/* Writes an error value into slot h (cap data bytes): code, the origin
+ * (execution, task and worker, tl and wl bytes, copied from anywhere but
+ * h), and message m (ml bytes: the origin's prefix, the text from
+ * text_off, the path from path_off with hops hops; cut: it takes no
+ * more).  A message longer than the slot holds is cut at its end, which
+ * then says "...": a slot of a port holds the origin whole (its names
+ * and a prefix naming them take under CGR__MIN_VALUE_BYTES). */
+static void err_write(struct cgr__slot_hdr *h, size_t cap, int code,
+		      uint64_t execution, const char *task, size_t tl,
+		      const char *worker, size_t wl, const char *m, size_t ml,
+		      size_t text_off, size_t path_off, uint32_t hops, bool cut)
+{
+	char *d = cgr__slot_data(h);
+	size_t room;
+
+	if (cap < 3)
+		return; /* never: a slot holds at least an empty error */
+	if (tl + wl + 3 > cap)
+		tl = wl = 0; /* never a port's slot */
+	room = cap - tl - wl - 3;
+	if (ml > room) {
+		ml = room >= 3 ? room - 3 : room;
+		memcpy(d, m, ml);
+		if (room >= 3)
+			memcpy(d + ml, "...", 3);
+		if (path_off > ml)
+			path_off = ml + (room >= 3 ? 3 : 0);
+		if (text_off > path_off)
+			text_off = path_off;
+		ml += room >= 3 ? 3 : 0;
+		cut = true;
+	} else {
+		memcpy(d, m, ml);
+	}
+	d[ml] = 0;
+	memcpy(d + ml + 1, task, tl);
+	d[ml + 1 + tl] = 0;
+	memcpy(d + ml + 2 + tl, worker, wl);
+	d[ml + 2 + tl + wl] = 0;
+	h->kind = CGR_VALUE_ERROR;
+	h->code = code != 0 ? code : CGR_ETASK;
+	h->len = ml + tl + wl + 3;
+	h->ndim = 0;
+	h->err = (struct cgr__err_hdr){
+		execution,	      (uint32_t)(ml + 1),
+		(uint32_t)(ml + 2 + tl), (uint32_t)text_off,
+		(uint32_t)path_off,     hops,
+		cut,
+	};
+}
+
+/* The message's prefix naming origin o ("" without names): its length. */
+static size_t origin_prefix(char *buf, size_t len, const struct cgr__origin *o)
+{
+	int tl = (int)name_len(o->task), wl = (int)name_len(o->worker), n;
+	const char *what = o->what != NULL ? o->what : "task";
+	unsigned long long e = (unsigned long long)o->execution;
+
+	if (tl > 0 && wl > 0)
+		n = snprintf(buf, len, "%.32s %.*s on worker %.*s, execution "
+				       "%llu: ",
+			     what, tl, o->task, wl, o->worker, e);
+	else if (tl > 0)
+		n = snprintf(buf, len, "%.32s %.*s, execution %llu: ", what, tl,
+			     o->task, e);
+	else if (wl > 0)
+		n = snprintf(buf, len, "worker %.*s, execution %llu: ", wl,
+			     o->worker, e);
+	else
+		n = snprintf(buf, len, "%s", "");
+	return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+}
+
+void cgr__error_store(struct cgr__slot_hdr *h, size_t cap, int code,
+		      const struct cgr__origin *o, const char *text)
+{
+	char m[ERR_MSG_MAX];
+	size_t n = origin_prefix(m, sizeof(m), o), tn;
+
+	tn = text != NULL ? strnlen(text, ERR_TEXT_MAX + 1) : 0;
+	if (tn > ERR_TEXT_MAX) {
+		memcpy(m + n, text, ERR_TEXT_MAX - 3);
+		memcpy(m + n + ERR_TEXT_MAX - 3, "...", 3);
+		tn = ERR_TEXT_MAX;
+	} else {
+		memcpy(m + n, text, tn);
+	}
+	err_write(h, cap, code, o->execution, o->task != NULL ? o->task : "",
+		  name_len(o->task), o->worker != NULL ? o->worker : "",
+		  name_len(o->worker), m, n + tn, n, n + tn, 0, false);
+}
+
 void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,
 			    const char *msg)
 {
-	char *d = cgr__slot_data(h);
-	size_t n = strlen(msg);
+	const struct cgr__origin none = { NULL, NULL, NULL, 0 };
 
-	if (n + 1 > cap)
-		n = cap - 1;
-	memcpy(d, msg, n);
-	d[n] = 0;
-	h->kind = CGR_VALUE_ERROR;
-	h->code = code != 0 ? code : CGR_ETASK;
-	h->len = n + 1;
-	h->ndim = 0;
+	cgr__error_store(h, cap, code, &none, msg);
+}
+
+/* The error value of slot eh, read: its message (ml bytes, at most
+ * ERR_MSG_MAX - 128, cut there with "..."), text and path offsets. */
+static size_t err_read(const struct cgr__slot_hdr *eh, char *m,
+		       size_t *text_off, size_t *path_off, bool *cut)
+{
+	const char *d = (const char *)eh + CGR__SLOT_HDR;
+	size_t ml = eh->err.task_off > 0 ? eh->err.task_off - 1 : 0;
+
+	*cut = eh->err.cut != 0;
+	*path_off = eh->err.path_off < ml ? eh->err.path_off : ml;
+	*text_off = eh->err.text_off < *path_off ? eh->err.text_off :
+						   *path_off;
+	if (ml > ERR_MSG_MAX - 128) {
+		ml = ERR_MSG_MAX - 131;
+		memcpy(m, d, ml);
+		memcpy(m + ml, "...", 3);
+		ml += 3;
+		*cut = true;
+		if (*path_off > ml)
+			*path_off = ml;
+		if (*text_off > *path_off)
+			*text_off = *path_off;
+		return ml;
+	}
+	memcpy(m, d, ml);
+	return ml;
+}
+
+void cgr__error_forward(struct cgr__slot_hdr *h, size_t cap,
+			const struct cgr__slot_hdr *eh, const char *hop)
+{
+	const char *d = (const char *)eh + CGR__SLOT_HDR;
+	const char *task = d + eh->err.task_off, *worker = d + eh->err.worker_off;
+	char m[ERR_MSG_MAX];
+	size_t text_off, path_off, ml;
+	uint32_t hops = eh->err.hops;
+	bool cut;
+	int n;
+
+	ml = err_read(eh, m, &text_off, &path_off, &cut);
+	if (hop != NULL && !cut) {
+		if (hops >= CGR_ERROR_MAX_HOPS) {
+			n = snprintf(m + ml, sizeof(m) - ml, ", ...");
+			cut = true;
+		} else {
+			n = snprintf(m + ml, sizeof(m) - ml, "%s%.*s",
+				     hops > 0 ? ", " : "; via ",
+				     CGR__ERR_NAME + 32, hop);
+			hops++;
+		}
+		if (n > 0)
+			ml += (size_t)n < sizeof(m) - ml ? (size_t)n :
+							   sizeof(m) - ml - 1;
+	}
+	err_write(h, cap, eh->code, eh->err.execution, task, name_len(task),
+		  worker, name_len(worker), m, ml, text_off, path_off, hops,
+		  cut);
+}
+
+void cgr__error_append(struct cgr__slot_hdr *h, size_t cap, const char *more)
+{
+	const char *d = cgr__slot_data(h);
+	char m[ERR_MSG_MAX], task[CGR__ERR_NAME], worker[CGR__ERR_NAME];
+	size_t text_off, path_off, ml, mn;
+	bool cut;
+
+	if (h->kind != CGR_VALUE_ERROR)
+		return;
+	snprintf(task, sizeof(task), "%s", d + h->err.task_off);
+	snprintf(worker, sizeof(worker), "%s", d + h->err.worker_off);
+	ml = err_read(h, m, &text_off, &path_off, &cut);
+	mn = strnlen(more, sizeof(m) - ml - 1);
+	memmove(m + path_off + mn, m + path_off, ml - path_off);
+	memcpy(m + path_off, more, mn);
+	err_write(h, cap, h->code, h->err.execution, task, strlen(task),
+		  worker, strlen(worker), m, ml + mn, text_off, path_off + mn,
+		  h->err.hops, cut);
 }
 
 /* Whether v is, or holds, a tensor in CUDA device memory. */
@@ -322,8 +507,9 @@ int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 		break;
 	}
 	case CGR_VALUE_ERROR:
-		h->code = v->code != 0 ? v->code : CGR_ETASK;
-		memcpy(d, v->u.error.msg != NULL ? v->u.error.msg : "", n);
+		cgr__value_store_error(h, cap, v->code,
+				       v->u.error.msg != NULL ? v->u.error.msg :
+								"");
 		break;
 	case CGR_VALUE_LIST:
 		cgr__list_store(h, v, true);
@@ -353,8 +539,18 @@ int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap)
 				       h->dev_type == kDLCPU ?
 			       0 :
 			       -EPROTO;
-	case CGR_VALUE_ERROR:
-		return h->len > 0 && d[h->len - 1] == 0 ? 0 : -EPROTO;
+	case CGR_VALUE_ERROR: {
+		/* Three strings: the message (its text and path inside it),
+		 * the task and the worker, each ending where the next
+		 * starts. */
+		const struct cgr__err_hdr *e = &h->err;
+		if (h->len < 3 || d[h->len - 1] != 0 || e->task_off == 0 ||
+		    e->worker_off <= e->task_off || e->worker_off >= h->len ||
+		    d[e->task_off - 1] != 0 || d[e->worker_off - 1] != 0 ||
+		    e->text_off > e->path_off || e->path_off >= e->task_off)
+			return -EPROTO;
+		return 0;
+	}
 	default:
 		return -EPROTO;
 	}
@@ -436,6 +632,7 @@ void cgr__value_load_view(struct cgr__slot_hdr *h, size_t cap, cgr_value *v,
 		v->code = CGR_ECORRUPT;
 		v->u.error.msg = "a list from another process that does not "
 				 "lie inside its slot";
+		v->u.error.task = v->u.error.worker = "";
 	}
 }
 
@@ -470,6 +667,9 @@ void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v)
 		break;
 	case CGR_VALUE_ERROR:
 		v->u.error.msg = (const char *)d;
+		v->u.error.task = (const char *)d + h->err.task_off;
+		v->u.error.worker = (const char *)d + h->err.worker_off;
+		v->u.error.execution = h->err.execution;
 		break;
 	case CGR_VALUE_LIST: {
 		const struct cgr__list_hdr *lh = (const void *)d;
@@ -479,6 +679,7 @@ void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v)
 			v->code = CGR_EBADVALUE;
 			v->u.error.msg = "a list laid out in another process "
 					 "or memory, read without a view";
+			v->u.error.task = v->u.error.worker = "";
 			break;
 		}
 		v->u.list.n = (size_t)lh->n;

@@ -573,13 +573,23 @@ static int lower_coll(struct pl *pl, struct cgr__task *t, int rank)
 	cr->root_port = t->edge ? cc->node_port[t->in[0]->id] : CGR__NO_PORT;
 	cr->in_ports = cgr__c_alloc(c, cr->k * sizeof(unsigned));
 	cr->out_ports = cgr__c_alloc(c, cr->k * sizeof(unsigned));
-	if (cr->in_ports == NULL || cr->out_ports == NULL)
+	cr->all_in_ports = cgr__c_alloc(c, (size_t)cr->n * cr->k *
+						   sizeof(unsigned));
+	if (cr->in_ports == NULL || cr->out_ports == NULL ||
+	    cr->all_in_ports == NULL)
 		return -ENOMEM;
 	for (size_t j = 0; j < cr->k; j++)
 		cr->in_ports[j] = cr->out_ports[j] = CGR__NO_PORT;
-	for (size_t a = 0; a < t->nin; a++)
+	for (size_t j = 0; j < (size_t)cr->n * cr->k; j++)
+		cr->all_in_ports[j] = CGR__NO_PORT;
+	for (size_t a = 0; a < t->nin; a++) {
+		int r = cgr__task_rank(t, cgr__in_worker(t, a));
+		if (r >= 0)
+			cr->all_in_ports[(size_t)r * cr->k + a % cr->k] =
+				cc->node_port[t->in[a]->id];
 		if (cgr__in_worker(t, a) == pl->w)
 			cr->in_ports[a % cr->k] = cc->node_port[t->in[a]->id];
+	}
 	for (size_t o = 0; o < t->nout; o++)
 		if (cgr__out_worker(t, o) == pl->w &&
 		    !(t->edge && (int)(o / cr->k) == t->cp.root))

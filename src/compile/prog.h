@@ -120,6 +120,7 @@ struct cgr_task_ctx {
  * from the same agreement records (exec/coll.c). */
 struct cgr__verdict {
 	int err;
+	int from; /* the rank whose input is an error value, or -1 */
 	char msg[640];
 	struct cgr__agree out; /* the output's description */
 	size_t count;	       /* elements for the communicator call */
@@ -154,6 +155,9 @@ struct cgr__coll_rt {
 	struct cgr_task_ctx *swait;
 	unsigned root_port; /* edge: the producer's port (lists' host part) */
 	unsigned *in_ports;  /* k; CGR__NO_PORT: none on this member */
+	/* n * k: every member's in_ports (rank-major), where an error value
+	 * a member contributed is read (exec/coll.c) */
+	unsigned *all_in_ports;
 	unsigned *out_ports; /* k; CGR__NO_PORT: none on this member */
 	struct cgr__agree *mine; /* k records */
 	struct cgr__verdict *verdicts; /* k, buckets only */

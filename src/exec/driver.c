@@ -264,16 +264,26 @@ static int cgr__wait_ref(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns)
 				 cgr__deadline(timeout_ns));
 }
 
-/* Every output an error value: the worker process that died. */
-static void cgr__dead_values(cgr_compiled *c, cgr_value *outs, size_t nouts)
+/* Every output of execution ref an error value: the worker process that
+ * died. */
+static void cgr__dead_values(cgr_compiled *c, cgr_ref ref, cgr_value *outs,
+			     size_t nouts)
 {
+	const char *who = "";
+
 	snprintf(c->dead_msg, sizeof(c->dead_msg), "%.*s",
 		 (int)sizeof(c->ctl->dead_msg) - 1, c->ctl->dead_msg);
+	for (size_t i = 0; i < c->nprogs; i++)
+		if (c->progs[i].w->index + 1 == cgr__dead(c))
+			who = c->progs[i].w->name;
 	for (size_t o = 0; o < nouts; o++) {
 		memset(&outs[o], 0, sizeof(outs[o]));
 		outs[o].kind = CGR_VALUE_ERROR;
 		outs[o].code = CGR_EPEERDEAD;
 		outs[o].u.error.msg = c->dead_msg;
+		outs[o].u.error.task = "";
+		outs[o].u.error.worker = who;
+		outs[o].u.error.execution = ref;
 	}
 }
 
@@ -306,7 +316,7 @@ int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
 				return CGR_ECLOSED; /* teardown began */
 			/* A worker process died: what did not come never
 			 * will. */
-			cgr__dead_values(c, outs, nouts);
+			cgr__dead_values(c, ref, outs, nouts);
 			return 0;
 		}
 		buf = c->omap != NULL ? c->omap[slot] : slot;
@@ -325,6 +335,8 @@ int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
 			outs[o].u.error.msg = "the output's slot holds no "
 					      "valid value (from a worker "
 					      "process)";
+			outs[o].u.error.task = outs[o].u.error.worker = "";
+			outs[o].u.error.execution = ref;
 			continue;
 		}
 		cgr__value_load_view(h, p->cap, &outs[o],

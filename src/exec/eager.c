@@ -174,7 +174,7 @@ static void inputs_shapes(cgr_compiled *c, const struct cgr_task_ctx *tc,
 static void name_shapes(cgr_compiled *c, const struct cgr_task_ctx *tc,
 			uint64_t seq)
 {
-	char shapes[300], msg[700];
+	char shapes[300];
 
 	for (size_t i = 0; i < tc->nin; i++) {
 		cgr_value v;
@@ -188,9 +188,7 @@ static void name_shapes(cgr_compiled *c, const struct cgr_task_ctx *tc,
 		struct cgr__slot_hdr *h = cgr__port_slot(p, seq);
 		if (h->kind != CGR_VALUE_ERROR)
 			continue;
-		snprintf(msg, sizeof(msg), "%s%s",
-			 (const char *)cgr__slot_data(h), shapes);
-		cgr__value_store_error(h, p->cap, h->code, msg);
+		cgr__error_append(h, p->cap, shapes);
 	}
 }
 
