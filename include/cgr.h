@@ -298,7 +298,10 @@ typedef struct cgr_value {
 			const void *data;
 			size_t len;
 		} bytes;
-		DLTensor tensor; /* contiguous (strides NULL or compact) */
+		/* contiguous (strides NULL or compact; any strides with
+		 * zero elements); data + byte_offset + its size must not
+		 * wrap around the address space */
+		DLTensor tensor;
 		struct {
 			const char *msg; /* NUL-terminated */
 		} error;
@@ -358,8 +361,20 @@ static inline cgr_value cgr_value_list(const cgr_value *items, size_t n)
 	return v;
 }
 
-/* Bytes a tensor's elements occupy (contiguous), or 0 if malformed. */
+/* Bytes a tensor's elements occupy (contiguous), or 0 if malformed or if
+ * that overflows size_t.  Any thread. */
 size_t cgr_tensor_nbytes(const DLTensor *t);
+
+/*
+ * Where cgr takes a value in (cgr_execute's arguments, a task's outputs,
+ * cgr_graph_const), every size is computed with overflow checks: a
+ * tensor's elements times their size, a list's items each padded to 64
+ * bytes plus its tables.  A value is malformed (CGR_EBADVALUE) if its
+ * kind, a shape, dtype or strides are wrong, its data is NULL while it
+ * has bytes, or its data range (data + byte_offset + size) wraps around
+ * the address space; else it is too big (CGR_ETOOBIG) if its size
+ * exceeds the buffer, as one whose size overflows always does.
+ */
 
 /* ------------------------------------------------------------------ */
 /* Graphs                                                             */
@@ -376,7 +391,10 @@ typedef struct cgr_compiled cgr_compiled;
  * CGR_VALUE_NONE) and returns 0; or it returns non-zero, optionally after
  * cgr_task_set_error, and every output of this execution becomes an error
  * value.  An error value among the inputs skips the call: it is forwarded to
- * every output.  Runs on the worker's thread.
+ * every output.  An output that is malformed becomes a CGR_EBADVALUE error
+ * value, one larger than its buffer a CGR_ETOOBIG one (see "Values"); the
+ * other outputs and executions are unaffected.  Runs on the worker's
+ * thread.
  */
 typedef int (*cgr_task_fn)(cgr_task_ctx *tc, void *state,
 			   const cgr_value *in, size_t nin, cgr_value *out,
@@ -416,7 +434,8 @@ typedef struct cgr_task_desc {
 	const char *name; /* copied; used in error messages */
 	cgr_task_fn fn;
 	void *arg;	  /* cgr_task_arg() returns it */
-	size_t max_out_bytes; /* per output; 0: the compile default */
+	size_t max_out_bytes; /* per output, at most 2^40 (1 TiB); 0: the
+				 compile default */
 	unsigned flags;	      /* enum cgr_task_flags */
 	/* Instead of arg: these bytes (at most 1 MiB), copied now, and into
 	 * the process of a process worker; cgr_task_arg() returns the copy
@@ -493,13 +512,20 @@ void cgr_graph_destroy(cgr_graph *g);
  */
 int cgr_graph_input(cgr_graph *g, int index, cgr_node **out);
 
-/* A constant node: v is copied now and given to every execution. */
+/*
+ * A constant node: v is copied now and given to every execution.
+ * Returns 0, -EINVAL (a NULL argument, a malformed value, see "Values",
+ * or a CUDA tensor: a constant is host data), CGR_ETOOBIG (more than
+ * 2^40 bytes, 1 TiB, or a size that overflows; cgr_graph_errmsg says),
+ * CGR_ECOMPILED, -ENOMEM.
+ */
 int cgr_graph_const(cgr_graph *g, const cgr_value *v, cgr_node **out);
 
 /*
  * A task bound to worker w, with nin inputs (nodes of this graph; an entry
  * may be NULL and set later with cgr_node_set_input) and nout outputs: out
- * receives one node per output.  Returns 0, -EINVAL, -ENOMEM.
+ * receives one node per output.  Returns 0, -EINVAL (also for
+ * max_out_bytes over 2^40 or arg_len over 1 MiB), -ENOMEM.
  */
 int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
 		   cgr_node *const *in, size_t nin, cgr_node **out,
@@ -555,7 +581,8 @@ const char *cgr_graph_errmsg(const cgr_graph *g);
 typedef struct cgr_compile_params {
 	size_t size;
 	uint32_t max_inflight;	   /* executions not yet released; default 8 */
-	size_t max_value_bytes;	   /* per channel buffer; default 64 KiB */
+	size_t max_value_bytes;	   /* per channel buffer; default 64 KiB,
+				      at most 2^40 (1 TiB; -EINVAL) */
 	int64_t submit_timeout_ns; /* execute's longest wait; default 10 s */
 	int64_t get_timeout_ns;	   /* ref_get's default; default 10 s */
 	int wait_mode;		   /* enum cgr_wait_mode */
@@ -600,8 +627,9 @@ typedef uint64_t cgr_ref;
 
 /*
  * Starts one execution with args[0..nargs) (copied into cgr's buffers
- * before return).  Returns CGR_ENARGS for a wrong count, CGR_ETOOBIG for an
- * argument larger than its buffer, CGR_ECAPACITY when max_inflight
+ * before return).  Returns CGR_ENARGS for a wrong count, CGR_EBADVALUE
+ * for a malformed argument and CGR_ETOOBIG for one larger than its buffer
+ * (see "Values": nothing is started then), CGR_ECAPACITY when max_inflight
  * executions are not yet released (never blocks for that), CGR_ECLOSED
  * after teardown, CGR_EWORKERGONE once a worker's device failed (the log
  * names it; the executions already in flight still complete, their
@@ -951,7 +979,8 @@ typedef struct cgr_coll_params {
 	 * changed one from a scratch buffer) and then all of them compare
 	 * everybody's description, posted before the launch (no wait). */
 	int static_shape;
-	size_t max_out_bytes; /* per output; 0: the compile default */
+	size_t max_out_bytes; /* per output, at most 2^40 (1 TiB; -EINVAL);
+				 0: the compile default */
 	size_t ntensors;      /* allreduce, allgather: tensors per member,
 				 fused into one operation; 0 or 1: one */
 	int overlap;	      /* CGR_OVERLAP_*: 0 follows the graph */
