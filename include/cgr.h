@@ -325,7 +325,10 @@ typedef struct cgr_value {
 			const void *data;
 			size_t len;
 		} bytes;
-		DLTensor tensor; /* contiguous (strides NULL or compact) */
+		/* contiguous (strides NULL or compact; any strides with
+		 * zero elements); data + byte_offset + its size must not
+		 * wrap around the address space */
+		DLTensor tensor;
 		struct {
 			const char *msg;    /* NUL-terminated: origin, text, path */
 			const char *task;   /* origin: task or collective ("") */
@@ -400,8 +403,20 @@ static inline cgr_value cgr_value_list(const cgr_value *items, size_t n)
 	return v;
 }
 
-/* Bytes a tensor's elements occupy (contiguous), or 0 if malformed. */
+/* Bytes a tensor's elements occupy (contiguous), or 0 if malformed or if
+ * that overflows size_t.  Any thread. */
 size_t cgr_tensor_nbytes(const DLTensor *t);
+
+/*
+ * Where cgr takes a value in (cgr_execute's arguments, a task's outputs,
+ * cgr_graph_const), every size is computed with overflow checks: a
+ * tensor's elements times their size, a list's items each padded to 64
+ * bytes plus its tables.  A value is malformed (CGR_EBADVALUE) if its
+ * kind, a shape, dtype or strides are wrong, its data is NULL while it
+ * has bytes, or its data range (data + byte_offset + size) wraps around
+ * the address space; else it is too big (CGR_ETOOBIG) if its size
+ * exceeds the buffer, as one whose size overflows always does.
+ */
 
 /* ------------------------------------------------------------------ */
 /* Graphs                                                             */
@@ -419,8 +434,10 @@ typedef struct cgr_compiled cgr_compiled;
  * cgr_task_set_error, and every output of this execution becomes an error
  * value whose origin is this task (see cgr_value).  An error value among
  * the inputs skips the call: it is forwarded to every output (the first
- * such input's, origin kept, the task added to its path).  Runs on the
- * worker's thread.
+ * such input's, origin kept, the task added to its path).  An output that
+ * is malformed becomes a CGR_EBADVALUE error value, one larger than its
+ * buffer a CGR_ETOOBIG one (see "Values"); the other outputs and
+ * executions are unaffected.  Runs on the worker's thread.
  *
  * What a task may call: the cgr_task_* calls with its own tc, the value
  * helpers (cgr_value_*, cgr_tensor_nbytes, cgr_dtype_size), cgr_strerror
@@ -472,7 +489,8 @@ typedef struct cgr_task_desc {
 	const char *name; /* copied; used in error messages */
 	cgr_task_fn fn;
 	void *arg;	  /* cgr_task_arg() returns it */
-	size_t max_out_bytes; /* per output; 0: the compile default */
+	size_t max_out_bytes; /* per output, at most 2^40 (1 TiB); 0: the
+				 compile default */
 	unsigned flags;	      /* enum cgr_task_flags */
 	/* Instead of arg: these bytes (at most 1 MiB), copied now, and into
 	 * the process of a process worker; cgr_task_arg() returns the copy
@@ -549,13 +567,20 @@ void cgr_graph_destroy(cgr_graph *g);
  */
 int cgr_graph_input(cgr_graph *g, int index, cgr_node **out);
 
-/* A constant node: v is copied now and given to every execution. */
+/*
+ * A constant node: v is copied now and given to every execution.
+ * Returns 0, -EINVAL (a NULL argument, a malformed value, see "Values",
+ * or a CUDA tensor: a constant is host data), CGR_ETOOBIG (more than
+ * 2^40 bytes, 1 TiB, or a size that overflows; cgr_graph_errmsg says),
+ * CGR_ECOMPILED, -ENOMEM.
+ */
 int cgr_graph_const(cgr_graph *g, const cgr_value *v, cgr_node **out);
 
 /*
  * A task bound to worker w, with nin inputs (nodes of this graph; an entry
  * may be NULL and set later with cgr_node_set_input) and nout outputs: out
- * receives one node per output.  Returns 0, -EINVAL, -ENOMEM.
+ * receives one node per output.  Returns 0, -EINVAL (also for
+ * max_out_bytes over 2^40 or arg_len over 1 MiB), -ENOMEM.
  */
 int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
 		   cgr_node *const *in, size_t nin, cgr_node **out,
@@ -614,7 +639,8 @@ typedef struct cgr_compile_params {
 	uint32_t max_inflight;	   /* executions not yet released; default 8 */
 	size_t max_value_bytes;	   /* per channel buffer; default 64 KiB;
 				      at least 512 (an error value's room),
-				      as each task's max_out_bytes */
+				      as each task's max_out_bytes; at most
+				      2^40 (1 TiB; -EINVAL) */
 	int64_t submit_timeout_ns; /* execute's longest wait; default 10 s */
 	int64_t get_timeout_ns;	   /* ref_get's default; default 10 s */
 	int wait_mode;		   /* enum cgr_wait_mode */
@@ -659,13 +685,15 @@ typedef uint64_t cgr_ref;
 
 /*
  * Starts one execution with args[0..nargs) (copied into cgr's buffers
- * before return).  Returns CGR_ENARGS for a wrong count, CGR_ETOOBIG for an
- * argument larger than its buffer, CGR_ECAPACITY when max_inflight
+ * before return).  Returns CGR_ENARGS for a wrong count, CGR_EBADVALUE
+ * for a malformed argument and CGR_ETOOBIG for one larger than its buffer
+ * (see "Values": nothing is started then), CGR_ECAPACITY when max_inflight
  * executions are not yet released (a count: however old the unreleased
  * ones are; never blocks for that), CGR_ECLOSED after teardown, -EDEADLK
- * from a task of this graph, CGR_EWORKERGONE once a worker's device failed (the log
- * names it; the executions already in flight still complete, their
- * device work as CGR_EDEVICE error values on every member).  Never
+ * from a task of this graph, CGR_EWORKERGONE once a worker's device
+ * failed (the log names it; the executions already in flight still
+ * complete, their device work as CGR_EDEVICE error values on every
+ * member).  Never
  * allocates.  A CUDA tensor argument (kDLCUDA) is passed by reference:
  * it must stay valid until the execution's outputs were got.
  */
@@ -1034,7 +1062,8 @@ typedef struct cgr_coll_params {
 	 * code, not CGR_EMISMATCH): on the CPU communicator that member
 	 * poisons the operation and every member reads its error value. */
 	int static_shape;
-	size_t max_out_bytes; /* per output; 0: the compile default */
+	size_t max_out_bytes; /* per output, at most 2^40 (1 TiB; -EINVAL);
+				 0: the compile default */
 	size_t ntensors;      /* allreduce, allgather: tensors per member,
 				 fused into one operation; 0 or 1: one */
 	int overlap;	      /* CGR_OVERLAP_*: 0 follows the graph */

@@ -70,6 +70,10 @@ _Static_assert(sizeof(struct cgr__slot_hdr) <= CGR__SLOT_HDR,
  * with them). */
 #define CGR__MIN_VALUE_BYTES 512u
 #define CGR__ERR_NAME 64
+/* Largest: of a channel buffer (max_value_bytes, max_out_bytes) and of a
+ * constant (1 TiB).  Sizes derived from it (a port's slots times 4096
+ * executions in flight, a collective's buckets) stay far from overflow. */
+#define CGR__MAX_VALUE_BYTES ((size_t)1 << 40)
 
 struct cgr__device;
 
@@ -250,7 +254,11 @@ static inline int cgr__chan_read(struct cgr__chan *ch, struct cgr_reactor *r,
 /* ---- values in slots (chan/value.c) ---------------------------------- */
 
 /* Checks a value the caller hands in; *bytes (may be NULL) gets what it
- * takes in a slot.  0, CGR_ETOOBIG (more than cap) or CGR_EBADVALUE. */
+ * takes in a slot (SIZE_MAX if that overflows).  Every size is computed
+ * with overflow checks.  0, CGR_ETOOBIG (more than cap, or a size that
+ * overflows) or CGR_EBADVALUE (malformed: an unknown kind, a bad shape,
+ * dtype or strides, NULL data, a data range, data + byte_offset + size,
+ * that wraps around the address space). */
 int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes);
 /* Stores v into slot h of capacity cap: 0, or the error code, an error
  * value naming it stored instead. */

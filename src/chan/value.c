@@ -38,22 +38,61 @@ size_t cgr_tensor_nbytes(const DLTensor *t)
 	return n;
 }
 
-/* Strides NULL, or equal to the compact row-major strides. */
+/* Whether tensor t (its shape checked) has no elements. */
+static bool cgr__tensor_empty(const DLTensor *t)
+{
+	for (int i = 0; i < t->ndim; i++)
+		if (t->shape[i] == 0)
+			return true;
+	return false;
+}
+
+/* Strides NULL, or equal to the compact row-major strides.  A tensor of
+ * zero elements is compact whatever its strides (as in NumPy): it has no
+ * data to lay out.  The running product is checked: once it passes
+ * INT64_MAX no stride can equal it, so only dimensions of 1 may follow. */
 static bool cgr__tensor_compact(const DLTensor *t)
 {
 	int64_t expect = 1;
+	bool big = false;
 
-	if (t->strides == NULL)
+	if (t->strides == NULL || cgr__tensor_empty(t))
 		return true;
 	for (int i = t->ndim; i-- > 0;) {
-		if (t->shape[i] != 1 && t->strides[i] != expect)
+		if (t->shape[i] == 1)
+			continue;
+		if (big || t->strides[i] != expect)
 			return false;
-		expect *= t->shape[i];
+		big = __builtin_mul_overflow(expect, t->shape[i], &expect);
 	}
 	return true;
 }
 
-/* Checks a bytes or tensor value; *bytes gets its data size. */
+/* Whether [p + off, p + off + n) wraps around the address space (then it
+ * is no memory at all). */
+static bool cgr__range_wraps(const void *p, uint64_t off, size_t n)
+{
+	uintptr_t a;
+
+	return off > UINTPTR_MAX ||
+	       __builtin_add_overflow((uintptr_t)p, (uintptr_t)off, &a) ||
+	       __builtin_add_overflow(a, n, &a);
+}
+
+/* Where tensor t's data starts (a checked value: data + byte_offset does
+ * not wrap).  Integer arithmetic: data may be NULL, with no elements. */
+static const unsigned char *cgr__tensor_src(const DLTensor *t)
+{
+	return (const unsigned char *)((uintptr_t)t->data +
+				       (uintptr_t)t->byte_offset);
+}
+
+/*
+ * Checks a bytes or tensor value: 0 or CGR_EBADVALUE (malformed, which
+ * includes a data range, data + byte_offset + size, that wraps around the
+ * address space).  *bytes gets its data size: SIZE_MAX if that overflows
+ * (no valid range is that long: the value fits no buffer).
+ */
 static int cgr__item_check(const cgr_value *v, size_t *bytes)
 {
 	size_t n = 0;
@@ -65,6 +104,8 @@ static int cgr__item_check(const cgr_value *v, size_t *bytes)
 		if (v->u.bytes.data == NULL && v->u.bytes.len != 0)
 			return CGR_EBADVALUE;
 		n = v->u.bytes.len;
+		if (cgr__range_wraps(v->u.bytes.data, 0, n))
+			return CGR_EBADVALUE;
 		break;
 	case CGR_VALUE_TENSOR: {
 		const DLTensor *t = &v->u.tensor;
@@ -83,17 +124,14 @@ static int cgr__item_check(const cgr_value *v, size_t *bytes)
 			if (t->shape[i] < 0)
 				return CGR_EBADVALUE;
 		n = cgr_tensor_nbytes(t);
-		if (n == 0) {
-			/* Zero elements, or a size that overflows. */
-			for (int i = 0; i < t->ndim; i++)
-				if (t->shape[i] == 0)
-					goto sized;
-			return CGR_ETOOBIG;
-		}
-	sized:
+		if (n == 0 && !cgr__tensor_empty(t))
+			n = SIZE_MAX; /* the size overflows */
 		if (!cgr__tensor_compact(t))
 			return CGR_EBADVALUE;
 		if (n > 0 && t->data == NULL)
+			return CGR_EBADVALUE;
+		if (cgr__range_wraps(t->data, t->byte_offset,
+				     n == SIZE_MAX ? 0 : n))
 			return CGR_EBADVALUE;
 		break;
 	}
@@ -130,6 +168,7 @@ static size_t cgr__list_data_off(size_t n)
 int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes)
 {
 	size_t n = 0, b;
+	bool over = false;
 	int ret;
 
 	switch (v->kind) {
@@ -156,7 +195,12 @@ int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes)
 			ret = cgr__item_check(it, &b);
 			if (ret < 0)
 				return ret;
-			n += CGR__ALIGN_UP(b, 64);
+			/* Each item padded to 64 bytes: a total that
+			 * overflows fits no buffer (the items after it are
+			 * checked still: a malformed one says so). */
+			if (b > SIZE_MAX - 63 ||
+			    __builtin_add_overflow(n, CGR__ALIGN_UP(b, 64), &n))
+				over = true;
 		}
 		break;
 	default:
@@ -165,9 +209,11 @@ int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes)
 			return ret;
 		break;
 	}
+	if (over)
+		n = SIZE_MAX;
 	if (bytes != NULL)
 		*bytes = n;
-	return n > cap ? CGR_ETOOBIG : 0;
+	return n > cap || n == SIZE_MAX ? CGR_ETOOBIG : 0;
 }
 
 /*
@@ -200,8 +246,7 @@ static void list_layout(struct cgr__slot_hdr *h, const cgr_value *v,
 			items[i].u.bytes.data = d + off;
 		} else {
 			const DLTensor *t = &it->u.tensor;
-			const unsigned char *src =
-				(const unsigned char *)t->data + t->byte_offset;
+			const unsigned char *src = cgr__tensor_src(t);
 			if (copy_tensors && b > 0 && src != tb + off)
 				memcpy(tb + off, src, b);
 			for (int k = 0; k < t->ndim; k++)
@@ -472,7 +517,12 @@ int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 	}
 	if (ret < 0) {
 		char msg[160];
-		if (ret == CGR_ETOOBIG)
+		if (ret == CGR_ETOOBIG && n == SIZE_MAX)
+			snprintf(msg, sizeof(msg),
+				 "value whose size overflows exceeds its "
+				 "%zu-byte buffer",
+				 cap);
+		else if (ret == CGR_ETOOBIG)
 			snprintf(msg, sizeof(msg),
 				 "value of %zu bytes exceeds its %zu-byte "
 				 "buffer",
@@ -493,8 +543,7 @@ int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 		break;
 	case CGR_VALUE_TENSOR: {
 		const DLTensor *t = &v->u.tensor;
-		const unsigned char *src =
-			(const unsigned char *)t->data + t->byte_offset;
+		const unsigned char *src = cgr__tensor_src(t);
 		h->ndim = t->ndim;
 		h->dt_code = t->dtype.code;
 		h->dt_bits = t->dtype.bits;
@@ -523,6 +572,34 @@ int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 	return ret;
 }
 
+/* The bytes the tensor in slot h (its rank checked) says it has, or
+ * UINT64_MAX if its shape is malformed or its size overflows: what its
+ * readers copy must be what the slot holds. */
+static uint64_t slot_tensor_len(const struct cgr__slot_hdr *h)
+{
+	DLTensor t;
+	int64_t shape[CGR_MAX_NDIM];
+	size_t n;
+
+	memset(&t, 0, sizeof(t));
+	memcpy(shape, h->shape, sizeof(shape));
+	t.ndim = h->ndim;
+	t.shape = shape;
+	t.dtype.bits = h->dt_bits;
+	t.dtype.lanes = h->dt_lanes;
+	if (t.dtype.bits == 0 || t.dtype.lanes == 0 ||
+	    ((size_t)t.dtype.bits * t.dtype.lanes) % 8 != 0)
+		return UINT64_MAX;
+	for (int i = 0; i < h->ndim; i++)
+		if (shape[i] < 0)
+			return UINT64_MAX;
+	n = cgr_tensor_nbytes(&t);
+	for (int i = 0; n == 0 && i < h->ndim; i++)
+		if (shape[i] == 0)
+			return 0; /* zero elements */
+	return n == 0 ? UINT64_MAX : n;
+}
+
 int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap)
 {
 	const char *d = (const char *)h + CGR__SLOT_HDR;
@@ -536,7 +613,8 @@ int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap)
 		return 0;
 	case CGR_VALUE_TENSOR:
 		return h->ndim >= 0 && h->ndim <= CGR_MAX_NDIM &&
-				       h->dev_type == kDLCPU ?
+				       h->dev_type == kDLCPU &&
+				       slot_tensor_len(h) == h->len ?
 			       0 :
 			       -EPROTO;
 	case CGR_VALUE_ERROR: {
@@ -601,10 +679,11 @@ static int list_relocate(struct cgr__slot_hdr *h, size_t cap, cgr_value *v,
 	const struct cgr__list_hdr *lh = (const void *)cgr__slot_data(h);
 	const cgr_value *items = (const cgr_value *)(lh + 1);
 	size_t n = (size_t)lh->n;
-	const int64_t(*shapes)[CGR_MAX_NDIM] = (const void *)(items + n);
+	const int64_t(*shapes)[CGR_MAX_NDIM];
 
 	if (n > CGR_MAX_LIST || cgr__list_data_off(n) > cap)
 		return -EPROTO;
+	shapes = (const void *)(items + n); /* n checked first */
 	for (size_t i = 0; i < n; i++)
 		if (item_relocate(h, cap, lh->base, &items[i], shapes[i],
 				  &view->items[i], view->shapes[i]) < 0)
@@ -715,7 +794,7 @@ void cgr__value_store_ref(struct cgr__slot_hdr *h, const cgr_value *v)
 	const DLTensor *t = &v->u.tensor;
 
 	tensor_header(h, t, cgr_tensor_nbytes(t), kDLCUDA, t->device.device_id,
-		      (const unsigned char *)t->data + t->byte_offset);
+		      cgr__tensor_src(t));
 }
 
 /* Copies n bytes to device port p's memory now (-ENODEV without the
@@ -750,7 +829,7 @@ static int list_store_dev(const struct cgr__port *p, uint64_t seq,
 		size_t n;
 		if (v->u.list.items[i].kind != CGR_VALUE_TENSOR)
 			continue;
-		src = (const unsigned char *)t->data + t->byte_offset;
+		src = cgr__tensor_src(t);
 		n = cgr_tensor_nbytes(t);
 		if (n > 0 && src != dst)
 			ret = dev_copy(p, dst, src, n);
@@ -782,7 +861,7 @@ int cgr__value_store_port(const struct cgr__port *p, uint64_t seq,
 	ret = cgr__value_check(v, p->cap, &n);
 	if (ret < 0)
 		return cgr__value_store_on(h, p->cap, v, s); /* its error */
-	src = (const unsigned char *)t->data + t->byte_offset;
+	src = cgr__tensor_src(t);
 	tensor_header(h, t, n, kDLCUDA, p->dev, dst);
 	if (n == 0 || src == dst)
 		return 0; /* built in place: zero copy */
