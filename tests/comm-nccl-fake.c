@@ -295,26 +295,29 @@ static int enqueue_wait(int r, void *arg)
 	return ret;
 }
 
-static void test_async_error(void)
+/* An asynchronous error err fails every rank with code, the log naming
+ * the rank, NCCL's message and text (what: the text for err). */
+static void async_error(int err, int code, const char *what)
 {
 	int64_t timeout = 10000000000, t0;
 	long m0 = misuse();
 	int ret[N];
 
 	g_log[0] = 0;
-	inject(ncclRemoteError);
+	inject(err);
 	t0 = cgr__now_ns();
 	run(enqueue_wait, &timeout, ret);
-	t_ok(all_eq(ret, -EPIPE),
-	     "an asynchronous NCCL error fails every rank's operation: %s",
-	     cgr_err_name(ret[0]));
+	t_ok(all_eq(ret, code),
+	     "an asynchronous NCCL error %d fails every rank's operation: %s",
+	     err, cgr_err_name(ret[0]));
 	t_ok(cgr__now_ns() - t0 < 2000000000, "...at once (%.0f ms)",
 	     (cgr__now_ns() - t0) / 1e6);
-	t_ok(strstr(g_log, "rank") && strstr(g_log, "network failure injected"),
-	     "...the log names the rank and NCCL's message: %s", g_log);
+	t_ok(strstr(g_log, "rank") && strstr(g_log, "network failure injected") &&
+		     strstr(g_log, what),
+	     "...the log names the rank, NCCL's message and text: %s", g_log);
 	inject(0);
 	run(works, NULL, ret);
-	t_ok(all_eq(ret, -EPIPE) && all_msg("network failure injected", NULL),
+	t_ok(all_eq(ret, code) && all_msg("network failure injected", NULL),
 	     "later operations fail too, with the same message: %s",
 	     cgr_comm_errmsg(comm, 1));
 	cgr_comm_destroy(comm);
@@ -322,6 +325,16 @@ static void test_async_error(void)
 	     "destroyed after the failure: aborted, never ncclCommDestroy");
 	cgr_comm_create(ctx, NULL, N, CGR_BACKEND_NCCL, &comm);
 	check_works("a new communicator");
+}
+
+static void test_async_error(void)
+{
+	async_error(ncclRemoteError, -EPIPE, "ncclRemoteError 6");
+	/* A code newer than nccl.h (2.29's timeout is 8): CGR_EDEVICE, with
+	 * its number and the library's text for it. */
+	async_error(8, CGR_EDEVICE, "unknown NCCL result 8, operation timed "
+		    "out (fake)");
+	async_error(1000, CGR_EDEVICE, "unknown NCCL result 1000");
 }
 
 /* Ranks 0 and 1 enqueue; rank 2 never comes: their deadline passes. */

@@ -331,7 +331,7 @@ ncclResult_t ncclGetVersion(int *v)
 
 const char *ncclGetErrorString(ncclResult_t r)
 {
-	switch (r) {
+	switch ((int)r) {
 	case ncclSuccess:
 		return "no error";
 	case ncclInProgress:
@@ -345,6 +345,8 @@ const char *ncclGetErrorString(ncclResult_t r)
 		return "invalid usage (fake)";
 	case ncclInvalidArgument:
 		return "invalid argument (fake)";
+	case 8: /* a code of newer NCCL releases, not in 2.28's nccl.h */
+		return "operation timed out (fake)";
 	default:
 		return "fake NCCL error";
 	}

@@ -37,6 +37,8 @@
  * a message naming the rank and NCCL's text, and a thread of its own
  * aborts every rank's NCCL communicator (ncclCommAbort; no call on a
  * rank's communicator runs meanwhile: each rank's calls hold its lock).
+ * A result code nccl.h does not have (a newer library's) is CGR_EDEVICE,
+ * its number and ncclGetErrorString's text in the message.
  * Destroy finalizes every rank (all at once, nonblocking) and destroys
  * them, unless the communicator failed: then only the aborts run.
  * ncclCommDestroy is never used on an error path.
@@ -258,7 +260,31 @@ static const char *nccl_msg(const struct ncomm *c, int r, ncclResult_t e)
 	return last != NULL && *last ? last : c->rt->error_string(e);
 }
 
-static int map_err(ncclResult_t e)
+/*
+ * The result codes of nccl.h (2.28), by name; NULL for any other.  A
+ * newer NCCL may return codes the header cgr was built against does not
+ * have (2.29 added a timeout result, 8): those are treated as unknown,
+ * never as an index into anything.  tests/cuda-conformance compares this
+ * table with the header both ways.
+ */
+const char *cgr__nccl_result_name(int e)
+{
+	switch (e) {
+	case 0: return "ncclSuccess";
+	case 1: return "ncclUnhandledCudaError";
+	case 2: return "ncclSystemError";
+	case 3: return "ncclInternalError";
+	case 4: return "ncclInvalidArgument";
+	case 5: return "ncclInvalidUsage";
+	case 6: return "ncclRemoteError";
+	case 7: return "ncclInProgress";
+	default: return NULL;
+	}
+}
+
+/* NCCL's result as cgr's code: a known one by its meaning, any other
+ * (a newer library's) CGR_EDEVICE. */
+int cgr__nccl_map_result(int e)
 {
 	switch (e) {
 	case ncclSuccess:
@@ -270,9 +296,37 @@ static int map_err(ncclResult_t e)
 		return CGR_EDEVICE;
 	case ncclRemoteError:
 		return -EPIPE;
-	default:
+	case ncclSystemError:
+	case ncclInternalError:
 		return -EIO;
+	case ncclInProgress:
+		return -EAGAIN;
+	default:
+		return CGR_EDEVICE;
 	}
+}
+
+static int map_err(ncclResult_t e)
+{
+	return cgr__nccl_map_result((int)e);
+}
+
+/* A result for a message: its name (or "result"), number and NCCL's text
+ * for it, which a newer library has for codes cgr does not know. */
+struct restxt {
+	char s[192];
+};
+
+static struct restxt res_text(const struct cgr__ncclrt *rt, ncclResult_t e)
+{
+	struct restxt t;
+	const char *name = cgr__nccl_result_name((int)e);
+	const char *text = rt->error_string(e);
+
+	snprintf(t.s, sizeof(t.s), "%s %d, %s",
+		 name != NULL ? name : "unknown NCCL result", (int)e,
+		 text != NULL ? text : "no text");
+	return t;
 }
 
 /* Aborts every rank's NCCL communicator (a thread of its own). */
@@ -407,7 +461,7 @@ static int settle(struct ncomm *c, int r, int64_t deadline,
 	}
 	if (st != ncclSuccess) {
 		comm_fail(c, map_err(st), "%s on rank %d: %s (%s)", what, r,
-			  c->rt->error_string(st), nccl_msg(c, r, st));
+			  res_text(c->rt, st).s, nccl_msg(c, r, st));
 		return failed_code(c);
 	}
 	return 0;
@@ -444,7 +498,7 @@ static int init_ranks(struct ncomm *c)
 
 	if ((e = rt->get_unique_id(&id)) != ncclSuccess) {
 		cgr__warn(c->base.log, "nccl: ncclGetUniqueId: %s",
-			  rt->error_string(e));
+			  res_text(rt, e).s);
 		return map_err(e);
 	}
 	rt->group_start();
@@ -457,14 +511,14 @@ static int init_ranks(struct ncomm *c)
 			cgr__warn(c->base.log,
 				  "nccl: ncclCommInitRankConfig of rank %d: "
 				  "%s (%s)",
-				  r, rt->error_string(e), rt->last_error(NULL));
+				  r, res_text(rt, e).s, rt->last_error(NULL));
 			ret = map_err(e);
 		}
 	}
 	e = rt->group_end();
 	if (ret == 0 && e != ncclSuccess && e != ncclInProgress) {
 		cgr__warn(c->base.log, "nccl: initialisation: %s (%s)",
-			  rt->error_string(e), rt->last_error(NULL));
+			  res_text(rt, e).s, rt->last_error(NULL));
 		ret = map_err(e);
 	}
 	for (int r = 0; r < n && ret == 0; r++) {
@@ -538,7 +592,7 @@ static void finalize_ranks(struct ncomm *c)
 		pthread_mutex_unlock(&c->rk[r].lock);
 		if (e != ncclSuccess && e != ncclInProgress)
 			comm_fail(c, map_err(e), "ncclCommFinalize of rank %d: "
-				  "%s", r, c->rt->error_string(e));
+				  "%s", r, res_text(c->rt, e).s);
 	}
 	for (int r = 0; r < n && failed_code(c) == 0; r++) {
 		pthread_mutex_lock(&c->rk[r].lock);
@@ -710,7 +764,7 @@ static void check_async(struct ncomm *c, int r)
 		st = ncclInternalError;
 	if (st != ncclSuccess && st != ncclInProgress)
 		comm_fail(c, map_err(st), "rank %d: asynchronous error: %s (%s)",
-			  r, c->rt->error_string(st), nccl_msg(c, r, st));
+			  r, res_text(c->rt, st).s, nccl_msg(c, r, st));
 	pthread_mutex_unlock(&rk->lock);
 }
 
@@ -1119,7 +1173,7 @@ static int enqueue(struct ncomm *c, int r, struct gop *g, size_t n,
 		e = ge;
 	if (e != ncclSuccess && e != ncclInProgress)
 		comm_fail(c, map_err(e), "rank %d: enqueueing: %s (%s)", r,
-			  c->rt->error_string(e), nccl_msg(c, r, e));
+			  res_text(c->rt, e).s, nccl_msg(c, r, e));
 	else if (e == ncclInProgress)
 		settle(c, r, cgr__deadline(OP_NS), "enqueueing");
 	ret = failed_code(c);

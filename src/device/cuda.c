@@ -10,9 +10,14 @@
  * completed by a CPU thread, never by CUDA work, so this is allowed).
  *
  * The CUDA runtime is loaded when a context first uses a CUDA device
- * (dlopen of libcudart, or of cgr_ctx_params.cudart_path),
- * so libcgr.a links and runs without CUDA: a CUDA index then reports
- * -ENODEV and the context's log says why.
+ * (dlopen of cgr_ctx_params.cudart_path, else by soname, newest first:
+ * libcudart.so.13, then libcudart.so.12, from the loader's path and then
+ * the build's toolkit; never the unversioned libcudart.so, a development
+ * link that may name another major version), so libcgr.a links and runs
+ * without CUDA: a CUDA index then reports -ENODEV and the context's log
+ * says why.  The runtime must report (cudaRuntimeGetVersion) a 12.x or
+ * 13.x version: the calls cgr makes keep one ABI across both, except
+ * cudaPointerAttributes, which 13.0 made larger (see cgr__cu_ptr_attr).
  *
  * Not supported on CUDA streams: internal CALL work (the CPU communicator:
  * its operations block on their peers, and CUDA may run the host functions
@@ -27,10 +32,15 @@
  *
  * Errors: a CUDA error that leaves the context unusable (illegal address,
  * launch failure, ECC, ...) fails the device for good (sticky, as in
- * CUDA): every later call and pending wait returns CGR_EDEVICE.  A bad
- * argument is -EINVAL, out of memory -ENOMEM, anything else -EIO (logged).
+ * CUDA): every later call and pending wait returns CGR_EDEVICE.  Which
+ * errors are sticky is read from the doc comments of driver_types.h
+ * ("leaves the process in an inconsistent state", "must be terminated and
+ * relaunched"), checked against the header by tests/cuda-conformance.  A
+ * bad argument is -EINVAL, out of memory -ENOMEM, anything else -EIO
+ * (logged).
  */
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,12 +56,36 @@
 #define CGR_CUDA_LIBDIR "/usr/local/cuda/lib64"
 #endif
 
+/* The runtime versions cgr knows the ABI of: 12.0 up to 13.x. */
+#define CGR__CUDART_MIN 12000
+#define CGR__CUDART_END 14000
+
+/*
+ * cudaPointerAttributes as any runtime from 12.0 on writes it: CUDA 12.x
+ * writes the first four fields (24 bytes), 13.0 added reserved[8] (88
+ * bytes, zero on input).  A struct of the header cgr was built against
+ * would be overrun by a newer runtime, so the call gets this one, zeroed,
+ * with room to spare; only type is read.  tests/cuda-conformance checks
+ * the offsets and that the header's struct fits.
+ */
+struct cgr__cu_ptr_attr {
+	int type;	/* enum cudaMemoryType */
+	int device;
+	void *device_pointer;
+	void *host_pointer;
+	long reserved[8];	/* 13.0 */
+	long spare[16];	/* whatever a later minor version adds */
+};
+
 /* The runtime functions cgr uses, resolved from libcudart: one table per
  * context (cgr__ctx_state), since each context may name its own library
  * (cgr_ctx_params.cudart_path). */
 struct cgr__cudart {
 	int ndev;	/* devices, or -ENODEV */
+	int version;	/* cudaRuntimeGetVersion's, or 0 */
 	char why[256];	/* why there is none */
+	char path[192];	/* the library loaded */
+	cudaError_t (*runtime_version)(int *);
 	cudaError_t (*get_device_count)(int *);
 	cudaError_t (*set_device)(int);
 	cudaError_t (*priority_range)(int *, int *);
@@ -66,8 +100,8 @@ struct cgr__cudart {
 	cudaError_t (*event_record)(cudaEvent_t, cudaStream_t);
 	cudaError_t (*event_query)(cudaEvent_t);
 	cudaError_t (*stream_wait_event)(cudaStream_t, cudaEvent_t, unsigned);
-	cudaError_t (*pointer_attributes)(struct cudaPointerAttributes *,
-					  const void *);
+	/* struct cgr__cu_ptr_attr, not the header's struct (see above) */
+	cudaError_t (*pointer_attributes)(void *, const void *);
 	const char *(*error_name)(cudaError_t);
 	const char *(*error_string)(cudaError_t);
 	cudaError_t (*malloc)(void **, size_t);
@@ -88,6 +122,7 @@ static int rt_resolve(struct cgr__cudart *rt, void *h)
 			return -ENODEV;                                    \
 		}                                                          \
 	} while (0)
+	CGR__SYM(runtime_version, "cudaRuntimeGetVersion");
 	CGR__SYM(get_device_count, "cudaGetDeviceCount");
 	CGR__SYM(set_device, "cudaSetDevice");
 	CGR__SYM(priority_range, "cudaDeviceGetStreamPriorityRange");
@@ -111,49 +146,78 @@ static int rt_resolve(struct cgr__cudart *rt, void *h)
 	return 0;
 }
 
+/* The path of the library behind handle h, into buf. */
+static void rt_path(void *h, const char *asked, char *buf, size_t len)
+{
+	struct link_map *lm = NULL;
+
+	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL &&
+	    lm->l_name != NULL && *lm->l_name)
+		asked = lm->l_name;
+	snprintf(buf, len, "%s", asked);
+}
+
 /*
  * Loads the runtime for ctx: the library cgr_ctx_params.cudart_path
- * names, else the first of the usual names that loads.  A runtime that
- * cannot be loaded or reports no device is kept as such (ndev -ENODEV and
- * why), so the answer is given once per context.  The library stays
- * loaded for the life of the process: unloading libcudart under its own
- * exit handlers is not safe.
+ * names, else the newest soname that loads (see the comment at the top).
+ * A runtime that cannot be loaded, is of a version cgr does not know or
+ * reports no device is kept as such (ndev -ENODEV and why, with the
+ * runtime's own message), so the answer is given once per context.  The
+ * library stays loaded for the life of the process: unloading libcudart
+ * under its own exit handlers is not safe.
  */
 static int rt_make(cgr_ctx *ctx, void **out)
 {
 	static const char *const names[] = {
-		"libcudart.so", "libcudart.so.13", "libcudart.so.12",
-		CGR_CUDA_LIBDIR "/libcudart.so",
+		"libcudart.so.13", "libcudart.so.12",
+		CGR_CUDA_LIBDIR "/libcudart.so.13",
+		CGR_CUDA_LIBDIR "/libcudart.so.12",
 	};
 	struct cgr__cudart *rt = cgr__alloc(&ctx->arena, sizeof(*rt), 64);
+	const char *asked = ctx->cudart_path;
 	void *h = NULL;
-	int n = 0;
+	int n = 0, v = 0;
 	cudaError_t e;
 
 	if (rt == NULL)
 		return -ENOMEM;
+	memset(rt, 0, sizeof(*rt));
 	*out = rt;
 	rt->ndev = -ENODEV;
-	if (ctx->cudart_path != NULL)
-		h = dlopen(ctx->cudart_path, RTLD_NOW | RTLD_LOCAL);
+	if (asked != NULL)
+		h = dlopen(asked, RTLD_NOW | RTLD_LOCAL);
 	for (size_t i = 0; h == NULL && ctx->cudart_path == NULL &&
 			   i < sizeof(names) / sizeof(*names);
 	     i++)
-		h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+		h = dlopen(asked = names[i], RTLD_NOW | RTLD_LOCAL);
 	if (h == NULL) {
 		snprintf(rt->why, sizeof(rt->why),
 			 "the CUDA runtime (%s) could not be loaded",
-			 ctx->cudart_path != NULL ? ctx->cudart_path :
-						    "libcudart");
+			 ctx->cudart_path != NULL ?
+				 ctx->cudart_path :
+				 "libcudart.so.13 or libcudart.so.12");
 		return 0;
 	}
+	rt_path(h, asked, rt->path, sizeof(rt->path));
 	if (rt_resolve(rt, h) < 0)
 		return 0;
+	e = rt->runtime_version(&v);
+	if (e != cudaSuccess || v < CGR__CUDART_MIN || v >= CGR__CUDART_END) {
+		snprintf(rt->why, sizeof(rt->why),
+			 "%s reports runtime version %d; cgr knows %d.x to "
+			 "%d.x", rt->path, v, CGR__CUDART_MIN / 1000,
+			 CGR__CUDART_END / 1000 - 1);
+		return 0;
+	}
+	rt->version = v;
+	cgr__info(&ctx->log, "cuda: runtime %s, version %d.%d", rt->path,
+		  v / 1000, v % 1000 / 10);
 	e = rt->get_device_count(&n);
 	if (e != cudaSuccess) {
 		snprintf(rt->why, sizeof(rt->why),
-			 "cudaGetDeviceCount: %s (%s)", rt->error_name(e),
-			 rt->error_string(e));
+			 "cudaGetDeviceCount: error %d %s (%s) [%s %d.%d]",
+			 (int)e, rt->error_name(e), rt->error_string(e),
+			 rt->path, v / 1000, v % 1000 / 10);
 		return 0;
 	}
 	rt->ndev = n;
@@ -170,23 +234,34 @@ static const struct cgr__cudart *cgr__rt_of(const struct cgr__device *dev)
 	return dev->rt;
 }
 
-/* Whether err leaves the CUDA context unusable (CUDA's sticky errors). */
-static bool cgr__cu_sticky(cudaError_t err)
+/*
+ * Whether err leaves the CUDA context unusable (CUDA's sticky errors):
+ * every code whose doc comment in driver_types.h (CUDA 13.0) says the
+ * process is left in an inconsistent state or must be relaunched, and a
+ * few more that cgr treats as the end of the device (ECC, a destroyed
+ * context, devices unavailable, unknown).  tests/cuda-conformance reads
+ * the header and checks this list against it.
+ */
+bool cgr__cuda_sticky(int err)
 {
 	switch (err) {
-	case cudaErrorIllegalAddress:
-	case cudaErrorLaunchFailure:
-	case cudaErrorLaunchTimeout:
-	case cudaErrorHardwareStackError:
-	case cudaErrorIllegalInstruction:
-	case cudaErrorMisalignedAddress:
-	case cudaErrorInvalidAddressSpace:
-	case cudaErrorInvalidPc:
-	case cudaErrorECCUncorrectable:
-	case cudaErrorAssert:
-	case cudaErrorContextIsDestroyed:
-	case cudaErrorDevicesUnavailable:
-	case cudaErrorUnknown:
+	case 214: /* cudaErrorECCUncorrectable */
+	case 226: /* cudaErrorContained */
+	case 46:  /* cudaErrorDevicesUnavailable */
+	case 700: /* cudaErrorIllegalAddress */
+	case 702: /* cudaErrorLaunchTimeout */
+	case 709: /* cudaErrorContextIsDestroyed */
+	case 710: /* cudaErrorAssert */
+	case 714: /* cudaErrorHardwareStackError */
+	case 715: /* cudaErrorIllegalInstruction */
+	case 716: /* cudaErrorMisalignedAddress */
+	case 717: /* cudaErrorInvalidAddressSpace */
+	case 718: /* cudaErrorInvalidPc */
+	case 719: /* cudaErrorLaunchFailure */
+	case 721: /* cudaErrorTensorMemoryLeak */
+	case 810: /* cudaErrorMpsClientTerminated */
+	case 911: /* cudaErrorExternalDevice */
+	case 999: /* cudaErrorUnknown */
 		return true;
 	default:
 		return false;
@@ -210,10 +285,10 @@ static int cgr__cu_ret(struct cgr__device *dev, cudaError_t err,
 	default:
 		break;
 	}
-	snprintf(why, sizeof(why), "%s: %s (%s)", what,
+	snprintf(why, sizeof(why), "%s: error %d %s (%s)", what, (int)err,
 		 cgr__rt_of(dev)->error_name(err),
 		 cgr__rt_of(dev)->error_string(err));
-	if (cgr__cu_sticky(err)) {
+	if (cgr__cuda_sticky(err)) {
 		cgr__device_fail(dev, CGR_EDEVICE, why);
 		return CGR_EDEVICE;
 	}
@@ -347,8 +422,9 @@ static void CUDART_CB cgr__cuda_waitf(void *arg)
 /* Whether p is host memory CUDA does not know (malloc'd, stack). */
 static bool cgr__cu_plain_host(const struct cgr__cudart *rt, const void *p)
 {
-	struct cudaPointerAttributes a;
+	struct cgr__cu_ptr_attr a;
 
+	memset(&a, 0, sizeof(a));
 	if (rt->pointer_attributes(&a, p) != cudaSuccess)
 		return true; /* older runtimes: unregistered host memory */
 	return a.type == cudaMemoryTypeUnregistered;
