@@ -431,19 +431,7 @@ static int launch_fault(cgr_stream *s)
 	return 0;
 }
 #else
-static const char fault_ptx[] =
-	".version 6.0\n"
-	".target sm_50\n"
-	".address_size 64\n"
-	".visible .entry cgr_fault(.param .u64 p)\n"
-	"{\n"
-	"	.reg .u64 %rd<2>;\n"
-	"	.reg .u32 %r<2>;\n"
-	"	ld.param.u64 %rd1, [p];\n"
-	"	mov.u32 %r1, 1;\n"
-	"	st.global.u32 [%rd1], %r1;\n"
-	"	ret;\n"
-	"}\n";
+#include "t_fault_ptx.h"
 
 static void *fault_fn; /* CUfunction */
 static int (*cu_launch)(void *, unsigned, unsigned, unsigned, unsigned,

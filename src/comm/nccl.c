@@ -55,13 +55,14 @@
 #include <nccl.h>
 
 #include "comm/comm.h"
+#include "comm/nccl_abi.h"
 
 #ifndef CGR_NCCL_LIBDIR
 #define CGR_NCCL_LIBDIR "/usr/local/cuda/lib64"
 #endif
 
-#define MIN_VERSION 21800     /* 2.18.0 */
-#define NATIVE_GSA 22803      /* 2.28.3: ncclGather, ncclScatter, AlltoAll */
+#define MIN_VERSION CGR__NCCL_MIN_VERSION
+#define NATIVE_GSA CGR__NCCL_NATIVE_GSA
 #define INIT_NS (30ll * 1000000000)
 #define OP_NS (60ll * 1000000000) /* an operation's default deadline */
 #define FINI_NS (10ll * 1000000000)
@@ -71,40 +72,11 @@
 struct cgr__ncclrt {
 	int version; /* ncclGetVersion's; 0: not loaded (why says why) */
 	char why[256];
-	ncclResult_t (*get_version)(int *);
-	ncclResult_t (*get_unique_id)(ncclUniqueId *);
-	ncclResult_t (*init_rank_config)(ncclComm_t *, int, ncclUniqueId, int,
-					 ncclConfig_t *);
-	ncclResult_t (*async_error)(ncclComm_t, ncclResult_t *);
-	ncclResult_t (*finalize)(ncclComm_t);
-	ncclResult_t (*destroy)(ncclComm_t);
-	ncclResult_t (*abort)(ncclComm_t);
-	ncclResult_t (*group_start)(void);
-	ncclResult_t (*group_end)(void);
-	ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t,
-				   ncclRedOp_t, ncclComm_t, cudaStream_t);
-	ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t,
-				   ncclComm_t, cudaStream_t);
-	ncclResult_t (*reduce_scatter)(const void *, void *, size_t,
-				       ncclDataType_t, ncclRedOp_t, ncclComm_t,
-				       cudaStream_t);
-	ncclResult_t (*reduce)(const void *, void *, size_t, ncclDataType_t,
-			       ncclRedOp_t, int, ncclComm_t, cudaStream_t);
-	ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t,
-				  int, ncclComm_t, cudaStream_t);
-	ncclResult_t (*send)(const void *, size_t, ncclDataType_t, int,
-			     ncclComm_t, cudaStream_t);
-	ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t,
-			     cudaStream_t);
+#define FIELD(field, name, ret, args) ret(*field) args;
+	CGR__NCCL_CALLS(FIELD)
 	/* NULL before 2.28.3: grouped sends and receives instead */
-	ncclResult_t (*gather)(const void *, void *, size_t, ncclDataType_t,
-			       int, ncclComm_t, cudaStream_t);
-	ncclResult_t (*scatter)(const void *, void *, size_t, ncclDataType_t,
-				int, ncclComm_t, cudaStream_t);
-	ncclResult_t (*alltoall)(const void *, void *, size_t, ncclDataType_t,
-				 ncclComm_t, cudaStream_t);
-	const char *(*error_string)(ncclResult_t);
-	const char *(*last_error)(ncclComm_t);
+	CGR__NCCL_GSA_CALLS(FIELD)
+#undef FIELD
 };
 
 static int rt_resolve(struct cgr__ncclrt *rt, void *h)
@@ -118,24 +90,9 @@ static int rt_resolve(struct cgr__ncclrt *rt, void *h)
 			return -ENODEV;                                   \
 		}                                                         \
 	} while (0)
-	SYM(get_version, "ncclGetVersion");
-	SYM(get_unique_id, "ncclGetUniqueId");
-	SYM(init_rank_config, "ncclCommInitRankConfig");
-	SYM(async_error, "ncclCommGetAsyncError");
-	SYM(finalize, "ncclCommFinalize");
-	SYM(destroy, "ncclCommDestroy");
-	SYM(abort, "ncclCommAbort");
-	SYM(group_start, "ncclGroupStart");
-	SYM(group_end, "ncclGroupEnd");
-	SYM(all_reduce, "ncclAllReduce");
-	SYM(all_gather, "ncclAllGather");
-	SYM(reduce_scatter, "ncclReduceScatter");
-	SYM(reduce, "ncclReduce");
-	SYM(broadcast, "ncclBroadcast");
-	SYM(send, "ncclSend");
-	SYM(recv, "ncclRecv");
-	SYM(error_string, "ncclGetErrorString");
-	SYM(last_error, "ncclGetLastError");
+#define RESOLVE(field, name, ret, args) SYM(field, #name);
+	CGR__NCCL_CALLS(RESOLVE)
+#undef RESOLVE
 #undef SYM
 	return 0;
 }
@@ -181,9 +138,10 @@ static int rt_make(cgr_ctx *ctx, void **out)
 		return 0;
 	}
 	if (v >= NATIVE_GSA) {
-		*(void **)&rt->gather = dlsym(h, "ncclGather");
-		*(void **)&rt->scatter = dlsym(h, "ncclScatter");
-		*(void **)&rt->alltoall = dlsym(h, "ncclAlltoAll");
+#define OPTIONAL(field, name, ret, args) \
+	*(void **)&rt->field = dlsym(h, #name);
+		CGR__NCCL_GSA_CALLS(OPTIONAL)
+#undef OPTIONAL
 		if (rt->gather == NULL || rt->scatter == NULL ||
 		    rt->alltoall == NULL)
 			rt->gather = rt->scatter = NULL, rt->alltoall = NULL;

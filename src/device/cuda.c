@@ -17,7 +17,7 @@
  * without CUDA: a CUDA index then reports -ENODEV and the context's log
  * says why.  The runtime must report (cudaRuntimeGetVersion) a 12.x or
  * 13.x version: the calls cgr makes keep one ABI across both, except
- * cudaPointerAttributes, which 13.0 made larger (see cgr__cu_ptr_attr).
+ * cudaPointerAttributes, which 13.0 made larger (device/cudart_abi.h).
  *
  * Not supported on CUDA streams: internal CALL work (the CPU communicator:
  * its operations block on their peers, and CUDA may run the host functions
@@ -49,33 +49,13 @@
 
 #include <cuda_runtime_api.h>
 
+#include "device/cudart_abi.h"
 #include "device/device.h"
 #include "reactor/reactor.h"
 
 #ifndef CGR_CUDA_LIBDIR
 #define CGR_CUDA_LIBDIR "/usr/local/cuda/lib64"
 #endif
-
-/* The runtime versions cgr knows the ABI of: 12.0 up to 13.x. */
-#define CGR__CUDART_MIN 12000
-#define CGR__CUDART_END 14000
-
-/*
- * cudaPointerAttributes as any runtime from 12.0 on writes it: CUDA 12.x
- * writes the first four fields (24 bytes), 13.0 added reserved[8] (88
- * bytes, zero on input).  A struct of the header cgr was built against
- * would be overrun by a newer runtime, so the call gets this one, zeroed,
- * with room to spare; only type is read.  tests/cuda-conformance checks
- * the offsets and that the header's struct fits.
- */
-struct cgr__cu_ptr_attr {
-	int type;	/* enum cudaMemoryType */
-	int device;
-	void *device_pointer;
-	void *host_pointer;
-	long reserved[8];	/* 13.0 */
-	long spare[16];	/* whatever a later minor version adds */
-};
 
 /* The runtime functions cgr uses, resolved from libcudart: one table per
  * context (cgr__ctx_state), since each context may name its own library
@@ -85,29 +65,9 @@ struct cgr__cudart {
 	int version;	/* cudaRuntimeGetVersion's, or 0 */
 	char why[256];	/* why there is none */
 	char path[192];	/* the library loaded */
-	cudaError_t (*runtime_version)(int *);
-	cudaError_t (*get_device_count)(int *);
-	cudaError_t (*set_device)(int);
-	cudaError_t (*priority_range)(int *, int *);
-	cudaError_t (*stream_create)(cudaStream_t *, unsigned, int);
-	cudaError_t (*stream_destroy)(cudaStream_t);
-	cudaError_t (*stream_query)(cudaStream_t);
-	cudaError_t (*launch_host)(cudaStream_t, cudaHostFn_t, void *);
-	cudaError_t (*memcpy_async)(void *, const void *, size_t,
-				    enum cudaMemcpyKind, cudaStream_t);
-	cudaError_t (*event_create)(cudaEvent_t *, unsigned);
-	cudaError_t (*event_destroy)(cudaEvent_t);
-	cudaError_t (*event_record)(cudaEvent_t, cudaStream_t);
-	cudaError_t (*event_query)(cudaEvent_t);
-	cudaError_t (*stream_wait_event)(cudaStream_t, cudaEvent_t, unsigned);
-	/* struct cgr__cu_ptr_attr, not the header's struct (see above) */
-	cudaError_t (*pointer_attributes)(void *, const void *);
-	const char *(*error_name)(cudaError_t);
-	const char *(*error_string)(cudaError_t);
-	cudaError_t (*malloc)(void **, size_t);
-	cudaError_t (*free)(void *);
-	cudaError_t (*memcpy)(void *, const void *, size_t,
-			      enum cudaMemcpyKind);
+#define CGR__FIELD(field, name, ret, args) ret(*field) args;
+	CGR__CUDART_CALLS(CGR__FIELD)
+#undef CGR__FIELD
 };
 
 /* Resolves the table from handle h: 0, or -ENODEV with rt->why set. */
@@ -122,26 +82,9 @@ static int rt_resolve(struct cgr__cudart *rt, void *h)
 			return -ENODEV;                                    \
 		}                                                          \
 	} while (0)
-	CGR__SYM(runtime_version, "cudaRuntimeGetVersion");
-	CGR__SYM(get_device_count, "cudaGetDeviceCount");
-	CGR__SYM(set_device, "cudaSetDevice");
-	CGR__SYM(priority_range, "cudaDeviceGetStreamPriorityRange");
-	CGR__SYM(stream_create, "cudaStreamCreateWithPriority");
-	CGR__SYM(stream_destroy, "cudaStreamDestroy");
-	CGR__SYM(stream_query, "cudaStreamQuery");
-	CGR__SYM(launch_host, "cudaLaunchHostFunc");
-	CGR__SYM(memcpy_async, "cudaMemcpyAsync");
-	CGR__SYM(event_create, "cudaEventCreateWithFlags");
-	CGR__SYM(event_destroy, "cudaEventDestroy");
-	CGR__SYM(event_record, "cudaEventRecord");
-	CGR__SYM(event_query, "cudaEventQuery");
-	CGR__SYM(stream_wait_event, "cudaStreamWaitEvent");
-	CGR__SYM(pointer_attributes, "cudaPointerGetAttributes");
-	CGR__SYM(error_name, "cudaGetErrorName");
-	CGR__SYM(error_string, "cudaGetErrorString");
-	CGR__SYM(malloc, "cudaMalloc");
-	CGR__SYM(free, "cudaFree");
-	CGR__SYM(memcpy, "cudaMemcpy");
+#define CGR__RESOLVE(field, name, ret, args) CGR__SYM(field, #name);
+	CGR__CUDART_CALLS(CGR__RESOLVE)
+#undef CGR__RESOLVE
 #undef CGR__SYM
 	return 0;
 }
@@ -425,7 +368,8 @@ static bool cgr__cu_plain_host(const struct cgr__cudart *rt, const void *p)
 	struct cgr__cu_ptr_attr a;
 
 	memset(&a, 0, sizeof(a));
-	if (rt->pointer_attributes(&a, p) != cudaSuccess)
+	if (rt->pointer_attributes((struct cudaPointerAttributes *)(void *)&a,
+				   p) != cudaSuccess)
 		return true; /* older runtimes: unregistered host memory */
 	return a.type == cudaMemoryTypeUnregistered;
 }
