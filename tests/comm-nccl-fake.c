@@ -15,6 +15,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include <nccl.h>
@@ -28,6 +29,7 @@ static cgr_ctx *ctx;
 static long (*misuse)(void);
 static void (*inject)(int);
 static void (*inprogress)(int);
+static long (*inprog_polls)(void);
 static int (*order)(char *, size_t);
 static char g_log[4096];
 static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -396,6 +398,44 @@ static void test_abort(void)
 	cgr_comm_create(ctx, NULL, N, CGR_BACKEND_NCCL, &comm);
 }
 
+/* Aborts comm once the ranks poll a group end that never settles. */
+static void *abort_when_stuck(void *arg)
+{
+	long p0 = *(long *)arg;
+	int64_t deadline = cgr__now_ns() + 10000000000;
+
+	while (inprog_polls() < p0 + 1000 && cgr__now_ns() < deadline)
+		sched_yield();
+	cgr_comm_abort(comm);
+	return NULL;
+}
+
+/* An enqueue NCCL keeps ncclInProgress (its peers stopped): the settling
+ * rank holds its lock, so only settle itself can see the abort; it must,
+ * at once, not at the operation's deadline (a minute). */
+static void test_abort_settle(void)
+{
+	int64_t timeout = 10000000000, t0;
+	long p0 = inprog_polls();
+	pthread_t th;
+	int ret[N];
+
+	inprogress(1 << 30);
+	pthread_create(&th, NULL, abort_when_stuck, &p0);
+	t0 = cgr__now_ns();
+	run(enqueue_wait, &timeout, ret);
+	pthread_join(th, NULL);
+	inprogress(2);
+	t_ok(all_eq(ret, -ECANCELED),
+	     "an abort while every rank settles a group end fails them: %s",
+	     cgr_err_name(ret[0]));
+	t_ok(cgr__now_ns() - t0 < 5000000000ll, "...at once (%.0f ms)",
+	     (cgr__now_ns() - t0) / 1e6);
+	cgr_comm_destroy(comm);
+	cgr_comm_create(ctx, NULL, N, CGR_BACKEND_NCCL, &comm);
+	check_works("a new communicator");
+}
+
 /* Two communicators over devices 0..2: every rank uses a then b (with
  * swap, rank 1 b then a).  The operations say they are agreed (as the
  * graph's are), so no host agreement orders them: what the devices see
@@ -470,8 +510,10 @@ int main(int argc, char **argv)
 	*(void **)&misuse = dlsym(h, "fake_nccl_misuse");
 	*(void **)&inject = dlsym(h, "fake_nccl_fail");
 	*(void **)&inprogress = dlsym(h, "fake_nccl_inprogress");
+	*(void **)&inprog_polls = dlsym(h, "fake_nccl_inprogress_polls");
 	*(void **)&order = dlsym(h, "fake_nccl_order");
-	if (ctx == NULL || misuse == NULL || inject == NULL || order == NULL) {
+	if (ctx == NULL || misuse == NULL || inject == NULL || order == NULL ||
+	    inprog_polls == NULL) {
 		printf("Bail out! no context or no model hooks\n");
 		return 1;
 	}
@@ -486,6 +528,7 @@ int main(int argc, char **argv)
 	test_async_error();
 	test_deadline();
 	test_abort();
+	test_abort_settle();
 	test_order();
 	cgr_comm_destroy(comm);
 	for (int r = 0; r < N; r++)

@@ -45,6 +45,7 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <sched.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -147,6 +148,15 @@ static int rt_make(cgr_ctx *ctx, void **out)
 			rt->gather = rt->scatter = NULL, rt->alltoall = NULL;
 	}
 	rt->version = v;
+	{
+		struct link_map *lm = NULL;
+		const char *path = ctx->nccl_path != NULL ? ctx->nccl_path :
+							     "libnccl.so.2";
+		if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL &&
+		    lm->l_name != NULL && *lm->l_name)
+			path = lm->l_name;
+		cgr__info(&ctx->log, "nccl: %s, version %d", path, v);
+	}
 	return 0;
 }
 
@@ -384,6 +394,10 @@ static int rank_failed(struct ncomm *c, int r)
 /*
  * Waits (polling, under the rank's lock) until rank r's communicator is
  * no longer ncclInProgress: 0, or the communicator failed (its code).
+ * A failure of the communicator from elsewhere (cgr_comm_abort, another
+ * rank's asynchronous error, a deadline) ends the wait at once: the
+ * aborter needs this rank's lock, and NCCL will never settle a
+ * communicator whose peers stopped.
  */
 static int settle(struct ncomm *c, int r, int64_t deadline,
 		  const char *what)
@@ -396,6 +410,8 @@ static int settle(struct ncomm *c, int r, int64_t deadline,
 	/* An enqueue settles within microseconds: poll, then yield the
 	 * core while polling, and only then nap (a nap costs tens of us). */
 	while (st == ncclInProgress) {
+		if (failed_code(c) != 0)
+			return rank_failed(c, r);
 		if (c->rt->async_error(rk->nc, &st) != ncclSuccess)
 			st = ncclInternalError;
 		if (st != ncclInProgress)
