@@ -109,10 +109,13 @@ typedef struct cgr_ctx_params {
 	int log_level;	   /* messages above this level are dropped */
 	unsigned flags;	   /* CGR_CTX_* */
 	/* The CUDA runtime library to load when this context first uses a
-	 * CUDA device (a path for dlopen, copied); NULL: libcudart.so from
-	 * the loader's search path, then the toolkit's lib64 found at build
-	 * time.  A path that does not load means no CUDA device (-ENODEV,
-	 * the log says why). */
+	 * CUDA device (a path for dlopen, copied); NULL: by soname, newest
+	 * first (libcudart.so.13, then libcudart.so.12) from the loader's
+	 * search path, then from the toolkit's lib64 found at build time.
+	 * The runtime must report a 12.x or 13.x version.  A library that
+	 * does not load, or reports another version or no device, means no
+	 * CUDA device (-ENODEV; the log names the library, its version and
+	 * the runtime's message). */
 	const char *cudart_path;
 	/* The NCCL library to load when this context first makes an NCCL
 	 * communicator (a path, copied); NULL: libnccl.so.2 from the
