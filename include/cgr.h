@@ -59,7 +59,7 @@ extern "C" {
 	X(CGR_EMISMATCH, -10016, "collective members disagree (count, dtype, op, root or shape)") \
 	X(CGR_EDEADLOCK, -10017, "graph schedule would deadlock") \
 	X(CGR_EDEVICE, -10018, "device error (sticky)") \
-	X(CGR_EPEERDEAD, -10019, "a worker process died")
+	X(CGR_EPEERDEAD, -10019, "a worker died (its process ended, or its thread exited)")
 
 enum cgr_error {
 #define CGR__ERR_ENUM(name, value, msg) name = value,
@@ -195,16 +195,23 @@ enum cgr_worker_kind {
  * yet: NCCL, device tasks, CUDA devices and a communicator of the
  * caller's (refused at compile, saying so).
  *
- * Failures: a worker process that dies (a crash, kill -9) is seen at once
- * through its pidfd: every graph that uses it stops, the executions in
- * flight get CGR_EPEERDEAD error values naming the worker
- * (u.error.worker) and how it died (cgr_ref_get), cgr_execute returns
- * CGR_EPEERDEAD, and the graph can be destroyed; the context stays
- * usable for graphs without that worker, and cgr_worker_destroy of the
- * dead worker returns CGR_EPEERDEAD.  A worker stuck in a task past the
- * teardown deadline is killed (teardown returns CGR_ESTUCK).  When the driver dies, its
- * worker processes exit at once (their control socket closes).  Nothing
- * is left behind: no shared memory, descriptor, thread or process.
+ * Failures: a worker process that dies (a crash, kill -9, a task calling
+ * exit) is seen at once through its pidfd, and so is one whose task ends
+ * its thread (pthread_exit: the process stops its graph, saying so, and
+ * exits with status 1): see "A worker that dies" below; the messages say
+ * "worker p0 (pid 4511) died: killed by signal 9 (Killed)", "...died:
+ * exited with status 7", "...died: its thread exited inside task t
+ * (execution 3)".  A worker that died before the driver noticed is no
+ * different: whatever the driver sends it then (a compile, a destroy)
+ * finds it dead and returns CGR_EPEERDEAD saying so, never a bare
+ * -EPIPE.  A worker process that has not left a graph by the teardown
+ * deadline (stuck in a task, stopped by SIGSTOP) is killed then
+ * (teardown returns CGR_ESTUCK, by its deadline).  When the driver dies,
+ * its worker processes exit at once (their control socket closes).
+ * Nothing is left behind: no shared memory, descriptor, thread or
+ * process.  Every shared segment is a memfd sealed against resizing
+ * (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): no process holding it can
+ * truncate it under another's mapping.
  */
 
 enum cgr_wait_mode {
@@ -250,7 +257,8 @@ typedef struct cgr_worker_params {
 /*
  * Starts a worker thread and runs init on it.  Blocks until init returned.
  * Returns 0, -EINVAL, -ENODEV (no such CUDA device), -ENOMEM, -EAGAIN (no
- * thread), or init's code.
+ * thread), init's code, or CGR_EPEERDEAD (init ended its thread:
+ * pthread_exit; a worker process that died before its init returned).
  */
 int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 		      cgr_worker **out);
@@ -259,11 +267,34 @@ int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
  * Stops the worker: runs fini on its thread and joins it, waiting at most
  * timeout_ns.  Returns -EBUSY (and does nothing) while a live compiled graph
  * uses the worker; CGR_ESTUCK if the thread did not stop in time (it is then
- * abandoned: it frees what it owns when it returns).  The handle stays
- * valid, marked destroyed, until the context is destroyed; a second call is
- * a no-op returning 0.
+ * abandoned: it frees what it owns when it returns); CGR_EPEERDEAD if the
+ * worker had died (below; its remains are freed all the same), or its fini
+ * ended its thread.  The handle stays valid, marked destroyed, until the
+ * context is destroyed; a second call is a no-op returning 0.
  */
 int cgr_worker_destroy(cgr_worker *w, int64_t timeout_ns);
+
+/*
+ * A worker that dies: a worker process that ends unasked (a crash, kill
+ * -9, exit in a task), or a worker thread (of this process or of a
+ * worker process) that a task ends: pthread_exit, or a cancellation,
+ * instead of returning.  The graph it serves stops at once, never
+ * hangs: every execution in flight comes out of cgr_ref_get as
+ * CGR_EPEERDEAD error values saying which worker died and how ("worker b
+ * died: its thread exited inside task t (execution 3)"), cgr_execute
+ * returns CGR_EPEERDEAD, the log says it, and teardown (which returns 0)
+ * and destroy work as usual; other workers of the graph leave it and
+ * serve other graphs.  The dead worker serves no more: compiling a graph
+ * with it, or running one eagerly, fails with CGR_EPEERDEAD (the graph's
+ * errmsg says how it died), and cgr_worker_destroy returns CGR_EPEERDEAD.
+ * A worker thread that ends inside a task still leaves its program,
+ * runs its fini (on that thread, as it ends) and frees what cgr held for
+ * it, so nothing leaks; one that ends inside init fails
+ * cgr_worker_create (CGR_EPEERDEAD).  A worker process whose task ends
+ * its thread stops its graph with that reason and exits (status 1).  Work
+ * a stream task enqueues (cgr_stream_launch_host) runs on the stream's own
+ * thread and must not end it.
+ */
 
 /* The name given at creation. */
 const char *cgr_worker_name(const cgr_worker *w);
@@ -440,7 +471,9 @@ typedef struct cgr_compiled cgr_compiled;
  * such input's, origin kept, the task added to its path).  An output that
  * is malformed becomes a CGR_EBADVALUE error value, one larger than its
  * buffer a CGR_ETOOBIG one (see "Values"); the other outputs and
- * executions are unaffected.  Runs on the worker's thread.
+ * executions are unaffected.  Runs on the worker's thread; a task that
+ * ends that thread (pthread_exit) kills its worker (see "A worker that
+ * dies").
  *
  * What a task may call: the cgr_task_* calls with its own tc, the value
  * helpers (cgr_value_*, cgr_tensor_nbytes, cgr_dtype_size), cgr_strerror
@@ -738,13 +771,16 @@ int cgr_ref_release(cgr_compiled *c, cgr_ref ref);
 /*
  * Tears the compiled graph down: executions in flight are cancelled,
  * workers leave its program and are free for another graph.  Waits at most
- * timeout_ns (negative: 1 s).  A worker stuck in a task past the deadline is
- * reported through the log and abandoned: CGR_ESTUCK is returned, the
- * worker can no longer be used, and what the stuck task may touch stays
- * allocated until it returns.  A second call (or one racing the first
- * from another thread) is a no-op returning 0.  It wakes a get or release
- * blocked in the driver thread at once.  From a task of this graph:
- * -EDEADLK, nothing done.
+ * timeout_ns (negative: 1 s).  A worker thread stuck in a task past the
+ * deadline is reported through the log and abandoned: CGR_ESTUCK is
+ * returned, the worker can no longer be used, and what the stuck task may
+ * touch stays allocated until it returns.  A worker process that has not
+ * left by the deadline (stuck in a task, or stopped: SIGSTOP) is reported
+ * and killed then (CGR_ESTUCK; the call returns by the deadline, plus
+ * the kill itself).  A second call (or one racing the first from another
+ * thread) is a no-op returning 0.  It wakes a get or release blocked in
+ * the driver thread at once.  From a task of this graph: -EDEADLK,
+ * nothing done.
  * CPU communicators are aborted at once (a member waiting in one for a
  * member that left returns).  NCCL communicators are not: a leaving
  * worker first finishes the NCCL operations it enqueued (for half the

@@ -10,13 +10,20 @@
  * the middle of an execution and while its ring is full (every execution
  * in flight becomes a CGR_EPEERDEAD error value naming it, the context
  * stays usable without it); a worker stuck in a task past the teardown
- * deadline (killed, CGR_ESTUCK); the driver killed (its workers exit).
+ * deadline (killed, CGR_ESTUCK), and one stopped (SIGSTOP: killed at the
+ * deadline, the call returns on time); a worker killed just before the
+ * driver sends it something (a compile, a destroy: CGR_EPEERDEAD saying
+ * it died, never a bare -EPIPE); a task that ends its worker's thread
+ * (pthread_exit) or process (exit): a death, reported as one; the driver
+ * killed (its workers exit).
  * Each ends with nothing left: descriptors, threads, child processes.
  * A corrupted graph description is refused, never trusted.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,6 +64,8 @@ static int w_init(void *arg, void **state)
 
 	if (arg != NULL && strcmp(arg, "fail") == 0)
 		return -EIO;
+	if (arg != NULL && strcmp(arg, "exit") == 0)
+		pthread_exit(NULL);
 	s = calloc(1, sizeof(*s));
 	if (s == NULL)
 		return -ENOMEM;
@@ -221,7 +230,23 @@ static int t_unexported(cgr_task_ctx *tc, void *state, const cgr_value *in,
 	return t_add(tc, state, in, nin, out, nout);
 }
 
+/* Ends the worker's thread (pthread_exit) on an input of -1, or its
+ * process (exit(7)) on -2; t_add otherwise. */
+static int t_bye(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		 size_t nin, cgr_value *out, size_t nout)
+{
+	int64_t v;
+
+	memcpy(&v, in[0].u.bytes.data, 8);
+	if (v == -1)
+		pthread_exit(NULL);
+	if (v == -2)
+		exit(7);
+	return t_add(tc, state, in, nin, out, nout);
+}
+
 static const cgr_export exports[] = {
+	{ "bye", t_bye, NULL, NULL },
 	{ "add", t_add, NULL, NULL },
 	{ "tadd", t_tadd, NULL, NULL },
 	{ "fail3", t_fail3, NULL, NULL },
@@ -938,7 +963,8 @@ static void check_stuck(void)
 	t0 = t_now_ns();
 	t_is(cgr_compiled_teardown(c, 300000000), CGR_ESTUCK,
 	     "teardown past its deadline: CGR_ESTUCK");
-	t_ok(t_now_ns() - t0 < 3 * SEC, "within the deadline (%.0f ms)",
+	t_ok(t_now_ns() - t0 < 350000000,
+	     "within the 300 ms deadline, plus the kill (%.1f ms)",
 	     (t_now_ns() - t0) / 1e6);
 	cgr_compiled_destroy(c);
 	cgr_graph_destroy(g);
@@ -947,6 +973,222 @@ static void check_stuck(void)
 	cgr_ctx_destroy(ctx);
 	close(note[0]);
 	leaks_check(before, "stuck worker");
+}
+
+/* A worker process stopped (SIGSTOP) with an execution in flight:
+ * teardown(500 ms) kills it at the deadline and returns CGR_ESTUCK by then
+ * (a few ms for the kill); the other worker process of the graph left in
+ * time and serves the next graph. */
+static void check_stopped(void)
+{
+	struct leaks before = leaks_now();
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *p0 = NULL, *p1 = NULL;
+	cgr_graph *g = NULL;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a, *b;
+	int64_t v = 1, r = 0, pid = 0, t0, dt;
+	cgr_value arg = cgr_value_bytes(&v, 8);
+	cgr_ref ref;
+
+	new_proc(ctx, "p0", "1", &p0);
+	new_proc(ctx, "p1", "100", &p1);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, p0, t_add, "first", in);
+	b = task(g, p1, t_add, "second", a);
+	cgr_graph_output(g, &b, 1);
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "stopped: compiles");
+	t_ok(c != NULL && run1(c, 1, &r, &pid) == 0 && r == 102,
+	     "stopped: runs (%lld)", (long long)r);
+	t_is(kill(cgr_worker_pid(p0), SIGSTOP), 0, "p0 stopped (SIGSTOP)");
+	t_is(cgr_execute(c, &arg, 1, &ref), 0, "an execution in flight");
+	t0 = t_now_ns();
+	t_is(cgr_compiled_teardown(c, 500000000), CGR_ESTUCK,
+	     "teardown(500 ms) with p0 stopped: CGR_ESTUCK");
+	dt = t_now_ns() - t0;
+	t_diag("teardown returned after %.1f ms", dt / 1e6);
+	t_ok(dt >= 490000000 && dt < 550000000,
+	     "within its 500 ms deadline, plus the kill (%.1f ms)", dt / 1e6);
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	/* p1 left in time: alive, and serves another graph. */
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, p1, t_add, "again", in);
+	cgr_graph_output(g, &a, 1);
+	c = NULL;
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "p1 compiles a new graph");
+	t_ok(c != NULL && run1(c, 5, &r, &pid) == 0 && r == 105 &&
+		     pid == cgr_worker_pid(p1),
+	     "p1 runs it (%lld)", (long long)r);
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	t0 = t_now_ns();
+	t_is(cgr_worker_destroy(p0, SEC), CGR_EPEERDEAD,
+	     "the stopped worker was killed: destroy says it died");
+	t_ok(t_now_ns() - t0 < SEC / 10, "...at once (%.1f ms)",
+	     (t_now_ns() - t0) / 1e6);
+	t_is(cgr_worker_destroy(p1, SEC), 0, "p1 stops as usual");
+	cgr_ctx_destroy(ctx);
+	leaks_check(before, "stopped worker");
+}
+
+/* A pidfd of the test's own for pid (not reaped by it). */
+static int pidfd_of(int pid)
+{
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+/* p0 killed, and right away (before the driver's monitor can notice, or
+ * just after the process ended: `settle`) something sent to it: a
+ * compile (CGR_EPEERDEAD, the message says it died and how) or a destroy
+ * (CGR_EPEERDEAD).  n times each. */
+static void check_dead_send(int n)
+{
+	struct leaks before = leaks_now();
+	cgr_ctx *ctx = new_ctx();
+	int bad_compile = 0, bad_destroy = 0, msgs = 0;
+	char first[256] = "";
+
+	for (int i = 0; i < 2 * n; i++) {
+		bool compile = i < n, settle = i % 2;
+		cgr_worker *p0 = NULL;
+		cgr_graph *g = NULL;
+		cgr_compiled *c = NULL;
+		cgr_node *in, *a;
+		int ret, pfd;
+		if (new_proc(ctx, "p0", "0", &p0) != 0) {
+			*(compile ? &bad_compile : &bad_destroy) += 1;
+			continue;
+		}
+		pfd = pidfd_of(cgr_worker_pid(p0));
+		if (compile) {
+			cgr_graph_create(ctx, &g);
+			cgr_graph_input(g, 0, &in);
+			a = task(g, p0, t_add, "late", in);
+			cgr_graph_output(g, &a, 1);
+		}
+		kill(cgr_worker_pid(p0), SIGKILL);
+		if (settle) {
+			/* It has ended (its socket closed); the monitor may
+			 * or may not have seen it yet. */
+			struct pollfd pf = { pfd, POLLIN, 0 };
+			poll(&pf, 1, 5000);
+		}
+		if (compile) {
+			const char *m;
+			ret = cgr_graph_compile(g, NULL, &c);
+			m = cgr_graph_errmsg(g);
+			if (ret != CGR_EPEERDEAD || strstr(m, "p0") == NULL ||
+			    strstr(m, "died") == NULL ||
+			    strstr(m, "signal 9") == NULL) {
+				bad_compile++;
+				t_diag("compile %d: %s: %s", i, cgr_err_name(ret),
+				       m);
+			} else if (msgs++ == 0) {
+				snprintf(first, sizeof(first), "%s", m);
+			}
+			if (c != NULL)
+				cgr_compiled_destroy(c);
+			cgr_graph_destroy(g);
+			ret = cgr_worker_destroy(p0, SEC);
+			bad_compile += ret != CGR_EPEERDEAD;
+		} else {
+			ret = cgr_worker_destroy(p0, SEC);
+			if (ret != CGR_EPEERDEAD) {
+				bad_destroy++;
+				t_diag("destroy %d: %s", i, cgr_err_name(ret));
+			}
+		}
+		close(pfd);
+	}
+	t_is(bad_compile, 0,
+	     "compile with a worker killed just before: CGR_EPEERDEAD saying "
+	     "it died and how, %d of %d", n - bad_compile, n);
+	t_diag("the message: %s", first);
+	t_is(bad_destroy, 0,
+	     "destroy of a worker killed just before: CGR_EPEERDEAD, %d of %d",
+	     n - bad_destroy, n);
+	cgr_ctx_destroy(ctx);
+	leaks_check(before, "sends to a worker just killed");
+}
+
+/* A task on p0 ends its thread (pthread_exit: how -1) or its process
+ * (exit(7): how -2): the execution is a CGR_EPEERDEAD error value saying
+ * so, at once; the graph takes no more; the worker is dead to the
+ * context. */
+static void check_task_exit(int64_t how, const char *what, const char *says)
+{
+	struct leaks before = leaks_now();
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *p0 = NULL, *t = NULL;
+	cgr_graph *g = NULL;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a, *b;
+	int64_t v = how, r = 0, pid = 0, t0;
+	cgr_value arg = cgr_value_bytes(&v, 8), o;
+	cgr_ref ref;
+	int ret;
+
+	new_proc(ctx, "p0", "0", &p0);
+	cgr_worker_create(ctx, NULL, &t);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, t, t_add, "first", in);
+	b = task(g, p0, t_bye, "bye", a);
+	cgr_graph_output(g, &b, 1);
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "%s: compiles", what);
+	t_ok(run1(c, 3, &r, &pid) == 0 && r == 3, "%s: runs", what);
+	t_is(cgr_execute(c, &arg, 1, &ref), 0, "%s: the execution that ends it",
+	     what);
+	t0 = t_now_ns();
+	ret = cgr_ref_get(c, ref, 10 * SEC, &o, 1);
+	t_ok(ret == 0 && o.kind == CGR_VALUE_ERROR &&
+		     o.code == CGR_EPEERDEAD &&
+		     strstr(o.u.error.msg, "p0") != NULL &&
+		     strstr(o.u.error.msg, "died") != NULL &&
+		     strstr(o.u.error.msg, says) != NULL,
+	     "%s: a CGR_EPEERDEAD error value: %s", what,
+	     ret == 0 && o.kind == CGR_VALUE_ERROR ? o.u.error.msg : "-");
+	t_ok(t_now_ns() - t0 < 2 * SEC, "%s: at once (%.1f ms)", what,
+	     (t_now_ns() - t0) / 1e6);
+	cgr_ref_release(c, ref);
+	t_is(cgr_execute(c, &arg, 1, &ref), CGR_EPEERDEAD,
+	     "%s: the graph takes no more executions", what);
+	t0 = t_now_ns();
+	t_is(cgr_compiled_teardown(c, SEC), 0, "%s: teardown", what);
+	t_ok(t_now_ns() - t0 < SEC / 2, "%s: ...at once (%.1f ms)", what,
+	     (t_now_ns() - t0) / 1e6);
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, p0, t_add, "again", in);
+	cgr_graph_output(g, &a, 1);
+	c = NULL;
+	t_is(cgr_graph_compile(g, NULL, &c), CGR_EPEERDEAD,
+	     "%s: a graph on it is refused: %s", what, cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	t_is(cgr_worker_destroy(p0, SEC), CGR_EPEERDEAD,
+	     "%s: destroying it says it died", what);
+	cgr_ctx_destroy(ctx);
+	leaks_check(before, what);
+}
+
+/* An init that ends its thread (pthread_exit): the worker is not made
+ * (CGR_EPEERDEAD), its process exits, nothing is left. */
+static void check_init_exit(void)
+{
+	struct leaks before = leaks_now();
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *p0 = NULL;
+
+	t_is(new_proc(ctx, "p0", "exit", &p0), CGR_EPEERDEAD,
+	     "an init that calls pthread_exit: cgr_worker_create fails with "
+	     "CGR_EPEERDEAD");
+	cgr_ctx_destroy(ctx);
+	leaks_check(before, "init calls pthread_exit");
 }
 
 /* The driver killed: its worker processes exit.  A child plays the
@@ -1195,7 +1437,7 @@ static void check_bad_control(void)
 	cgr__shm_close(&plain);
 	t_ok(cgr__pmsg_recv(sock, &m, NULL, cgr__deadline(10 * SEC)) == 0 &&
 		     m.type == CGR__PMSG_COMPILED && m.code == -EPROTO &&
-		     strstr(m.text, "sealed") != NULL,
+		     strstr(m.text, "magic") != NULL,
 	     "a compile over memory that is no graph segment: refused: %s",
 	     m.text);
 	cgr__pmsg_init(&m, 99, 0);
@@ -1320,6 +1562,11 @@ int main(int argc, char **argv)
 	check_kill(1, "kill -9 mid-task");
 	check_kill(8, "kill -9 with its ring full");
 	check_stuck();
+	check_stopped();
+	check_dead_send((int)(t_scale(40) < 20 ? 20 : t_scale(40)));
+	check_task_exit(-1, "a task calls pthread_exit", "thread exited");
+	check_task_exit(-2, "a task calls exit(7)", "exited with status 7");
+	check_init_exit();
 	check_join();
 	check_bad_slots(1);
 	check_bad_slots(2);

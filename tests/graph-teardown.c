@@ -4,11 +4,16 @@
  * the worker abandoned, and cleaned up when the task returns), called
  * twice; worker init/fini run on the worker's own thread; file
  * descriptors, threads and memory return to their start after 100
- * create/compile/destroy cycles.
+ * create/compile/destroy cycles.  A task (or init, or fini) that ends its
+ * worker's thread (pthread_exit) is a dead worker: its executions are
+ * CGR_EPEERDEAD error values at once, never a hang, the log says so,
+ * and everything it held is freed (no leak under ASan).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 #include <sys/syscall.h>
 
@@ -80,6 +85,28 @@ static int stuck(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
 	while (!atomic_load(&release_stuck))
 		;
 	return echo(tc, st, in, nin, out, nout);
+}
+
+/* Ends its worker's thread on the input "x"; echo otherwise. */
+static int bye(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
+	       cgr_value *out, size_t nout)
+{
+	if (in[0].u.bytes.len == 1 &&
+	    ((const char *)in[0].u.bytes.data)[0] == 'x')
+		pthread_exit(NULL);
+	return echo(tc, st, in, nin, out, nout);
+}
+
+static int w_init_exit(void *arg, void **state)
+{
+	(void)arg, (void)state;
+	pthread_exit(NULL);
+}
+
+static void w_fini_exit(void *arg, void *state)
+{
+	w_fini(arg, state);
+	pthread_exit(NULL);
 }
 
 static cgr_worker *mkworker(cgr_ctx *ctx, const char *name)
@@ -302,12 +329,169 @@ static void test_cycles(void)
 	cgr_ctx_destroy(ctx);
 }
 
+static char lostlog[8][256];
+static _Atomic int nlost;
+
+/* Keeps the lines that say a thread exited. */
+static void lost_logger(void *arg, int level, const char *msg)
+{
+	(void)arg, (void)level;
+	if (strstr(msg, "thread exited") != NULL) {
+		int i = atomic_fetch_add(&nlost, 1);
+		if (i < 8)
+			snprintf(lostlog[i], sizeof(lostlog[i]), "%s", msg);
+	}
+}
+
+static bool says(const char *msg, const char *a, const char *b)
+{
+	return msg != NULL && strstr(msg, a) != NULL && strstr(msg, b) != NULL;
+}
+
+/* A task calls pthread_exit on worker "b" of a -> b, with executions in
+ * flight: each is a CGR_EPEERDEAD error value at once. */
+static void thread_exit_graph(cgr_ctx *ctx, cgr_worker **w)
+{
+	cgr_graph *g;
+	cgr_compiled *c = NULL;
+	cgr_node *prev;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_value ok = cgr_value_bytes("ok", 2), x = cgr_value_bytes("x", 1), o;
+	cgr_ref r[4];
+	int bad = 0;
+	int64_t t0;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &prev);
+	d.name = "echo", d.fn = echo;
+	cgr_graph_task(g, w[0], &d, &prev, 1, &prev, 1);
+	d.name = "bye", d.fn = bye;
+	cgr_graph_task(g, w[1], &d, &prev, 1, &prev, 1);
+	cgr_graph_output(g, &prev, 1);
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "thread exit: compiles");
+	cgr_graph_destroy(g);
+	t_ok(cgr_execute(c, &ok, 1, &r[0]) == 0 &&
+		     cgr_ref_get(c, r[0], -1, &o, 1) == 0 &&
+		     o.kind == CGR_VALUE_BYTES,
+	     "thread exit: runs");
+	cgr_ref_release(c, r[0]);
+	cgr_execute(c, &x, 1, &r[0]);
+	for (int i = 1; i < 4; i++)
+		cgr_execute(c, &ok, 1, &r[i]);
+	t0 = t_now_ns();
+	for (int i = 0; i < 4; i++) {
+		int ret = cgr_ref_get(c, r[i], 10 * 1000000000ll, &o, 1);
+		if (i == 0)
+			t_diag("the error value: %s",
+			       o.kind == CGR_VALUE_ERROR ? o.u.error.msg : "-");
+		bad += ret != 0 || o.kind != CGR_VALUE_ERROR ||
+		       o.code != CGR_EPEERDEAD ||
+		       !says(o.u.error.msg, "worker b died", "thread exited") ||
+		       !says(o.u.error.msg, "task bye", "execution 1");
+		cgr_ref_release(c, r[i]);
+	}
+	t_is(bad, 0, "thread exit: every execution in flight is a "
+		     "CGR_EPEERDEAD error value naming the worker and task");
+	t_ok(t_now_ns() - t0 < 2000000000ll, "thread exit: at once (%.1f ms)",
+	     (t_now_ns() - t0) / 1e6);
+	t_is(cgr_execute(c, &ok, 1, &r[0]), CGR_EPEERDEAD,
+	     "thread exit: the graph takes no more executions");
+	t0 = t_now_ns();
+	t_is(cgr_compiled_teardown(c, 1000000000), 0, "thread exit: teardown");
+	t_ok(t_now_ns() - t0 < 500000000ll, "thread exit: ...at once (%.1f ms)",
+	     (t_now_ns() - t0) / 1e6);
+	cgr_compiled_destroy(c);
+}
+
+static void test_thread_exit(void)
+{
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	cgr_ctx *ctx;
+	cgr_worker *w[2], *v = NULL;
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	cgr_compiled *c;
+	cgr_graph *g;
+	cgr_node *in, *out;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_value args = cgr_value_bytes("x", 1), o;
+	int fds0 = t_count_dir("/proc/self/fd");
+	int thr0 = t_count_dir("/proc/self/task");
+	int inits = atomic_load(&init_calls), finis = atomic_load(&fini_calls);
+
+	cp.log_fn = lost_logger;
+	cgr_ctx_create(&cp, &ctx);
+	w[0] = mkworker(ctx, "a"), w[1] = mkworker(ctx, "b");
+	thread_exit_graph(ctx, w);
+	t_ok(atomic_load(&nlost) >= 1 &&
+		     says(lostlog[0], "worker b died", "thread exited"),
+	     "thread exit: the log says so: %s", lostlog[0]);
+	/* b is dead to the context; a serves on. */
+	c = chain(ctx, w + 1, 1, echo);
+	t_ok(c == NULL, "thread exit: a graph on the dead worker is refused");
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	d.name = "again", d.fn = echo;
+	cgr_graph_task(g, w[1], &d, &in, 1, &out, 1);
+	cgr_graph_output(g, &out, 1);
+	t_is(cgr_graph_compile(g, NULL, &c), CGR_EPEERDEAD,
+	     "thread exit: ...CGR_EPEERDEAD: %s", cgr_graph_errmsg(g));
+	t_ok(says(cgr_graph_errmsg(g), "worker b", "thread exited"),
+	     "thread exit: ...saying why");
+	/* Eager runs refuse it too. */
+	t_is(cgr_graph_execute_eager(g, &args, 1, &o, 1, NULL), CGR_EPEERDEAD,
+	     "thread exit: eager runs on it are refused");
+	cgr_graph_destroy(g);
+	c = chain(ctx, w, 1, echo);
+	t_ok(c != NULL, "thread exit: the other worker serves a new graph");
+	cgr_compiled_destroy(c);
+	t_is(cgr_worker_destroy(w[1], 1000000000), CGR_EPEERDEAD,
+	     "thread exit: destroying the worker says it died");
+	/* An eager run whose task ends the thread. */
+	w[1] = mkworker(ctx, "e");
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	d.name = "bye", d.fn = bye;
+	cgr_graph_task(g, w[1], &d, &in, 1, &out, 1);
+	cgr_graph_output(g, &out, 1);
+	t_is(cgr_graph_execute_eager(g, &args, 1, &o, 1, NULL), CGR_EPEERDEAD,
+	     "thread exit, eager: CGR_EPEERDEAD: %s", cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	t_is(cgr_worker_destroy(w[1], 1000000000), CGR_EPEERDEAD,
+	     "thread exit, eager: destroy says it died");
+	/* In init: creating the worker fails. */
+	wp.name = "i";
+	wp.init = w_init_exit;
+	t_is(cgr_worker_create(ctx, &wp, &v), CGR_EPEERDEAD,
+	     "thread exit in init: cgr_worker_create fails (CGR_EPEERDEAD)");
+	/* In fini: destroy says so at once, no CGR_ESTUCK. */
+	wp.name = "f";
+	wp.init = w_init;
+	wp.fini = w_fini_exit;
+	v = NULL;
+	cgr_worker_create(ctx, &wp, &v);
+	t_is(cgr_worker_destroy(v, 1000000000), CGR_EPEERDEAD,
+	     "thread exit in fini: destroy returns CGR_EPEERDEAD");
+	/* In a task, then in the fini run as the thread ends. */
+	wp.name = "b";
+	w[1] = NULL;
+	cgr_worker_create(ctx, &wp, &w[1]);
+	thread_exit_graph(ctx, w);
+	t_is(cgr_worker_destroy(w[1], 1000000000), CGR_EPEERDEAD,
+	     "thread exit in a task, then in fini: destroy says it died");
+	cgr_ctx_destroy(ctx);
+	t_is(atomic_load(&fini_calls) - finis, atomic_load(&init_calls) - inits,
+	     "thread exit: every worker's fini ran, the dead ones' too");
+	t_is(t_count_dir("/proc/self/fd"), fds0, "thread exit: fds back");
+	t_is(t_count_dir("/proc/self/task"), thr0, "thread exit: threads back");
+}
+
 int main(int argc, char **argv)
 {
 	t_init(argc, argv, 60);
 	test_inflight();
 	test_stuck();
 	test_init_fail();
+	test_thread_exit();
 	test_cycles();
 	return t_done();
 }

@@ -91,12 +91,16 @@ static void check_typed(void)
 	t_ok(attach_edited(16, 1u << 30, 8, why, sizeof(why)) == -EPROTO &&
 		     strstr(why, "the header says 1073741824"),
 	     "a size that lies about the file: %s", why);
-	/* An unsealed file, and a sealed one too small for a header. */
-	ret = cgr__shm_create("plain", 100, &s);
-	t_ok(ret == 0 && cgr__shm_attach(s.fd, 9, G, &t, why, sizeof(why)) ==
-				 -EPROTO && strstr(why, "not sealed"),
+	/* An unsealed file (cgr makes none: a bare memfd), and a sealed one
+	 * too small for a header. */
+	fd = memfd_create("plain", MFD_CLOEXEC);
+	t_ok(fd >= 0 && ftruncate(fd, 4096) == 0 &&
+		     cgr__shm_attach(fd, 9, G, &t, why, sizeof(why)) ==
+			     -EPROTO &&
+		     strstr(why, "not sealed"),
 	     "an unsealed file: %s", why);
-	cgr__shm_close(&s);
+	if (fd >= 0)
+		close(fd);
 	fd = memfd_create("tiny", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 	t_ok(fd >= 0 && ftruncate(fd, 16) == 0 &&
 		     fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) == 0 &&
@@ -196,6 +200,18 @@ int main(int argc, char **argv)
 		zero &= ((unsigned char *)a.addr)[i] == 0;
 	t_ok(zero, "zero-filled");
 	t_ok(fcntl(a.fd, F_GETFD) & FD_CLOEXEC, "fd is close-on-exec");
+	/* Sealed: no holder of the fd can resize it under a mapping. */
+	t_ok(fcntl(a.fd, F_GET_SEALS) ==
+		     (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL),
+	     "sealed against shrinking, growing and new seals (0x%x)",
+	     fcntl(a.fd, F_GET_SEALS));
+	t_ok(ftruncate(a.fd, 0) != 0 && errno == EPERM,
+	     "ftruncate to 0: EPERM");
+	t_ok(ftruncate(a.fd, (off_t)a.size * 2) != 0 && errno == EPERM,
+	     "ftruncate larger: EPERM");
+	t_ok(fcntl(a.fd, F_ADD_SEALS, F_SEAL_WRITE) != 0 && errno == EPERM,
+	     "no more seals (a peer cannot seal it against writes)");
+	t_is((long)lseek(a.fd, 0, SEEK_END), (long)a.size, "size unchanged");
 
 	t_is(cgr__shm_map(a.fd, a.size + 1, &b), -EINVAL,
 	     "map: more than the file");
@@ -213,6 +229,9 @@ int main(int argc, char **argv)
 			_exit(2);
 		if (memcmp(c.addr, "hello", 6) != 0)
 			_exit(3);
+		/* A peer cannot resize it either (SIGBUS in the parent). */
+		if (ftruncate(c.fd, 0) == 0 || errno != EPERM)
+			_exit(4);
 		memcpy((char *)c.addr + 100, "child", 6);
 		cgr__shm_close(&c);
 		_exit(0);

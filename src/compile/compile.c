@@ -164,6 +164,7 @@ static struct cgr__gctl *ctl_new(struct cgr_compiled *c, unsigned nworkers)
 	atomic_init(&ctl->gone, 0);
 	atomic_init(&ctl->admitted, 0);
 	atomic_init(&ctl->drain_deadline, 0);
+	atomic_init(&ctl->dead_claim, 0);
 	atomic_init(&ctl->dead, 0);
 	cgr__bell_init(&ctl->drv.b);
 	ctl->nbells = nworkers;

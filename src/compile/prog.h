@@ -311,7 +311,10 @@ struct cgr__gctl {
 	/* Teardown: until when a leaving worker finishes NCCL operations
 	 * it enqueued (its peers finish theirs), before aborting. */
 	_Atomic int64_t drain_deadline;
-	/* A worker process died: its worker index + 1, and how. */
+	/* A worker died (its process, or its thread: cgr__graph_dead): its
+	 * worker index + 1, and how.  Whoever takes dead_claim first writes
+	 * dead_msg, then publishes dead. */
+	_Atomic uint32_t dead_claim;
 	_Atomic uint32_t dead;
 	char dead_msg[200];
 	struct cgr__lbell drv;

@@ -77,6 +77,10 @@ struct cgr_ctx {
 	/* A worker's device (cgr_worker_params.device), for communicators
 	 * bound to members (comm/ sees workers as handles only). */
 	int (*worker_device)(const struct cgr_worker *w);
+	/* Called on a worker thread that ends inside a task (a task calling
+	 * pthread_exit, exec/thread.c), once its graph was stopped: a worker
+	 * process's agent exits there (NULL: nothing more to do). */
+	void (*worker_lost)(cgr_ctx *ctx, struct cgr_worker *w);
 	bool destroyed;
 };
 

@@ -10,7 +10,9 @@
  * description in the graph's segment, compiled over that segment, so its
  * program shares the driver's ports, rings and doorbells), to run, to
  * tear down; and at last stop (fini, then exit).  The driver hanging up,
- * which it does by dying, ends the process at once.
+ * which it does by dying, ends the process at once; so does the worker's
+ * thread ending inside a task (pthread_exit), once its graph was stopped
+ * with the reason (agent_lost).
  *
  * Threads: the main thread; the worker's thread runs the programs.
  */
@@ -19,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "compile/compile.h"
@@ -74,6 +77,17 @@ static int reply(struct agent *a, int type, uint64_t gid, int code,
 	return cgr__shm_send(a->sock, &m, sizeof(m), NULL, 0);
 }
 
+/* The worker's thread ended inside a task (pthread_exit): its graph
+ * was stopped with the reason in the graph's shared state, where the
+ * driver reads it; this process serves no more (the driver sees it end). */
+static void agent_lost(cgr_ctx *ctx, cgr_worker *w)
+{
+	(void)ctx, (void)w;
+	/* The system call itself: a sanitizer's _exit would wait for this
+	 * thread, which is ending. */
+	syscall(SYS_exit_group, 1);
+}
+
 /* The context and the worker of SPEC m; READY says how init went. */
 static int become(struct agent *a, const struct cgr__pmsg *m,
 		  const cgr_export *ex)
@@ -92,6 +106,8 @@ static int become(struct agent *a, const struct cgr__pmsg *m,
 	cp.flags = m->flags;
 	cp.exports = ex;
 	ret = cgr_ctx_create(&cp, &a->ctx);
+	if (ret == 0)
+		a->ctx->worker_lost = agent_lost;
 	if (ret == 0 && m->fn[0] && (e = export_named(ex, m->fn)) == NULL) {
 		snprintf(text, sizeof(text),
 			 "its init/fini '%s' is not exported by this program",
@@ -106,6 +122,9 @@ static int become(struct agent *a, const struct cgr__pmsg *m,
 		wp.fini = e != NULL ? e->fini : NULL;
 		wp.arg = a->arg;
 		ret = cgr_worker_create(a->ctx, &wp, &a->self);
+		if (ret == CGR_EPEERDEAD)
+			snprintf(text, sizeof(text),
+				 "its thread exited inside its init");
 	}
 	if (ret == 0) {
 		/* The driver's index: the graph's doorbells go by it. */

@@ -35,7 +35,8 @@ static inline uint32_t cgr__slot(const struct cgr_compiled *c, uint64_t seq)
 }
 
 /* What a graph with process workers cannot hold yet, and workers that
- * died: 0, or the error (g's errmsg says which). */
+ * died (a process, or a thread that ended in a task): 0, or the error
+ * (g's errmsg says which). */
 static int check_procs(cgr_graph *g)
 {
 	const char *why;
@@ -43,11 +44,11 @@ static int check_procs(cgr_graph *g)
 	for (const struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
 		for (size_t i = 0; i < cgr__task_nworkers(t); i++) {
 			cgr_worker *w = cgr__task_worker(t, i);
-			if (!w->remote)
-				continue;
 			if (cgr__proc_dead(w, &why))
 				return cgr__graph_fail(g, CGR_EPEERDEAD,
 						       "%s: %s", t->name, why);
+			if (!w->remote)
+				continue;
 			if ((t->flags & CGR_TASK_DEVICE) ||
 			    (t->coll && (t->cp.comm != NULL ||
 					 t->cp.backend == CGR_BACKEND_NCCL)))

@@ -63,6 +63,12 @@ static int eager_check(cgr_graph *g)
 					g, CGR_EWORKERGONE,
 					"%s: worker %s was destroyed", t->name,
 					w->name);
+			/* L3: its thread ended in a task (exec/thread.c). */
+			if (atomic_load_explicit(&w->lost,
+						 memory_order_acquire))
+				return cgr__graph_fail(g, CGR_EPEERDEAD,
+						       "%s: %s", t->name,
+						       w->lost_msg);
 		}
 	}
 	return 0;
@@ -261,7 +267,12 @@ static int run_task(struct eager *e, const struct cgr__task *t, uint64_t seq,
 		step_post(ps[i], ops[i], seq);
 	for (size_t i = 0; i < n; i++) {
 		int r = step_wait(ps[i], deadline);
-		if (r == -ETIMEDOUT) {
+		if (r == CGR_EPEERDEAD) {
+			/* Its thread ended inside the task (exec/thread.c,
+			 * which logged it). */
+			e->broken = true;
+			ret = r;
+		} else if (r == -ETIMEDOUT) {
 			e->broken = true;
 			cgr__err(&c->ctx->log,
 				 "eager: %s did not finish on worker %s by the "
@@ -325,7 +336,10 @@ int cgr_graph_execute_eager(cgr_graph *g, const cgr_value *args,
 		int64_t dl = cgr__deadline(ep.timeout_ns > 0 ?
 						   ep.timeout_ns :
 						   c->p.get_timeout_ns);
-		if ((ret = run_task(e, c->order[i], seq, &ep, dl)) < 0)
+		ret = run_task(e, c->order[i], seq, &ep, dl);
+		if (ret == CGR_EPEERDEAD)
+			return eager_check(g); /* names the dead worker */
+		if (ret < 0)
 			return ret;
 	}
 	for (size_t o = 0; o < nouts; o++)

@@ -24,6 +24,12 @@ extern __thread const struct cgr_compiled *cgr__running_graph
 void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 		     struct cgr_reactor *r);
 
+/* Worker p->w leaves program p (run's end; a thread ending inside a task
+ * calls it too): held jobs to their streams, streams synchronized, the
+ * NCCL queue dropped, then W1 (p->left) and its reference on the graph
+ * dropped. */
+void cgr__prog_leave(struct cgr__prog *p, struct cgr_reactor *r);
+
 /* Eager (eager.c): runs operation op of program p once, for execution
  * seq, on w's thread (its reactor r): a COMPUTE or a COLL. */
 int cgr__worker_step(cgr_worker *w, struct cgr__prog *p, const void *op,
@@ -96,6 +102,12 @@ void cgr__task_job_finish(struct cgr_task_ctx *tc, uint64_t seq);
  * sticky error is set; poll is the reactor's hook (the NCCL queue, and a
  * watch on outstanding stream work): whether work is pending. */
 void cgr__prog_device_failed(struct cgr__prog *p, int err, const char *what);
+/* Worker `index` of graph c died (its process, or its thread; msg says
+ * how): the graph stops, the driver's executions in flight become
+ * CGR_EPEERDEAD error values with msg, every runner is woken and c's
+ * communicators abort.  Any thread, any process mapping c; the first
+ * report wins (whether this one did). */
+bool cgr__graph_dead(struct cgr_compiled *c, unsigned index, const char *msg);
 void cgr__task_dead(struct cgr_task_ctx *tc, uint64_t seq);
 void cgr__prog_check_device(struct cgr__prog *p);
 bool cgr__prog_poll(void *arg);

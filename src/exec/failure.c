@@ -13,6 +13,10 @@
  * the error values; every execution in flight completes on every worker;
  * the graph takes no more executions (cgr_execute: CGR_EWORKERGONE).
  *
+ * A worker that died (a worker process, exec/proc.c; a worker thread
+ * that ended inside a task, exec/thread.c) stops its graph instead
+ * (cgr__graph_dead): nothing it was to produce will come.
+ *
  * Who completes a stream job is settled by its claimed flag: the stream's
  * job (stream.c) or the thread here, whichever comes first.
  */
@@ -93,6 +97,27 @@ void cgr__task_dead(struct cgr_task_ctx *tc, uint64_t seq)
 		finish_jobs(tc, why, seq + 1);
 	else
 		outputs_error(tc, seq, why);
+}
+
+bool cgr__graph_dead(struct cgr_compiled *c, unsigned index, const char *msg)
+{
+	struct cgr__gctl *ctl = c->ctl;
+	uint32_t none = 0;
+
+	if (!atomic_compare_exchange_strong(&ctl->dead_claim, &none, index + 1))
+		return false; /* somebody died first */
+	snprintf(ctl->dead_msg, sizeof(ctl->dead_msg), "%s", msg);
+	/* P1: the message, then who; pairs with the driver's acquire. */
+	atomic_store_explicit(&ctl->dead, index + 1, memory_order_release);
+	atomic_store_explicit(&ctl->stop, 1, memory_order_release);
+	cgr__bell_ring_force(&ctl->drv.b);
+	for (size_t i = 0; i < c->nprogs; i++)
+		cgr__bell_ring_force(c->progs[i].bell);
+	/* Collectives in progress fail on every surviving member (a CPU
+	 * communicator's abort flag is shared with every process). */
+	for (size_t i = 0; i < c->nused_comms; i++)
+		cgr_comm_abort(c->used_comms[i]);
+	return true;
 }
 
 /* The device the program's streams live on, if a CUDA one may fail. */

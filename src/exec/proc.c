@@ -14,7 +14,15 @@
  * dies without being told to stop fails every graph that uses it: in the
  * graph's shared state, who died and how, then stop, then every doorbell
  * rung, so the driver and every surviving worker (thread or process) see
- * it at once.  The driver reaps its children when it destroys them.
+ * it at once.  The driver may find out first: a message it cannot send
+ * (EPIPE: the process ended, its socket closed) or a reply that never
+ * comes (the connection hung up) is checked against the pidfd and
+ * reported as the monitor would (peer_lost), so that every call that
+ * talks to a dead worker returns CGR_EPEERDEAD saying how it died.
+ * Teardown keeps to its deadline: each worker process is given a little
+ * less, and one that has not left by the deadline (stuck in a task,
+ * stopped) is killed then.  The driver reaps its children when it
+ * destroys them.
  *
  * Threads: the driver thread, except the monitor (under procs->lock).
  */
@@ -107,8 +115,8 @@ static void describe_death(cgr_worker *w)
 			 "worker %s (pid %d) died", w->name, (int)pr->pid);
 	else if (si.si_code == CLD_EXITED)
 		snprintf(pr->why, sizeof(pr->why),
-			 "worker %s (pid %d) exited with status %d", w->name,
-			 (int)pr->pid, si.si_status);
+			 "worker %s (pid %d) died: exited with status %d",
+			 w->name, (int)pr->pid, si.si_status);
 	else
 		snprintf(pr->why, sizeof(pr->why),
 			 "worker %s (pid %d) died: killed by signal %d (%s)",
@@ -119,32 +127,25 @@ static void describe_death(cgr_worker *w)
 /* Fails graph g: w died.  Under procs->lock. */
 static void fail_graph(struct cgr__pgraph *g, cgr_worker *w)
 {
-	struct cgr__gctl *ctl = g->ctl;
-
-	if (atomic_load_explicit(&ctl->dead, memory_order_relaxed) != 0)
+	if (!cgr__graph_dead(g->c, w->index, w->proc->why))
 		return; /* somebody died first */
-	snprintf(ctl->dead_msg, sizeof(ctl->dead_msg), "%s", w->proc->why);
-	/* P1: the message, then who; pairs with the driver's acquire. */
-	atomic_store_explicit(&ctl->dead, w->index + 1, memory_order_release);
-	atomic_store_explicit(&ctl->stop, 1, memory_order_release);
-	cgr__bell_ring_force(&ctl->drv.b);
+	/* Every doorbell, by the driver's count. */
 	for (uint32_t i = 0; i < g->nbells; i++)
-		cgr__bell_ring_force(&ctl->bells[i].b);
-	/* Collectives in progress fail on every surviving member (the
-	 * abort flag is shared with every process). */
-	for (size_t i = 0; i < g->c->nused_comms; i++)
-		cgr_comm_abort(g->c->used_comms[i]);
+		cgr__bell_ring_force(&g->ctl->bells[i].b);
 }
 
-/* Process w ended.  Under procs->lock. */
+/* Process w ended.  Under procs->lock (every writer of dead holds it). */
 static void saw_death(struct cgr__procs *ps, cgr_worker *w)
 {
 	struct cgr__proc *pr = w->proc;
 
-	if (atomic_exchange(&pr->dead, 1))
+	if (atomic_load_explicit(&pr->dead, memory_order_relaxed))
 		return;
 	if (!pr->why[0])
 		describe_death(w);
+	/* D1: how, then dead; pairs with the acquire of every reader of
+	 * why (cgr__proc_dead, peer_lost's callers). */
+	atomic_store_explicit(&pr->dead, 1, memory_order_release);
 	if (pr->stopping)
 		return; /* told to go */
 	cgr__err(&w->ctx->log, "%s", pr->why);
@@ -412,8 +413,70 @@ static void proc_close(cgr_worker *w)
 	pr->sock = pr->pidfd = -1;
 }
 
+/* How long a control connection that failed may stay ahead of its
+ * process's end (the kernel closes the socket, then reports the exit:
+ * microseconds apart). */
+#define LOST_WAIT_NS (200 * 1000000ll)
+
+/*
+ * w's control connection failed (a send refused, or it hung up): its
+ * process is ending, or ended before the monitor noticed.  Waits for the
+ * end (until the deadline, at most LOST_WAIT_NS), then reports it as the
+ * monitor does (how it ended in w->proc->why, its graphs failed, the log
+ * unless it was told to stop); one that is still there by then (it hung
+ * up and lives on) is of no more use: it is killed.  CGR_EPEERDEAD.
+ */
+static int peer_lost(cgr_worker *w, int64_t deadline)
+{
+	struct cgr__procs *ps = w->ctx->procs;
+	struct cgr__proc *pr = w->proc;
+	int64_t soon = cgr__deadline(LOST_WAIT_NS);
+	bool ended;
+
+	/* D1: pairs with saw_death's release. */
+	if (atomic_load_explicit(&pr->dead, memory_order_acquire))
+		return CGR_EPEERDEAD;
+	ended = cgr__fd_wait_readable(pr->pidfd, deadline < soon ? deadline :
+								    soon) == 0;
+	pthread_mutex_lock(&ps->lock);
+	if (!ended && !atomic_load_explicit(&pr->dead, memory_order_relaxed)) {
+		snprintf(pr->why, sizeof(pr->why),
+			 "worker %s (pid %d) died: it hung up its control "
+			 "connection and was killed",
+			 w->name, (int)pr->pid);
+		syscall(SYS_pidfd_send_signal, pr->pidfd, SIGKILL, NULL, 0);
+	}
+	saw_death(ps, w);
+	pthread_mutex_unlock(&ps->lock);
+	return CGR_EPEERDEAD;
+}
+
+/* A control message (and fds) to w: 0, CGR_EPEERDEAD (its connection is
+ * gone: it died, peer_lost reported it; lost's deadline) or another
+ * negative errno. */
+static int psend(cgr_worker *w, const void *msg, size_t len, const int *fds,
+		 size_t nfds, int64_t deadline)
+{
+	int ret = cgr__shm_send(w->proc->sock, msg, len, fds, nfds);
+
+	if (ret == -EPIPE || ret == -ECONNRESET || ret == -ENOTCONN)
+		ret = peer_lost(w, deadline);
+	return ret;
+}
+
+/* What a worker process is given to keep to when the driver waits for
+ * its answer until `deadline`: a little less (an eighth, at most 10 ms),
+ * so that its answer is back in time.  0 for CGR_FOREVER (unused). */
+static int64_t worker_timeout(int64_t deadline)
+{
+	int64_t left = deadline == CGR_FOREVER ? 0 : deadline - cgr__now_ns();
+
+	left -= left / 8 < 10000000 ? left / 8 : 10000000;
+	return left > 0 ? left : 0;
+}
+
 /* The worker's reply of type `type` to what it was just sent, by the
- * deadline: 0 (*m), CGR_EPEERDEAD (it hung up: the log says how it
+ * deadline: 0 (*m), CGR_EPEERDEAD (it hung up: peer_lost says how it
  * ended), or -ETIMEDOUT. */
 static int await(cgr_worker *w, struct cgr__pmsg *m, int type,
 		 int64_t deadline)
@@ -422,13 +485,8 @@ static int await(cgr_worker *w, struct cgr__pmsg *m, int type,
 
 	if (ret == 0 && m->type != type)
 		ret = -EPROTO;
-	if (ret == -ECONNRESET) {
-		cgr__fd_wait_readable(w->proc->pidfd,
-				      cgr__deadline(100000000));
-		if (!w->proc->why[0])
-			describe_death(w);
-		return CGR_EPEERDEAD;
-	}
+	if (ret == -ECONNRESET)
+		return peer_lost(w, deadline);
 	if (ret == -EPROTO)
 		cgr__err(&w->ctx->log,
 			 "worker %s: a malformed control message (wanted "
@@ -452,10 +510,9 @@ static int start(cgr_worker *w, int cpu)
 	m.arg_len = (uint32_t)w->arg_len;
 	snprintf(m.name, sizeof(m.name), "%s", w->name);
 	snprintf(m.fn, sizeof(m.fn), "%s", w->init_name);
-	ret = cgr__shm_send(w->proc->sock, &m, sizeof(m), NULL, 0);
+	ret = psend(w, &m, sizeof(m), NULL, 0, CGR_FOREVER);
 	if (ret == 0 && w->arg_len > 0)
-		ret = cgr__shm_send(w->proc->sock, w->arg_data, w->arg_len,
-				    NULL, 0);
+		ret = psend(w, w->arg_data, w->arg_len, NULL, 0, CGR_FOREVER);
 	if (ret == 0)
 		ret = await(w, &m, CGR__PMSG_READY, CGR_FOREVER);
 	if (ret == CGR_EPEERDEAD)
@@ -576,10 +633,13 @@ int cgr__proc_stop(cgr_worker *w, int64_t deadline)
 		ret = CGR_EPEERDEAD;
 	} else {
 		cgr__pmsg_init(&m, CGR__PMSG_STOP, 0);
-		m.timeout_ns = deadline - cgr__now_ns();
-		ret = cgr__shm_send(pr->sock, &m, sizeof(m), NULL, 0);
+		m.timeout_ns = worker_timeout(deadline);
+		ret = psend(w, &m, sizeof(m), NULL, 0, deadline);
 		if (ret == 0)
 			ret = await(w, &m, CGR__PMSG_BYE, deadline);
+		/* Dead before it was told to stop (nobody said so yet). */
+		if (ret == CGR_EPEERDEAD)
+			cgr__err(&w->ctx->log, "%s", pr->why);
 		if (ret == 0 && m.code != 0)
 			ret = m.code;
 		if (ret == -ETIMEDOUT)
@@ -602,7 +662,15 @@ void cgr__proc_free(cgr_worker *w)
 
 bool cgr__proc_dead(const cgr_worker *w, const char **why)
 {
-	if (w->proc == NULL || !atomic_load(&w->proc->dead))
+	if (w->proc == NULL) {
+		/* A thread worker whose thread ended (exec/thread.c). */
+		if (!atomic_load_explicit(&w->lost, memory_order_acquire))
+			return false;
+		*why = w->lost_msg;
+		return true;
+	}
+	/* D1: pairs with saw_death's release. */
+	if (!atomic_load_explicit(&w->proc->dead, memory_order_acquire))
 		return false;
 	*why = w->proc->why;
 	return true;
@@ -668,47 +736,63 @@ static int pgraph_on(cgr_compiled *c)
 	return 0;
 }
 
-static void send_all(cgr_compiled *c, int type, int64_t timeout_ns,
+/* Message `type` to the first `upto` live process workers of c (one
+ * that turns out dead is reported, peer_lost, by the deadline). */
+static void send_all(cgr_compiled *c, int type, int64_t deadline,
 		     size_t upto)
 {
 	struct cgr__pgraph *pg = c->pg;
 	struct cgr__pmsg m;
 
 	cgr__pmsg_init(&m, type, c->gid);
-	m.timeout_ns = timeout_ns;
+	m.timeout_ns = worker_timeout(deadline);
 	for (size_t i = 0; i < upto && i < pg->nws; i++)
 		if (!atomic_load(&pg->ws[i]->proc->dead))
-			cgr__shm_send(pg->ws[i]->proc->sock, &m, sizeof(m),
-				      NULL, 0);
+			psend(pg->ws[i], &m, sizeof(m), NULL, 0, deadline);
+}
+
+/* g's compile fails on w (code r; text: the worker's reason): g's errmsg
+ * says whose and why. */
+static int compile_failed(cgr_graph *g, cgr_worker *w, int r,
+			  const char *text)
+{
+	return cgr__graph_fail(g, r,
+			       "worker %s could not compile the graph: %s",
+			       w->name,
+			       r == CGR_EPEERDEAD ? w->proc->why :
+			       text[0]		  ? text :
+						    cgr_strerror(r));
 }
 
 int cgr__pgraph_compile(cgr_compiled *c, cgr_graph *g)
 {
 	struct cgr__pmsg m;
-	size_t i, sent;
+	size_t i, sent = 0;
 	int ret = pgraph_on(c);
 
 	if (ret < 0)
 		return cgr__graph_fail(g, ret, "out of memory");
 	cgr__pmsg_init(&m, CGR__PMSG_COMPILE, c->gid);
-	for (sent = 0; ret == 0 && sent < c->pg->nws; sent++)
-		ret = cgr__shm_send(c->pg->ws[sent]->proc->sock, &m, sizeof(m),
-				    &c->seg->shm.fd, 1);
+	for (; ret == 0 && sent < c->pg->nws; sent++) {
+		cgr_worker *w = c->pg->ws[sent];
+		int r = psend(w, &m, sizeof(m), &c->seg->shm.fd, 1,
+			      CGR_FOREVER);
+		if (r < 0) {
+			ret = compile_failed(g, w, r, "");
+			break; /* w did not get it */
+		}
+	}
 	for (i = 0; i < sent; i++) {
 		cgr_worker *w = c->pg->ws[i];
 		int r = await(w, &m, CGR__PMSG_COMPILED, CGR_FOREVER);
+		const char *text = "";
 		if (r == 0 && m.code != 0)
-			r = m.code;
+			r = m.code, text = m.text;
 		if (r != 0 && ret == 0)
-			ret = cgr__graph_fail(
-				g, r, "worker %s could not compile the graph: %s",
-				w->name,
-				r == CGR_EPEERDEAD ? w->proc->why :
-				m.text[0]	   ? m.text :
-						     cgr_strerror(r));
+			ret = compile_failed(g, w, r, text);
 	}
 	if (ret != 0) {
-		send_all(c, CGR__PMSG_DROP, 0, sent);
+		send_all(c, CGR__PMSG_DROP, CGR_FOREVER, sent);
 		pgraph_off(c);
 	}
 	return ret;
@@ -716,7 +800,7 @@ int cgr__pgraph_compile(cgr_compiled *c, cgr_graph *g)
 
 void cgr__pgraph_run(cgr_compiled *c)
 {
-	send_all(c, CGR__PMSG_RUN, 0, SIZE_MAX);
+	send_all(c, CGR__PMSG_RUN, CGR_FOREVER, SIZE_MAX);
 }
 
 /* w did not leave graph c in time: it is killed. */
@@ -726,10 +810,14 @@ static void kill_stuck(cgr_compiled *c, cgr_worker *w, const char *text)
 		 "teardown: worker %s (pid %d) did not leave the graph by the "
 		 "deadline%s%s; killed",
 		 w->name, w->proc->pid, text[0] ? ": " : "", text);
-	snprintf(w->proc->why, sizeof(w->proc->why),
-		 "worker %s (pid %d) was killed: stuck past a teardown "
-		 "deadline",
-		 w->name, w->proc->pid);
+	/* Under the lock: the monitor reads why once it sees the end. */
+	pthread_mutex_lock(&c->ctx->procs->lock);
+	if (!atomic_load_explicit(&w->proc->dead, memory_order_relaxed))
+		snprintf(w->proc->why, sizeof(w->proc->why),
+			 "worker %s (pid %d) was killed: stuck past a "
+			 "teardown deadline",
+			 w->name, w->proc->pid);
+	pthread_mutex_unlock(&c->ctx->procs->lock);
 	syscall(SYS_pidfd_send_signal, w->proc->pidfd, SIGKILL, NULL, 0);
 }
 
@@ -741,15 +829,17 @@ int cgr__pgraph_teardown(cgr_compiled *c, int64_t deadline)
 
 	if (pg == NULL)
 		return 0;
-	send_all(c, CGR__PMSG_TEARDOWN, deadline - cgr__now_ns(), SIZE_MAX);
+	send_all(c, CGR__PMSG_TEARDOWN, deadline, SIZE_MAX);
 	for (size_t i = 0; i < pg->nws; i++) {
 		cgr_worker *w = pg->ws[i];
 		int r;
 		w->busy_with = NULL;
 		if (atomic_load(&w->proc->dead))
 			continue;
-		/* A little past the deadline: the worker keeps to it. */
-		r = await(w, &m, CGR__PMSG_LEFT, deadline + 200000000);
+		/* By the deadline (each worker was given a little less);
+		 * one that has not answered then (stuck, stopped) is
+		 * killed, so that the call returns on time. */
+		r = await(w, &m, CGR__PMSG_LEFT, deadline);
 		if (r == -ETIMEDOUT || (r == 0 && m.code == CGR_ESTUCK)) {
 			kill_stuck(c, w, r == 0 ? m.text : "");
 			result = CGR_ESTUCK;

@@ -72,7 +72,8 @@ int cgr__proc_start(cgr_worker *w, int cpu);
  * Returns 0, CGR_EPEERDEAD (it had died) or CGR_ESTUCK. */
 int cgr__proc_stop(cgr_worker *w, int64_t deadline);
 void cgr__proc_free(cgr_worker *w);
-/* Whether w's process died (*why: how). */
+/* Whether w died (*why: how): its process, or, for a thread worker, its
+ * thread ended inside a task (exec/thread.c). */
 bool cgr__proc_dead(const cgr_worker *w, const char **why);
 
 /* A compiled graph with process workers (pgraph.c): compile hands each

@@ -5,12 +5,15 @@
  * waits on its mailbox for a program (a compiled graph's share of work) or
  * for the order to stop.  The driver never joins a thread without a
  * deadline: a worker that does not answer in time is abandoned, keeping the
- * context alive (a reference) until it exits by itself.
+ * context alive (a reference) until it exits by itself.  A thread that
+ * ends inside a task (pthread_exit) is seen as it ends (thread_lost): its
+ * graph stops with CGR_EPEERDEAD and what it held is released.
  */
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "exec/proc.h"
 
@@ -79,16 +82,132 @@ static void worker_step(cgr_worker *w, struct cgr_reactor *r)
 __thread const struct cgr_compiled *cgr__running_graph
 	__attribute__((tls_model("initial-exec")));
 
-static void *cgr__worker_main(void *arg)
+
+/* ---- a thread that ends inside a task -------------------------------- */
+
+/*
+ * A task (or init, or fini) may end its worker's thread without
+ * returning: pthread_exit (or a cancellation).  The thread's frames are
+ * gone then, but not what it holds on the heap: the thread-specific value
+ * of lost_key (the worker, while its thread runs cgr's code) has a
+ * destructor, thread_lost, which glibc runs on that thread as it ends,
+ * and which finishes what the frames would have done.
+ */
+static pthread_key_t lost_key;
+static pthread_once_t lost_once = PTHREAD_ONCE_INIT;
+static int lost_key_err;
+
+static void thread_lost(void *arg);
+
+static void lost_key_make(void)
+{
+	lost_key_err = pthread_key_create(&lost_key, thread_lost);
+}
+
+/* How w's thread ended, in w->lost_msg. */
+static void lost_describe(cgr_worker *w)
+{
+	const char *t = atomic_load(&w->current_task);
+	char where[120];
+
+	if (atomic_load_explicit(&w->lost, memory_order_relaxed))
+		return; /* then fini ended it too: the first reason stays */
+	if (w->phase == CGR__WPH_INIT || w->phase == CGR__WPH_FINI)
+		snprintf(where, sizeof(where), "inside its %s",
+			 w->phase == CGR__WPH_INIT ? "init" : "fini");
+	else if (t != NULL)
+		snprintf(where, sizeof(where), "inside task %s (execution %llu)",
+			 t, (unsigned long long)atomic_load(&w->current_seq));
+	else
+		snprintf(where, sizeof(where), "%s",
+			 w->phase == CGR__WPH_RUN ? "while running a graph" :
+						     "while idle");
+	/* In a worker process (which ends then: worker_lost) the message
+	 * goes to the driver, where the pid says which process. */
+	if (w->ctx->worker_lost != NULL)
+		snprintf(w->lost_msg, sizeof(w->lost_msg),
+			 "worker %s (pid %d) died: its thread exited %s",
+			 w->name, (int)getpid(), where);
+	else
+		snprintf(w->lost_msg, sizeof(w->lost_msg),
+			 "worker %s died: its thread exited %s", w->name,
+			 where);
+}
+
+/* The end of w's thread after fini, whichever way: the reactor, then L2
+ * (`exited`), the last touch of w. */
+static void thread_end(cgr_worker *w, struct cgr_reactor *r)
+{
+	cgr_ctx *ctx = w->ctx;
+
+	w->phase = CGR__WPH_NONE;
+	if (r != NULL) {
+		cgr__reactor_fini(r);
+		cgr__free(&ctx->arena, r, sizeof(*r), 64);
+	}
+	/* L2: pairs with cgr_worker_destroy's wait. */
+	cgr__future_complete(&w->exited, w->exit_gen, 0);
+	cgr__ctx_put(ctx);
+}
+
+/* lost_key's destructor: w's thread is ending inside a task, init or
+ * fini.  Its graph stops (every execution in flight a CGR_EPEERDEAD
+ * error value saying so), it leaves its program, fini runs, and the
+ * worker is dead to the driver (w->lost): compiling with it and
+ * destroying it return CGR_EPEERDEAD. */
+static void thread_lost(void *arg)
 {
 	cgr_worker *w = arg;
 	cgr_ctx *ctx = w->ctx;
-	struct cgr_reactor *r;
-	char tname[16];
-	int ret = 0;
+	int phase = w->phase;
 
-	snprintf(tname, sizeof(tname), "cgr:%s", w->name);
-	pthread_setname_np(pthread_self(), tname);
+	lost_describe(w);
+	/* L3: the message; pairs with the driver's acquire of lost. */
+	atomic_store_explicit(&w->lost, 1, memory_order_release);
+	cgr__err(&ctx->log, "%s; it can no longer be used", w->lost_msg);
+	if (phase == CGR__WPH_INIT) {
+		/* L1: cgr_worker_create fails with it (and joins). */
+		cgr__future_complete(&w->life, w->life_gen, CGR_EPEERDEAD);
+		if (w->reactor != NULL) {
+			cgr__reactor_fini(w->reactor);
+			cgr__free(&ctx->arena, w->reactor, sizeof(*w->reactor),
+				  64);
+		}
+		cgr__ctx_put(ctx);
+		return;
+	}
+	if (phase == CGR__WPH_RUN)
+		cgr__graph_dead(w->running->c, w->index, w->lost_msg);
+	if (phase != CGR__WPH_FINI && ctx->worker_lost != NULL)
+		ctx->worker_lost(ctx, w); /* a worker process ends here */
+	if (phase == CGR__WPH_RUN) {
+		cgr__prog_leave(w->running, w->reactor);
+	} else if (phase == CGR__WPH_STEP) {
+		uint32_t step = CGR__WCMD_STEP;
+		atomic_compare_exchange_strong(&w->cmd, &step, CGR__WCMD_IDLE);
+		/* E1: the eager driver sees the step fail. */
+		cgr__future_complete(&w->step_done, w->step_gen,
+				     CGR_EPEERDEAD);
+	}
+	if (phase != CGR__WPH_FINI && w->fini != NULL) {
+		/* Watched again: a fini that ends the thread too comes
+		 * back here (phase FINI), and the end still comes. */
+		w->phase = CGR__WPH_FINI;
+		pthread_setspecific(lost_key, w);
+		w->fini(w->arg, w->state);
+		pthread_setspecific(lost_key, NULL);
+	}
+	thread_end(w, w->reactor);
+}
+
+/* ---- the thread ------------------------------------------------------ */
+
+/* The reactor of w's thread, then w's init: init's code. */
+static int thread_init(cgr_worker *w)
+{
+	cgr_ctx *ctx = w->ctx;
+	struct cgr_reactor *r;
+
 	if (w->cpu >= 0) {
 		cpu_set_t set;
 		CPU_ZERO(&set);
@@ -98,36 +217,28 @@ static void *cgr__worker_main(void *arg)
 				  w->name, w->cpu);
 	}
 	r = cgr__alloc(&ctx->arena, sizeof(*r), 64);
-	if (r == NULL) {
-		ret = -ENOMEM;
-		goto out_init;
-	}
+	if (r == NULL)
+		return -ENOMEM;
 	cgr__reactor_init(r, (ctx->flags & CGR_CTX_NO_IO_URING) ?
 				     CGR__REACTOR_NO_URING :
 				     0);
+	w->reactor = r;
 	if (!r->uring &&
 	    !atomic_exchange(&ctx->uring_fallback_logged, true))
 		cgr__warn(&ctx->log,
 			  "io_uring unavailable (%s): reactors park with "
 			  "futex system calls",
 			  cgr_strerror(r->uring_err));
-	if (w->init != NULL)
-		ret = w->init(w->arg, &w->state);
-out_init:
-	/* L1: publishes init's result and state; pairs with the driver's
-	 * future wait in cgr_worker_create. */
-	cgr__future_complete(&w->life, w->life_gen, ret);
-	if (ret != 0) {
-		if (r != NULL) {
-			cgr__reactor_fini(r);
-			cgr__free(&ctx->arena, r, sizeof(*r), 64);
-		}
-		cgr__ctx_put(ctx);
-		return NULL;
-	}
+	return w->init != NULL ? w->init(w->arg, &w->state) : 0;
+}
+
+/* Commands until STOP. */
+static void thread_loop(cgr_worker *w, struct cgr_reactor *r)
+{
 	for (;;) {
 		uint32_t cmd;
 
+		w->phase = CGR__WPH_IDLE;
 		cgr__reactor_wait(r, &w->bell, cgr__cmd_ready, w, NULL,
 				  CGR_WAIT_BLOCK, 0, CGR_FOREVER);
 		cmd = atomic_load_explicit(&w->cmd, memory_order_acquire);
@@ -141,23 +252,55 @@ out_init:
 			 * stays. */
 			atomic_compare_exchange_strong(&w->cmd, &run,
 						       CGR__WCMD_IDLE);
+			w->running = p;
+			w->phase = CGR__WPH_RUN;
 			cgr__running_graph = p->c;
 			cgr__worker_run(w, p, r);
 			cgr__running_graph = NULL;
+			w->running = NULL;
 		}
 		if (cmd == CGR__WCMD_STEP) {
+			w->phase = CGR__WPH_STEP;
 			cgr__running_graph = w->step_prog->c;
 			worker_step(w, r);
 			cgr__running_graph = NULL;
 		}
 	}
-	if (w->fini != NULL)
+}
+
+static void *cgr__worker_main(void *arg)
+{
+	cgr_worker *w = arg;
+	cgr_ctx *ctx = w->ctx;
+	char tname[16];
+	int ret;
+
+	snprintf(tname, sizeof(tname), "cgr:%s", w->name);
+	pthread_setname_np(pthread_self(), tname);
+	w->phase = CGR__WPH_INIT;
+	/* Watched from here: ending inside a callback runs thread_lost. */
+	pthread_setspecific(lost_key, w);
+	ret = thread_init(w);
+	/* L1: publishes init's result and state; pairs with the driver's
+	 * future wait in cgr_worker_create. */
+	cgr__future_complete(&w->life, w->life_gen, ret);
+	if (ret != 0) {
+		pthread_setspecific(lost_key, NULL);
+		if (w->reactor != NULL) {
+			cgr__reactor_fini(w->reactor);
+			cgr__free(&ctx->arena, w->reactor, sizeof(*w->reactor),
+				  64);
+		}
+		cgr__ctx_put(ctx);
+		return NULL;
+	}
+	thread_loop(w, w->reactor);
+	if (w->fini != NULL) {
+		w->phase = CGR__WPH_FINI;
 		w->fini(w->arg, w->state);
-	cgr__reactor_fini(r);
-	cgr__free(&ctx->arena, r, sizeof(*r), 64);
-	/* L2: the last touch of w; pairs with cgr_worker_destroy's wait. */
-	cgr__future_complete(&w->exited, w->exit_gen, 0);
-	cgr__ctx_put(ctx);
+	}
+	pthread_setspecific(lost_key, NULL);
+	thread_end(w, w->reactor);
 	return NULL;
 }
 
@@ -218,6 +361,9 @@ static int thread_start(cgr_ctx *ctx, cgr_worker *w)
 {
 	int ret;
 
+	pthread_once(&lost_once, lost_key_make);
+	if (lost_key_err != 0)
+		return -lost_key_err;
 	/* The thread holds a context reference until it exits. */
 	atomic_fetch_add(&ctx->refs, 1);
 	ret = -pthread_create(&w->thread, NULL, cgr__worker_main, w);
@@ -268,6 +414,7 @@ static cgr_worker *worker_new(cgr_ctx *ctx, const cgr_worker_params *prm)
 	atomic_init(&w->prog, NULL);
 	atomic_init(&w->current_task, NULL);
 	atomic_init(&w->current_seq, 0);
+	atomic_init(&w->lost, 0);
 	cgr__bell_init(&w->bell);
 	cgr__future_init(&w->life);
 	w->life_gen = cgr__future_arm(&w->life);
@@ -360,7 +507,10 @@ int cgr_worker_destroy(cgr_worker *w, int64_t timeout_ns)
 		return CGR_ESTUCK;
 	}
 	pthread_join(w->thread, NULL);
-	return 0;
+	/* L3: its thread ended inside a task, init or fini. */
+	return atomic_load_explicit(&w->lost, memory_order_acquire) ?
+		       CGR_EPEERDEAD :
+		       0;
 }
 
 const char *cgr_worker_name(const cgr_worker *w)

@@ -335,6 +335,13 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 			 "its executions end at the get timeout",
 			 w->name, (unsigned long long)seq, cgr_err_name(ret),
 			 cgr_strerror(ret));
+	cgr__prog_leave(p, r);
+}
+
+void cgr__prog_leave(struct cgr__prog *p, struct cgr_reactor *r)
+{
+	struct cgr_compiled *c = p->c;
+
 	/* Jobs held for the thread go to their streams, which drop them if
 	 * the graph stopped.  The communication streams may still run
 	 * collectives of this graph: teardown stopped and aborted them, so

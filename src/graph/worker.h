@@ -29,12 +29,23 @@
 
 struct cgr__prog;
 struct cgr__proc;
+struct cgr_reactor;
 
 enum cgr__wcmd {
 	CGR__WCMD_IDLE = 0,
 	CGR__WCMD_RUN = 1,
 	CGR__WCMD_STOP = 2,
 	CGR__WCMD_STEP = 3, /* eager: run one operation (step_*) */
+};
+
+/* Where a worker thread is (cgr_worker.phase). */
+enum cgr__wphase {
+	CGR__WPH_NONE = 0,
+	CGR__WPH_INIT = 1, /* in init */
+	CGR__WPH_IDLE = 2, /* waiting for a command */
+	CGR__WPH_RUN = 3,  /* running program `running` */
+	CGR__WPH_STEP = 4, /* an eager step */
+	CGR__WPH_FINI = 5, /* in fini */
 };
 
 struct cgr_worker {
@@ -85,6 +96,15 @@ struct cgr_worker {
 	/* What the thread is doing, for teardown's report. */
 	const char *_Atomic current_task;
 	_Atomic uint64_t current_seq;
+
+	/* A thread that ends without returning (a task calling pthread_exit,
+	 * exec/thread.c): where it was (phase, program, reactor; its own
+	 * thread only), and, once it ended, lost (release) after lost_msg. */
+	int phase; /* enum cgr__wphase */
+	struct cgr__prog *running;
+	struct cgr_reactor *reactor;
+	_Atomic uint32_t lost;
+	char lost_msg[200];
 
 	struct cgr_compiled *busy_with; /* driver: live graph using us */
 	bool destroyed;			/* driver */

@@ -19,6 +19,10 @@
 #include "base/base.h"
 #include "shm/shm.h"
 
+/* Every segment's seals (and F_SEAL_SEAL): its size is its size for
+ * good. */
+#define SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
+
 static size_t cgr__shm_page(void)
 {
 	long pg = sysconf(_SC_PAGESIZE);
@@ -44,10 +48,14 @@ static int shm_make(const char *name, size_t size, unsigned flags,
 	if (out == NULL || size == 0 || size > SIZE_MAX - pg)
 		return -EINVAL;
 	size = CGR__ALIGN_UP(size, pg);
-	fd = memfd_create(name != NULL ? name : "cgr", flags);
+	fd = memfd_create(name != NULL ? name : "cgr",
+			  flags | MFD_ALLOW_SEALING);
 	if (fd < 0)
 		return -errno;
-	if (ftruncate(fd, (off_t)size) != 0) {
+	/* Sealed before it is mapped or handed to anyone: nobody can
+	 * shrink it under another's mapping (SIGBUS there) or grow it. */
+	if (ftruncate(fd, (off_t)size) != 0 ||
+	    fcntl(fd, F_ADD_SEALS, SEALS | F_SEAL_SEAL) != 0) {
 		ret = -errno;
 		close(fd);
 		return ret;
@@ -116,8 +124,6 @@ void cgr__shm_close(struct cgr__shm *s)
 
 /* ---- typed segments ------------------------------------------------ */
 
-#define SEALS (F_SEAL_SHRINK | F_SEAL_GROW)
-
 int cgr__shm_create_typed(const char *name, size_t size, uint16_t kind,
 			  const uint64_t geom[CGR__SHM_NGEOM],
 			  struct cgr__shm *out)
@@ -129,8 +135,7 @@ int cgr__shm_create_typed(const char *name, size_t size, uint16_t kind,
 	if (out == NULL || kind == 0 || size == 0 ||
 	    size > SIZE_MAX / 2 - sizeof(*h))
 		return -EINVAL;
-	ret = shm_make(name, sizeof(*h) + size,
-		       MFD_CLOEXEC | MFD_ALLOW_SEALING, &s);
+	ret = shm_make(name, sizeof(*h) + size, MFD_CLOEXEC, &s);
 	if (ret < 0)
 		return ret;
 	h = s.addr;
@@ -141,11 +146,6 @@ int cgr__shm_create_typed(const char *name, size_t size, uint16_t kind,
 	h->size = s.size;
 	for (int i = 0; geom != NULL && i < CGR__SHM_NGEOM; i++)
 		h->geom[i] = geom[i];
-	if (fcntl(s.fd, F_ADD_SEALS, SEALS | F_SEAL_SEAL) != 0) {
-		ret = -errno;
-		cgr__shm_close(&s);
-		return ret;
-	}
 	*out = s;
 	return 0;
 }
@@ -269,15 +269,19 @@ int cgr__fd_wait_either(int a, int b, int64_t deadline)
 	for (;;) {
 		int64_t left = deadline - cgr__now_ns();
 		int ms, r;
-		if (left <= 0)
-			return -ETIMEDOUT;
-		ms = left / 1000000 >= INT_MAX ? INT_MAX :
-						   (int)((left + 999999) / 1000000);
+		/* Past the deadline, one look still: what is already there
+		 * counts. */
+		ms = left <= 0 ? 0 :
+		     left / 1000000 >= INT_MAX ?
+				 INT_MAX :
+				 (int)((left + 999999) / 1000000);
 		r = poll(pf, b >= 0 ? 2 : 1, ms);
 		if (r > 0)
 			return pf[0].revents ? 0 : 1;
 		if (r < 0 && errno != EINTR)
 			return -errno;
+		if (r == 0 && left <= 0)
+			return -ETIMEDOUT;
 	}
 }
 

@@ -32,8 +32,12 @@ struct cgr__shm {
 /*
  * Creates a segment of at least size bytes, zero-filled; name only labels
  * it in /proc/<pid>/fd (NULL: "cgr").  The fd is close-on-exec but survives
- * fork.  Returns 0, -EINVAL (size 0), or the negative errno of
- * memfd_create, ftruncate or mmap.  *out is set only on success.
+ * fork.  Every segment is sealed against resizing before it is mapped
+ * (F_SEAL_SHRINK, F_SEAL_GROW, F_SEAL_SEAL): whoever holds its fd, a
+ * peer too, gets EPERM from ftruncate, so no mapping of it can lose its
+ * pages (SIGBUS).  Returns 0, -EINVAL (size 0), or the negative errno of
+ * memfd_create, ftruncate, the seals or mmap.  *out is set only on
+ * success.
  */
 int cgr__shm_create(const char *name, size_t size, struct cgr__shm *out);
 
@@ -55,9 +59,9 @@ void cgr__shm_close(struct cgr__shm *s);
 
 /*
  * Typed segments: what two processes share starts with this header, and
- * the file is sealed against resizing (F_SEAL_SHRINK, F_SEAL_GROW), so a
- * peer can neither truncate a mapping under the other (SIGBUS) nor make
- * its layout lie about the file.  The attaching side checks everything
+ * the file is sealed against resizing (F_SEAL_SHRINK, F_SEAL_GROW, as
+ * every segment), so a peer can neither truncate a mapping under the
+ * other (SIGBUS) nor make its layout lie about the file.  The attaching side checks everything
  * before it reads anything else: the seals, the file's size against the
  * header, magic, version, kind and the layout's parameters (geometry:
  * ring slots, slot bytes, ranks... by kind), and fails with -EPROTO
@@ -104,8 +108,8 @@ int cgr__shm_send(int sock, const void *msg, size_t len, const int *fds,
 		  size_t nfds);
 int cgr__shm_recv(int sock, void *msg, size_t cap, size_t *len, int *fds,
 		  size_t maxfds, size_t *nfds, int64_t deadline);
-/* Waits until fd is readable (or hung up) or the absolute deadline:
- * 0, -ETIMEDOUT or a negative errno. */
+/* Waits until fd is readable (or hung up) or the absolute deadline (one
+ * already past still looks once): 0, -ETIMEDOUT or a negative errno. */
 int cgr__fd_wait_readable(int fd, int64_t deadline);
 /* The same for a, or b (ignored if negative): 0 (a is), 1 (b is). */
 int cgr__fd_wait_either(int a, int b, int64_t deadline);
