@@ -96,12 +96,9 @@ static void *cgr__worker_main(void *arg)
 	cgr__reactor_init(r, (ctx->flags & CGR_CTX_NO_IO_URING) ?
 				     CGR__REACTOR_NO_URING :
 				     0);
-	if (!r->uring &&
-	    !atomic_exchange(&ctx->uring_fallback_logged, true))
-		cgr__warn(&ctx->log,
-			  "io_uring unavailable (%s): reactors park with "
-			  "futex system calls",
-			  cgr_strerror(r->uring_err));
+	/* Said once per context: at once if io_uring is refused here, or
+	 * when a later step fails (io_uring_enter, a request). */
+	cgr__reactor_set_log(r, &ctx->log, &ctx->uring_fallback_logged);
 	if (w->init != NULL)
 		ret = w->init(w->arg, &w->state);
 out_init:
