@@ -98,7 +98,11 @@ typedef void (*cgr_log_fn)(void *arg, int level, const char *msg);
 void cgr_log_stderr(void *arg, int level, const char *msg);
 
 enum cgr_ctx_flags {
-	/* Never use io_uring: park reactors with futex system calls. */
+	/* Never use io_uring: park reactors with futex system calls.  Without
+	 * it a reactor uses io_uring until any step of it fails (setup,
+	 * register, enter, a request the kernel refuses: seccomp profiles
+	 * refuse some of them), then parks with futex system calls; the
+	 * context logs that once (CGR_LOG_WARN, naming the step). */
 	CGR_CTX_NO_IO_URING = 1u << 0,
 };
 
@@ -214,8 +218,39 @@ enum cgr_worker_kind {
  * truncate it under another's mapping.
  */
 
+/*
+ * How a thread waits for what it needs next (cgr_compile_params.wait_mode).
+ * Every mode first polls a few dozen times (about a microsecond).
+ *
+ * CGR_WAIT_ADAPTIVE spins up to spin_ns, yielding the core every few
+ * microseconds, then parks; and it learns, per thread, when spinning does
+ * not pay, from the clock reads the spin makes anyway (no system call,
+ * no allocation):
+ *  - CPU pressure: a spin that lost its core for more than 100 us (more
+ *    runnable threads than cores: other programs, an inference server's
+ *    own threads) burns the time slice the thread it waits for may need,
+ *    and the scheduler wakes a thread that used more than its share
+ *    late.  The thread then parks at once, like CGR_WAIT_BLOCK, and tries
+ *    spinning again after 1 ms, then 2, 4 ... up to 1000 ms while losses
+ *    continue (and at least 32 times the time the last loss took); the
+ *    first spin that yields and gets its core back at once ends the
+ *    pressure.
+ *  - Misses: a wait (its condition on its thread) whose spins keep
+ *    running out parks at once; every 16th such wait spins, and any
+ *    that is over within spin_ns, spinning or parked, counts against
+ *    the misses.
+ * With free cores it costs what CGR_WAIT_BUSY costs; oversubscribed, what
+ * CGR_WAIT_BLOCK costs (perf/wait_modes measures both).
+ *
+ * CGR_WAIT_BUSY never parks (it yields now and then, so that more
+ * spinners than cores still progress): the lowest latency with free
+ * cores, a time slice per hand-off when cores are short.
+ * CGR_WAIT_BLOCK parks at once: a kernel wake-up per hand-off, never a
+ * burnt core.
+ */
 enum cgr_wait_mode {
-	CGR_WAIT_ADAPTIVE = 0, /* spin spin_ns, then park (default) */
+	CGR_WAIT_ADAPTIVE = 0, /* spin up to spin_ns, then park (default);
+				  learns when not to spin */
 	CGR_WAIT_BUSY = 1,     /* never park; yield now and then */
 	CGR_WAIT_BLOCK = 2,    /* park at once */
 };

@@ -1,15 +1,33 @@
 /*
  * tests/reactor.c: the reactor (reactor/reactor.h): idle cost, deadlines,
- * timers, wake-ups and busy waiting.
+ * timers, wake-ups, busy waiting, the peer-death watch, and what adaptive
+ * waiting learns.
  *
- * Built twice.  tests/reactor parks on io_uring where the kernel allows it;
- * tests/reactor-fallback (-DT_FORCE_FALLBACK) first installs a seccomp
- * filter that refuses io_uring_setup with EPERM (tests/t_seccomp.h), so
- * every reactor, including the workers' of a context, takes the futex
- * fallback for real, and checks that the context says so once in its log.
+ * Built five times, one way io_uring may be refused each
+ * (tests/t_seccomp.h installs a seccomp filter, as a container's profile
+ * would):
+ *   tests/reactor             io_uring where the kernel allows it;
+ *   tests/reactor-fallback    io_uring_setup refused (T_FORCE_FALLBACK):
+ *                             every reactor falls back at its setup;
+ *   tests/reactor-noregister  io_uring_register refused (T_DENY_REGISTER):
+ *                             rings are set up, the opcode probe fails;
+ *   tests/reactor-noenter     io_uring_enter refused (T_DENY_ENTER): the
+ *                             main reactor first parks on io_uring and arms
+ *                             a watch; then the filter comes, and the
+ *                             watch's cancel fails; every later reactor
+ *                             (the context's workers included) sets a
+ *                             ring up and fails at its first park;
+ *   tests/reactor-badop       the reactors this test makes carry
+ *                             CGR__REACTOR_TEST_BADOP (T_BADOP): their
+ *                             FUTEX_WAIT requests complete with -EINVAL,
+ *                             as on a kernel without the opcode.
+ * Wherever io_uring fails, each check below must still pass on the futex
+ * fallback, the reactor must say so exactly once through its log (and a
+ * context once through its log hook), and an idle reactor must stay under
+ * 1% of a core: a refused ring asked again at every park would spin.
  *
  *  1. idle: a context with two idle workers, and a bare reactor thread in
- *     an adaptive wait with a 2 s deadline, each use under 2% of a core;
+ *     an adaptive wait with a 2 s deadline, each use under 1% of a core;
  *     the bare wait returns -ETIMEDOUT at or after its deadline.
  *  2. deadlines: park and wait (each wait mode) with 1, 5 and 20 ms
  *     deadlines return -ETIMEDOUT at or after the deadline and less than
@@ -21,13 +39,19 @@
  *     gives -ECANCELED.
  *  4. busy: six CGR_WAIT_BUSY threads on two cores pass a token around a
  *     ring of flags and complete every pass.
- *  5. peer-death watch: a reactor parked on a bell nobody rings wakes
- *     within 100 ms of a kill -9 of a watched child (pidfd); a cancelled
- *     watch never fires; a process already gone fires at once; 16 fit.
+ *  5. peer-death watch (a reactor of its own): a reactor parked on a bell
+ *     nobody rings wakes within 100 ms of a kill -9 of a watched child
+ *     (pidfd); a cancelled watch never fires; a process already gone
+ *     fires at once; 16 fit.
+ *  6. adaptive waits: a waiter whose spins never pay parks at once, and
+ *     spins again once answers come quickly; a thread whose spins lose
+ *     the CPU (two busy threads pinned on its core) parks at once, and
+ *     spins again once the busy threads are gone.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -40,10 +64,41 @@
 #include "t_seccomp.h"
 #include "tap.h"
 
-#ifdef T_FORCE_FALLBACK
-#define T_MODE "fallback"
+#if defined(T_FORCE_FALLBACK)
+#define T_MODE "fallback (io_uring_setup refused)"
+#define T_DENY_NR __NR_io_uring_setup
+#define T_STEP "io_uring_setup"
+#elif defined(T_DENY_REGISTER)
+#define T_MODE "io_uring_register refused"
+#define T_DENY_NR __NR_io_uring_register
+#define T_STEP "io_uring_register"
+#elif defined(T_DENY_ENTER)
+#define T_MODE "io_uring_enter refused"
+#define T_STEP "io_uring_enter"
+#elif defined(T_BADOP)
+#define T_MODE "FUTEX_WAIT requests fail"
+#define T_STEP "FUTEX_WAIT"
 #else
 #define T_MODE "io_uring"
+#endif
+/* Reactors fall back: at their setup (T_AT_INIT), or at a later step. */
+#if defined(T_FORCE_FALLBACK) || defined(T_DENY_REGISTER)
+#define T_FALLS_BACK 1
+#define T_AT_INIT 1
+#elif defined(T_DENY_ENTER) || defined(T_BADOP)
+#define T_FALLS_BACK 1
+#define T_AT_INIT 0
+#else
+#define T_FALLS_BACK 0
+#define T_AT_INIT 0
+#endif
+/* The reactors this test makes, and the error they end with. */
+#ifdef T_BADOP
+#define T_FLAGS CGR__REACTOR_TEST_BADOP
+#define T_ERR (-EINVAL)
+#else
+#define T_FLAGS 0
+#define T_ERR (-EPERM)
 #endif
 
 #define MS 1000000LL
@@ -52,9 +107,13 @@
 /* How long the idle checks last, and the share of a core an idle thread
  * may use meanwhile. */
 #define T_IDLE_NS (2000 * MS)
-#define T_IDLE_MAX 0.02
+#define T_IDLE_MAX 0.01
 /* A cap on the wake-up rounds, for a loaded machine. */
 #define T_ROUNDS_NS (4000 * MS)
+
+/* Whether a plain reactor parks on io_uring here (the kernel's answer,
+ * asked before any filter). */
+static bool t_kernel_uring;
 
 static const char *t_mode_name(int mode)
 {
@@ -69,27 +128,108 @@ static bool t_never(void *arg)
 	return false;
 }
 
-/* Checks what a freshly initialised reactor chose, and says it. */
+/* Parks on a bell nobody rings until the deadline: -ETIMEDOUT, or what
+ * else the park said. */
+static int t_park_until(struct cgr_reactor *r, struct cgr_bell *b,
+			int64_t deadline)
+{
+	int ret;
+
+	do {
+		uint32_t seq = cgr__bell_prepare(b);
+		ret = cgr__reactor_park(r, b, seq, deadline);
+		cgr__bell_cancel(b);
+	} while (ret == 0 && cgr__now_ns() < deadline);
+	return ret;
+}
+
+/* ---- logs -------------------------------------------------------------- */
+
+struct t_log {
+	pthread_mutex_t mu;
+	int lines, uring_lines;
+	char first[256];
+};
+
+static void t_log_hook(void *arg, int level, const char *msg)
+{
+	struct t_log *l = arg;
+
+	(void)level;
+	pthread_mutex_lock(&l->mu);
+	l->lines++;
+	if (strstr(msg, "io_uring") != NULL && l->uring_lines++ == 0)
+		snprintf(l->first, sizeof(l->first), "%s", msg);
+	pthread_mutex_unlock(&l->mu);
+}
+
+static int t_log_uring_lines(struct t_log *l)
+{
+	int n;
+
+	pthread_mutex_lock(&l->mu);
+	n = l->uring_lines;
+	pthread_mutex_unlock(&l->mu);
+	return n;
+}
+
+/* A reactor this test makes, with T_FLAGS, saying its fallback into log. */
+struct t_reactor {
+	struct cgr_reactor r;
+	struct t_log log;
+	struct cgr__logger lg;
+};
+
+static void t_reactor_init(struct t_reactor *tr)
+{
+	pthread_mutex_init(&tr->log.mu, NULL);
+	tr->log.lines = tr->log.uring_lines = 0;
+	tr->lg = (struct cgr__logger){t_log_hook, &tr->log, CGR_LOG_DEBUG};
+	cgr__reactor_init(&tr->r, T_FLAGS);
+	cgr__reactor_set_log(&tr->r, &tr->lg, NULL);
+}
+
+/* Checks what a freshly initialised reactor chose. */
 static int t_reactor_bad(const struct cgr_reactor *r)
 {
-#ifdef T_FORCE_FALLBACK
+#if T_AT_INIT
 	return r->uring || r->uring_err != -EPERM;
+#elif T_FALLS_BACK
+	return !r->uring; /* the ring is set up; a later step fails */
 #else
 	(void)r;
 	return 0;
 #endif
 }
 
-static void t_reactor_report(const char *who, const struct cgr_reactor *r)
+/* Says what a reactor that has parked uses, and checks it: on a fallback
+ * variant, the futex, for the variant's reason, said exactly once. */
+static void t_reactor_report(const char *who, const struct cgr_reactor *r,
+			     struct t_log *log)
 {
+	int lines = log != NULL ? t_log_uring_lines(log) : -1;
+
 	if (r->uring)
 		t_diag("%s: parks on io_uring", who);
 	else
-		t_diag("%s: futex fallback (%s)", who,
+		t_diag("%s: futex fallback (%s: %s)", who,
+		       r->uring_where ? r->uring_where : "?",
 		       cgr_strerror(r->uring_err));
-#ifdef T_FORCE_FALLBACK
-	t_ok(!r->uring, "%s: io_uring refused", who);
-	t_is(r->uring_err, -EPERM, "%s: uring_err is -EPERM", who);
+	if (lines > 0)
+		t_diag("%s: log: %s", who, log->first);
+#if T_FALLS_BACK
+	t_ok(!r->uring, "%s: parks on futexes", who);
+	t_is(r->uring_err, T_ERR, "%s: uring_err is %s", who,
+	     cgr_err_name(T_ERR));
+	t_ok(r->uring_where != NULL && strstr(r->uring_where, T_STEP) != NULL,
+	     "%s: the failed step is %s (%s)", who, T_STEP,
+	     r->uring_where ? r->uring_where : "none");
+	if (log != NULL)
+		t_is(lines, 1, "%s: said so exactly once", who);
+#else
+	if (log != NULL)
+		t_is(lines, r->uring ? 0 : 1,
+		     "%s: mentions io_uring only if it fell back, once", who);
 #endif
 }
 
@@ -167,27 +307,10 @@ static int64_t t_rusage_ns(void)
 
 /* ---- 1. idle --------------------------------------------------------- */
 
-struct t_log {
-	pthread_mutex_t mu;
-	int lines, uring_lines;
-	char first[256];
-};
-
-static void t_log_hook(void *arg, int level, const char *msg)
-{
-	struct t_log *l = arg;
-
-	(void)level;
-	pthread_mutex_lock(&l->mu);
-	l->lines++;
-	if (strstr(msg, "io_uring") != NULL && l->uring_lines++ == 0)
-		snprintf(l->first, sizeof(l->first), "%s", msg);
-	pthread_mutex_unlock(&l->mu);
-}
-
 struct t_bare {
-	bool uring, bad;
-	int uring_err;
+	bool bad;
+	struct cgr_reactor end_state; /* uring, uring_err, uring_where */
+	struct t_log log;
 	int ret;
 	int64_t deadline, end, cpu_ns;
 };
@@ -196,24 +319,30 @@ struct t_bare {
 static void *t_bare_main(void *arg)
 {
 	struct t_bare *b = arg;
-	struct cgr_reactor r;
+	struct t_reactor tr;
 	struct cgr_bell bell;
 	struct timespec c0, c1;
 
-	cgr__reactor_init(&r, 0);
-	b->uring = r.uring;
-	b->uring_err = r.uring_err;
-	b->bad = t_reactor_bad(&r);
+	t_reactor_init(&tr);
+	b->bad = t_reactor_bad(&tr.r);
 	cgr__bell_init(&bell);
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
 	b->deadline = cgr__now_ns() + T_IDLE_NS;
-	b->ret = cgr__reactor_wait(&r, &bell, t_never, NULL, NULL,
+	b->ret = cgr__reactor_wait(&tr.r, &bell, t_never, NULL, NULL,
 				   CGR_WAIT_ADAPTIVE, 50000, b->deadline);
 	b->end = cgr__now_ns();
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
 	b->cpu_ns =
 	    (c1.tv_sec - c0.tv_sec) * 1000000000LL + c1.tv_nsec - c0.tv_nsec;
-	cgr__reactor_fini(&r);
+	b->end_state.uring = tr.r.uring;
+	b->end_state.uring_err = tr.r.uring_err;
+	b->end_state.uring_where = tr.r.uring_where;
+	pthread_mutex_lock(&tr.log.mu);
+	b->log.lines = tr.log.lines;
+	b->log.uring_lines = tr.log.uring_lines;
+	memcpy(b->log.first, tr.log.first, sizeof(b->log.first));
+	pthread_mutex_unlock(&tr.log.mu);
+	cgr__reactor_fini(&tr.r);
 	return NULL;
 }
 
@@ -270,15 +399,13 @@ static void t_idle(void)
 		       used / 1e6, (t1 - t0) / 1e6, 100.0 * used / (t1 - t0));
 		/* cpu0 > 0: the clock reads the thread (it ran its init). */
 		t_ok(cpu0[i] > 0 && used < T_IDLE_MAX * (t1 - t0),
-		     "idle: worker %d uses < 2%% of a core", i);
+		     "idle: worker %d uses < 1%% of a core", i);
 	}
 	t_diag("idle process: %.3f ms CPU in %.0f ms (%d workers, a bare "
 	       "reactor, the main thread and any sanitizer helper)",
 	       (ru1 - ru0) / 1e6, (t1 - t0) / 1e6, n);
-	t_reactor_report("bare idle reactor",
-			 &(struct cgr_reactor){.uring = bare.uring,
-					       .uring_err = bare.uring_err});
-	t_ok(!bare.bad, "idle: bare reactor took the expected path");
+	t_ok(!bare.bad, "idle: bare reactor's setup took the expected path");
+	t_reactor_report("bare idle reactor", &bare.end_state, &bare.log);
 	t_is(bare.ret, -ETIMEDOUT, "idle: bare adaptive wait times out");
 	t_ok(bare.end >= bare.deadline,
 	     "idle: bare wait returns at or after its deadline (%+.3f ms)",
@@ -287,16 +414,19 @@ static void t_idle(void)
 	       bare.cpu_ns / 1e6, T_IDLE_NS / 1e6,
 	       100.0 * bare.cpu_ns / T_IDLE_NS);
 	t_ok(bare.cpu_ns < T_IDLE_MAX * T_IDLE_NS,
-	     "idle: bare reactor uses < 2%% of a core");
+	     "idle: bare reactor uses < 1%% of a core");
 
+	/* The context's workers: plain reactors (T_FLAGS is this test's). */
 	pthread_mutex_lock(&log.mu);
 	if (log.uring_lines > 0)
-		t_diag("log: %s", log.first);
-#ifdef T_FORCE_FALLBACK
+		t_diag("context log: %s", log.first);
+#if T_FALLS_BACK && !defined(T_BADOP)
 	t_is(log.uring_lines, 1,
 	     "idle: the context logged the io_uring fallback exactly once");
+	t_ok(strstr(log.first, T_STEP) != NULL,
+	     "idle: the context's line names %s", T_STEP);
 #else
-	t_is(log.uring_lines, bare.uring ? 0 : 1,
+	t_is(log.uring_lines, t_kernel_uring ? 0 : 1,
 	     "idle: the context mentions io_uring only if it fell back, "
 	     "once");
 #endif
@@ -321,11 +451,7 @@ static void t_deadlines(struct cgr_reactor *r, const char *rname)
 		/* Park: 0 means "re-check"; nobody rings, so re-park until
 		 * it says -ETIMEDOUT. */
 		deadline = cgr__now_ns() + ds[k];
-		do {
-			uint32_t seq = cgr__bell_prepare(&b);
-			ret = cgr__reactor_park(r, &b, seq, deadline);
-			cgr__bell_cancel(&b);
-		} while (ret == 0 && cgr__now_ns() < deadline);
+		ret = t_park_until(r, &b, deadline);
 		end = cgr__now_ns();
 		t_ok(ret == -ETIMEDOUT && end >= deadline &&
 			 end < deadline + T_LATE_NS,
@@ -720,7 +846,7 @@ static void *t_busy_main(void *arg)
 	int k = a->k, next = (k + 1) % T_BUSY_THREADS;
 	struct cgr_reactor r;
 
-	cgr__reactor_init(&r, 0);
+	cgr__reactor_init(&r, T_FLAGS);
 	if (t_reactor_bad(&r))
 		atomic_fetch_add(&bz->bad_reactor, 1);
 	if (r.uring)
@@ -826,8 +952,21 @@ static void *t_killer_main(void *arg)
 
 /* A parked reactor wakes when a watched process is killed (nobody rings
  * its bell), within 100 ms; a cancelled watch never fires; a process
- * already gone fires at once; the table holds 16. */
-static void t_watch(struct cgr_reactor *r)
+ * already gone fires at once; the table holds 16.  A reactor of its own:
+ * where io_uring fails at a park, it fails with the watch armed. */
+static void t_watch_on(struct cgr_reactor *r);
+
+static void t_watch(void)
+{
+	struct t_reactor tr;
+
+	t_reactor_init(&tr);
+	t_watch_on(&tr.r);
+	t_reactor_report("watch reactor", &tr.r, &tr.log);
+	cgr__reactor_fini(&tr.r);
+}
+
+static void t_watch_on(struct cgr_reactor *r)
 {
 	struct t_killer k = { 0 };
 	struct cgr_bell bell;
@@ -893,37 +1032,346 @@ static void t_watch(struct cgr_reactor *r)
 	close(fd);
 }
 
+#ifdef T_DENY_ENTER
+/* io_uring_enter refused part way: the main reactor parks on io_uring and
+ * has a watch's POLL_ADD outstanding when the filter comes; the cancel
+ * of that watch is the first refused call.  Returns 0, or the filter's
+ * error (the rest of the test is then skipped). */
+static int t_enter_refused_later(struct t_reactor *tr)
+{
+	struct cgr_reactor *r = &tr->r;
+	struct cgr_bell b;
+	uint64_t id;
+	int64_t deadline;
+	int fd, ret;
+	bool armed = false;
+	pid_t pid;
+
+	cgr__bell_init(&b);
+	if (!r->uring)
+		t_diag("later: no io_uring here (%s): only the filter is tested",
+		       cgr_strerror(r->uring_err));
+	ret = t_park_until(r, &b, cgr__now_ns() + 2 * MS);
+	t_ok(ret == -ETIMEDOUT && r->uring == t_kernel_uring,
+	     "later: a park before the filter (%s, %s)", cgr_err_name(ret),
+	     r->uring ? "io_uring" : "futex");
+	pid = t_child(&fd, false);
+	if (fd < 0) {
+		if (pid > 0)
+			kill(pid, SIGKILL), waitpid(pid, NULL, 0);
+		t_diag("pidfd_open: %s", strerror(errno));
+		fd = -1;
+	} else {
+		cgr__reactor_watch_add(r, fd, t_gone, NULL, &id);
+		t_park_until(r, &b, cgr__now_ns() + 1 * MS); /* arms it */
+		for (size_t i = 0; i < CGR_REACTOR_MAX_WATCHES; i++)
+			if (r->watches[i].fn != NULL && r->watches[i].id == id)
+				armed = r->watches[i].armed;
+		t_ok(armed == r->uring,
+		     "later: the watch's POLL_ADD is outstanding");
+	}
+
+	ret = t_seccomp_deny(__NR_io_uring_enter);
+	if (ret < 0) {
+		if (fd >= 0)
+			kill(pid, SIGKILL), waitpid(pid, NULL, 0), close(fd);
+		return ret;
+	}
+	if (fd >= 0) {
+		t_is(cgr__reactor_watch_cancel(r, id), 0,
+		     "later: cancel the watch, io_uring_enter refused");
+		if (t_kernel_uring)
+			t_ok(!r->uring && r->uring_err == -EPERM &&
+				 strstr(r->uring_where, "cancel") != NULL,
+			     "later: the refused cancel gave io_uring up (%s: "
+			     "%s)",
+			     r->uring_where ? r->uring_where : "-",
+			     cgr_err_name(r->uring_err));
+	}
+	deadline = cgr__now_ns() + 5 * MS;
+	ret = t_park_until(r, &b, deadline);
+	t_ok(ret == -ETIMEDOUT && !r->uring &&
+		 cgr__now_ns() < deadline + T_LATE_NS,
+	     "later: then a park times out on the futex (%s)",
+	     cgr_err_name(ret));
+	if (t_kernel_uring) {
+		t_is(t_log_uring_lines(&tr->log), 1,
+		     "later: said once (%s)", tr->log.first);
+		t_ok(strstr(r->uring_where, T_STEP) != NULL,
+		     "later: the failed step is %s", T_STEP);
+	}
+	if (fd >= 0) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		close(fd);
+	}
+	return 0;
+}
+#endif
+
+/* ---- 6. adaptive waits ---------------------------------------------- */
+
+struct t_hog {
+	_Atomic int stop;
+	int cpu;
+	pthread_t th;
+};
+
+/* A thread that never waits, pinned on one CPU. */
+static void *t_hog_main(void *arg)
+{
+	struct t_hog *h = arg;
+	cpu_set_t set;
+	volatile uint64_t n = 0;
+
+	CPU_ZERO(&set);
+	CPU_SET(h->cpu, &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	while (!atomic_load_explicit(&h->stop, memory_order_relaxed))
+		n++;
+	return NULL;
+}
+
+/* One round: the ringer answers after its delay; the waiter waits. */
+static int t_adapt_round(struct cgr_reactor *r, struct t_ringer *rg,
+			 struct cgr_bell *b, _Atomic uint32_t *flag,
+			 uint32_t *cmd, int delay, int64_t delay_ns,
+			 int64_t spin)
+{
+	struct t_flag f = {flag, ++*cmd};
+
+	rg->word = flag;
+	rg->val = *cmd;
+	rg->delay = delay;
+	rg->delay_ns = delay_ns;
+	t_ringer_send(rg, *cmd);
+	return cgr__reactor_wait(r, b, t_flag_ready, &f, NULL,
+				 CGR_WAIT_ADAPTIVE, spin, CGR_FOREVER);
+}
+
+/* Quick rounds until the thread spins again and its spins pay, or 3 s;
+ * whether it did. */
+static bool t_adapt_recover(struct cgr_reactor *r, struct t_ringer *rg,
+			    struct cgr_bell *b, _Atomic uint32_t *flag,
+			    uint32_t *cmd, uint64_t *rounds)
+{
+	struct cgr__spin_stat *st = cgr__spin_stat();
+	uint64_t paid0 = st->paid;
+	int64_t end = cgr__now_ns() + 3000 * MS;
+
+	for (*rounds = 0; cgr__now_ns() < end; ++*rounds) {
+		t_adapt_round(r, rg, b, flag, cmd, T_RING_NONE, 0, 50000);
+		if (!st->pressure && st->paid - paid0 >= 20)
+			return true;
+	}
+	return false;
+}
+
+/* On a thread of its own: what adaptive waits learn is the thread's. */
+static void *t_adaptive_main(void *arg)
+{
+	struct t_reactor tr;
+	struct cgr_reactor *r = &tr.r;
+	struct cgr__spin_stat *st = cgr__spin_stat();
+	struct t_ringer rg = {.seen = 0};
+	struct t_hog hogs[2];
+	_Atomic uint32_t flag;
+	struct cgr_bell b;
+	cpu_set_t mask, one;
+	pthread_t th;
+	uint32_t cmd = 0;
+	uint64_t pe0, steals0, rounds;
+	int cpus[2], ncpu = 0, ret;
+	bool ok;
+
+	(void)arg;
+	t_reactor_init(&tr);
+
+	atomic_init(&rg.go, 0);
+	cgr__bell_init(&rg.go_bell);
+	cgr__bell_init(&b);
+	atomic_init(&flag, 0);
+	rg.bell = &b;
+	ret = pthread_create(&th, NULL, t_ringer_main, &rg);
+	if (ret != 0) {
+		t_ok(0, "adaptive: start the ringer: %s", strerror(ret));
+		cgr__reactor_fini(r);
+		return NULL;
+	}
+
+	/* Misses: nobody answers within 1 ms. */
+	pe0 = (st->parked_pressure + st->parked_miss);
+	for (int k = 0; k < 60; k++) {
+		struct t_flag never = {&flag, UINT32_MAX};
+		cgr__reactor_wait(r, &b, t_flag_ready, &never, NULL,
+				  CGR_WAIT_ADAPTIVE, 50000,
+				  cgr__now_ns() + 1 * MS);
+	}
+	t_ok((st->parked_pressure + st->parked_miss) - pe0 >= 30,
+	     "adaptive: a waiter whose spins never pay parks at once (%llu "
+	     "of 60 waits)",
+	     (unsigned long long)((st->parked_pressure + st->parked_miss) - pe0));
+
+	/* The same waiter (bell and condition), answered at once. */
+	steals0 = st->steals;
+	ok = t_adapt_recover(r, &rg, &b, &flag, &cmd, &rounds);
+	t_diag("adaptive: spins pay again after %llu quick rounds (%s); "
+	       "%llu spins lost their CPU meanwhile",
+	       (unsigned long long)rounds, ok ? "yes" : "no",
+	       (unsigned long long)(st->steals - steals0));
+	/* Only spins that keep losing the CPU (a loaded machine) excuse. */
+	if (!ok && st->steals > steals0)
+		t_skip("adaptive: the machine is loaded: spins lose the CPU");
+	else
+		t_ok(ok, "adaptive: answered at once, the waiter spins again "
+			 "and its spins pay");
+
+	/* CPU pressure: two busy threads on this thread's core. */
+	if (sched_getaffinity(0, sizeof(mask), &mask) == 0)
+		for (int c = 0; c < CPU_SETSIZE && ncpu < 2; c++)
+			if (CPU_ISSET(c, &mask))
+				cpus[ncpu++] = c;
+	if (ncpu < 2) {
+		t_skip("adaptive: pressure needs two CPUs");
+		goto out;
+	}
+	if (st->pressure) {
+		t_skip("adaptive: the machine is loaded: already under "
+		       "pressure");
+		goto out;
+	}
+	CPU_ZERO(&one);
+	CPU_SET(cpus[0], &one);
+	sched_setaffinity(0, sizeof(one), &one);
+	CPU_ZERO(&one);
+	CPU_SET(cpus[1], &one);
+	pthread_setaffinity_np(th, sizeof(one), &one);
+	for (int k = 0; k < 2; k++) {
+		atomic_init(&hogs[k].stop, 0);
+		hogs[k].cpu = cpus[0];
+		pthread_create(&hogs[k].th, NULL, t_hog_main, &hogs[k]);
+	}
+	/* Answers after 5 ms, spins of up to 20 ms: a spin shares its core
+	 * with the busy threads long enough to lose it (how soon depends on
+	 * the scheduler: a thread that slept may run a while first). */
+	steals0 = st->steals;
+	for (rounds = 0; rounds < 30 && st->steals == steals0; rounds++)
+		t_adapt_round(r, &rg, &b, &flag, &cmd, T_RING_SLEEP, 5 * MS,
+			      20 * MS);
+	t_ok(st->steals > steals0,
+	     "adaptive: a spin that loses the CPU to busy threads on its "
+	     "core is seen (after %llu rounds)",
+	     (unsigned long long)rounds);
+	/* Then waits park at once (until a probe, 1 ms on). */
+	pe0 = (st->parked_pressure + st->parked_miss);
+	for (int k = 0; k < 5; k++)
+		t_adapt_round(r, &rg, &b, &flag, &cmd, T_RING_NONE, 0,
+			      20 * MS);
+	for (int k = 0; k < 2; k++) {
+		atomic_store(&hogs[k].stop, 1);
+		pthread_join(hogs[k].th, NULL);
+	}
+	sched_setaffinity(0, sizeof(mask), &mask);
+	t_ok((st->parked_pressure + st->parked_miss) - pe0 >= 1,
+	     "adaptive: then the thread's waits park at once (%llu of 5)",
+	     (unsigned long long)((st->parked_pressure + st->parked_miss) - pe0));
+
+	/* The busy threads gone: spins again. */
+	steals0 = st->steals;
+	ok = t_adapt_recover(r, &rg, &b, &flag, &cmd, &rounds);
+	t_diag("adaptive: pressure over after %llu quick rounds (%s); %llu "
+	       "spins lost their CPU meanwhile",
+	       (unsigned long long)rounds, ok ? "yes" : "no",
+	       (unsigned long long)(st->steals - steals0));
+	if (!ok && st->steals > steals0)
+		t_skip("adaptive: the machine is loaded: pressure is real");
+	else
+		t_ok(ok, "adaptive: the busy threads gone, the thread spins "
+			 "again and its spins pay");
+out:
+	t_diag("adaptive: this thread: %llu spins, %llu paid, %llu parked at "
+	       "once (pressure), %llu (misses), %llu probes, %llu spins lost "
+	       "the CPU",
+	       (unsigned long long)st->spun, (unsigned long long)st->paid,
+	       (unsigned long long)st->parked_pressure,
+	       (unsigned long long)st->parked_miss,
+	       (unsigned long long)st->probes, (unsigned long long)st->steals);
+	t_ringer_send(&rg, UINT32_MAX);
+	pthread_join(th, NULL);
+	cgr__reactor_fini(r);
+	return NULL;
+}
+
+static void t_adaptive(void)
+{
+	pthread_t th;
+	int ret = pthread_create(&th, NULL, t_adaptive_main, NULL);
+
+	if (ret != 0) {
+		t_ok(0, "adaptive: start its thread: %s", strerror(ret));
+		return;
+	}
+	pthread_join(th, NULL);
+}
+
 int main(int argc, char **argv)
 {
-	struct cgr_reactor r;
+	struct t_reactor tr;
+	struct cgr_reactor *r = &tr.r;
+	int ret;
 
-#ifdef T_FORCE_FALLBACK
-	/* Before any thread: the filter must cover every one. */
-	int ret = t_seccomp_deny_io_uring();
-	if (ret < 0) {
-		printf("1..0 # SKIP cannot refuse io_uring_setup with "
-		       "seccomp: %s\n",
-		       strerror(-ret));
+	/* The kernel's answer, before any filter (no thread is made). */
+	cgr__reactor_init(r, 0);
+	t_kernel_uring = r->uring;
+	cgr__reactor_fini(r);
+#if T_FALLS_BACK && !defined(T_FORCE_FALLBACK)
+	/* Refused part way needs a ring that works to begin with. */
+	if (!t_kernel_uring) {
+		printf("1..0 # SKIP no io_uring FUTEX_WAIT here (%s: %s)\n",
+		       r->uring_where, strerror(-r->uring_err));
 		return 0;
 	}
 #endif
-	t_init(argc, argv, 60);
+#ifdef T_DENY_NR
+	/* Before any thread: the filter must cover every one. */
+	ret = t_seccomp_deny(T_DENY_NR);
+	if (ret < 0) {
+		printf("1..0 # SKIP cannot refuse %s with seccomp: %s\n",
+		       T_STEP, strerror(-ret));
+		return 0;
+	}
+#endif
+	t_init(argc, argv, 90);
 	t_diag("mode: %s", T_MODE);
 
-	cgr__reactor_init(&r, 0);
-	t_reactor_report("main reactor", &r);
+	t_reactor_init(&tr);
+	t_ok(!t_reactor_bad(r), "main reactor: its setup took the expected "
+				"path");
+#ifdef T_DENY_ENTER
+	ret = t_enter_refused_later(&tr);
+	if (ret < 0) {
+		t_skip("cannot refuse io_uring_enter with seccomp");
+		t_diag("seccomp: %s", strerror(-ret));
+		cgr__reactor_fini(r);
+		return t_done();
+	}
+#endif
+	(void)ret;
 
 	t_idle();
-	t_deadlines(&r, "reactor");
+	t_deadlines(r, "reactor");
+	t_reactor_report("main reactor", r, &tr.log);
 	t_deadlines(NULL, "NULL");
-	t_timers(&r, CGR_WAIT_BLOCK);
-	t_timers(&r, CGR_WAIT_ADAPTIVE);
-	t_timers(&r, CGR_WAIT_BUSY);
-	t_timers_table(&r);
-	t_wakeups(&r);
+	t_timers(r, CGR_WAIT_BLOCK);
+	t_timers(r, CGR_WAIT_ADAPTIVE);
+	t_timers(r, CGR_WAIT_BUSY);
+	t_timers_table(r);
+	t_wakeups(r);
 	t_busy();
-	t_watch(&r);
+	t_watch();
+	t_adaptive();
+	t_reactor_report("main reactor at the end", r, &tr.log);
 
-	cgr__reactor_fini(&r);
+	cgr__reactor_fini(r);
 	return t_done();
 }

@@ -1,14 +1,18 @@
 /*
- * tests/t_seccomp.h: makes io_uring_setup fail for real, so that a test can
- * exercise the futex fallback the way a locked-down container forces it.
+ * tests/t_seccomp.h: makes an io_uring system call fail for real, so that a
+ * test can exercise the futex fallback the way a locked-down container
+ * forces it (container runtimes' profiles refuse io_uring_setup, or allow
+ * it and refuse io_uring_enter or io_uring_register).
  *
- *   t_seccomp_deny_io_uring()  installs a seccomp filter on the calling
- *                              process (and, with TSYNC, on any thread it
- *                              already has) that answers io_uring_setup
- *                              with EPERM and allows every other call.
- *                              Call it first thing in main, before any
- *                              thread.  Returns 0 or a negative errno
- *                              (-EOPNOTSUPP on an unknown architecture).
+ *   t_seccomp_deny(nr)         installs a seccomp filter on the calling
+ *                              process (and, with TSYNC, on every thread
+ *                              it already has) that answers system call
+ *                              nr with EPERM and allows every other call.
+ *                              Threads started later inherit it.  Returns
+ *                              0 or a negative errno (-EOPNOTSUPP on an
+ *                              unknown architecture).
+ *   t_seccomp_deny_io_uring()  t_seccomp_deny(__NR_io_uring_setup); call
+ *                              it first thing in main, before any thread.
  *
  * The filter is irreversible for the process, which is why it lives in a
  * test program of its own.  It needs no privilege: PR_SET_NO_NEW_PRIVS is
@@ -36,9 +40,9 @@
 #define SECCOMP_FILTER_FLAG_TSYNC 1UL
 #endif
 
-static inline int t_seccomp_deny_io_uring(void)
+static inline int t_seccomp_deny(long nr)
 {
-#if defined(T_AUDIT_ARCH) && defined(__NR_io_uring_setup)
+#if defined(T_AUDIT_ARCH)
 	struct sock_filter f[] = {
 	    /* A call made under another ABI numbers its system calls
 	     * differently: leave it alone rather than misread it. */
@@ -47,7 +51,7 @@ static inline int t_seccomp_deny_io_uring(void)
 	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, T_AUDIT_ARCH, 0, 3),
 	    BPF_STMT(BPF_LD | BPF_W | BPF_ABS,
 		     offsetof(struct seccomp_data, nr)),
-	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+	    BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nr, 0, 1),
 	    BPF_STMT(BPF_RET | BPF_K,
 		     SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
 	    BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
@@ -73,6 +77,16 @@ static inline int t_seccomp_deny_io_uring(void)
 	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0)
 		return -errno;
 	return 0;
+#else
+	(void)nr;
+	return -EOPNOTSUPP;
+#endif
+}
+
+static inline int t_seccomp_deny_io_uring(void)
+{
+#ifdef __NR_io_uring_setup
+	return t_seccomp_deny(__NR_io_uring_setup);
 #else
 	return -EOPNOTSUPP;
 #endif

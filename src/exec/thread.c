@@ -223,12 +223,9 @@ static int thread_init(cgr_worker *w)
 				     CGR__REACTOR_NO_URING :
 				     0);
 	w->reactor = r;
-	if (!r->uring &&
-	    !atomic_exchange(&ctx->uring_fallback_logged, true))
-		cgr__warn(&ctx->log,
-			  "io_uring unavailable (%s): reactors park with "
-			  "futex system calls",
-			  cgr_strerror(r->uring_err));
+	/* Said once per context: at once if io_uring is refused here, or
+	 * when a later step fails (io_uring_enter, a request). */
+	cgr__reactor_set_log(r, &ctx->log, &ctx->uring_fallback_logged);
 	return w->init != NULL ? w->init(w->arg, &w->state) : 0;
 }
 

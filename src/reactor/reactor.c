@@ -5,6 +5,11 @@
  * Debian's liburing 2.3 has no futex helpers, so the FUTEX_WAIT request is
  * filled by hand (opcode 51 since Linux 6.7).  Waking is always the futex
  * system call, which io_uring futex waiters observe like any other waiter.
+ *
+ * io_uring is given up at its first failure, whatever the step
+ * (uring_give_up): a container may allow io_uring_setup and refuse
+ * io_uring_enter, and a park that kept asking a refused ring would return
+ * at once, every time, and spin.
  */
 #include <errno.h>
 #include <poll.h>
@@ -23,8 +28,27 @@
 #define CGR__UD_WATCH (1ull << 62) /* | a watch's id: its POLL_ADD */
 /* The futex fallback's longest park while a watch is set. */
 #define CGR__WATCH_SLICE_NS 10000000
+/* An opcode no kernel knows (CGR__REACTOR_TEST_BADOP). */
+#define CGR__BAD_OPCODE 0xffu
+/* cgr__uring_park: io_uring was given up, park on the futex instead. */
+#define CGR__GAVE_UP 1
 
-/* 0 if the ring supports IORING_OP_FUTEX_WAIT, else -EOPNOTSUPP.  The
+/* liburing maps and unmaps a ring with raw system calls, which
+ * ThreadSanitizer does not see: a ring one thread unmapped may come back
+ * at the same address for another thread's ring, whose writes would look
+ * like a race with the first thread's.  In TSan builds every set-up is
+ * ordered after every earlier tear-down. */
+#if defined(__SANITIZE_THREAD__)
+static char cgr__ring_recycle;
+#define ring_unmapped() __tsan_release(&cgr__ring_recycle)
+#define ring_mapped() __tsan_acquire(&cgr__ring_recycle)
+#else
+#define ring_unmapped() ((void)0)
+#define ring_mapped() ((void)0)
+#endif
+
+/* 0 if the ring supports IORING_OP_FUTEX_WAIT, else -EOPNOTSUPP, or the
+ * error of io_uring_register (a seccomp profile may refuse it).  The
  * probe lives on the stack: liburing's io_uring_get_probe_ring mallocs. */
 static int cgr__uring_probe_futex(struct io_uring *ring)
 {
@@ -33,14 +57,56 @@ static int cgr__uring_probe_futex(struct io_uring *ring)
 		char buf[sizeof(struct io_uring_probe) +
 			 256 * sizeof(struct io_uring_probe_op)];
 	} u;
+	int ret;
 
 	memset(&u, 0, sizeof(u));
-	if (io_uring_register_probe(ring, &u.p, 256) < 0)
-		return -EOPNOTSUPP;
+	ret = io_uring_register_probe(ring, &u.p, 256);
+	if (ret < 0)
+		return ret;
 	if (u.p.last_op < IORING_OP_FUTEX_WAIT ||
 	    !(u.p.ops[IORING_OP_FUTEX_WAIT].flags & IO_URING_OP_SUPPORTED))
 		return -EOPNOTSUPP;
 	return 0;
+}
+
+/* Says, once per *r->log_once, that reactors park on futexes. */
+static void say_fallback(struct cgr_reactor *r)
+{
+	atomic_bool *once = r->log_once != NULL ? r->log_once : &r->logged;
+
+	if (r->log == NULL || atomic_exchange(once, true))
+		return;
+	cgr__warn(r->log,
+		  "io_uring unavailable (%s: %s): reactors park with futex "
+		  "system calls",
+		  r->uring_where != NULL ? r->uring_where : "io_uring",
+		  cgr_strerror(r->uring_err));
+}
+
+void cgr__reactor_set_log(struct cgr_reactor *r, const struct cgr__logger *lg,
+			  atomic_bool *once)
+{
+	r->log = lg;
+	r->log_once = once;
+	if (!r->uring)
+		say_fallback(r);
+}
+
+/* Gives io_uring up for good, after err at step where: the ring is closed
+ * (which cancels whatever it still holds), no watch is armed on it any
+ * more, and every park from now on is a futex wait. */
+static void uring_give_up(struct cgr_reactor *r, int err, const char *where)
+{
+	if (!r->uring)
+		return;
+	ring_unmapped();
+	io_uring_queue_exit(&r->ring);
+	r->uring = false;
+	r->uring_err = err < 0 ? err : -EIO;
+	r->uring_where = where;
+	for (size_t i = 0; i < CGR_REACTOR_MAX_WATCHES; i++)
+		r->watches[i].armed = false;
+	say_fallback(r);
 }
 
 void cgr__reactor_init(struct cgr_reactor *r, unsigned flags)
@@ -49,10 +115,12 @@ void cgr__reactor_init(struct cgr_reactor *r, unsigned flags)
 	int ret;
 
 	memset(r, 0, sizeof(*r));
+	atomic_init(&r->logged, false);
 	r->next_timer_id = 1;
 	r->next_watch_id = 1;
 	if (flags & CGR__REACTOR_NO_URING) {
 		r->uring_err = -EPERM;
+		r->uring_where = "turned off";
 		return;
 	}
 	memset(&p, 0, sizeof(p));
@@ -65,32 +133,60 @@ void cgr__reactor_init(struct cgr_reactor *r, unsigned flags)
 	}
 	if (ret < 0) {
 		r->uring_err = ret;
+		r->uring_where = "io_uring_setup";
+		return;
+	}
+	ring_mapped();
+	r->uring = true;
+	if (flags & CGR__REACTOR_TEST_BADOP) {
+		r->test_badop = true;
 		return;
 	}
 	/* Kernels before 6.7 set up rings but fail every FUTEX_WAIT request
-	 * with -EINVAL: each park would return at once and an idle worker
-	 * would spin.  Ask the ring which opcodes it knows. */
+	 * with -EINVAL.  Ask the ring which opcodes it knows (a failed
+	 * request would give the ring up too, one park later). */
 	ret = cgr__uring_probe_futex(&r->ring);
-	if (ret < 0) {
-		io_uring_queue_exit(&r->ring);
-		r->uring_err = ret;
-		return;
-	}
-	r->uring = true;
+	if (ret < 0)
+		uring_give_up(r, ret,
+			      ret == -EOPNOTSUPP ? "no IORING_OP_FUTEX_WAIT" :
+						   "io_uring_register");
 }
 
 void cgr__reactor_fini(struct cgr_reactor *r)
 {
-	if (r->uring)
+	if (r->uring) {
+		ring_unmapped();
 		io_uring_queue_exit(&r->ring);
+	}
 	r->uring = false;
 }
 
-static void cgr__prep_futex_wait(struct io_uring_sqe *sqe,
+/* Makes room for n submission entries (what is queued is submitted
+ * first); false once io_uring was given up. */
+static bool uring_room(struct cgr_reactor *r, unsigned n)
+{
+	int ret;
+
+	if (io_uring_sq_space_left(&r->ring) >= n)
+		return true;
+	ret = io_uring_submit(&r->ring);
+	if (ret < 0) {
+		uring_give_up(r, ret, "io_uring_enter (submit)");
+		return false;
+	}
+	if (io_uring_sq_space_left(&r->ring) < n) {
+		uring_give_up(r, -EBUSY, "io_uring submission queue");
+		return false;
+	}
+	return true;
+}
+
+static void cgr__prep_futex_wait(struct cgr_reactor *r,
+				 struct io_uring_sqe *sqe,
 				 _Atomic uint32_t *addr, uint32_t val)
 {
 	memset(sqe, 0, sizeof(*sqe));
-	sqe->opcode = IORING_OP_FUTEX_WAIT;
+	sqe->opcode = r->test_badop ? CGR__BAD_OPCODE : IORING_OP_FUTEX_WAIT;
 	sqe->fd = (int)CGR__FUTEX2_SIZE_U32; /* shared futex: may be in shm */
 	sqe->addr = (uint64_t)(uintptr_t)addr;
 	sqe->off = val;			  /* addr2: the expected value */
@@ -114,9 +210,11 @@ static void arm_watches(struct cgr_reactor *r)
 	     i++) {
 		struct cgr__watch *w = &r->watches[i];
 		struct io_uring_sqe *sqe;
-		if (w->fn == NULL || w->armed || w->fired ||
-		    (sqe = io_uring_get_sqe(&r->ring)) == NULL)
+		if (w->fn == NULL || w->armed || w->fired)
 			continue;
+		if (!uring_room(r, 1))
+			return;
+		sqe = io_uring_get_sqe(&r->ring);
 		io_uring_prep_poll_add(sqe, w->fd, POLLIN);
 		sqe->user_data = CGR__UD_WATCH | w->id;
 		w->armed = true;
@@ -126,17 +224,17 @@ static void arm_watches(struct cgr_reactor *r)
 /* A completion that is not the park's own: a watch's POLL_ADD (its
  * process exited, or it was cancelled), or a cancel's.  Returns whether
  * a watch fired. */
-static bool other_cqe(struct cgr_reactor *r, const struct io_uring_cqe *cqe)
+static bool other_cqe(struct cgr_reactor *r, uint64_t ud, int res)
 {
 	struct cgr__watch *w;
 
-	if (!(cqe->user_data & CGR__UD_WATCH))
+	if (!(ud & CGR__UD_WATCH))
 		return false;
-	w = watch_of(r, cqe->user_data & ~CGR__UD_WATCH);
+	w = watch_of(r, ud & ~CGR__UD_WATCH);
 	if (w == NULL)
 		return false; /* cancelled, or fired through poll(2) */
 	w->armed = false;
-	if (cqe->res != -ECANCELED)
+	if (res != -ECANCELED)
 		w->fired = true; /* exited (or the pidfd is bad: say so) */
 	return w->fired;
 }
@@ -144,25 +242,47 @@ static bool other_cqe(struct cgr_reactor *r, const struct io_uring_cqe *cqe)
 /* Cancels the request with user_data ud (its completion comes later). */
 static void cancel_sqe(struct cgr_reactor *r, uint64_t ud)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+	struct io_uring_sqe *sqe;
+	int ret;
 
-	if (sqe == NULL)
+	if (!uring_room(r, 1))
 		return;
+	sqe = io_uring_get_sqe(&r->ring);
 	io_uring_prep_cancel64(sqe, ud, 0);
 	sqe->user_data = CGR__UD_CANCEL;
-	io_uring_submit(&r->ring);
+	ret = io_uring_submit(&r->ring);
+	if (ret < 0)
+		uring_give_up(r, ret, "io_uring_enter (cancel)");
 }
 
-/* The futex wait's result: 0 woken, -ETIMEDOUT, or an error. */
+/* Whether a completion's result is one its request may give: anything
+ * else (-EINVAL, -EOPNOTSUPP: an opcode or flag the kernel does not
+ * know) gives io_uring up. */
+static bool cqe_expected(uint64_t ud, int res)
+{
+	if (res >= 0 || res == -ECANCELED)
+		return true;
+	if (ud == CGR__UD_FUTEX) /* the value changed; a signal */
+		return res == -EAGAIN || res == -EINTR || res == -ETIME;
+	if (ud == CGR__UD_TIMEOUT) /* fired (and how its cancel went) */
+		return res == -ETIME || res == -ENOENT || res == -EALREADY;
+	if (ud == CGR__UD_CANCEL)
+		return res == -ENOENT || res == -EALREADY;
+	return true; /* a watch's POLL_ADD: an error says the pidfd is bad */
+}
+
+/* The futex wait's result: 0 woken, or -ETIMEDOUT. */
 static int futex_res(int res)
 {
 	/* -EAGAIN: the value changed; -ECANCELED: the linked timeout fired
 	 * (or a watch cancelled it: the caller re-checks the clock). */
 	if (res == -ECANCELED || res == -ETIME)
 		return -ETIMEDOUT;
-	return res < 0 && res != -EAGAIN ? res : 0;
+	return 0;
 }
 
+/* Parks on io_uring: 0 (woken, or re-check) or -ETIMEDOUT; CGR__GAVE_UP
+ * after a failure gave io_uring up (the caller parks on the futex). */
 static int cgr__uring_park(struct cgr_reactor *r, _Atomic uint32_t *addr,
 			   uint32_t val, int64_t deadline)
 {
@@ -174,46 +294,85 @@ static int cgr__uring_park(struct cgr_reactor *r, _Atomic uint32_t *addr,
 	int res = 0, ret;
 
 	arm_watches(r);
+	/* Room for the wait and its timeout: a link must not be split. */
+	if (!r->uring || !uring_room(r, 2))
+		return CGR__GAVE_UP;
 	sqe = io_uring_get_sqe(&r->ring);
-	if (sqe == NULL)
-		return -EBUSY;
-	cgr__prep_futex_wait(sqe, addr, val);
+	cgr__prep_futex_wait(r, sqe, addr, val);
 	if (deadline != CGR_FOREVER) {
 		sqe->flags |= IOSQE_IO_LINK;
 		sqe = io_uring_get_sqe(&r->ring);
-		if (sqe == NULL)
-			return -EBUSY;
 		ts.tv_sec = deadline / 1000000000;
 		ts.tv_nsec = deadline % 1000000000;
 		io_uring_prep_link_timeout(sqe, &ts, IORING_TIMEOUT_ABS);
 		sqe->user_data = CGR__UD_TIMEOUT;
 		want = 2;
 	}
-	ret = io_uring_submit_and_wait(&r->ring, 1);
-	if (ret < 0 && ret != -EINTR)
-		return ret;
+	/* -EINTR: nothing was submitted (a submit is not interrupted). */
+	do
+		ret = io_uring_submit_and_wait(&r->ring, 1);
+	while (ret == -EINTR);
+	if (ret < 0) {
+		uring_give_up(r, ret, "io_uring_enter (park)");
+		return CGR__GAVE_UP;
+	}
 	/* Reap the futex wait and its linked timeout; a watch that fires
 	 * meanwhile cancels the wait. */
 	while (got < want) {
+		uint64_t ud;
+		int cres;
+
 		ret = io_uring_wait_cqe(&r->ring, &cqe);
 		if (ret == -EINTR)
 			continue;
-		if (ret < 0)
-			return ret;
-		if (cqe->user_data == CGR__UD_FUTEX)
-			res = futex_res(cqe->res);
-		if (cqe->user_data == CGR__UD_FUTEX ||
-		    cqe->user_data == CGR__UD_TIMEOUT)
+		if (ret < 0) {
+			uring_give_up(r, ret, "io_uring_enter (wait)");
+			return CGR__GAVE_UP;
+		}
+		ud = cqe->user_data;
+		cres = cqe->res;
+		io_uring_cqe_seen(&r->ring, cqe);
+		if (!cqe_expected(ud, cres)) {
+			uring_give_up(r, cres,
+				      ud == CGR__UD_FUTEX ? "FUTEX_WAIT request"
+				      : ud == CGR__UD_TIMEOUT ?
+							    "LINK_TIMEOUT request"
+							    : "ASYNC_CANCEL request");
+			return CGR__GAVE_UP;
+		}
+		if (ud == CGR__UD_FUTEX)
+			res = futex_res(cres);
+		if (ud == CGR__UD_FUTEX || ud == CGR__UD_TIMEOUT)
 			got++;
-		else if (other_cqe(r, cqe) && !cancelled) {
+		else if (other_cqe(r, ud, cres) && !cancelled) {
 			cancelled = true;
 			cancel_sqe(r, CGR__UD_FUTEX);
+			if (!r->uring)
+				return CGR__GAVE_UP;
 		}
-		io_uring_cqe_seen(&r->ring, cqe);
 	}
 	if (res == -ETIMEDOUT && cgr__now_ns() < deadline)
 		res = 0; /* cancelled early for another reason: re-check */
 	return res;
+}
+
+/* The futex system call's park, in slices while a watch is set (no pidfd
+ * wakes a futex). */
+static int futex_park(struct cgr_reactor *r, struct cgr_bell *b, uint32_t seq,
+		      int64_t t)
+{
+	int64_t until = t;
+	int ret;
+
+	if (r != NULL && r->nwatches > 0) {
+		int64_t s = cgr__now_ns() + CGR__WATCH_SLICE_NS;
+		if (s < until)
+			until = s;
+	}
+	ret = cgr__futex_wait(&b->seq, seq, until);
+	if (ret == -ETIMEDOUT && until < t)
+		ret = 0; /* the slice, not t */
+	return ret;
 }
 
 int cgr__reactor_park(struct cgr_reactor *r, struct cgr_bell *b,
@@ -226,18 +385,17 @@ int cgr__reactor_park(struct cgr_reactor *r, struct cgr_bell *b,
 		int64_t nt = cgr__reactor_next_deadline(r);
 		if (nt < t)
 			t = nt;
-		/* No pidfd wakes a futex: look at the watches often. */
-		if (r->nwatches > 0 && !r->uring &&
-		    (nt = cgr__now_ns() + CGR__WATCH_SLICE_NS) < t)
-			t = nt;
 		r->parks++;
 	}
-	if (t != CGR_FOREVER && cgr__now_ns() >= t)
+	if (t != CGR_FOREVER && cgr__now_ns() >= t) {
 		ret = -ETIMEDOUT;
-	else if (r != NULL && r->uring)
-		ret = cgr__uring_park(r, &b->seq, seq, t);
-	else
-		ret = cgr__futex_wait(&b->seq, seq, t);
+	} else {
+		ret = CGR__GAVE_UP;
+		if (r != NULL && r->uring)
+			ret = cgr__uring_park(r, &b->seq, seq, t);
+		if (ret == CGR__GAVE_UP)
+			ret = futex_park(r, b, seq, t);
+	}
 	if (r != NULL)
 		cgr__reactor_run_timers(r, cgr__now_ns());
 	if (r != NULL && r->nwatches > 0)
@@ -249,43 +407,140 @@ int cgr__reactor_park(struct cgr_reactor *r, struct cgr_bell *b,
 	return ret;
 }
 
+/* ---- adaptive spinning -------------------------------------------- */
+
+/* The thread's record.  Touched only by adaptive waits that were not
+ * ready at once; never allocated (a thread's TLS block holds it). */
+static _Thread_local struct cgr__spin_stat cgr__spin_tls;
+
+struct cgr__spin_stat *cgr__spin_stat(void)
+{
+	return &cgr__spin_tls;
+}
+
+/* The waiter's slot: a hash of its bell and its condition. */
+static unsigned spin_slot(const struct cgr_bell *b, cgr__ready_fn ready)
+{
+	uint64_t h = (uint64_t)(uintptr_t)b ^
+		     ((uint64_t)(uintptr_t)ready << 17);
+
+	h *= 0x9e3779b97f4a7c15ull;
+	return (unsigned)(h >> 61) & (CGR__SPIN_SLOTS - 1);
+}
+
+/* An adaptive wait's spin: spin_ns, or 0 (park at once) under CPU
+ * pressure or for a waiter whose spins keep missing; a probe spins in
+ * full now and then to see whether that still holds. */
+static int64_t spin_budget(struct cgr__spin_stat *st, unsigned slot,
+			   int64_t now, int64_t spin_ns)
+{
+	if (st->pressure && now < st->probe_at) {
+		st->parked_pressure++;
+		return 0;
+	}
+	if (st->pressure) {
+		st->probes++;
+	} else if (st->miss[slot] >= CGR__MISS_PARK) {
+		if (++st->skipped[slot] < CGR__MISS_PROBE) {
+			st->parked_miss++;
+			return 0;
+		}
+		st->skipped[slot] = 0;
+		st->probes++;
+	}
+	st->spun++;
+	return spin_ns;
+}
+
+/* The thread lost its CPU for lost_ns during a spin: pressure, and a
+ * probe after probe_gap.  A loss while the pressure lasts (a probe's, or
+ * one soon after a probe ended it: a thread that slept a while may yield
+ * and get its CPU back at once, the scheduler owing it time, and still
+ * share the core) doubles the gap, up to 1 s, and makes it at least 32
+ * times the loss: a probe that loses the CPU again costs at most a
+ * thirty-second of the time.  The first loss after a calm spell (a
+ * second and four gaps) waits 1 ms: a passing burst of other work costs
+ * little. */
+static void spin_stolen(struct cgr__spin_stat *st, int64_t now,
+			int64_t lost_ns)
+{
+	st->steals++;
+	st->lost_ns += (uint64_t)lost_ns;
+	if (!st->pressure &&
+	    (st->stolen_at == 0 ||
+	     now - st->stolen_at > 1000000000 + 4 * st->probe_gap)) {
+		st->probe_gap = CGR__PROBE_MIN_NS;
+	} else {
+		if (st->probe_gap < CGR__PROBE_MAX_NS)
+			st->probe_gap *= 2;
+		if (st->probe_gap < 32 * lost_ns)
+			st->probe_gap = 32 * lost_ns;
+		if (st->probe_gap > CGR__PROBE_MAX_NS)
+			st->probe_gap = CGR__PROBE_MAX_NS;
+	}
+	st->stolen_at = now;
+	st->pressure = true;
+	st->probe_at = now + st->probe_gap;
+}
+
+/* A spin of budget > 0 ended, ready (paid) or not, its CPU kept.  calm: it
+ * yielded and got the CPU back at once, so nothing else wanted it: the
+ * pressure is over.  A spin too short to yield says nothing about
+ * pressure (the next wait probes again).  Without pressure the waiter
+ * learns whether its spins pay. */
+static void spin_done(struct cgr__spin_stat *st, unsigned slot, bool paid,
+		      bool calm)
+{
+	if (calm)
+		st->pressure = false;
+	if (st->pressure)
+		return;
+	if (paid) {
+		st->paid++;
+		st->miss[slot] = st->miss[slot] > 4 ? st->miss[slot] - 4 : 0;
+	} else if (st->miss[slot] < CGR__MISS_MAX) {
+		st->miss[slot]++;
+	}
+}
+
 static inline bool cgr__cancelled(const _Atomic uint32_t *cancel)
 {
 	return cancel != NULL &&
 	       atomic_load_explicit(cancel, memory_order_acquire) != 0;
 }
 
-int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
-		      cgr__ready_fn ready, void *arg,
+/* The spin phase: 1 ready, 0 spun out (park now), or -ECANCELED,
+ * -ETIMEDOUT.  *lost: the longest gap between two looks at the clock
+ * (more than CGR__STEAL_NS: the thread lost its CPU); *looks: how many
+ * there were (from two on, a yield came between). */
+static int spin_phase(struct cgr_reactor *r, cgr__ready_fn ready, void *arg,
 		      const _Atomic uint32_t *cancel, int mode,
-		      int64_t spin_ns, int64_t deadline)
+		      int64_t spin_end, int64_t deadline, int64_t now,
+		      int64_t *lost, unsigned *looks)
 {
-	int64_t now, spin_end;
+	int64_t last = now;
 	unsigned i = 0;
 
-	if (ready(arg))
-		return 0;
-	now = cgr__now_ns();
-	spin_end = now;
-	if (mode != CGR_WAIT_BLOCK && spin_ns > 0)
-		spin_end = spin_ns < CGR_FOREVER - now ? now + spin_ns :
-							 CGR_FOREVER;
-	/* Spin phase.  Every 64 polls (a few microseconds) the thread reads
-	 * the clock and yields: when spinners outnumber cores, the thread we
-	 * wait for may need this core, and a yield with nothing else to run
-	 * costs well under a microsecond.  The first 64 polls never yield,
-	 * so a prompt answer is seen at spin speed. */
+	/* Every 64 polls (a few microseconds) the thread reads the clock
+	 * and yields: when spinners outnumber cores, the thread we wait for
+	 * may need this core, and a yield with nothing else to run costs
+	 * well under a microsecond.  The first 64 polls never yield, so a
+	 * prompt answer is seen at spin speed. */
 	for (;;) {
 		if (ready(arg))
-			return 0;
+			return 1;
 		if (cgr__cancelled(cancel))
 			return -ECANCELED;
 		cgr__cpu_relax();
 		if ((++i & 63) != 0)
 			continue;
 		now = cgr__now_ns();
+		if (now - last > *lost)
+			*lost = now - last;
+		last = now;
+		++*looks;
 		if (now >= deadline)
-			return ready(arg) ? 0 : -ETIMEDOUT;
+			return ready(arg) ? 1 : -ETIMEDOUT;
 		if (r != NULL && cgr__reactor_next_deadline(r) <= now)
 			cgr__reactor_run_timers(r, now);
 		if (r != NULL && r->nwatches > 0 && now >= r->watch_at) {
@@ -296,12 +551,16 @@ int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
 		if (r != NULL && r->poll != NULL)
 			r->poll(r->poll_arg);
 		if (mode != CGR_WAIT_BUSY && now >= spin_end)
-			break;
+			return 0;
 		sched_yield();
 	}
-	if (r != NULL)
-		r->spins++;
-	/* Park phase. */
+}
+
+/* The park phase: 0 (ready), -ECANCELED, -ETIMEDOUT or an error. */
+static int park_phase(struct cgr_reactor *r, struct cgr_bell *b,
+		      cgr__ready_fn ready, void *arg,
+		      const _Atomic uint32_t *cancel, int64_t deadline)
+{
 	for (int64_t nap = 2000;;) {
 		uint32_t seq = cgr__bell_prepare(b);
 		bool pending = r != NULL && r->poll != NULL &&
@@ -335,6 +594,71 @@ int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
 		if (ret < 0 && ret != -EAGAIN && ret != -EBUSY)
 			return ret;
 	}
+}
+
+/*
+ * Adaptive mode (CGR_WAIT_ADAPTIVE) learns, per thread, when spinning does
+ * not pay, with nothing but the clock reads the spin makes anyway:
+ *
+ *  - CPU pressure: a spin whose thread lost the CPU (more runnable threads
+ *    than cores: a yield or a preemption handed it away for longer than
+ *    CGR__STEAL_NS) burns the time slice the thread it waits for may
+ *    need, waits a slice itself, and leaves the thread owing CPU time to
+ *    the scheduler, which then wakes it late.  From then on the thread's
+ *    adaptive waits park at once, like CGR_WAIT_BLOCK (after the 64 polls
+ *    every wait makes), until a probe: 1 ms later, and while losses go
+ *    on (or come soon after a probe ended the pressure), 2, 4 ... up to
+ *    1000 ms, and at least 32 times the time lost.
+ *    From the probe on, waits spin again; the first spin that yields and
+ *    gets the CPU back at once ends the pressure, a lost one starts the
+ *    next, longer, pause.
+ *  - Misses: a waiter (bell and condition) whose spins keep ending in a
+ *    park (CGR__MISS_PARK more misses than successes, a success counting
+ *    four) parks at once; every 16th of its waits spins, and any wait of
+ *    it that ends within spin_ns, spinning or parked, counts as a success.
+ *
+ * When spinning pays, nothing of this costs a system call or a store to
+ * shared memory: one thread-local record, read before the spin and
+ * written after it.
+ */
+int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
+		      cgr__ready_fn ready, void *arg,
+		      const _Atomic uint32_t *cancel, int mode,
+		      int64_t spin_ns, int64_t deadline)
+{
+	struct cgr__spin_stat *st = NULL;
+	int64_t start, budget = 0, spin_end;
+	int64_t lost = 0;
+	unsigned slot = 0, looks = 0;
+	int ret;
+
+	if (ready(arg))
+		return 0;
+	start = cgr__now_ns();
+	if (mode == CGR_WAIT_ADAPTIVE && spin_ns > 0) {
+		st = &cgr__spin_tls;
+		slot = spin_slot(b, ready);
+		budget = spin_budget(st, slot, start, spin_ns);
+	}
+	spin_end = budget < CGR_FOREVER - start ? start + budget : CGR_FOREVER;
+	ret = spin_phase(r, ready, arg, cancel, mode, spin_end, deadline,
+			 start, &lost, &looks);
+	if (st != NULL && lost > CGR__STEAL_NS)
+		spin_stolen(st, cgr__now_ns(), lost);
+	else if (st != NULL && budget > 0 && ret >= 0)
+		spin_done(st, slot, ret == 1, looks >= 2);
+	if (ret != 0)
+		return ret == 1 ? 0 : ret;
+	if (r != NULL)
+		r->spins++;
+	cgr__spin_tls.parks++;
+	ret = park_phase(r, b, ready, arg, cancel, deadline);
+	/* Parked at once, and ready within the spin: spinning would have
+	 * paid (under pressure, a quick wake says nothing about spins). */
+	if (st != NULL && budget == 0 && ret == 0 && !st->pressure &&
+	    cgr__now_ns() - start <= spin_ns && st->miss[slot] > 0)
+		st->miss[slot] = st->miss[slot] > 4 ? st->miss[slot] - 4 : 0;
+	return ret;
 }
 
 int cgr__reactor_timer_add(struct cgr_reactor *r, int64_t deadline,

@@ -4,9 +4,20 @@
  * A reactor belongs to one thread (a worker's).  To wait for a condition it
  * spins for a while (adaptive mode), then registers on a doorbell, re-checks
  * and parks: on io_uring with a FUTEX_WAIT request (plus a linked timeout
- * for the deadline), or, where io_uring_setup is refused, on the futex
- * system call.  Timers fire from the same loop.  A NULL reactor parks with
- * the futex system call: that is how driver threads wait.
+ * for the deadline), or, where io_uring is refused, on the futex system
+ * call.  Timers fire from the same loop.  A NULL reactor parks with the
+ * futex system call: that is how driver threads wait.
+ *
+ * io_uring may be refused at any step, not only at io_uring_setup: a
+ * container's seccomp profile may allow the setup and refuse
+ * io_uring_enter or io_uring_register, and a kernel may set a ring up and
+ * fail the FUTEX_WAIT request.  Any failure of io_uring (setup, register,
+ * enter at a park, a submit or a cancel, a FUTEX_WAIT, timeout or cancel
+ * completing with an unexpected error) gives the ring up for good: the
+ * reactor closes it, parks on futexes from then on (r->uring false,
+ * r->uring_err and r->uring_where say why) and says so once through its
+ * log (cgr__reactor_set_log).  Nothing retries: a refused call costs one
+ * failed system call, never a spinning park.
  */
 #ifndef CGR_REACTOR_H
 #define CGR_REACTOR_H
@@ -41,10 +52,55 @@ struct cgr__timer {
 	uint64_t id;
 };
 
+/* What a wait learns about spinning on its thread (cgr__reactor_wait,
+ * CGR_WAIT_ADAPTIVE only).  Kept per thread, not per reactor: the driver's
+ * waits have none. */
+#define CGR__SPIN_SLOTS 8
+#define CGR__STEAL_NS 100000	  /* a longer gap in a spin: CPU lost */
+#define CGR__PROBE_MIN_NS 1000000 /* pressure: the first probe, then x2 */
+#define CGR__PROBE_MAX_NS 1000000000 /* ... doubling, 32x a loss, to this */
+#define CGR__MISS_PARK 8 /* misses from which a waiter parks at once */
+#define CGR__MISS_MAX 12
+#define CGR__MISS_PROBE 16 /* a waiter parking at once spins every 16th */
+struct cgr__spin_stat {
+	/* CPU pressure: a spin lost the thread's CPU (a gap of more than
+	 * CGR__STEAL_NS between two looks at the clock).  Until probe_at,
+	 * adaptive waits park at once; from then on they spin, and the
+	 * first spin that yields and keeps its CPU ends the pressure.
+	 * probe_gap is 1 ms after a calm spell; a loss while the pressure
+	 * lasts (or within a second and four gaps of the last, stolen_at)
+	 * doubles it and makes it at least 32 times the CPU time lost, up to
+	 * 1 s. */
+	bool pressure;
+	int64_t probe_at, probe_gap, stolen_at;
+	/* Per waiter (a hash of the bell and the condition): spins that
+	 * ended in a park, less those that paid; from CGR__MISS_PARK on,
+	 * the waiter parks at once but every 16th wait probes, and any wait
+	 * that ends within its spin budget (spinning or parked) counts as
+	 * a success. */
+	uint8_t miss[CGR__SPIN_SLOTS];
+	uint8_t skipped[CGR__SPIN_SLOTS];
+	/* Statistics: waits that spun (paid: were ready in the spin, without
+	 * pressure), parked at once under pressure or for misses, probed;
+	 * spins that lost the CPU. */
+	uint64_t spun, paid, parked_pressure, parked_miss, probes, steals;
+	uint64_t lost_ns; /* CPU time the losses took */
+	uint64_t parks; /* waits of any mode that parked */
+};
+
+/* The calling thread's record (never NULL). */
+struct cgr__spin_stat *cgr__spin_stat(void);
+
 struct cgr_reactor {
 	struct io_uring ring;
 	bool uring;	/* false: futex fallback */
 	int uring_err;	/* why io_uring was not used (negative errno) */
+	const char *uring_where; /* the step that failed (a string literal) */
+	bool test_badop;	 /* CGR__REACTOR_TEST_BADOP */
+	/* Where the fallback is said, once per *log_once (cgr__reactor_set_log). */
+	const struct cgr__logger *log;
+	atomic_bool *log_once;
+	atomic_bool logged; /* log_once when the caller gives none */
 	uint64_t next_timer_id;
 	struct cgr__timer timers[CGR_REACTOR_MAX_TIMERS];
 	struct cgr__watch watches[CGR_REACTOR_MAX_WATCHES];
@@ -64,6 +120,10 @@ struct cgr_reactor {
 
 enum cgr__reactor_flags {
 	CGR__REACTOR_NO_URING = 1u << 0,
+	/* Tests only: no opcode probe, and the park's FUTEX_WAIT request
+	 * carries an opcode no kernel knows, so that its completion fails
+	 * (-EINVAL) like that of a kernel without the opcode. */
+	CGR__REACTOR_TEST_BADOP = 1u << 1,
 };
 
 /* On the owner thread.  Never fails: io_uring refusal, or a kernel whose
@@ -71,6 +131,15 @@ enum cgr__reactor_flags {
  * fallback (r->uring false, r->uring_err says why). */
 void cgr__reactor_init(struct cgr_reactor *r, unsigned flags);
 void cgr__reactor_fini(struct cgr_reactor *r);
+
+/*
+ * Where the reactor says that it parks on futexes: one warning through lg
+ * (NULL: none), unless *once (a context's flag, shared by its reactors;
+ * NULL: the reactor's own) is already set.  Says it now if the reactor
+ * already fell back; otherwise at the failure, from the owner thread.
+ */
+void cgr__reactor_set_log(struct cgr_reactor *r, const struct cgr__logger *lg,
+			  atomic_bool *once);
 
 /*
  * Parks on bell b (after cgr__bell_prepare returned seq) until the bell
@@ -85,7 +154,8 @@ typedef bool (*cgr__ready_fn)(void *arg);
 /*
  * Waits until ready(arg) is true, *cancel becomes non-zero, or the absolute
  * deadline passes.  mode is enum cgr_wait_mode; spin_ns bounds the spin of
- * the adaptive mode.  Producers must ring b after making ready() true.
+ * the adaptive mode, which learns when not to spin (struct
+ * cgr__spin_stat).  Producers must ring b after making ready() true.
  * Returns 0 (ready), -ECANCELED or -ETIMEDOUT.  r may be NULL.
  */
 int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
