@@ -109,10 +109,13 @@ typedef struct cgr_ctx_params {
 	int log_level;	   /* messages above this level are dropped */
 	unsigned flags;	   /* CGR_CTX_* */
 	/* The CUDA runtime library to load when this context first uses a
-	 * CUDA device (a path for dlopen, copied); NULL: libcudart.so from
-	 * the loader's search path, then the toolkit's lib64 found at build
-	 * time.  A path that does not load means no CUDA device (-ENODEV,
-	 * the log says why). */
+	 * CUDA device (a path for dlopen, copied); NULL: by soname, newest
+	 * first (libcudart.so.13, then libcudart.so.12) from the loader's
+	 * search path, then from the toolkit's lib64 found at build time.
+	 * The runtime must report a 12.x or 13.x version.  A library that
+	 * does not load, or reports another version or no device, means no
+	 * CUDA device (-ENODEV; the log names the library, its version and
+	 * the runtime's message). */
 	const char *cudart_path;
 	/* The NCCL library to load when this context first makes an NCCL
 	 * communicator (a path, copied); NULL: libnccl.so.2 from the
@@ -137,7 +140,8 @@ int cgr_ctx_create(const cgr_ctx_params *p, cgr_ctx **out);
 
 /*
  * Destroys the context, its remaining compiled graphs (teardown with a 1 s
- * deadline each) and workers.  NULL is a no-op.  Blocks until done.
+ * deadline each) and workers.  NULL is a no-op.  Blocks until done.  From
+ * a task of one of its graphs it is refused (logged, nothing freed).
  */
 void cgr_ctx_destroy(cgr_ctx *ctx);
 
@@ -194,7 +198,8 @@ enum cgr_worker_kind {
  * Failures: a worker process that dies (a crash, kill -9, a task calling
  * exit) is seen at once through its pidfd, and so is one whose task ends
  * its thread (pthread_exit: the process stops its graph, saying so, and
- * exits with status 1): see "A worker that dies" below; the messages say
+ * exits with status 1): see "A worker that dies" below; the error values
+ * name the worker (u.error.worker) and their messages say how it died:
  * "worker p0 (pid 4511) died: killed by signal 9 (Killed)", "...died:
  * exited with status 7", "...died: its thread exited inside task t
  * (execution 3)".  A worker that died before the driver noticed is no
@@ -307,7 +312,7 @@ enum cgr_value_kind {
 	CGR_VALUE_NONE = 0,   /* empty (zero bytes) */
 	CGR_VALUE_BYTES = 1,  /* data, len */
 	CGR_VALUE_TENSOR = 2, /* a DLPack tensor: CPU, or CUDA (kDLCUDA) */
-	CGR_VALUE_ERROR = 3,  /* code + message, produced by a failing task */
+	CGR_VALUE_ERROR = 3,  /* an error: its origin and message (below) */
 	CGR_VALUE_LIST = 4,   /* items: bytes and tensors mixed (at most 64) */
 };
 
@@ -320,18 +325,50 @@ enum cgr_value_kind {
  * cgr's channel buffers: read-only, valid for the task call or until
  * cgr_ref_release.  Values a task or caller hands in are copied (unless
  * they already live in the buffer cgr_task_output_buffer returned).
+ *
+ * Error values keep their root cause.  An error arises at one place, its
+ * origin: a task that failed (returned non-zero, or output an error
+ * value), or a collective or device edge that failed by itself (its
+ * members disagreed, its communicator failed; a device edge is named
+ * "<producer output>->device").  code is the origin's code (the failing
+ * task's cgr_task_set_error code, CGR_EMISMATCH for a disagreement, ...),
+ * and u.error names the origin: task (the task's or collective's name),
+ * worker (the worker it ran on) and execution (the execution's number,
+ * cgr_task_seq).  Every value the error reaches downstream, through
+ * tasks it skips, host and device edges and collectives on any member,
+ * carries the same origin, unchanged.  msg starts with the origin,
+ *   "task T on worker W, execution E: <text>"
+ * (a collective says its kind instead of "task": "allreduce ar on worker
+ * w1, execution 7: ...") and ends with the path the error took, after
+ * "; via ", hop by hop ("; via task b, broadcast b->device, allreduce
+ * g"): at most CGR_ERROR_MAX_HOPS hops, and only what fits its buffer, a
+ * cut message ending in "...".  The origin is never cut (names longer
+ * than 63 bytes are, in task, worker and msg alike).  The text is at
+ * most 512 bytes.  task, worker and msg point into cgr's buffers, valid
+ * as long as the value.  An error value that did not arise in a
+ * task (an argument or constant handed in, a corrupt buffer, a worker
+ * process that died) has task "" and, unless a worker is the cause,
+ * worker "" too; its msg is its text.  Handed in (an argument, a
+ * constant, a task's output), only kind, code and msg are read: a task
+ * that outputs an error value is its origin.
  */
 typedef struct cgr_value {
 	int kind; /* enum cgr_value_kind */
-	int code; /* CGR_VALUE_ERROR: the error code */
+	int code; /* CGR_VALUE_ERROR: the error code of its origin */
 	union {
 		struct {
 			const void *data;
 			size_t len;
 		} bytes;
-		DLTensor tensor; /* contiguous (strides NULL or compact) */
+		/* contiguous (strides NULL or compact; any strides with
+		 * zero elements); data + byte_offset + its size must not
+		 * wrap around the address space */
+		DLTensor tensor;
 		struct {
-			const char *msg; /* NUL-terminated */
+			const char *msg;    /* NUL-terminated: origin, text, path */
+			const char *task;   /* origin: task or collective ("") */
+			const char *worker; /* origin: its worker ("") */
+			uint64_t execution; /* origin: the execution */
 		} error;
 		struct {
 			const struct cgr_value *items; /* bytes or tensors */
@@ -339,6 +376,18 @@ typedef struct cgr_value {
 		} list;
 	} u;
 } cgr_value;
+
+/* The error's fields never make a value larger than a tensor's. */
+#ifdef __cplusplus
+static_assert(sizeof(((cgr_value *)0)->u.error) <= sizeof(DLTensor),
+	      "cgr_value.u.error fits the union");
+#else
+_Static_assert(sizeof(((cgr_value *)0)->u.error) <= sizeof(DLTensor),
+	       "cgr_value.u.error fits the union");
+#endif
+
+/* The most hops an error value's message lists after its origin. */
+#define CGR_ERROR_MAX_HOPS 8
 
 static inline cgr_value cgr_value_bytes(const void *data, size_t len)
 {
@@ -389,8 +438,20 @@ static inline cgr_value cgr_value_list(const cgr_value *items, size_t n)
 	return v;
 }
 
-/* Bytes a tensor's elements occupy (contiguous), or 0 if malformed. */
+/* Bytes a tensor's elements occupy (contiguous), or 0 if malformed or if
+ * that overflows size_t.  Any thread. */
 size_t cgr_tensor_nbytes(const DLTensor *t);
+
+/*
+ * Where cgr takes a value in (cgr_execute's arguments, a task's outputs,
+ * cgr_graph_const), every size is computed with overflow checks: a
+ * tensor's elements times their size, a list's items each padded to 64
+ * bytes plus its tables.  A value is malformed (CGR_EBADVALUE) if its
+ * kind, a shape, dtype or strides are wrong, its data is NULL while it
+ * has bytes, or its data range (data + byte_offset + size) wraps around
+ * the address space; else it is too big (CGR_ETOOBIG) if its size
+ * exceeds the buffer, as one whose size overflows always does.
+ */
 
 /* ------------------------------------------------------------------ */
 /* Graphs                                                             */
@@ -406,9 +467,26 @@ typedef struct cgr_compiled cgr_compiled;
  * (read-only, valid during the call).  It fills out[0..nout) (pre-set to
  * CGR_VALUE_NONE) and returns 0; or it returns non-zero, optionally after
  * cgr_task_set_error, and every output of this execution becomes an error
- * value.  An error value among the inputs skips the call: it is forwarded to
- * every output.  Runs on the worker's thread; a task that ends that thread
- * (pthread_exit) kills its worker (see "A worker that dies").
+ * value whose origin is this task (see cgr_value).  An error value among
+ * the inputs skips the call: it is forwarded to every output (the first
+ * such input's, origin kept, the task added to its path).  An output that
+ * is malformed becomes a CGR_EBADVALUE error value, one larger than its
+ * buffer a CGR_ETOOBIG one (see "Values"); the other outputs and
+ * executions are unaffected.  Runs on the worker's thread; a task that
+ * ends that thread (pthread_exit) kills its worker (see "A worker that
+ * dies").
+ *
+ * What a task may call: the cgr_task_* calls with its own tc, the value
+ * helpers (cgr_value_*, cgr_tensor_nbytes, cgr_dtype_size), cgr_strerror
+ * and cgr_err_name, streams, events, futures and communicators (its
+ * compute stream: cgr_task_stream), and the calls of graphs that run on
+ * other workers.  It must not drive its own graph, which waits for it:
+ * cgr_execute, cgr_ref_get, cgr_ref_release and cgr_compiled_teardown of
+ * its own graph (and cgr_graph_execute_eager of the graph it runs in
+ * eagerly) return -EDEADLK, cgr_compiled_destroy of it and
+ * cgr_ctx_destroy of its context are refused (logged, nothing freed),
+ * cgr_worker_destroy of a worker its compiled graph uses returns -EBUSY,
+ * and a compile using its own worker -EBUSY.
  */
 typedef int (*cgr_task_fn)(cgr_task_ctx *tc, void *state,
 			   const cgr_value *in, size_t nin, cgr_value *out,
@@ -448,7 +526,8 @@ typedef struct cgr_task_desc {
 	const char *name; /* copied; used in error messages */
 	cgr_task_fn fn;
 	void *arg;	  /* cgr_task_arg() returns it */
-	size_t max_out_bytes; /* per output; 0: the compile default */
+	size_t max_out_bytes; /* per output, at most 2^40 (1 TiB); 0: the
+				 compile default */
 	unsigned flags;	      /* enum cgr_task_flags */
 	/* Instead of arg: these bytes (at most 1 MiB), copied now, and into
 	 * the process of a process worker; cgr_task_arg() returns the copy
@@ -525,13 +604,20 @@ void cgr_graph_destroy(cgr_graph *g);
  */
 int cgr_graph_input(cgr_graph *g, int index, cgr_node **out);
 
-/* A constant node: v is copied now and given to every execution. */
+/*
+ * A constant node: v is copied now and given to every execution.
+ * Returns 0, -EINVAL (a NULL argument, a malformed value, see "Values",
+ * or a CUDA tensor: a constant is host data), CGR_ETOOBIG (more than
+ * 2^40 bytes, 1 TiB, or a size that overflows; cgr_graph_errmsg says),
+ * CGR_ECOMPILED, -ENOMEM.
+ */
 int cgr_graph_const(cgr_graph *g, const cgr_value *v, cgr_node **out);
 
 /*
  * A task bound to worker w, with nin inputs (nodes of this graph; an entry
  * may be NULL and set later with cgr_node_set_input) and nout outputs: out
- * receives one node per output.  Returns 0, -EINVAL, -ENOMEM.
+ * receives one node per output.  Returns 0, -EINVAL (also for
+ * max_out_bytes over 2^40 or arg_len over 1 MiB), -ENOMEM.
  */
 int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
 		   cgr_node *const *in, size_t nin, cgr_node **out,
@@ -548,7 +634,8 @@ enum cgr_transport {
 
 enum cgr_edge_flags {
 	/* The value's shape and dtype never change: they are agreed on the
-	 * first execution only; a later change is an error value. */
+	 * first execution whose value is not an error only; a later change
+	 * is an error value (an error value goes through as it is). */
 	CGR_EDGE_STATIC_SHAPE = 1u << 0,
 	/* The communicator of the edge (default: NCCL when the value is a
 	 * device output, CGR_TASK_DEVICE, and its producer and readers own
@@ -587,7 +674,10 @@ const char *cgr_graph_errmsg(const cgr_graph *g);
 typedef struct cgr_compile_params {
 	size_t size;
 	uint32_t max_inflight;	   /* executions not yet released; default 8 */
-	size_t max_value_bytes;	   /* per channel buffer; default 64 KiB */
+	size_t max_value_bytes;	   /* per channel buffer; default 64 KiB;
+				      at least 512 (an error value's room),
+				      as each task's max_out_bytes; at most
+				      2^40 (1 TiB; -EINVAL) */
 	int64_t submit_timeout_ns; /* execute's longest wait; default 10 s */
 	int64_t get_timeout_ns;	   /* ref_get's default; default 10 s */
 	int wait_mode;		   /* enum cgr_wait_mode */
@@ -632,12 +722,15 @@ typedef uint64_t cgr_ref;
 
 /*
  * Starts one execution with args[0..nargs) (copied into cgr's buffers
- * before return).  Returns CGR_ENARGS for a wrong count, CGR_ETOOBIG for an
- * argument larger than its buffer, CGR_ECAPACITY when max_inflight
- * executions are not yet released (never blocks for that), CGR_ECLOSED
- * after teardown, CGR_EWORKERGONE once a worker's device failed (the log
- * names it; the executions already in flight still complete, their
- * device work as CGR_EDEVICE error values on every member).  Never
+ * before return).  Returns CGR_ENARGS for a wrong count, CGR_EBADVALUE
+ * for a malformed argument and CGR_ETOOBIG for one larger than its buffer
+ * (see "Values": nothing is started then), CGR_ECAPACITY when max_inflight
+ * executions are not yet released (a count: however old the unreleased
+ * ones are; never blocks for that), CGR_ECLOSED after teardown, -EDEADLK
+ * from a task of this graph, CGR_EWORKERGONE once a worker's device
+ * failed (the log names it; the executions already in flight still
+ * complete, their device work as CGR_EDEVICE error values on every
+ * member).  Never
  * allocates.  A CUDA tensor argument (kDLCUDA) is passed by reference:
  * it must stay valid until the execution's outputs were got.
  */
@@ -646,12 +739,15 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 
 /*
  * Waits up to timeout_ns for execution ref and fills outs[0..nouts) (nouts
- * must equal the number of graph outputs).  Refs may be got in any order:
- * results of other executions that arrive meanwhile are kept (at most
- * max_inflight executions exist at once, so that is the bound).  An output
- * may be an error value: the call still returns 0.  The values stay valid
- * until cgr_ref_release.  Returns -ETIMEDOUT (try again later),
- * CGR_EUNKNOWNREF, CGR_ENARGS, CGR_ECLOSED.
+ * must equal the number of graph outputs).  Refs may be got in any order,
+ * and again: results of other executions that arrive meanwhile are kept
+ * (at most max_inflight executions exist at once, so that is the bound).
+ * An output may be an error value: the call still returns 0.  The values
+ * stay valid, unchanged, until cgr_ref_release, however many executions
+ * run meanwhile.  Returns -ETIMEDOUT (try again later), CGR_EUNKNOWNREF,
+ * CGR_ENARGS, CGR_ECLOSED (after teardown; or teardown began in another
+ * thread while this call waited, and the outputs were not all in),
+ * -EDEADLK from a task of this graph.
  */
 int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
 		cgr_value *outs, size_t nouts);
@@ -659,7 +755,17 @@ int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
 /*
  * Releases execution ref: its buffers may be reused and it no longer
  * counts against max_inflight.  A ref not yet got is waited for first (up
- * to the get timeout).  Returns 0, CGR_EUNKNOWNREF, -ETIMEDOUT.
+ * to the get timeout).  Returns 0 (also after teardown, which released
+ * everything, or when teardown began in another thread during the wait),
+ * CGR_EUNKNOWNREF, -ETIMEDOUT, -EDEADLK from a task of this graph.
+ *
+ * Threads: cgr_execute, cgr_ref_get and cgr_ref_release are the driver
+ * thread's, one at a time.  cgr_compiled_teardown may be called from
+ * another thread while the driver thread is in any of them: a blocked
+ * get or release returns at once, as said above.  cgr_compiled_destroy
+ * races with nothing.  A task calling these for its own graph would wait
+ * for itself: they return -EDEADLK (another graph, on other workers, is
+ * fine).
  */
 int cgr_ref_release(cgr_compiled *c, cgr_ref ref);
 
@@ -672,7 +778,10 @@ int cgr_ref_release(cgr_compiled *c, cgr_ref ref);
  * touch stays allocated until it returns.  A worker process that has not
  * left by the deadline (stuck in a task, or stopped: SIGSTOP) is reported
  * and killed then (CGR_ESTUCK; the call returns by the deadline, plus
- * the kill itself).  A second call is a no-op returning 0.
+ * the kill itself).  A second call (or one racing the first from another
+ * thread) is a no-op returning 0.  It wakes a get or release blocked in
+ * the driver thread at once.  From a task of this graph: -EDEADLK,
+ * nothing done.
  * CPU communicators are aborted at once (a member waiting in one for a
  * member that left returns).  NCCL communicators are not: a leaving
  * worker first finishes the NCCL operations it enqueued (for half the
@@ -682,7 +791,9 @@ int cgr_ref_release(cgr_compiled *c, cgr_ref ref);
  */
 int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns);
 
-/* Teardown (1 s) if not done, then frees c.  NULL is a no-op. */
+/* Teardown (1 s) if not done, then frees c.  NULL is a no-op.  From a
+ * task of this graph it is refused (logged through the context's log
+ * hook, nothing freed). */
 void cgr_compiled_destroy(cgr_compiled *c);
 
 /* ---- pictures ---- */
@@ -979,14 +1090,20 @@ typedef struct cgr_coll_params {
 	cgr_redop op;	      /* reducing kinds */
 	int root;	      /* rank (index in members) for rooted kinds */
 	cgr_comm *comm;	      /* NULL: one made at compile per member set */
-	/* Agree on the first execution only.  A member whose shape later
-	 * changes gets an error value on every member for that execution
+	/* Agree once: on the first execution whose inputs are all tensors
+	 * that agree (an execution with an error value or a mismatch
+	 * agrees again next time).  A member whose shape later changes
+	 * gets an error value on every member for that execution
 	 * (CGR_EMISMATCH, naming the rank): the CPU communicator checks
 	 * counts itself; on NCCL every member moves the agreed count (the
 	 * changed one from a scratch buffer) and then all of them compare
-	 * everybody's description, posted before the launch (no wait). */
+	 * everybody's description, posted before the launch (no wait).  A
+	 * member's error value reaches every member as it is (its origin's
+	 * code, not CGR_EMISMATCH): on the CPU communicator that member
+	 * poisons the operation and every member reads its error value. */
 	int static_shape;
-	size_t max_out_bytes; /* per output; 0: the compile default */
+	size_t max_out_bytes; /* per output, at most 2^40 (1 TiB; -EINVAL);
+				 0: the compile default */
 	size_t ntensors;      /* allreduce, allgather: tensors per member,
 				 fused into one operation; 0 or 1: one */
 	int overlap;	      /* CGR_OVERLAP_*: 0 follows the graph */
@@ -1025,9 +1142,11 @@ enum cgr_overlap_mode {
  *    per member (in[r * k + j] is rank r's tensor j; out likewise), of one
  *    dtype, and move them all in one fused operation.
  * Before data moves, the members agree on dtype, shape and error state: a
- * mismatch, or an error value at any member, makes every output of that
- * execution an error value naming the ranks and what differed.  Returns 0,
- * -EINVAL, -ENOMEM.
+ * mismatch makes every output of that execution an error value naming the
+ * ranks and what differed (the collective its origin); an error value at
+ * a member (the lowest such rank's) reaches every output of that
+ * execution, its origin kept, the collective added to its path.  Returns
+ * 0, -EINVAL, -ENOMEM.
  */
 int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
 			 cgr_worker *const *members, size_t n,
@@ -1078,9 +1197,9 @@ typedef struct cgr_eager_params {
  * Runs one execution of g eagerly: args in, outs (values valid until the
  * next eager run or the graph's destruction).  Returns 0 (outs may hold
  * error values), -EINVAL, CGR_ENARGS, CGR_ECOMPILED, -EBUSY, -ENOTSUP,
- * CGR_ESTUCK (a task did not finish by its timeout: the graph runs
- * eagerly no more), or what preparing it returned (cgr_graph_errmsg says
- * why).
+ * -EDEADLK (from one of its own tasks), CGR_ESTUCK (a task did not finish
+ * by its timeout: the graph runs eagerly no more), or what preparing it
+ * returned (cgr_graph_errmsg says why).
  */
 int cgr_graph_execute_eager(cgr_graph *g, const cgr_value *args,
 			    size_t nargs, cgr_value *outs, size_t nouts,
@@ -1103,7 +1222,10 @@ int cgr_graph_eager_value(cgr_graph *g, const cgr_node *n, cgr_value *out);
  */
 void *cgr_task_output_buffer(cgr_task_ctx *tc, size_t i, size_t bytes);
 
-/* Sets the code and message of the error value a failing task produces. */
+/* Sets the code and text of the error value a failing task produces (its
+ * message: the origin, "task T on worker W, execution E: ", then the
+ * text, at most 255 bytes); without it the code is the task's negative
+ * return value, else CGR_ETASK, and the text cgr_strerror's. */
 void cgr_task_set_error(cgr_task_ctx *tc, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 

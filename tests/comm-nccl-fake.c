@@ -15,6 +15,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include <nccl.h>
@@ -28,6 +29,7 @@ static cgr_ctx *ctx;
 static long (*misuse)(void);
 static void (*inject)(int);
 static void (*inprogress)(int);
+static long (*inprog_polls)(void);
 static int (*order)(char *, size_t);
 static char g_log[4096];
 static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -295,26 +297,29 @@ static int enqueue_wait(int r, void *arg)
 	return ret;
 }
 
-static void test_async_error(void)
+/* An asynchronous error err fails every rank with code, the log naming
+ * the rank, NCCL's message and text (what: the text for err). */
+static void async_error(int err, int code, const char *what)
 {
 	int64_t timeout = 10000000000, t0;
 	long m0 = misuse();
 	int ret[N];
 
 	g_log[0] = 0;
-	inject(ncclRemoteError);
+	inject(err);
 	t0 = cgr__now_ns();
 	run(enqueue_wait, &timeout, ret);
-	t_ok(all_eq(ret, -EPIPE),
-	     "an asynchronous NCCL error fails every rank's operation: %s",
-	     cgr_err_name(ret[0]));
+	t_ok(all_eq(ret, code),
+	     "an asynchronous NCCL error %d fails every rank's operation: %s",
+	     err, cgr_err_name(ret[0]));
 	t_ok(cgr__now_ns() - t0 < 2000000000, "...at once (%.0f ms)",
 	     (cgr__now_ns() - t0) / 1e6);
-	t_ok(strstr(g_log, "rank") && strstr(g_log, "network failure injected"),
-	     "...the log names the rank and NCCL's message: %s", g_log);
+	t_ok(strstr(g_log, "rank") && strstr(g_log, "network failure injected") &&
+		     strstr(g_log, what),
+	     "...the log names the rank, NCCL's message and text: %s", g_log);
 	inject(0);
 	run(works, NULL, ret);
-	t_ok(all_eq(ret, -EPIPE) && all_msg("network failure injected", NULL),
+	t_ok(all_eq(ret, code) && all_msg("network failure injected", NULL),
 	     "later operations fail too, with the same message: %s",
 	     cgr_comm_errmsg(comm, 1));
 	cgr_comm_destroy(comm);
@@ -322,6 +327,16 @@ static void test_async_error(void)
 	     "destroyed after the failure: aborted, never ncclCommDestroy");
 	cgr_comm_create(ctx, NULL, N, CGR_BACKEND_NCCL, &comm);
 	check_works("a new communicator");
+}
+
+static void test_async_error(void)
+{
+	async_error(ncclRemoteError, -EPIPE, "ncclRemoteError 6");
+	/* A code newer than nccl.h (2.29's timeout is 8): CGR_EDEVICE, with
+	 * its number and the library's text for it. */
+	async_error(8, CGR_EDEVICE, "unknown NCCL result 8, operation timed "
+		    "out (fake)");
+	async_error(1000, CGR_EDEVICE, "unknown NCCL result 1000");
 }
 
 /* Ranks 0 and 1 enqueue; rank 2 never comes: their deadline passes. */
@@ -381,6 +396,44 @@ static void test_abort(void)
 	     (cgr__now_ns() - t0) / 1e6);
 	cgr_comm_destroy(comm);
 	cgr_comm_create(ctx, NULL, N, CGR_BACKEND_NCCL, &comm);
+}
+
+/* Aborts comm once the ranks poll a group end that never settles. */
+static void *abort_when_stuck(void *arg)
+{
+	long p0 = *(long *)arg;
+	int64_t deadline = cgr__now_ns() + 10000000000;
+
+	while (inprog_polls() < p0 + 1000 && cgr__now_ns() < deadline)
+		sched_yield();
+	cgr_comm_abort(comm);
+	return NULL;
+}
+
+/* An enqueue NCCL keeps ncclInProgress (its peers stopped): the settling
+ * rank holds its lock, so only settle itself can see the abort; it must,
+ * at once, not at the operation's deadline (a minute). */
+static void test_abort_settle(void)
+{
+	int64_t timeout = 10000000000, t0;
+	long p0 = inprog_polls();
+	pthread_t th;
+	int ret[N];
+
+	inprogress(1 << 30);
+	pthread_create(&th, NULL, abort_when_stuck, &p0);
+	t0 = cgr__now_ns();
+	run(enqueue_wait, &timeout, ret);
+	pthread_join(th, NULL);
+	inprogress(2);
+	t_ok(all_eq(ret, -ECANCELED),
+	     "an abort while every rank settles a group end fails them: %s",
+	     cgr_err_name(ret[0]));
+	t_ok(cgr__now_ns() - t0 < 5000000000ll, "...at once (%.0f ms)",
+	     (cgr__now_ns() - t0) / 1e6);
+	cgr_comm_destroy(comm);
+	cgr_comm_create(ctx, NULL, N, CGR_BACKEND_NCCL, &comm);
+	check_works("a new communicator");
 }
 
 /* Two communicators over devices 0..2: every rank uses a then b (with
@@ -457,8 +510,10 @@ int main(int argc, char **argv)
 	*(void **)&misuse = dlsym(h, "fake_nccl_misuse");
 	*(void **)&inject = dlsym(h, "fake_nccl_fail");
 	*(void **)&inprogress = dlsym(h, "fake_nccl_inprogress");
+	*(void **)&inprog_polls = dlsym(h, "fake_nccl_inprogress_polls");
 	*(void **)&order = dlsym(h, "fake_nccl_order");
-	if (ctx == NULL || misuse == NULL || inject == NULL || order == NULL) {
+	if (ctx == NULL || misuse == NULL || inject == NULL || order == NULL ||
+	    inprog_polls == NULL) {
 		printf("Bail out! no context or no model hooks\n");
 		return 1;
 	}
@@ -473,6 +528,7 @@ int main(int argc, char **argv)
 	test_async_error();
 	test_deadline();
 	test_abort();
+	test_abort_settle();
 	test_order();
 	cgr_comm_destroy(comm);
 	for (int r = 0; r < N; r++)

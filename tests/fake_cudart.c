@@ -182,6 +182,14 @@ static cudaError_t fake_push(struct CUstream_st *s, const struct fop *op)
 	return cudaSuccess;
 }
 
+/* The version reported: FAKE_CUDART_VERSION, else the header's. */
+cudaError_t cudaRuntimeGetVersion(int *v)
+{
+	const char *e = getenv("FAKE_CUDART_VERSION");
+	*v = e != NULL ? atoi(e) : CUDART_VERSION;
+	return cudaSuccess;
+}
+
 cudaError_t cudaGetDeviceCount(int *n)
 {
 	const char *e = getenv("FAKE_CUDA_NDEV");

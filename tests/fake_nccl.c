@@ -20,7 +20,8 @@
  * asynchronously and stop progressing (as a network failure); calls
  * waiting in it return only at abort.  fake_nccl_inprogress(polls): group
  * end reports ncclInProgress and settles after that many polls (default
- * 2; 0: ncclSuccess at once).  fake_nccl_misuse() counts forbidden uses,
+ * 2; 0: ncclSuccess at once), fake_nccl_inprogress_polls() counts the
+ * polls that answered ncclInProgress.  fake_nccl_misuse() counts forbidden uses,
  * fake_nccl_ops() collectives and transfers run, fake_nccl_waiting()
  * ranks' collectives running on their streams, waiting for the other
  * ranks' (a rank that arrives last does not wait), fake_nccl_aborts()
@@ -124,6 +125,7 @@ static struct world *worlds;
 static int nworlds;
 static _Atomic int fake_fail_err;
 static _Atomic int fake_polls = 2;
+static _Atomic long fake_inprogress_polls;
 static _Atomic long misuse, nops, nwaiting, naborts;
 static int dlog[MAXDEV][LOGN], ndlog[MAXDEV];
 /* The calling thread's group; static TLS as in fake_cudart.c. */
@@ -140,6 +142,13 @@ static __thread struct {
 
 void fake_nccl_fail(int err);
 void fake_nccl_inprogress(int polls);
+long fake_nccl_inprogress_polls(void);
+/* ncclCommGetAsyncError calls that answered ncclInProgress. */
+long fake_nccl_inprogress_polls(void)
+{
+	return atomic_load(&fake_inprogress_polls);
+}
+
 long fake_nccl_misuse(void);
 long fake_nccl_ops(void);
 long fake_nccl_waiting(void);
@@ -331,7 +340,7 @@ ncclResult_t ncclGetVersion(int *v)
 
 const char *ncclGetErrorString(ncclResult_t r)
 {
-	switch (r) {
+	switch ((int)r) {
 	case ncclSuccess:
 		return "no error";
 	case ncclInProgress:
@@ -345,6 +354,8 @@ const char *ncclGetErrorString(ncclResult_t r)
 		return "invalid usage (fake)";
 	case ncclInvalidArgument:
 		return "invalid argument (fake)";
+	case 8: /* a code of newer NCCL releases, not in 2.28's nccl.h */
+		return "operation timed out (fake)";
 	default:
 		return "fake NCCL error";
 	}
@@ -484,6 +495,8 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err)
 		return ncclSuccess;
 	}
 	st = atomic_load(&c->state);
+	if (st == ncclInProgress)
+		atomic_fetch_add(&fake_inprogress_polls, 1);
 	if (st == ncclInProgress && c->polls > 0) {
 		c->polls--;
 	} else if (st == ncclInProgress && c->finalized) {

@@ -65,13 +65,19 @@ enum { DEFAULT = 4 };
 enum { NC_FLOAT = 7, NC_SUM = 0 };
 
 static cgr_ctx *ctx;
-static char g_log[1024];
+static char g_log[1024]; /* the last warning or error */
+static char g_why[1024]; /* the last message of any level (skip reasons) */
 
 static void log_keep(void *arg, int level, const char *msg)
 {
 	(void)arg;
 	if (level <= CGR_LOG_WARN)
 		snprintf(g_log, sizeof(g_log), "%s", msg);
+	snprintf(g_why, sizeof(g_why), "%s", msg);
+	/* Which libraries cgr loaded, and their versions. */
+	if (strncmp(msg, "cuda: runtime ", 14) == 0 ||
+	    (strncmp(msg, "nccl: ", 6) == 0 && strstr(msg, ", version ")))
+		t_diag("lib: %s", msg);
 }
 
 #ifdef CGR_FAKE_NCCL
@@ -85,6 +91,8 @@ static void log_keep(void *arg, int level, const char *msg)
 static void ctx_params(cgr_ctx_params *cp)
 {
 	cp->log_fn = log_keep;
+	/* Why a device or NCCL is absent is logged at INFO. */
+	cp->log_level = CGR_LOG_INFO;
 #ifdef CGR_FAKE_NCCL
 	cp->cudart_path = CGR_FAKE_CUDART;
 	cp->nccl_path = CGR_FAKE_NCCL;
@@ -94,21 +102,24 @@ static void ctx_params(cgr_ctx_params *cp)
 static void *sym(void *h, const char *name)
 {
 	void *f = h != NULL ? dlsym(h, name) : NULL;
-	if (f == NULL)
+	if (f == NULL) {
 		t_diag("missing %s", name);
+		snprintf(g_why, sizeof(g_why), "%s not found", name);
+	}
 	return f;
 }
 
 /* libcudart (the one cgr loaded) and libnccl for the baselines. */
 static int load_raw(void)
 {
-	static const char *const rts[] = { "libcudart.so", "libcudart.so.13",
+	/* The runtime cgr loaded (by soname, newest first), as cgr does. */
+	static const char *const rts[] = { "libcudart.so.13",
 					   "libcudart.so.12" };
 	void *rt = RAW_CUDART ? dlopen(RAW_CUDART, RTLD_NOW) : NULL, *nc;
 
-	for (size_t i = 0; rt == NULL && i < 3; i++)
+	for (size_t i = 0; rt == NULL && i < 2; i++)
 		rt = dlopen(rts[i], RTLD_NOW | RTLD_NOLOAD);
-	for (size_t i = 0; rt == NULL && i < 3; i++)
+	for (size_t i = 0; rt == NULL && i < 2; i++)
 		rt = dlopen(rts[i], RTLD_NOW);
 	nc = dlopen(RAW_NCCL, RTLD_NOW);
 	*(void **)&rt_malloc = sym(rt, "cudaMalloc");
@@ -431,19 +442,7 @@ static int launch_fault(cgr_stream *s)
 	return 0;
 }
 #else
-static const char fault_ptx[] =
-	".version 6.0\n"
-	".target sm_50\n"
-	".address_size 64\n"
-	".visible .entry cgr_fault(.param .u64 p)\n"
-	"{\n"
-	"	.reg .u64 %rd<2>;\n"
-	"	.reg .u32 %r<2>;\n"
-	"	ld.param.u64 %rd1, [p];\n"
-	"	mov.u32 %r1, 1;\n"
-	"	st.global.u32 [%rd1], %r1;\n"
-	"	ret;\n"
-	"}\n";
+#include "t_fault_ptx.h"
 
 static void *fault_fn; /* CUfunction */
 static int (*cu_launch)(void *, unsigned, unsigned, unsigned, unsigned,
@@ -712,21 +711,21 @@ int main(int argc, char **argv)
 	char why[300] = "";
 	int ret;
 
-	t_init(argc, argv, 480);
+	t_init(argc, argv, 190);
 #ifdef CGR_FAKE_NCCL
 	setenv("FAKE_CUDA_NDEV", "1", 1);
 #endif
 	ctx_params(&cp);
 	cgr_ctx_create(&cp, &ctx);
 	if (cgr_stream_create(ctx, 0, 0, &s) != 0) {
-		t_skip("no CUDA device: the GPU checks not run");
+		t_skipf("no CUDA device, the GPU checks not run: %s", g_why);
 		cgr_ctx_destroy(ctx);
 		return t_done();
 	}
 	ret = cgr_comm_create(ctx, NULL, 1, CGR_BACKEND_NCCL, &c);
+	g_why[0] = 0;
 	if (ret != 0 || load_raw() != 0) {
-		t_diag("%s", g_log);
-		t_skip("no NCCL: the NCCL checks not run");
+		t_skipf("no NCCL, the NCCL checks not run: %s", g_why);
 		cgr_stream_destroy(s);
 		cgr_ctx_destroy(ctx);
 		return t_done();

@@ -17,7 +17,9 @@ int main(void)
 		 CGR_VERSION_NUMBER == CGR_VERSION_MAJOR * 10000 +
 						 CGR_VERSION_MINOR * 100 +
 						 CGR_VERSION_PATCH &&
-		 strcmp(cgr_err_name(CGR_ECYCLE), "CGR_ECYCLE") == 0;
+		 strcmp(cgr_err_name(CGR_ECYCLE), "CGR_ECYCLE") == 0 &&
+		 sizeof(v.u.error) <= sizeof(DLTensor) &&
+		 sizeof(v.u.error.execution) == 8 && CGR_ERROR_MAX_HOPS > 0;
 	printf("1..1\n%s 1 - cgr.h as C11 (-Wpedantic -Werror)\n",
 	       ok ? "ok" : "not ok");
 	return 0;

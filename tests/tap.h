@@ -4,7 +4,8 @@
  *   t_init(argc, argv, limit_s)  seeds from CGR_TEST_SEED or the clock (the
  *                                seed is printed), arms a hard time limit
  *                                (SIGALRM prints "Bail out!" and exits 1)
- *   t_plan(n), t_ok(cond, fmt, ...), t_is(a, b, fmt, ...), t_skip(...)
+ *   t_plan(n), t_ok(cond, fmt, ...), t_is(a, b, fmt, ...), t_skip(why),
+ *   t_skipf(fmt, ...)               a skip with its reason on the TAP line
  *   t_done()                     prints the plan if none and returns the
  *                                exit status
  *   t_scale(n)                   n divided by CGR_TEST_SCALE (sanitizer
@@ -127,6 +128,20 @@ static inline void t_skip(const char *why)
 {
 	t__n++;
 	printf("ok %d # SKIP %s\n", t__n, why);
+}
+
+/* A skip with its reason, formatted, on the TAP line itself. */
+static inline void t_skipf(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2)));
+static inline void t_skipf(const char *fmt, ...)
+{
+	va_list ap;
+	t__n++;
+	printf("ok %d # SKIP ", t__n);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	printf("\n");
 }
 
 static inline void t_diag(const char *fmt, ...)

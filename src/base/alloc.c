@@ -51,6 +51,8 @@ void *cgr__alloc(struct cgr__arena *a, size_t size, size_t align)
 		size = 1;
 	if (align < 16)
 		align = 16;
+	if (size > SIZE_MAX - align)
+		return NULL; /* rounded up below, it would wrap */
 #ifdef CGR_SANITIZE
 	if (posix_memalign(&p, align, CGR__ALIGN_UP(size, align)) != 0)
 		return NULL;

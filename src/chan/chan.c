@@ -10,32 +10,34 @@
 
 /* p's geometry over mem. */
 static void port_layout(struct cgr__port *p, void *mem, size_t want,
-			uint32_t nslots, const char *name)
+			uint32_t nslots, uint32_t nbufs, const char *name)
 {
 	p->cap = cgr__port_cap(want);
 	p->slot_bytes = CGR__SLOT_HDR + p->cap;
 	p->nslots = nslots;
 	p->mask = nslots - 1;
+	p->nbufs = nbufs;
+	p->map = NULL;
 	snprintf(p->name, sizeof(p->name), "%s", name);
 	p->mem = mem;
 }
 
 void cgr__port_init(struct cgr__port *p, void *mem, size_t want,
-		    uint32_t nslots, const char *name)
+		    uint32_t nslots, uint32_t nbufs, const char *name)
 {
-	port_layout(p, mem, want, nslots, name);
-	memset(p->mem, 0, p->slot_bytes * nslots);
+	port_layout(p, mem, want, nslots, nbufs, name);
+	memset(p->mem, 0, p->slot_bytes * nbufs);
 }
 
 void cgr__port_attach(struct cgr__port *p, void *mem, size_t want,
-		      uint32_t nslots, const char *name)
+		      uint32_t nslots, uint32_t nbufs, const char *name)
 {
 	const volatile unsigned char *m = mem;
 	size_t n;
 
-	port_layout(p, mem, want, nslots, name);
+	port_layout(p, mem, want, nslots, nbufs, name);
 	/* Map every page now (a read: the memory is another process's). */
-	n = p->slot_bytes * nslots;
+	n = p->slot_bytes * nbufs;
 	for (size_t i = 0; i < n; i += 4096)
 		(void)m[i];
 }

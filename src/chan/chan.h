@@ -29,6 +29,21 @@
 
 /* ---- ports and slots ------------------------------------------------ */
 
+/*
+ * An error value in a slot (kind CGR_VALUE_ERROR): its data holds three
+ * strings, the message first, then the origin's task and worker names
+ * (offsets, never pointers: slots are shared between processes).  The
+ * message is the origin's prefix, the text (from text_off), and the path
+ * (from path_off: "; via " and hops hops, cut set once it ended in "..."
+ * and takes no more).
+ */
+struct cgr__err_hdr {
+	uint64_t execution;
+	uint32_t task_off, worker_off; /* from the data's start */
+	uint32_t text_off, path_off;   /* in the message */
+	uint32_t hops, cut;
+};
+
 /* Header of one buffer slot; the data follows at CGR__SLOT_HDR. */
 struct cgr__slot_hdr {
 	uint32_t kind; /* enum cgr_value_kind */
@@ -38,7 +53,10 @@ struct cgr__slot_hdr {
 	uint8_t dt_code, dt_bits;
 	uint16_t dt_lanes;
 	int32_t dev_type, dev_id;
-	int64_t shape[CGR_MAX_NDIM];
+	union {
+		int64_t shape[CGR_MAX_NDIM];
+		struct cgr__err_hdr err; /* CGR_VALUE_ERROR */
+	};
 	/* A tensor in device memory (dev_type kDLCUDA): where its data is
 	 * (a device port's device slot, or an argument's own memory). */
 	uint64_t ref;
@@ -47,8 +65,15 @@ struct cgr__slot_hdr {
 _Static_assert(sizeof(struct cgr__slot_hdr) <= CGR__SLOT_HDR,
 	       "slot header must fit its reserved space");
 
-/* Smallest data capacity of a slot: room for an error message. */
-#define CGR__MIN_VALUE_BYTES 256u
+/* Smallest data capacity of a slot: room for an error value (its
+ * origin's names, CGR__ERR_NAME bytes each, and a message that starts
+ * with them). */
+#define CGR__MIN_VALUE_BYTES 512u
+#define CGR__ERR_NAME 64
+/* Largest: of a channel buffer (max_value_bytes, max_out_bytes) and of a
+ * constant (1 TiB).  Sizes derived from it (a port's slots times 4096
+ * executions in flight, a collective's buckets) stay far from overflow. */
+#define CGR__MAX_VALUE_BYTES ((size_t)1 << 40)
 
 struct cgr__device;
 
@@ -58,6 +83,14 @@ struct cgr__device;
  * device, for its tensors' data (dmem, allocated by compile/create.c);
  * everything else (the header, bytes, error messages) stays in the host
  * slot.
+ *
+ * A graph output's port has more buffers than slots (nbufs > nslots) and
+ * a map from slot (seq & mask) to buffer, shared by every output port of
+ * the graph: the driver lends a result the caller still holds its buffer
+ * and gives the slot a spare one (exec/driver.c), so that held results
+ * never stop later executions.  Only the driver writes the map, before it
+ * admits the execution that uses the slot; readers and writers of that
+ * execution see it through the admission's release.
  */
 struct cgr__port {
 	unsigned char *mem;
@@ -65,6 +98,8 @@ struct cgr__port {
 	size_t cap;	   /* data capacity per slot */
 	uint32_t nslots;   /* 1 for constants */
 	uint32_t mask;
+	uint32_t nbufs;	   /* buffers: nslots, more for graph outputs */
+	uint32_t *map;	   /* slot -> buffer (NULL: the identity) */
 	int dev;	     /* CGR_DEVICE_NONE: a host port */
 	unsigned char *dmem; /* device ports: nslots * cap bytes */
 	struct cgr__device *ddev; /* referenced while dmem lives */
@@ -80,27 +115,42 @@ static inline size_t cgr__port_cap(size_t want)
 			     64);
 }
 
-/* Bytes of memory a port of capacity cgr__port_cap(want) and nslots
- * slots (a power of two) needs. */
-static inline size_t cgr__port_memsize(size_t want, uint32_t nslots)
+/* Bytes of memory a port of capacity cgr__port_cap(want) and nbufs
+ * buffers needs. */
+static inline size_t cgr__port_memsize(size_t want, uint32_t nbufs)
 {
-	return (CGR__SLOT_HDR + cgr__port_cap(want)) * nslots;
+	return (CGR__SLOT_HDR + cgr__port_cap(want)) * nbufs;
 }
 
-/* Lays port p out over mem (cgr__port_memsize(want, nslots) bytes, 64-byte
- * aligned) and touches every page now: a first touch during an execution
- * would be a page fault, the kernel allocating on the hot path. */
+/* Lays port p out over mem (cgr__port_memsize(want, nbufs) bytes, 64-byte
+ * aligned) with nslots slots (a power of two, at most nbufs; the map,
+ * when nbufs > nslots, is set by the caller) and touches every page now:
+ * a first touch during an execution would be a page fault, the kernel
+ * allocating on the hot path. */
 void cgr__port_init(struct cgr__port *p, void *mem, size_t want,
-		    uint32_t nslots, const char *name);
+		    uint32_t nslots, uint32_t nbufs, const char *name);
 /* The same over slots another process laid out (read, not written). */
 void cgr__port_attach(struct cgr__port *p, void *mem, size_t want,
-		      uint32_t nslots, const char *name);
+		      uint32_t nslots, uint32_t nbufs, const char *name);
+
+/* The buffer execution seq uses in p. */
+static inline uint32_t cgr__port_buf(const struct cgr__port *p, uint64_t seq)
+{
+	uint32_t i = (uint32_t)(seq & p->mask);
+	return cgr__likely(p->map == NULL) ? i : p->map[i];
+}
+
+/* Buffer b of p (cgr__port_buf; the driver names a held result's). */
+static inline struct cgr__slot_hdr *cgr__port_bufhdr(const struct cgr__port *p,
+						    uint32_t b)
+{
+	return (struct cgr__slot_hdr *)(p->mem + (size_t)b * p->slot_bytes);
+}
 
 static inline struct cgr__slot_hdr *cgr__port_slot(const struct cgr__port *p,
 						  uint64_t seq)
 {
-	return (struct cgr__slot_hdr *)(p->mem +
-					(size_t)(seq & p->mask) * p->slot_bytes);
+	return cgr__port_bufhdr(p, cgr__port_buf(p, seq));
 }
 
 static inline void *cgr__slot_data(struct cgr__slot_hdr *h)
@@ -113,7 +163,7 @@ static inline void *cgr__slot_data(struct cgr__slot_hdr *h)
 static inline void *cgr__port_data(const struct cgr__port *p, uint64_t seq)
 {
 	if (p->dmem != NULL)
-		return p->dmem + (size_t)(seq & p->mask) * p->cap;
+		return p->dmem + (size_t)cgr__port_buf(p, seq) * p->cap;
 	return cgr__slot_data(cgr__port_slot(p, seq));
 }
 
@@ -204,7 +254,11 @@ static inline int cgr__chan_read(struct cgr__chan *ch, struct cgr_reactor *r,
 /* ---- values in slots (chan/value.c) ---------------------------------- */
 
 /* Checks a value the caller hands in; *bytes (may be NULL) gets what it
- * takes in a slot.  0, CGR_ETOOBIG (more than cap) or CGR_EBADVALUE. */
+ * takes in a slot (SIZE_MAX if that overflows).  Every size is computed
+ * with overflow checks.  0, CGR_ETOOBIG (more than cap, or a size that
+ * overflows) or CGR_EBADVALUE (malformed: an unknown kind, a bad shape,
+ * dtype or strides, NULL data, a data range, data + byte_offset + size,
+ * that wraps around the address space). */
 int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes);
 /* Stores v into slot h of capacity cap: 0, or the error code, an error
  * value naming it stored instead. */
@@ -249,8 +303,33 @@ int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap);
 /* The value in slot h, pointing into it (a list laid out elsewhere: an
  * error value saying so). */
 void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v);
+/* An error value of no origin (task and worker ""): code and msg. */
 void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,
 			    const char *msg);
+/* ---- error values (chan/value.c) ------------------------------------ */
+
+/* Where an error arises: what ("task", or a collective's kind), the
+ * task's name, its worker's, the execution (NULL names: ""). */
+struct cgr__origin {
+	const char *what;
+	const char *task;
+	const char *worker;
+	uint64_t execution;
+};
+
+/* Stores an error value arising at o with code (0: CGR_ETASK) and text
+ * (cut to fit, never the origin). */
+void cgr__error_store(struct cgr__slot_hdr *h, size_t cap, int code,
+		      const struct cgr__origin *o, const char *text);
+/* Stores error value e (loaded from slot eh, which may be another port's)
+ * where it went on: its origin and text as they are, hop (NULL: none)
+ * added to its path.  eh and h must differ. */
+void cgr__error_forward(struct cgr__slot_hdr *h, size_t cap,
+			const struct cgr__slot_hdr *eh, const char *hop);
+/* Appends more to the text of the error value in slot h (before its
+ * path), as far as it fits. */
+void cgr__error_append(struct cgr__slot_hdr *h, size_t cap, const char *more);
+
 /* Lays list v out in slot h (checked to fit); with copy_tensors false the
  * tensors' data is left for the caller (a device edge moves it). */
 void cgr__list_store(struct cgr__slot_hdr *h, const cgr_value *v,

@@ -11,6 +11,12 @@
 #include "chan/chan.h"
 #include "device/device.h"
 
+/* An error value's text keeps at most ERR_TEXT_MAX bytes; its message,
+ * being put together, at most ERR_MSG_MAX (the origin, the text and
+ * CGR_ERROR_MAX_HOPS hops fit). */
+#define ERR_TEXT_MAX 512
+#define ERR_MSG_MAX 2048
+
 size_t cgr_tensor_nbytes(const DLTensor *t)
 {
 	size_t n = 1, esz;
@@ -32,22 +38,61 @@ size_t cgr_tensor_nbytes(const DLTensor *t)
 	return n;
 }
 
-/* Strides NULL, or equal to the compact row-major strides. */
+/* Whether tensor t (its shape checked) has no elements. */
+static bool cgr__tensor_empty(const DLTensor *t)
+{
+	for (int i = 0; i < t->ndim; i++)
+		if (t->shape[i] == 0)
+			return true;
+	return false;
+}
+
+/* Strides NULL, or equal to the compact row-major strides.  A tensor of
+ * zero elements is compact whatever its strides (as in NumPy): it has no
+ * data to lay out.  The running product is checked: once it passes
+ * INT64_MAX no stride can equal it, so only dimensions of 1 may follow. */
 static bool cgr__tensor_compact(const DLTensor *t)
 {
 	int64_t expect = 1;
+	bool big = false;
 
-	if (t->strides == NULL)
+	if (t->strides == NULL || cgr__tensor_empty(t))
 		return true;
 	for (int i = t->ndim; i-- > 0;) {
-		if (t->shape[i] != 1 && t->strides[i] != expect)
+		if (t->shape[i] == 1)
+			continue;
+		if (big || t->strides[i] != expect)
 			return false;
-		expect *= t->shape[i];
+		big = __builtin_mul_overflow(expect, t->shape[i], &expect);
 	}
 	return true;
 }
 
-/* Checks a bytes or tensor value; *bytes gets its data size. */
+/* Whether [p + off, p + off + n) wraps around the address space (then it
+ * is no memory at all). */
+static bool cgr__range_wraps(const void *p, uint64_t off, size_t n)
+{
+	uintptr_t a;
+
+	return off > UINTPTR_MAX ||
+	       __builtin_add_overflow((uintptr_t)p, (uintptr_t)off, &a) ||
+	       __builtin_add_overflow(a, n, &a);
+}
+
+/* Where tensor t's data starts (a checked value: data + byte_offset does
+ * not wrap).  Integer arithmetic: data may be NULL, with no elements. */
+static const unsigned char *cgr__tensor_src(const DLTensor *t)
+{
+	return (const unsigned char *)((uintptr_t)t->data +
+				       (uintptr_t)t->byte_offset);
+}
+
+/*
+ * Checks a bytes or tensor value: 0 or CGR_EBADVALUE (malformed, which
+ * includes a data range, data + byte_offset + size, that wraps around the
+ * address space).  *bytes gets its data size: SIZE_MAX if that overflows
+ * (no valid range is that long: the value fits no buffer).
+ */
 static int cgr__item_check(const cgr_value *v, size_t *bytes)
 {
 	size_t n = 0;
@@ -59,6 +104,8 @@ static int cgr__item_check(const cgr_value *v, size_t *bytes)
 		if (v->u.bytes.data == NULL && v->u.bytes.len != 0)
 			return CGR_EBADVALUE;
 		n = v->u.bytes.len;
+		if (cgr__range_wraps(v->u.bytes.data, 0, n))
+			return CGR_EBADVALUE;
 		break;
 	case CGR_VALUE_TENSOR: {
 		const DLTensor *t = &v->u.tensor;
@@ -77,17 +124,14 @@ static int cgr__item_check(const cgr_value *v, size_t *bytes)
 			if (t->shape[i] < 0)
 				return CGR_EBADVALUE;
 		n = cgr_tensor_nbytes(t);
-		if (n == 0) {
-			/* Zero elements, or a size that overflows. */
-			for (int i = 0; i < t->ndim; i++)
-				if (t->shape[i] == 0)
-					goto sized;
-			return CGR_ETOOBIG;
-		}
-	sized:
+		if (n == 0 && !cgr__tensor_empty(t))
+			n = SIZE_MAX; /* the size overflows */
 		if (!cgr__tensor_compact(t))
 			return CGR_EBADVALUE;
 		if (n > 0 && t->data == NULL)
+			return CGR_EBADVALUE;
+		if (cgr__range_wraps(t->data, t->byte_offset,
+				     n == SIZE_MAX ? 0 : n))
 			return CGR_EBADVALUE;
 		break;
 	}
@@ -124,11 +168,19 @@ static size_t cgr__list_data_off(size_t n)
 int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes)
 {
 	size_t n = 0, b;
+	bool over = false;
 	int ret;
 
 	switch (v->kind) {
 	case CGR_VALUE_ERROR:
-		n = (v->u.error.msg != NULL ? strlen(v->u.error.msg) : 0) + 1;
+		/* Its text (cut at ERR_TEXT_MAX, or to fit: an error
+		 * always fits), empty task and worker. */
+		n = (v->u.error.msg != NULL ?
+			     strnlen(v->u.error.msg, ERR_TEXT_MAX) :
+			     0) +
+		    3;
+		if (n > cap && cap >= 3)
+			n = cap;
 		break;
 	case CGR_VALUE_LIST:
 		if (v->u.list.n > CGR_MAX_LIST ||
@@ -143,7 +195,12 @@ int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes)
 			ret = cgr__item_check(it, &b);
 			if (ret < 0)
 				return ret;
-			n += CGR__ALIGN_UP(b, 64);
+			/* Each item padded to 64 bytes: a total that
+			 * overflows fits no buffer (the items after it are
+			 * checked still: a malformed one says so). */
+			if (b > SIZE_MAX - 63 ||
+			    __builtin_add_overflow(n, CGR__ALIGN_UP(b, 64), &n))
+				over = true;
 		}
 		break;
 	default:
@@ -152,9 +209,11 @@ int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes)
 			return ret;
 		break;
 	}
+	if (over)
+		n = SIZE_MAX;
 	if (bytes != NULL)
 		*bytes = n;
-	return n > cap ? CGR_ETOOBIG : 0;
+	return n > cap || n == SIZE_MAX ? CGR_ETOOBIG : 0;
 }
 
 /*
@@ -187,8 +246,7 @@ static void list_layout(struct cgr__slot_hdr *h, const cgr_value *v,
 			items[i].u.bytes.data = d + off;
 		} else {
 			const DLTensor *t = &it->u.tensor;
-			const unsigned char *src =
-				(const unsigned char *)t->data + t->byte_offset;
+			const unsigned char *src = cgr__tensor_src(t);
 			if (copy_tensors && b > 0 && src != tb + off)
 				memcpy(tb + off, src, b);
 			for (int k = 0; k < t->ndim; k++)
@@ -222,20 +280,192 @@ void cgr__list_store_dev(struct cgr__slot_hdr *h, const cgr_value *v,
 	list_layout(h, v, false, dbase, dev);
 }
 
+/* ---- error values ---------------------------------------------------- */
+
+/* A name of the origin as an error value keeps it: at most
+ * CGR__ERR_NAME - 1 bytes. */
+static size_t name_len(const char *s)
+{
+	return s != NULL ? strnlen(s, CGR__ERR_NAME - 1) : 0;
+}
+
+/* Writes an error value into slot h (cap data bytes): code, the origin
+ * (execution, task and worker, tl and wl bytes, copied from anywhere but
+ * h), and message m (ml bytes: the origin's prefix, the text from
+ * text_off, the path from path_off with hops hops; cut: it takes no
+ * more).  A message longer than the slot holds is cut at its end, which
+ * then says "...": a slot of a port holds the origin whole (its names
+ * and a prefix naming them take under CGR__MIN_VALUE_BYTES). */
+static void err_write(struct cgr__slot_hdr *h, size_t cap, int code,
+		      uint64_t execution, const char *task, size_t tl,
+		      const char *worker, size_t wl, const char *m, size_t ml,
+		      size_t text_off, size_t path_off, uint32_t hops, bool cut)
+{
+	char *d = cgr__slot_data(h);
+	size_t room;
+
+	if (cap < 3)
+		return; /* never: a slot holds at least an empty error */
+	if (tl + wl + 3 > cap)
+		tl = wl = 0; /* never a port's slot */
+	room = cap - tl - wl - 3;
+	if (ml > room) {
+		ml = room >= 3 ? room - 3 : room;
+		memcpy(d, m, ml);
+		if (room >= 3)
+			memcpy(d + ml, "...", 3);
+		if (path_off > ml)
+			path_off = ml + (room >= 3 ? 3 : 0);
+		if (text_off > path_off)
+			text_off = path_off;
+		ml += room >= 3 ? 3 : 0;
+		cut = true;
+	} else {
+		memcpy(d, m, ml);
+	}
+	d[ml] = 0;
+	memcpy(d + ml + 1, task, tl);
+	d[ml + 1 + tl] = 0;
+	memcpy(d + ml + 2 + tl, worker, wl);
+	d[ml + 2 + tl + wl] = 0;
+	h->kind = CGR_VALUE_ERROR;
+	h->code = code != 0 ? code : CGR_ETASK;
+	h->len = ml + tl + wl + 3;
+	h->ndim = 0;
+	h->err = (struct cgr__err_hdr){
+		execution,	      (uint32_t)(ml + 1),
+		(uint32_t)(ml + 2 + tl), (uint32_t)text_off,
+		(uint32_t)path_off,     hops,
+		cut,
+	};
+}
+
+/* The message's prefix naming origin o ("" without names): its length. */
+static size_t origin_prefix(char *buf, size_t len, const struct cgr__origin *o)
+{
+	int tl = (int)name_len(o->task), wl = (int)name_len(o->worker), n;
+	const char *what = o->what != NULL ? o->what : "task";
+	unsigned long long e = (unsigned long long)o->execution;
+
+	if (tl > 0 && wl > 0)
+		n = snprintf(buf, len, "%.32s %.*s on worker %.*s, execution "
+				       "%llu: ",
+			     what, tl, o->task, wl, o->worker, e);
+	else if (tl > 0)
+		n = snprintf(buf, len, "%.32s %.*s, execution %llu: ", what, tl,
+			     o->task, e);
+	else if (wl > 0)
+		n = snprintf(buf, len, "worker %.*s, execution %llu: ", wl,
+			     o->worker, e);
+	else
+		n = snprintf(buf, len, "%s", "");
+	return n < 0 ? 0 : (size_t)n < len ? (size_t)n : len - 1;
+}
+
+void cgr__error_store(struct cgr__slot_hdr *h, size_t cap, int code,
+		      const struct cgr__origin *o, const char *text)
+{
+	char m[ERR_MSG_MAX];
+	size_t n = origin_prefix(m, sizeof(m), o), tn;
+
+	tn = text != NULL ? strnlen(text, ERR_TEXT_MAX + 1) : 0;
+	if (tn > ERR_TEXT_MAX) {
+		memcpy(m + n, text, ERR_TEXT_MAX - 3);
+		memcpy(m + n + ERR_TEXT_MAX - 3, "...", 3);
+		tn = ERR_TEXT_MAX;
+	} else {
+		memcpy(m + n, text, tn);
+	}
+	err_write(h, cap, code, o->execution, o->task != NULL ? o->task : "",
+		  name_len(o->task), o->worker != NULL ? o->worker : "",
+		  name_len(o->worker), m, n + tn, n, n + tn, 0, false);
+}
+
 void cgr__value_store_error(struct cgr__slot_hdr *h, size_t cap, int code,
 			    const char *msg)
 {
-	char *d = cgr__slot_data(h);
-	size_t n = strlen(msg);
+	const struct cgr__origin none = { NULL, NULL, NULL, 0 };
 
-	if (n + 1 > cap)
-		n = cap - 1;
-	memcpy(d, msg, n);
-	d[n] = 0;
-	h->kind = CGR_VALUE_ERROR;
-	h->code = code != 0 ? code : CGR_ETASK;
-	h->len = n + 1;
-	h->ndim = 0;
+	cgr__error_store(h, cap, code, &none, msg);
+}
+
+/* The error value of slot eh, read: its message (ml bytes, at most
+ * ERR_MSG_MAX - 128, cut there with "..."), text and path offsets. */
+static size_t err_read(const struct cgr__slot_hdr *eh, char *m,
+		       size_t *text_off, size_t *path_off, bool *cut)
+{
+	const char *d = (const char *)eh + CGR__SLOT_HDR;
+	size_t ml = eh->err.task_off > 0 ? eh->err.task_off - 1 : 0;
+
+	*cut = eh->err.cut != 0;
+	*path_off = eh->err.path_off < ml ? eh->err.path_off : ml;
+	*text_off = eh->err.text_off < *path_off ? eh->err.text_off :
+						   *path_off;
+	if (ml > ERR_MSG_MAX - 128) {
+		ml = ERR_MSG_MAX - 131;
+		memcpy(m, d, ml);
+		memcpy(m + ml, "...", 3);
+		ml += 3;
+		*cut = true;
+		if (*path_off > ml)
+			*path_off = ml;
+		if (*text_off > *path_off)
+			*text_off = *path_off;
+		return ml;
+	}
+	memcpy(m, d, ml);
+	return ml;
+}
+
+void cgr__error_forward(struct cgr__slot_hdr *h, size_t cap,
+			const struct cgr__slot_hdr *eh, const char *hop)
+{
+	const char *d = (const char *)eh + CGR__SLOT_HDR;
+	const char *task = d + eh->err.task_off, *worker = d + eh->err.worker_off;
+	char m[ERR_MSG_MAX];
+	size_t text_off, path_off, ml;
+	uint32_t hops = eh->err.hops;
+	bool cut;
+	int n;
+
+	ml = err_read(eh, m, &text_off, &path_off, &cut);
+	if (hop != NULL && !cut) {
+		if (hops >= CGR_ERROR_MAX_HOPS) {
+			n = snprintf(m + ml, sizeof(m) - ml, ", ...");
+			cut = true;
+		} else {
+			n = snprintf(m + ml, sizeof(m) - ml, "%s%.*s",
+				     hops > 0 ? ", " : "; via ",
+				     CGR__ERR_NAME + 32, hop);
+			hops++;
+		}
+		if (n > 0)
+			ml += (size_t)n < sizeof(m) - ml ? (size_t)n :
+							   sizeof(m) - ml - 1;
+	}
+	err_write(h, cap, eh->code, eh->err.execution, task, name_len(task),
+		  worker, name_len(worker), m, ml, text_off, path_off, hops,
+		  cut);
+}
+
+void cgr__error_append(struct cgr__slot_hdr *h, size_t cap, const char *more)
+{
+	const char *d = cgr__slot_data(h);
+	char m[ERR_MSG_MAX], task[CGR__ERR_NAME], worker[CGR__ERR_NAME];
+	size_t text_off, path_off, ml, mn;
+	bool cut;
+
+	if (h->kind != CGR_VALUE_ERROR)
+		return;
+	snprintf(task, sizeof(task), "%s", d + h->err.task_off);
+	snprintf(worker, sizeof(worker), "%s", d + h->err.worker_off);
+	ml = err_read(h, m, &text_off, &path_off, &cut);
+	mn = strnlen(more, sizeof(m) - ml - 1);
+	memmove(m + path_off + mn, m + path_off, ml - path_off);
+	memcpy(m + path_off, more, mn);
+	err_write(h, cap, h->code, h->err.execution, task, strlen(task),
+		  worker, strlen(worker), m, ml + mn, text_off, path_off + mn,
+		  h->err.hops, cut);
 }
 
 /* Whether v is, or holds, a tensor in CUDA device memory. */
@@ -287,7 +517,12 @@ int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 	}
 	if (ret < 0) {
 		char msg[160];
-		if (ret == CGR_ETOOBIG)
+		if (ret == CGR_ETOOBIG && n == SIZE_MAX)
+			snprintf(msg, sizeof(msg),
+				 "value whose size overflows exceeds its "
+				 "%zu-byte buffer",
+				 cap);
+		else if (ret == CGR_ETOOBIG)
 			snprintf(msg, sizeof(msg),
 				 "value of %zu bytes exceeds its %zu-byte "
 				 "buffer",
@@ -308,8 +543,7 @@ int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 		break;
 	case CGR_VALUE_TENSOR: {
 		const DLTensor *t = &v->u.tensor;
-		const unsigned char *src =
-			(const unsigned char *)t->data + t->byte_offset;
+		const unsigned char *src = cgr__tensor_src(t);
 		h->ndim = t->ndim;
 		h->dt_code = t->dtype.code;
 		h->dt_bits = t->dtype.bits;
@@ -322,8 +556,9 @@ int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 		break;
 	}
 	case CGR_VALUE_ERROR:
-		h->code = v->code != 0 ? v->code : CGR_ETASK;
-		memcpy(d, v->u.error.msg != NULL ? v->u.error.msg : "", n);
+		cgr__value_store_error(h, cap, v->code,
+				       v->u.error.msg != NULL ? v->u.error.msg :
+								"");
 		break;
 	case CGR_VALUE_LIST:
 		cgr__list_store(h, v, true);
@@ -335,6 +570,34 @@ int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 		cgr__value_store_error(h, cap, ret,
 				       "the compute stream failed");
 	return ret;
+}
+
+/* The bytes the tensor in slot h (its rank checked) says it has, or
+ * UINT64_MAX if its shape is malformed or its size overflows: what its
+ * readers copy must be what the slot holds. */
+static uint64_t slot_tensor_len(const struct cgr__slot_hdr *h)
+{
+	DLTensor t;
+	int64_t shape[CGR_MAX_NDIM];
+	size_t n;
+
+	memset(&t, 0, sizeof(t));
+	memcpy(shape, h->shape, sizeof(shape));
+	t.ndim = h->ndim;
+	t.shape = shape;
+	t.dtype.bits = h->dt_bits;
+	t.dtype.lanes = h->dt_lanes;
+	if (t.dtype.bits == 0 || t.dtype.lanes == 0 ||
+	    ((size_t)t.dtype.bits * t.dtype.lanes) % 8 != 0)
+		return UINT64_MAX;
+	for (int i = 0; i < h->ndim; i++)
+		if (shape[i] < 0)
+			return UINT64_MAX;
+	n = cgr_tensor_nbytes(&t);
+	for (int i = 0; n == 0 && i < h->ndim; i++)
+		if (shape[i] == 0)
+			return 0; /* zero elements */
+	return n == 0 ? UINT64_MAX : n;
 }
 
 int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap)
@@ -350,11 +613,22 @@ int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap)
 		return 0;
 	case CGR_VALUE_TENSOR:
 		return h->ndim >= 0 && h->ndim <= CGR_MAX_NDIM &&
-				       h->dev_type == kDLCPU ?
+				       h->dev_type == kDLCPU &&
+				       slot_tensor_len(h) == h->len ?
 			       0 :
 			       -EPROTO;
-	case CGR_VALUE_ERROR:
-		return h->len > 0 && d[h->len - 1] == 0 ? 0 : -EPROTO;
+	case CGR_VALUE_ERROR: {
+		/* Three strings: the message (its text and path inside it),
+		 * the task and the worker, each ending where the next
+		 * starts. */
+		const struct cgr__err_hdr *e = &h->err;
+		if (h->len < 3 || d[h->len - 1] != 0 || e->task_off == 0 ||
+		    e->worker_off <= e->task_off || e->worker_off >= h->len ||
+		    d[e->task_off - 1] != 0 || d[e->worker_off - 1] != 0 ||
+		    e->text_off > e->path_off || e->path_off >= e->task_off)
+			return -EPROTO;
+		return 0;
+	}
 	default:
 		return -EPROTO;
 	}
@@ -405,10 +679,11 @@ static int list_relocate(struct cgr__slot_hdr *h, size_t cap, cgr_value *v,
 	const struct cgr__list_hdr *lh = (const void *)cgr__slot_data(h);
 	const cgr_value *items = (const cgr_value *)(lh + 1);
 	size_t n = (size_t)lh->n;
-	const int64_t(*shapes)[CGR_MAX_NDIM] = (const void *)(items + n);
+	const int64_t(*shapes)[CGR_MAX_NDIM];
 
 	if (n > CGR_MAX_LIST || cgr__list_data_off(n) > cap)
 		return -EPROTO;
+	shapes = (const void *)(items + n); /* n checked first */
 	for (size_t i = 0; i < n; i++)
 		if (item_relocate(h, cap, lh->base, &items[i], shapes[i],
 				  &view->items[i], view->shapes[i]) < 0)
@@ -436,6 +711,7 @@ void cgr__value_load_view(struct cgr__slot_hdr *h, size_t cap, cgr_value *v,
 		v->code = CGR_ECORRUPT;
 		v->u.error.msg = "a list from another process that does not "
 				 "lie inside its slot";
+		v->u.error.task = v->u.error.worker = "";
 	}
 }
 
@@ -470,6 +746,9 @@ void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v)
 		break;
 	case CGR_VALUE_ERROR:
 		v->u.error.msg = (const char *)d;
+		v->u.error.task = (const char *)d + h->err.task_off;
+		v->u.error.worker = (const char *)d + h->err.worker_off;
+		v->u.error.execution = h->err.execution;
 		break;
 	case CGR_VALUE_LIST: {
 		const struct cgr__list_hdr *lh = (const void *)d;
@@ -479,6 +758,7 @@ void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v)
 			v->code = CGR_EBADVALUE;
 			v->u.error.msg = "a list laid out in another process "
 					 "or memory, read without a view";
+			v->u.error.task = v->u.error.worker = "";
 			break;
 		}
 		v->u.list.n = (size_t)lh->n;
@@ -514,7 +794,7 @@ void cgr__value_store_ref(struct cgr__slot_hdr *h, const cgr_value *v)
 	const DLTensor *t = &v->u.tensor;
 
 	tensor_header(h, t, cgr_tensor_nbytes(t), kDLCUDA, t->device.device_id,
-		      (const unsigned char *)t->data + t->byte_offset);
+		      cgr__tensor_src(t));
 }
 
 /* Copies n bytes to device port p's memory now (-ENODEV without the
@@ -549,7 +829,7 @@ static int list_store_dev(const struct cgr__port *p, uint64_t seq,
 		size_t n;
 		if (v->u.list.items[i].kind != CGR_VALUE_TENSOR)
 			continue;
-		src = (const unsigned char *)t->data + t->byte_offset;
+		src = cgr__tensor_src(t);
 		n = cgr_tensor_nbytes(t);
 		if (n > 0 && src != dst)
 			ret = dev_copy(p, dst, src, n);
@@ -581,7 +861,7 @@ int cgr__value_store_port(const struct cgr__port *p, uint64_t seq,
 	ret = cgr__value_check(v, p->cap, &n);
 	if (ret < 0)
 		return cgr__value_store_on(h, p->cap, v, s); /* its error */
-	src = (const unsigned char *)t->data + t->byte_offset;
+	src = cgr__tensor_src(t);
 	tensor_header(h, t, n, kDLCUDA, p->dev, dst);
 	if (n == 0 || src == dst)
 		return 0; /* built in place: zero copy */

@@ -159,6 +159,10 @@ int cgr__comm_create_shared(cgr_ctx *ctx, cgr_worker *const *members,
  * says why), -EINVAL (a member owns no CUDA device), NCCL's failure. */
 int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,
 			  cgr_comm **out);
+/* NCCL result e by name (NULL: not a code of the nccl.h built against),
+ * and as cgr's code (any unknown one CGR_EDEVICE). */
+const char *cgr__nccl_result_name(int e);
+int cgr__nccl_map_result(int e);
 #endif
 
 #endif

@@ -37,12 +37,15 @@
  * a message naming the rank and NCCL's text, and a thread of its own
  * aborts every rank's NCCL communicator (ncclCommAbort; no call on a
  * rank's communicator runs meanwhile: each rank's calls hold its lock).
+ * A result code nccl.h does not have (a newer library's) is CGR_EDEVICE,
+ * its number and ncclGetErrorString's text in the message.
  * Destroy finalizes every rank (all at once, nonblocking) and destroys
  * them, unless the communicator failed: then only the aborts run.
  * ncclCommDestroy is never used on an error path.
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <link.h>
 #include <sched.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -53,13 +56,14 @@
 #include <nccl.h>
 
 #include "comm/comm.h"
+#include "comm/nccl_abi.h"
 
 #ifndef CGR_NCCL_LIBDIR
 #define CGR_NCCL_LIBDIR "/usr/local/cuda/lib64"
 #endif
 
-#define MIN_VERSION 21800     /* 2.18.0 */
-#define NATIVE_GSA 22803      /* 2.28.3: ncclGather, ncclScatter, AlltoAll */
+#define MIN_VERSION CGR__NCCL_MIN_VERSION
+#define NATIVE_GSA CGR__NCCL_NATIVE_GSA
 #define INIT_NS (30ll * 1000000000)
 #define OP_NS (60ll * 1000000000) /* an operation's default deadline */
 #define FINI_NS (10ll * 1000000000)
@@ -69,40 +73,11 @@
 struct cgr__ncclrt {
 	int version; /* ncclGetVersion's; 0: not loaded (why says why) */
 	char why[256];
-	ncclResult_t (*get_version)(int *);
-	ncclResult_t (*get_unique_id)(ncclUniqueId *);
-	ncclResult_t (*init_rank_config)(ncclComm_t *, int, ncclUniqueId, int,
-					 ncclConfig_t *);
-	ncclResult_t (*async_error)(ncclComm_t, ncclResult_t *);
-	ncclResult_t (*finalize)(ncclComm_t);
-	ncclResult_t (*destroy)(ncclComm_t);
-	ncclResult_t (*abort)(ncclComm_t);
-	ncclResult_t (*group_start)(void);
-	ncclResult_t (*group_end)(void);
-	ncclResult_t (*all_reduce)(const void *, void *, size_t, ncclDataType_t,
-				   ncclRedOp_t, ncclComm_t, cudaStream_t);
-	ncclResult_t (*all_gather)(const void *, void *, size_t, ncclDataType_t,
-				   ncclComm_t, cudaStream_t);
-	ncclResult_t (*reduce_scatter)(const void *, void *, size_t,
-				       ncclDataType_t, ncclRedOp_t, ncclComm_t,
-				       cudaStream_t);
-	ncclResult_t (*reduce)(const void *, void *, size_t, ncclDataType_t,
-			       ncclRedOp_t, int, ncclComm_t, cudaStream_t);
-	ncclResult_t (*broadcast)(const void *, void *, size_t, ncclDataType_t,
-				  int, ncclComm_t, cudaStream_t);
-	ncclResult_t (*send)(const void *, size_t, ncclDataType_t, int,
-			     ncclComm_t, cudaStream_t);
-	ncclResult_t (*recv)(void *, size_t, ncclDataType_t, int, ncclComm_t,
-			     cudaStream_t);
+#define FIELD(field, name, ret, args) ret(*field) args;
+	CGR__NCCL_CALLS(FIELD)
 	/* NULL before 2.28.3: grouped sends and receives instead */
-	ncclResult_t (*gather)(const void *, void *, size_t, ncclDataType_t,
-			       int, ncclComm_t, cudaStream_t);
-	ncclResult_t (*scatter)(const void *, void *, size_t, ncclDataType_t,
-				int, ncclComm_t, cudaStream_t);
-	ncclResult_t (*alltoall)(const void *, void *, size_t, ncclDataType_t,
-				 ncclComm_t, cudaStream_t);
-	const char *(*error_string)(ncclResult_t);
-	const char *(*last_error)(ncclComm_t);
+	CGR__NCCL_GSA_CALLS(FIELD)
+#undef FIELD
 };
 
 static int rt_resolve(struct cgr__ncclrt *rt, void *h)
@@ -116,24 +91,9 @@ static int rt_resolve(struct cgr__ncclrt *rt, void *h)
 			return -ENODEV;                                   \
 		}                                                         \
 	} while (0)
-	SYM(get_version, "ncclGetVersion");
-	SYM(get_unique_id, "ncclGetUniqueId");
-	SYM(init_rank_config, "ncclCommInitRankConfig");
-	SYM(async_error, "ncclCommGetAsyncError");
-	SYM(finalize, "ncclCommFinalize");
-	SYM(destroy, "ncclCommDestroy");
-	SYM(abort, "ncclCommAbort");
-	SYM(group_start, "ncclGroupStart");
-	SYM(group_end, "ncclGroupEnd");
-	SYM(all_reduce, "ncclAllReduce");
-	SYM(all_gather, "ncclAllGather");
-	SYM(reduce_scatter, "ncclReduceScatter");
-	SYM(reduce, "ncclReduce");
-	SYM(broadcast, "ncclBroadcast");
-	SYM(send, "ncclSend");
-	SYM(recv, "ncclRecv");
-	SYM(error_string, "ncclGetErrorString");
-	SYM(last_error, "ncclGetLastError");
+#define RESOLVE(field, name, ret, args) SYM(field, #name);
+	CGR__NCCL_CALLS(RESOLVE)
+#undef RESOLVE
 #undef SYM
 	return 0;
 }
@@ -179,14 +139,24 @@ static int rt_make(cgr_ctx *ctx, void **out)
 		return 0;
 	}
 	if (v >= NATIVE_GSA) {
-		*(void **)&rt->gather = dlsym(h, "ncclGather");
-		*(void **)&rt->scatter = dlsym(h, "ncclScatter");
-		*(void **)&rt->alltoall = dlsym(h, "ncclAlltoAll");
+#define OPTIONAL(field, name, ret, args) \
+	*(void **)&rt->field = dlsym(h, #name);
+		CGR__NCCL_GSA_CALLS(OPTIONAL)
+#undef OPTIONAL
 		if (rt->gather == NULL || rt->scatter == NULL ||
 		    rt->alltoall == NULL)
 			rt->gather = rt->scatter = NULL, rt->alltoall = NULL;
 	}
 	rt->version = v;
+	{
+		struct link_map *lm = NULL;
+		const char *path = ctx->nccl_path != NULL ? ctx->nccl_path :
+							     "libnccl.so.2";
+		if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL &&
+		    lm->l_name != NULL && *lm->l_name)
+			path = lm->l_name;
+		cgr__info(&ctx->log, "nccl: %s, version %d", path, v);
+	}
 	return 0;
 }
 
@@ -258,7 +228,31 @@ static const char *nccl_msg(const struct ncomm *c, int r, ncclResult_t e)
 	return last != NULL && *last ? last : c->rt->error_string(e);
 }
 
-static int map_err(ncclResult_t e)
+/*
+ * The result codes of nccl.h (2.28), by name; NULL for any other.  A
+ * newer NCCL may return codes the header cgr was built against does not
+ * have (2.29 added a timeout result, 8): those are treated as unknown,
+ * never as an index into anything.  tests/cuda-conformance compares this
+ * table with the header both ways.
+ */
+const char *cgr__nccl_result_name(int e)
+{
+	switch (e) {
+	case 0: return "ncclSuccess";
+	case 1: return "ncclUnhandledCudaError";
+	case 2: return "ncclSystemError";
+	case 3: return "ncclInternalError";
+	case 4: return "ncclInvalidArgument";
+	case 5: return "ncclInvalidUsage";
+	case 6: return "ncclRemoteError";
+	case 7: return "ncclInProgress";
+	default: return NULL;
+	}
+}
+
+/* NCCL's result as cgr's code: a known one by its meaning, any other
+ * (a newer library's) CGR_EDEVICE. */
+int cgr__nccl_map_result(int e)
 {
 	switch (e) {
 	case ncclSuccess:
@@ -270,9 +264,37 @@ static int map_err(ncclResult_t e)
 		return CGR_EDEVICE;
 	case ncclRemoteError:
 		return -EPIPE;
-	default:
+	case ncclSystemError:
+	case ncclInternalError:
 		return -EIO;
+	case ncclInProgress:
+		return -EAGAIN;
+	default:
+		return CGR_EDEVICE;
 	}
+}
+
+static int map_err(ncclResult_t e)
+{
+	return cgr__nccl_map_result((int)e);
+}
+
+/* A result for a message: its name (or "result"), number and NCCL's text
+ * for it, which a newer library has for codes cgr does not know. */
+struct restxt {
+	char s[192];
+};
+
+static struct restxt res_text(const struct cgr__ncclrt *rt, ncclResult_t e)
+{
+	struct restxt t;
+	const char *name = cgr__nccl_result_name((int)e);
+	const char *text = rt->error_string(e);
+
+	snprintf(t.s, sizeof(t.s), "%s %d, %s",
+		 name != NULL ? name : "unknown NCCL result", (int)e,
+		 text != NULL ? text : "no text");
+	return t;
 }
 
 /* Aborts every rank's NCCL communicator (a thread of its own). */
@@ -372,6 +394,10 @@ static int rank_failed(struct ncomm *c, int r)
 /*
  * Waits (polling, under the rank's lock) until rank r's communicator is
  * no longer ncclInProgress: 0, or the communicator failed (its code).
+ * A failure of the communicator from elsewhere (cgr_comm_abort, another
+ * rank's asynchronous error, a deadline) ends the wait at once: the
+ * aborter needs this rank's lock, and NCCL will never settle a
+ * communicator whose peers stopped.
  */
 static int settle(struct ncomm *c, int r, int64_t deadline,
 		  const char *what)
@@ -384,6 +410,8 @@ static int settle(struct ncomm *c, int r, int64_t deadline,
 	/* An enqueue settles within microseconds: poll, then yield the
 	 * core while polling, and only then nap (a nap costs tens of us). */
 	while (st == ncclInProgress) {
+		if (failed_code(c) != 0)
+			return rank_failed(c, r);
 		if (c->rt->async_error(rk->nc, &st) != ncclSuccess)
 			st = ncclInternalError;
 		if (st != ncclInProgress)
@@ -407,7 +435,7 @@ static int settle(struct ncomm *c, int r, int64_t deadline,
 	}
 	if (st != ncclSuccess) {
 		comm_fail(c, map_err(st), "%s on rank %d: %s (%s)", what, r,
-			  c->rt->error_string(st), nccl_msg(c, r, st));
+			  res_text(c->rt, st).s, nccl_msg(c, r, st));
 		return failed_code(c);
 	}
 	return 0;
@@ -444,7 +472,7 @@ static int init_ranks(struct ncomm *c)
 
 	if ((e = rt->get_unique_id(&id)) != ncclSuccess) {
 		cgr__warn(c->base.log, "nccl: ncclGetUniqueId: %s",
-			  rt->error_string(e));
+			  res_text(rt, e).s);
 		return map_err(e);
 	}
 	rt->group_start();
@@ -457,14 +485,14 @@ static int init_ranks(struct ncomm *c)
 			cgr__warn(c->base.log,
 				  "nccl: ncclCommInitRankConfig of rank %d: "
 				  "%s (%s)",
-				  r, rt->error_string(e), rt->last_error(NULL));
+				  r, res_text(rt, e).s, rt->last_error(NULL));
 			ret = map_err(e);
 		}
 	}
 	e = rt->group_end();
 	if (ret == 0 && e != ncclSuccess && e != ncclInProgress) {
 		cgr__warn(c->base.log, "nccl: initialisation: %s (%s)",
-			  rt->error_string(e), rt->last_error(NULL));
+			  res_text(rt, e).s, rt->last_error(NULL));
 		ret = map_err(e);
 	}
 	for (int r = 0; r < n && ret == 0; r++) {
@@ -538,7 +566,7 @@ static void finalize_ranks(struct ncomm *c)
 		pthread_mutex_unlock(&c->rk[r].lock);
 		if (e != ncclSuccess && e != ncclInProgress)
 			comm_fail(c, map_err(e), "ncclCommFinalize of rank %d: "
-				  "%s", r, c->rt->error_string(e));
+				  "%s", r, res_text(c->rt, e).s);
 	}
 	for (int r = 0; r < n && failed_code(c) == 0; r++) {
 		pthread_mutex_lock(&c->rk[r].lock);
@@ -710,7 +738,7 @@ static void check_async(struct ncomm *c, int r)
 		st = ncclInternalError;
 	if (st != ncclSuccess && st != ncclInProgress)
 		comm_fail(c, map_err(st), "rank %d: asynchronous error: %s (%s)",
-			  r, c->rt->error_string(st), nccl_msg(c, r, st));
+			  r, res_text(c->rt, st).s, nccl_msg(c, r, st));
 	pthread_mutex_unlock(&rk->lock);
 }
 
@@ -1119,7 +1147,7 @@ static int enqueue(struct ncomm *c, int r, struct gop *g, size_t n,
 		e = ge;
 	if (e != ncclSuccess && e != ncclInProgress)
 		comm_fail(c, map_err(e), "rank %d: enqueueing: %s (%s)", r,
-			  c->rt->error_string(e), nccl_msg(c, r, e));
+			  res_text(c->rt, e).s, nccl_msg(c, r, e));
 	else if (e == ncclInProgress)
 		settle(c, r, cgr__deadline(OP_NS), "enqueueing");
 	ret = failed_code(c);

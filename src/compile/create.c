@@ -210,7 +210,7 @@ static int create_device_ports(struct cgr_compiled *c)
 		void *m;
 		if (p->dev < 0)
 			continue;
-		ret = cgr__c_dalloc(c, p->dev, p->cap * p->nslots, &m);
+		ret = cgr__c_dalloc(c, p->dev, p->cap * p->nbufs, &m);
 		if (ret < 0)
 			return ret;
 		p->dmem = m;

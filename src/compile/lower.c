@@ -132,21 +132,62 @@ int cgr__lower_devices(struct cgr__cc *cc)
 /* ---- ports and channels --------------------------------------------- */
 
 /* A port; its slots in shared memory unless it is a constant (which
- * every process running the graph keeps for itself). */
+ * every process running the graph keeps for itself).  A graph output's
+ * port gets the spare buffers and the slot map (chan.h). */
 static int port_init(struct cgr_compiled *c, struct cgr__port *p,
 		     size_t want, uint32_t nslots, const char *name,
-		     bool shared)
+		     bool shared, bool output)
 {
-	size_t size = cgr__port_memsize(want, nslots);
+	uint32_t nbufs = output ? c->nbufs : nslots;
+	size_t size = cgr__port_memsize(want, nbufs);
 	void *mem = shared ? cgr__c_salloc(c, size) : cgr__c_alloc(c, size);
 
 	if (mem == NULL)
 		return -ENOMEM;
 	if (shared && cgr__c_attached(c))
-		cgr__port_attach(p, mem, want, nslots, name);
+		cgr__port_attach(p, mem, want, nslots, nbufs, name);
 	else
-		cgr__port_init(p, mem, want, nslots, name);
+		cgr__port_init(p, mem, want, nslots, nbufs, name);
+	if (output)
+		p->map = c->omap;
 	p->dev = CGR_DEVICE_NONE;
+	return 0;
+}
+
+/* The slot map of the graph's output ports (the identity to start with;
+ * the driver's, in shared memory) and which ports are outputs: out_node
+ * by node id, out_arg by argument. */
+static int output_map(struct cgr__cc *cc, bool *out_node, bool *out_arg)
+{
+	cgr_graph *g = cc->g;
+	struct cgr_compiled *c = cc->c;
+	uint32_t nspare = c->p.max_inflight;
+
+	c->nbufs = c->nslots;
+	c->held = cgr__c_alloc(c, nspare * sizeof(*c->held));
+	if (c->held == NULL)
+		return -ENOMEM;
+	if (g->noutputs == 0)
+		return 0;
+	c->omap = cgr__c_salloc(c, c->nslots * sizeof(uint32_t));
+	c->free_bufs = cgr__c_alloc(c, nspare * sizeof(uint32_t));
+	if (c->omap == NULL || c->free_bufs == NULL)
+		return -ENOMEM;
+	c->nbufs = c->nslots + nspare;
+	if (!cgr__c_attached(c))
+		for (uint32_t i = 0; i < c->nslots; i++)
+			c->omap[i] = i;
+	for (uint32_t k = 0; k < nspare; k++)
+		c->free_bufs[k] = c->nbufs - 1 - k;
+	c->nfree = nspare;
+	for (size_t i = 0; i < g->noutputs; i++) {
+		const cgr_node *n = g->outputs[i];
+		if (n->kind != CGR__NODE_INPUT)
+			out_node[n->id] = true;
+		else
+			out_arg[n->index == CGR_INPUT_ALL ? 0 : n->index] =
+				true;
+	}
 	return 0;
 }
 
@@ -193,6 +234,7 @@ static int make_ports(struct cgr__cc *cc)
 	cgr_graph *g = cc->g;
 	struct cgr_compiled *c = cc->c;
 	size_t nports = c->nargs;
+	bool *out_node, *out_arg;
 	unsigned pi;
 	int ret;
 
@@ -202,14 +244,19 @@ static int make_ports(struct cgr__cc *cc)
 	c->ports = cgr__c_alloc(c, (nports + 1) * sizeof(*c->ports));
 	cc->node_port = cgr__c_alloc(c, (g->nnodes + 1) * sizeof(unsigned));
 	c->arg_port = cgr__c_alloc(c, (c->nargs + 1) * sizeof(unsigned));
-	if (c->ports == NULL || cc->node_port == NULL || c->arg_port == NULL)
+	out_node = cgr__c_alloc(c, (g->nnodes + 1) * sizeof(bool));
+	out_arg = cgr__c_alloc(c, (c->nargs + 1) * sizeof(bool));
+	if (c->ports == NULL || cc->node_port == NULL || c->arg_port == NULL ||
+	    out_node == NULL || out_arg == NULL)
 		return -ENOMEM;
+	if ((ret = output_map(cc, out_node, out_arg)) < 0)
+		return ret;
 	c->nports = nports;
 	for (pi = 0; pi < c->nargs; pi++) {
 		char name[32];
 		snprintf(name, sizeof(name), "input[%u]", pi);
 		ret = port_init(c, &c->ports[pi], c->p.max_value_bytes,
-				c->nslots, name, true);
+				c->nslots, name, true, out_arg[pi]);
 		if (ret < 0)
 			return ret;
 		c->arg_port[pi] = pi;
@@ -224,7 +271,7 @@ static int make_ports(struct cgr__cc *cc)
 			struct cgr__slot_hdr *h = n->cdata;
 			ret = port_init(c, &c->ports[pi],
 					n->cdata_len - CGR__SLOT_HDR, 1, n->name,
-					false);
+					false, false);
 			/* Stored again (not copied): a list's tables
 			 * point into the slot that holds it. */
 			if (ret == 0) {
@@ -239,7 +286,7 @@ static int make_ports(struct cgr__cc *cc)
 					     n->task->max_out_bytes :
 					     c->p.max_value_bytes;
 			ret = port_init(c, &c->ports[pi], cap, c->nslots,
-					n->name, true);
+					n->name, true, out_node[n->id]);
 			/* Its device slots come at create (not when only
 			 * planning). */
 			c->ports[pi].dev = cc->node_dev[n->id];
@@ -336,7 +383,7 @@ static int make_driver(struct cgr__cc *cc)
 	c->nout = g->noutputs;
 	c->out_port = cgr__c_alloc(c, c->nout * sizeof(unsigned));
 	if (c->seg != NULL &&
-	    (c->out_views = cgr__c_alloc(c, c->nslots * c->nout *
+	    (c->out_views = cgr__c_alloc(c, c->nbufs * c->nout *
 						    sizeof(*c->out_views))) ==
 		    NULL)
 		return -ENOMEM;
@@ -526,13 +573,23 @@ static int lower_coll(struct pl *pl, struct cgr__task *t, int rank)
 	cr->root_port = t->edge ? cc->node_port[t->in[0]->id] : CGR__NO_PORT;
 	cr->in_ports = cgr__c_alloc(c, cr->k * sizeof(unsigned));
 	cr->out_ports = cgr__c_alloc(c, cr->k * sizeof(unsigned));
-	if (cr->in_ports == NULL || cr->out_ports == NULL)
+	cr->all_in_ports = cgr__c_alloc(c, (size_t)cr->n * cr->k *
+						   sizeof(unsigned));
+	if (cr->in_ports == NULL || cr->out_ports == NULL ||
+	    cr->all_in_ports == NULL)
 		return -ENOMEM;
 	for (size_t j = 0; j < cr->k; j++)
 		cr->in_ports[j] = cr->out_ports[j] = CGR__NO_PORT;
-	for (size_t a = 0; a < t->nin; a++)
+	for (size_t j = 0; j < (size_t)cr->n * cr->k; j++)
+		cr->all_in_ports[j] = CGR__NO_PORT;
+	for (size_t a = 0; a < t->nin; a++) {
+		int r = cgr__task_rank(t, cgr__in_worker(t, a));
+		if (r >= 0)
+			cr->all_in_ports[(size_t)r * cr->k + a % cr->k] =
+				cc->node_port[t->in[a]->id];
 		if (cgr__in_worker(t, a) == pl->w)
 			cr->in_ports[a % cr->k] = cc->node_port[t->in[a]->id];
+	}
 	for (size_t o = 0; o < t->nout; o++)
 		if (cgr__out_worker(t, o) == pl->w &&
 		    !(t->edge && (int)(o / cr->k) == t->cp.root))

@@ -120,6 +120,7 @@ struct cgr_task_ctx {
  * from the same agreement records (exec/coll.c). */
 struct cgr__verdict {
 	int err;
+	int from; /* the rank whose input is an error value, or -1 */
 	char msg[640];
 	struct cgr__agree out; /* the output's description */
 	size_t count;	       /* elements for the communicator call */
@@ -154,6 +155,9 @@ struct cgr__coll_rt {
 	struct cgr_task_ctx *swait;
 	unsigned root_port; /* edge: the producer's port (lists' host part) */
 	unsigned *in_ports;  /* k; CGR__NO_PORT: none on this member */
+	/* n * k: every member's in_ports (rank-major), where an error value
+	 * a member contributed is read (exec/coll.c) */
+	unsigned *all_in_ports;
 	unsigned *out_ports; /* k; CGR__NO_PORT: none on this member */
 	struct cgr__agree *mine; /* k records */
 	struct cgr__verdict *verdicts; /* k, buckets only */
@@ -349,8 +353,9 @@ struct cgr_compiled {
 	size_t *arg_nchans;
 	size_t nout;
 	unsigned *out_port; /* per output */
-	/* With process workers: per slot and output, where a list a worker
-	 * process laid out is relocated for the caller (NULL: none). */
+	/* With process workers: per output buffer and output, where a list
+	 * a worker process laid out is relocated for the caller (NULL:
+	 * none). */
 	struct cgr__list_view *out_views;
 	unsigned *drv_chans; /* distinct channels into the driver */
 	size_t ndrv_chans;
@@ -358,9 +363,23 @@ struct cgr_compiled {
 	uint32_t *drv_mult; /* per driver channel: outputs it serves */
 
 	uint64_t next_seq; /* next execution */
-	uint64_t oldest;   /* oldest not released */
+	uint32_t unreleased; /* executions not released: max_inflight */
 	uint32_t *arrived; /* per slot: outputs arrived */
 	uint8_t *released; /* per slot */
+	/* Held results (exec/driver.c): the output ports' slot map (shared
+	 * memory; chan.h), their buffers per port (nslots + max_inflight
+	 * with outputs), the spare buffers, and the executions older than
+	 * the slots that hold their outputs' buffers (at most max_inflight
+	 * - 1, in no order). */
+	uint32_t *omap;
+	uint32_t nbufs;
+	uint32_t *free_bufs;
+	uint32_t nfree;
+	struct cgr__held {
+		uint64_t seq;
+		uint32_t buf;
+	} *held;
+	uint32_t nheld;
 
 	/* What every thread (and process) running the graph shares. */
 	struct cgr__gctl *ctl;
@@ -379,7 +398,9 @@ struct cgr_compiled {
 	 * its readers must refuse, never trust, what they read. */
 	int debug_corrupt;
 #endif
-	bool torn_down;
+	/* Set once by teardown; the driver thread's calls (and one blocked
+	 * in another thread) read it. */
+	_Atomic bool torn_down;
 	int teardown_result;
 	struct cgr_compiled *next; /* ctx's list */
 
@@ -414,6 +435,13 @@ struct cgr_compiled {
 	struct cgr__device **ddevs;
 	size_t ndallocs, dallocs_cap;
 };
+
+/* Whether c was torn down (a driver call racing teardown sees it). */
+static inline bool cgr__torn_down(const struct cgr_compiled *c)
+{
+	/* T0: pairs with teardown's release. */
+	return atomic_load_explicit(&c->torn_down, memory_order_acquire);
+}
 
 /* Memory owned by c (64-byte aligned, zeroed), freed with it; NULL when
  * out of memory. */

@@ -96,8 +96,8 @@ void *cgr__c_salloc(struct cgr_compiled *c, size_t size)
 	if (s == NULL)
 		return cgr__c_alloc(c, size);
 	off = CGR__ALIGN_UP(s->used, 64);
-	end = off + CGR__ALIGN_UP(size, 64);
-	if (end < off || end > (s->attach ? s->total : SEG_RESERVE))
+	if (size > SEG_RESERVE || (end = off + CGR__ALIGN_UP(size, 64)) < off ||
+	    end > (s->attach ? s->total : SEG_RESERVE))
 		return NULL;
 	if (!s->attach && end > s->cap) {
 		size_t cap = s->cap ? s->cap : (size_t)1 << 20;

@@ -30,7 +30,7 @@ int cgr__compile_params(cgr_compile_params *p, const cgr_compile_params *in)
 		return -EINVAL;
 	if (p->max_value_bytes == 0)
 		p->max_value_bytes = CGR__DEF_VALUE_BYTES;
-	if (p->max_value_bytes > ((size_t)1 << 40))
+	if (p->max_value_bytes > CGR__MAX_VALUE_BYTES)
 		return -EINVAL;
 	if (p->max_value_bytes < CGR__MIN_VALUE_BYTES)
 		p->max_value_bytes = CGR__MIN_VALUE_BYTES;
@@ -65,7 +65,7 @@ static int check_worker(cgr_graph *g, struct cgr__task *t, cgr_worker *w)
 				       w->name,
 				       w->abandoned ? "abandoned" :
 						      "destroyed");
-	if (w->busy_with != NULL && !w->busy_with->torn_down)
+	if (w->busy_with != NULL && !cgr__torn_down(w->busy_with))
 		return cgr__graph_fail(g, -EBUSY,
 				       "%s %s: worker %s already serves "
 				       "another compiled graph",

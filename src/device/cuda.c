@@ -10,9 +10,14 @@
  * completed by a CPU thread, never by CUDA work, so this is allowed).
  *
  * The CUDA runtime is loaded when a context first uses a CUDA device
- * (dlopen of libcudart, or of cgr_ctx_params.cudart_path),
- * so libcgr.a links and runs without CUDA: a CUDA index then reports
- * -ENODEV and the context's log says why.
+ * (dlopen of cgr_ctx_params.cudart_path, else by soname, newest first:
+ * libcudart.so.13, then libcudart.so.12, from the loader's path and then
+ * the build's toolkit; never the unversioned libcudart.so, a development
+ * link that may name another major version), so libcgr.a links and runs
+ * without CUDA: a CUDA index then reports -ENODEV and the context's log
+ * says why.  The runtime must report (cudaRuntimeGetVersion) a 12.x or
+ * 13.x version: the calls cgr makes keep one ABI across both, except
+ * cudaPointerAttributes, which 13.0 made larger (device/cudart_abi.h).
  *
  * Not supported on CUDA streams: internal CALL work (the CPU communicator:
  * its operations block on their peers, and CUDA may run the host functions
@@ -27,10 +32,15 @@
  *
  * Errors: a CUDA error that leaves the context unusable (illegal address,
  * launch failure, ECC, ...) fails the device for good (sticky, as in
- * CUDA): every later call and pending wait returns CGR_EDEVICE.  A bad
- * argument is -EINVAL, out of memory -ENOMEM, anything else -EIO (logged).
+ * CUDA): every later call and pending wait returns CGR_EDEVICE.  Which
+ * errors are sticky is read from the doc comments of driver_types.h
+ * ("leaves the process in an inconsistent state", "must be terminated and
+ * relaunched"), checked against the header by tests/cuda-conformance.  A
+ * bad argument is -EINVAL, out of memory -ENOMEM, anything else -EIO
+ * (logged).
  */
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +49,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "device/cudart_abi.h"
 #include "device/device.h"
 #include "reactor/reactor.h"
 
@@ -51,29 +62,12 @@
  * (cgr_ctx_params.cudart_path). */
 struct cgr__cudart {
 	int ndev;	/* devices, or -ENODEV */
+	int version;	/* cudaRuntimeGetVersion's, or 0 */
 	char why[256];	/* why there is none */
-	cudaError_t (*get_device_count)(int *);
-	cudaError_t (*set_device)(int);
-	cudaError_t (*priority_range)(int *, int *);
-	cudaError_t (*stream_create)(cudaStream_t *, unsigned, int);
-	cudaError_t (*stream_destroy)(cudaStream_t);
-	cudaError_t (*stream_query)(cudaStream_t);
-	cudaError_t (*launch_host)(cudaStream_t, cudaHostFn_t, void *);
-	cudaError_t (*memcpy_async)(void *, const void *, size_t,
-				    enum cudaMemcpyKind, cudaStream_t);
-	cudaError_t (*event_create)(cudaEvent_t *, unsigned);
-	cudaError_t (*event_destroy)(cudaEvent_t);
-	cudaError_t (*event_record)(cudaEvent_t, cudaStream_t);
-	cudaError_t (*event_query)(cudaEvent_t);
-	cudaError_t (*stream_wait_event)(cudaStream_t, cudaEvent_t, unsigned);
-	cudaError_t (*pointer_attributes)(struct cudaPointerAttributes *,
-					  const void *);
-	const char *(*error_name)(cudaError_t);
-	const char *(*error_string)(cudaError_t);
-	cudaError_t (*malloc)(void **, size_t);
-	cudaError_t (*free)(void *);
-	cudaError_t (*memcpy)(void *, const void *, size_t,
-			      enum cudaMemcpyKind);
+	char path[192];	/* the library loaded */
+#define CGR__FIELD(field, name, ret, args) ret(*field) args;
+	CGR__CUDART_CALLS(CGR__FIELD)
+#undef CGR__FIELD
 };
 
 /* Resolves the table from handle h: 0, or -ENODEV with rt->why set. */
@@ -88,72 +82,85 @@ static int rt_resolve(struct cgr__cudart *rt, void *h)
 			return -ENODEV;                                    \
 		}                                                          \
 	} while (0)
-	CGR__SYM(get_device_count, "cudaGetDeviceCount");
-	CGR__SYM(set_device, "cudaSetDevice");
-	CGR__SYM(priority_range, "cudaDeviceGetStreamPriorityRange");
-	CGR__SYM(stream_create, "cudaStreamCreateWithPriority");
-	CGR__SYM(stream_destroy, "cudaStreamDestroy");
-	CGR__SYM(stream_query, "cudaStreamQuery");
-	CGR__SYM(launch_host, "cudaLaunchHostFunc");
-	CGR__SYM(memcpy_async, "cudaMemcpyAsync");
-	CGR__SYM(event_create, "cudaEventCreateWithFlags");
-	CGR__SYM(event_destroy, "cudaEventDestroy");
-	CGR__SYM(event_record, "cudaEventRecord");
-	CGR__SYM(event_query, "cudaEventQuery");
-	CGR__SYM(stream_wait_event, "cudaStreamWaitEvent");
-	CGR__SYM(pointer_attributes, "cudaPointerGetAttributes");
-	CGR__SYM(error_name, "cudaGetErrorName");
-	CGR__SYM(error_string, "cudaGetErrorString");
-	CGR__SYM(malloc, "cudaMalloc");
-	CGR__SYM(free, "cudaFree");
-	CGR__SYM(memcpy, "cudaMemcpy");
+#define CGR__RESOLVE(field, name, ret, args) CGR__SYM(field, #name);
+	CGR__CUDART_CALLS(CGR__RESOLVE)
+#undef CGR__RESOLVE
 #undef CGR__SYM
 	return 0;
 }
 
+/* The path of the library behind handle h, into buf. */
+static void rt_path(void *h, const char *asked, char *buf, size_t len)
+{
+	struct link_map *lm = NULL;
+
+	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL &&
+	    lm->l_name != NULL && *lm->l_name)
+		asked = lm->l_name;
+	snprintf(buf, len, "%s", asked);
+}
+
 /*
  * Loads the runtime for ctx: the library cgr_ctx_params.cudart_path
- * names, else the first of the usual names that loads.  A runtime that
- * cannot be loaded or reports no device is kept as such (ndev -ENODEV and
- * why), so the answer is given once per context.  The library stays
- * loaded for the life of the process: unloading libcudart under its own
- * exit handlers is not safe.
+ * names, else the newest soname that loads (see the comment at the top).
+ * A runtime that cannot be loaded, is of a version cgr does not know or
+ * reports no device is kept as such (ndev -ENODEV and why, with the
+ * runtime's own message), so the answer is given once per context.  The
+ * library stays loaded for the life of the process: unloading libcudart
+ * under its own exit handlers is not safe.
  */
 static int rt_make(cgr_ctx *ctx, void **out)
 {
 	static const char *const names[] = {
-		"libcudart.so", "libcudart.so.13", "libcudart.so.12",
-		CGR_CUDA_LIBDIR "/libcudart.so",
+		"libcudart.so.13", "libcudart.so.12",
+		CGR_CUDA_LIBDIR "/libcudart.so.13",
+		CGR_CUDA_LIBDIR "/libcudart.so.12",
 	};
 	struct cgr__cudart *rt = cgr__alloc(&ctx->arena, sizeof(*rt), 64);
+	const char *asked = ctx->cudart_path;
 	void *h = NULL;
-	int n = 0;
+	int n = 0, v = 0;
 	cudaError_t e;
 
 	if (rt == NULL)
 		return -ENOMEM;
+	memset(rt, 0, sizeof(*rt));
 	*out = rt;
 	rt->ndev = -ENODEV;
-	if (ctx->cudart_path != NULL)
-		h = dlopen(ctx->cudart_path, RTLD_NOW | RTLD_LOCAL);
+	if (asked != NULL)
+		h = dlopen(asked, RTLD_NOW | RTLD_LOCAL);
 	for (size_t i = 0; h == NULL && ctx->cudart_path == NULL &&
 			   i < sizeof(names) / sizeof(*names);
 	     i++)
-		h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+		h = dlopen(asked = names[i], RTLD_NOW | RTLD_LOCAL);
 	if (h == NULL) {
 		snprintf(rt->why, sizeof(rt->why),
 			 "the CUDA runtime (%s) could not be loaded",
-			 ctx->cudart_path != NULL ? ctx->cudart_path :
-						    "libcudart");
+			 ctx->cudart_path != NULL ?
+				 ctx->cudart_path :
+				 "libcudart.so.13 or libcudart.so.12");
 		return 0;
 	}
+	rt_path(h, asked, rt->path, sizeof(rt->path));
 	if (rt_resolve(rt, h) < 0)
 		return 0;
+	e = rt->runtime_version(&v);
+	if (e != cudaSuccess || v < CGR__CUDART_MIN || v >= CGR__CUDART_END) {
+		snprintf(rt->why, sizeof(rt->why),
+			 "%s reports runtime version %d; cgr knows %d.x to "
+			 "%d.x", rt->path, v, CGR__CUDART_MIN / 1000,
+			 CGR__CUDART_END / 1000 - 1);
+		return 0;
+	}
+	rt->version = v;
+	cgr__info(&ctx->log, "cuda: runtime %s, version %d.%d", rt->path,
+		  v / 1000, v % 1000 / 10);
 	e = rt->get_device_count(&n);
 	if (e != cudaSuccess) {
 		snprintf(rt->why, sizeof(rt->why),
-			 "cudaGetDeviceCount: %s (%s)", rt->error_name(e),
-			 rt->error_string(e));
+			 "cudaGetDeviceCount: error %d %s (%s) [%s %d.%d]",
+			 (int)e, rt->error_name(e), rt->error_string(e),
+			 rt->path, v / 1000, v % 1000 / 10);
 		return 0;
 	}
 	rt->ndev = n;
@@ -170,23 +177,34 @@ static const struct cgr__cudart *cgr__rt_of(const struct cgr__device *dev)
 	return dev->rt;
 }
 
-/* Whether err leaves the CUDA context unusable (CUDA's sticky errors). */
-static bool cgr__cu_sticky(cudaError_t err)
+/*
+ * Whether err leaves the CUDA context unusable (CUDA's sticky errors):
+ * every code whose doc comment in driver_types.h (CUDA 13.0) says the
+ * process is left in an inconsistent state or must be relaunched, and a
+ * few more that cgr treats as the end of the device (ECC, a destroyed
+ * context, devices unavailable, unknown).  tests/cuda-conformance reads
+ * the header and checks this list against it.
+ */
+bool cgr__cuda_sticky(int err)
 {
 	switch (err) {
-	case cudaErrorIllegalAddress:
-	case cudaErrorLaunchFailure:
-	case cudaErrorLaunchTimeout:
-	case cudaErrorHardwareStackError:
-	case cudaErrorIllegalInstruction:
-	case cudaErrorMisalignedAddress:
-	case cudaErrorInvalidAddressSpace:
-	case cudaErrorInvalidPc:
-	case cudaErrorECCUncorrectable:
-	case cudaErrorAssert:
-	case cudaErrorContextIsDestroyed:
-	case cudaErrorDevicesUnavailable:
-	case cudaErrorUnknown:
+	case 214: /* cudaErrorECCUncorrectable */
+	case 226: /* cudaErrorContained */
+	case 46:  /* cudaErrorDevicesUnavailable */
+	case 700: /* cudaErrorIllegalAddress */
+	case 702: /* cudaErrorLaunchTimeout */
+	case 709: /* cudaErrorContextIsDestroyed */
+	case 710: /* cudaErrorAssert */
+	case 714: /* cudaErrorHardwareStackError */
+	case 715: /* cudaErrorIllegalInstruction */
+	case 716: /* cudaErrorMisalignedAddress */
+	case 717: /* cudaErrorInvalidAddressSpace */
+	case 718: /* cudaErrorInvalidPc */
+	case 719: /* cudaErrorLaunchFailure */
+	case 721: /* cudaErrorTensorMemoryLeak */
+	case 810: /* cudaErrorMpsClientTerminated */
+	case 911: /* cudaErrorExternalDevice */
+	case 999: /* cudaErrorUnknown */
 		return true;
 	default:
 		return false;
@@ -210,10 +228,10 @@ static int cgr__cu_ret(struct cgr__device *dev, cudaError_t err,
 	default:
 		break;
 	}
-	snprintf(why, sizeof(why), "%s: %s (%s)", what,
+	snprintf(why, sizeof(why), "%s: error %d %s (%s)", what, (int)err,
 		 cgr__rt_of(dev)->error_name(err),
 		 cgr__rt_of(dev)->error_string(err));
-	if (cgr__cu_sticky(err)) {
+	if (cgr__cuda_sticky(err)) {
 		cgr__device_fail(dev, CGR_EDEVICE, why);
 		return CGR_EDEVICE;
 	}
@@ -347,9 +365,11 @@ static void CUDART_CB cgr__cuda_waitf(void *arg)
 /* Whether p is host memory CUDA does not know (malloc'd, stack). */
 static bool cgr__cu_plain_host(const struct cgr__cudart *rt, const void *p)
 {
-	struct cudaPointerAttributes a;
+	struct cgr__cu_ptr_attr a;
 
-	if (rt->pointer_attributes(&a, p) != cudaSuccess)
+	memset(&a, 0, sizeof(a));
+	if (rt->pointer_attributes((struct cudaPointerAttributes *)(void *)&a,
+				   p) != cudaSuccess)
 		return true; /* older runtimes: unregistered host memory */
 	return a.type == cudaMemoryTypeUnregistered;
 }

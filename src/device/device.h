@@ -394,6 +394,8 @@ int cgr__cuda_memcpy(struct cgr__device *dev, void *dst, const void *src,
 		     size_t n);
 /* Whether CUDA knows p as device (or managed, or registered) memory. */
 bool cgr__cuda_is_device_ptr(struct cgr__device *dev, const void *p);
+/* Whether CUDA error err is sticky (the context is unusable for good). */
+bool cgr__cuda_sticky(int err);
 #endif
 
 #endif

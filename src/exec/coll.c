@@ -9,15 +9,25 @@
  * (naming the ranks and what differed), or the communicator call, with
  * counts and output shapes derived identically everywhere.  Nobody can be
  * left waiting inside the communicator for a member that decided
- * otherwise.  With static shapes only the first execution agrees; later
- * a member that changed its shape still takes part with its real count,
- * so the CPU communicator's own check fails every member.  NCCL checks
- * nothing (different counts hang or corrupt), so there every member
- * takes part with the agreed count, one whose input changed sending from
- * a scratch buffer, and posts its description anyway: once the data
- * moved, every member collects all of them and reaches the same late
- * verdict (a change or an error value anywhere fails every member's
+ * otherwise.  With static shapes only the first execution that agrees
+ * without an error agrees; later a member that changed its shape still
+ * takes part with its real count, so the CPU communicator's own check
+ * fails every member, and a member whose input is an error value
+ * poisons the operation (every member fails with CGR_ETASK).  NCCL
+ * checks nothing (different counts hang or corrupt), so there every
+ * member takes part with the agreed count, one whose input changed
+ * sending from a scratch buffer, and posts its description anyway: once
+ * the data moved, every member collects all of them and reaches the same
+ * late verdict (a change or an error value anywhere fails every member's
  * outputs, naming the rank).  The post costs no wait before the launch.
+ *
+ * Error values keep their origin: a member's error value is not retold
+ * from its description (which holds a cut copy) but read from that
+ * member's input slot, once every member described its input (after the
+ * agreement, or the communicator's), and forwarded whole, this
+ * collective added to its path.  What the collective itself finds wrong
+ * (a mismatch, its communicator failing) arises here: the collective,
+ * on this member, is the origin.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -96,10 +106,10 @@ static bool has_input(int kind, int rank, int root)
 
 #define D(r) (all[(size_t)(r) * stride])
 
-/* The inputs' verdict: an error value at some member, a member without a
- * tensor, or a mismatch (v->err set), else the reference description. */
+/* The inputs' verdict: an error value at some member (v->from: the
+ * lowest such rank), a member without a tensor, or a mismatch (v->err
+ * set), else the reference description. */
 static const struct cgr__agree *judge_inputs(const struct cgr__coll_rt *cr,
-					     const char *pre,
 					     const struct cgr__agree *all,
 					     size_t stride,
 					     struct cgr__verdict *v)
@@ -110,9 +120,10 @@ static const struct cgr__agree *judge_inputs(const struct cgr__coll_rt *cr,
 	for (int r = 0; r < cr->n; r++)
 		if (D(r).kind == CGR_VALUE_ERROR) {
 			v->err = D(r).code ? D(r).code : CGR_ETASK;
+			v->from = r;
 			snprintf(v->msg, sizeof(v->msg),
-				 "%s: rank %d contributed an error value: %s",
-				 pre, r, D(r).msg);
+				 "rank %d contributed an error value: %s", r,
+				 D(r).msg);
 			return NULL;
 		}
 	for (int r = 0; r < cr->n; r++) {
@@ -123,9 +134,9 @@ static const struct cgr__agree *judge_inputs(const struct cgr__coll_rt *cr,
 		    D(r).dtype < 0) {
 			v->err = CGR_EBADVALUE;
 			snprintf(v->msg, sizeof(v->msg),
-				 "%s: rank %d has no tensor of a supported "
-				 "dtype (value kind %d)",
-				 pre, r, D(r).kind);
+				 "rank %d has no tensor of a supported dtype "
+				 "(value kind %d)",
+				 r, D(r).kind);
 			return NULL;
 		}
 		if (ref == NULL) {
@@ -138,9 +149,7 @@ static const struct cgr__agree *judge_inputs(const struct cgr__coll_rt *cr,
 			fmt_shape(sb, sizeof(sb), &D(r));
 			v->err = CGR_EMISMATCH;
 			snprintf(v->msg, sizeof(v->msg),
-				 "%s: %s mismatch: rank %d has %s, rank %d "
-				 "has %s",
-				 pre,
+				 "%s mismatch: rank %d has %s, rank %d has %s",
 				 ref->dtype != D(r).dtype ? "dtype" : "shape",
 				 r0, sa, r, sb);
 			return NULL;
@@ -153,7 +162,7 @@ static const struct cgr__agree *judge_inputs(const struct cgr__coll_rt *cr,
 
 /* The output's shape, the count of the communicator call and the bytes,
  * from the agreed input ref (v->err set if it cannot be). */
-static void judge_output(const struct cgr__coll_rt *cr, const char *pre,
+static void judge_output(const struct cgr__coll_rt *cr,
 			 const struct cgr__agree *ref, size_t cap,
 			 struct cgr__verdict *v)
 {
@@ -178,10 +187,9 @@ static void judge_output(const struct cgr__coll_rt *cr, const char *pre,
 		if (ref->ndim == 0 || ref->shape[0] % n != 0) {
 			v->err = -EINVAL;
 			snprintf(v->msg, sizeof(v->msg),
-				 "%s: dimension 0 (%lld) does not divide by "
-				 "%d ranks",
-				 pre, ref->ndim ? (long long)ref->shape[0] : 0LL,
-				 n);
+				 "dimension 0 (%lld) does not divide by %d "
+				 "ranks",
+				 ref->ndim ? (long long)ref->shape[0] : 0LL, n);
 			return;
 		}
 		v->count = nelem / (size_t)n;
@@ -193,9 +201,9 @@ static void judge_output(const struct cgr__coll_rt *cr, const char *pre,
 	if (v->out_bytes > cap) {
 		v->err = CGR_ETOOBIG;
 		snprintf(v->msg, sizeof(v->msg),
-			 "%s: result of %zu bytes exceeds the %zu-byte output "
+			 "result of %zu bytes exceeds the %zu-byte output "
 			 "buffer (set max_out_bytes)",
-			 pre, v->out_bytes, cap);
+			 v->out_bytes, cap);
 	}
 }
 
@@ -204,36 +212,93 @@ static void judge_output(const struct cgr__coll_rt *cr, const char *pre,
  * every stride records).  cap is the data capacity of the collective's
  * output buffers.
  */
-static void judge(const struct cgr__coll_rt *cr, uint64_t seq,
-		  const struct cgr__agree *all, size_t stride, size_t cap,
-		  struct cgr__verdict *v)
+static void judge(const struct cgr__coll_rt *cr, const struct cgr__agree *all,
+		  size_t stride, size_t cap, struct cgr__verdict *v)
 {
 	const struct cgr__agree *ref;
-	char pre[120];
 
 	memset(v, 0, sizeof(*v));
-	snprintf(pre, sizeof(pre), "%s %s (execution %llu)",
-		 cgr__coll_kind_name(cr->kind), cr->name,
-		 (unsigned long long)seq);
-	ref = judge_inputs(cr, pre, all, stride, v);
+	v->from = -1;
+	ref = judge_inputs(cr, all, stride, v);
 	if (ref != NULL)
-		judge_output(cr, pre, ref, cap, v);
+		judge_output(cr, ref, cap, v);
 }
 
 /* ---- running ------------------------------------------------------ */
 
-/* Every output of this member for execution seq becomes an error value. */
+/* Every output of this member for execution seq becomes an error value
+ * arising here (the collective is its origin): err, msg. */
 static void coll_fail(struct cgr__coll_rt *cr, uint64_t seq, int err,
 		      const char *msg)
 {
+	const struct cgr__origin o = { cgr__coll_kind_name(cr->kind), cr->name,
+				       cr->w->name, seq };
+
 	for (size_t j = 0; j < cr->k; j++) {
 		struct cgr__port *p;
 		if (cr->out_ports[j] == CGR__NO_PORT)
 			continue;
 		p = &cr->c->ports[cr->out_ports[j]];
-		cgr__value_store_error(cgr__port_slot(p, seq), p->cap, err,
-				       msg);
+		cgr__error_store(cgr__port_slot(p, seq), p->cap, err, &o, msg);
 	}
+}
+
+/* The slot of rank's input j for execution seq if it holds an error value
+ * that loads safely (another process may have written it), else NULL.
+ * Called once every member described its inputs (the agreement, or the
+ * communicator's own): the slot is complete. */
+static struct cgr__slot_hdr *error_input(const struct cgr__coll_rt *cr,
+					 uint64_t seq, int rank, size_t j)
+{
+	unsigned pi = cr->all_in_ports[(size_t)rank * cr->k + j];
+	const struct cgr__port *p;
+	struct cgr__slot_hdr *h;
+
+	if (pi == CGR__NO_PORT)
+		return NULL;
+	p = &cr->c->ports[pi];
+	h = cgr__port_slot(p, seq);
+	if (h->kind != CGR_VALUE_ERROR ||
+	    (cr->c->seg != NULL && cgr__slot_check(h, p->cap) < 0))
+		return NULL;
+	return h;
+}
+
+/* Rank `from` contributed an error value as its input j: it reaches every
+ * output of this member, its origin kept, this collective added to its
+ * path.  Without one there (an error only its description shows, such as
+ * bytes on NCCL) the collective is the origin: err, msg. */
+static void coll_forward(struct cgr__coll_rt *cr, uint64_t seq, int from,
+			 size_t j, int err, const char *msg)
+{
+	struct cgr__slot_hdr *eh = error_input(cr, seq, from, j);
+	char hop[CGR__ERR_NAME + 24];
+
+	if (eh == NULL) {
+		coll_fail(cr, seq, err, msg);
+		return;
+	}
+	snprintf(hop, sizeof(hop), "%s %s", cgr__coll_kind_name(cr->kind),
+		 cr->name);
+	for (size_t q = 0; q < cr->k; q++) {
+		struct cgr__port *p;
+		if (cr->out_ports[q] == CGR__NO_PORT)
+			continue;
+		p = &cr->c->ports[cr->out_ports[q]];
+		cgr__error_forward(cgr__port_slot(p, seq), p->cap, eh, hop);
+	}
+}
+
+/* A verdict that fails: forwarded from the rank that contributed an error
+ * value to input j, or arising here. */
+static void verdict_fail(struct cgr__coll_rt *cr, uint64_t seq,
+			 const struct cgr__verdict *v, size_t j,
+			 const char *msg)
+{
+	if (v->from >= 0)
+		coll_forward(cr, seq, v->from, j, v->err, msg);
+	else
+		coll_fail(cr, seq, v->err, msg);
 }
 
 /* The communicator failed on this member: its outputs name why.  On
@@ -242,13 +307,9 @@ static void coll_fail(struct cgr__coll_rt *cr, uint64_t seq, int err,
 static void comm_fail(struct cgr__coll_rt *cr, uint64_t seq, int ret)
 {
 	const char *why = cgr_comm_errmsg(cr->comm, cr->rank);
-	char msg[700];
 
-	snprintf(msg, sizeof(msg), "%s %s (execution %llu): %s",
-		 cgr__coll_kind_name(cr->kind), cr->name,
-		 (unsigned long long)seq,
-		 why != NULL && *why ? why : cgr_strerror(ret));
-	coll_fail(cr, seq, cr->nccl ? CGR_EDEVICE : ret, msg);
+	coll_fail(cr, seq, cr->nccl ? CGR_EDEVICE : ret,
+		  why != NULL && *why ? why : cgr_strerror(ret));
 }
 
 /* Posts this member's k descriptions (cr->mine) and waits for everybody's
@@ -430,7 +491,7 @@ static int bucket_judge(struct cgr__coll_rt *cr, uint64_t seq, size_t *total)
 
 	*total = 0;
 	for (size_t j = 0; j < cr->k; j++) {
-		judge(cr, seq, cr->cached + j, cr->k, cr->cap, &v[j]);
+		judge(cr, cr->cached + j, cr->k, cr->cap, &v[j]);
 		if (v[j].err == 0 && v[j].out.dtype != v[0].out.dtype) {
 			v[j].err = -EINVAL;
 			snprintf(v[j].msg, sizeof(v[j].msg),
@@ -442,7 +503,7 @@ static int bucket_judge(struct cgr__coll_rt *cr, uint64_t seq, size_t *total)
 		if (v[j].err != 0) {
 			snprintf(msg, sizeof(msg), "tensor %zu of %zu: %s", j,
 				 cr->k, v[j].msg);
-			coll_fail(cr, seq, v[j].err, msg);
+			verdict_fail(cr, seq, &v[j], j, msg);
 			return 1;
 		}
 		*total += v[j].count;
@@ -522,10 +583,8 @@ static void list_too_big(struct cgr__coll_rt *cr, uint64_t seq, uint64_t len)
 	char msg[400];
 
 	snprintf(msg, sizeof(msg),
-		 "broadcast %s (execution %llu): list of %llu bytes exceeds "
-		 "the %zu-byte buffer",
-		 cr->name, (unsigned long long)seq, (unsigned long long)len,
-		 cr->cap);
+		 "list of %llu bytes exceeds the %zu-byte buffer",
+		 (unsigned long long)len, cr->cap);
 	coll_fail(cr, seq, CGR_ETOOBIG, msg);
 }
 
@@ -672,7 +731,7 @@ static void run_list_nccl(struct cgr__coll_rt *cr, uint64_t seq)
 static size_t changed_count(const struct cgr__coll_rt *cr, size_t agreed)
 {
 	const struct cgr__agree *mine = cr->mine;
-	size_t ne = mine->kind == CGR_VALUE_ERROR ? 0 : 1;
+	size_t ne = 1;
 
 	for (int i = 0; i < mine->ndim; i++)
 		ne *= (size_t)mine->shape[i];
@@ -689,23 +748,35 @@ static void static_changed(struct cgr__coll_rt *cr, uint64_t seq, int rank,
 {
 	char msg[500], sa[120], sb[120];
 
-	fmt_shape(sa, sizeof(sa), &cr->cached[rank]);
 	if (a->kind == CGR_VALUE_ERROR) {
 		snprintf(msg, sizeof(msg),
-			 "%s %s (execution %llu): rank %d contributed an "
-			 "error value: %s",
-			 cgr__coll_kind_name(cr->kind), cr->name,
-			 (unsigned long long)seq, rank, a->msg);
-		coll_fail(cr, seq, a->code ? a->code : CGR_ETASK, msg);
+			 "rank %d contributed an error value: %s", rank,
+			 a->msg);
+		coll_forward(cr, seq, rank, 0, a->code ? a->code : CGR_ETASK,
+			     msg);
 		return;
 	}
+	fmt_shape(sa, sizeof(sa), &cr->cached[rank]);
 	fmt_shape(sb, sizeof(sb), a);
 	snprintf(msg, sizeof(msg),
-		 "%s %s (execution %llu): rank %d changed its static shape "
-		 "from %s to %s",
-		 cgr__coll_kind_name(cr->kind), cr->name,
-		 (unsigned long long)seq, rank, sa, sb);
+		 "rank %d changed its static shape from %s to %s", rank, sa,
+		 sb);
 	coll_fail(cr, seq, CGR_EMISMATCH, msg);
+}
+
+/* Static shapes on the CPU communicator: a member whose input is an
+ * error value poisoned the operation (CGR_ETASK on every member, once
+ * every member posted its operation: every input is in).  The lowest
+ * such rank's error value reaches every output.  Whether one was found. */
+static bool static_error(struct cgr__coll_rt *cr, uint64_t seq)
+{
+	for (int r = 0; r < cr->n; r++)
+		if (has_input(cr->kind, r, cr->root) &&
+		    error_input(cr, seq, r, 0) != NULL) {
+			coll_forward(cr, seq, r, 0, CGR_ETASK, "");
+			return true;
+		}
+	return false;
 }
 
 void cgr__coll_late_verdict(struct cgr__coll_rt *cr, uint64_t seq,
@@ -735,16 +806,19 @@ static void single_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 	size_t count;
 	int ret;
 
-	/* Static shapes: the first agreement holds for everybody; only
-	 * this member's own change is visible here. */
+	/* Static shapes: the first agreement that succeeded holds for
+	 * everybody; only this member's own change is visible here. */
 	if (!agreed)
 		changed = !same_shape(cr->mine, &cr->cached[cr->rank]) ||
 			  cr->mine->kind == CGR_VALUE_ERROR;
-	judge(cr, seq, cr->cached, 1, cr->cap, &v);
+	judge(cr, cr->cached, 1, cr->cap, &v);
 	if (v.err != 0) {
-		coll_fail(cr, seq, v.err, v.msg);
+		verdict_fail(cr, seq, &v, 0, v.msg);
 		return;
 	}
+	/* Every member reached this verdict: the shapes to keep. */
+	if (agreed)
+		cr->have_cached = true;
 	count = v.count;
 	if (changed && !cr->nccl && has_input(cr->kind, cr->rank, cr->root))
 		count = changed_count(cr, v.count);
@@ -757,7 +831,16 @@ static void single_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 		dst = cgr__port_data(op, seq);
 	}
 	coll_desc(cr, src, dst, count, (cgr_dtype)v.out.dtype, &d);
+	if (changed && !cr->nccl && cr->mine->kind == CGR_VALUE_ERROR) {
+		/* An error value here: the operation fails on every member
+		 * (CGR_ETASK), which then find it. */
+		d.count = 0;
+		d.poison = CGR_ETASK;
+		d.poison_msg = "its input is an error value";
+	}
 	ret = coll_call(cr, seq, &d);
+	if (ret == CGR_ETASK && !agreed && !cr->nccl && static_error(cr, seq))
+		return;
 	if (ret == 0 && changed && !cr->nccl)
 		static_changed(cr, seq, cr->rank, cr->mine);
 	else if (ret < 0)
@@ -768,8 +851,6 @@ static void single_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 
 void cgr__coll_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 {
-	if (agreed)
-		cr->have_cached = true;
 	if (cr->k > 1) {
 		bucket_move(cr, seq);
 		return;
@@ -833,17 +914,11 @@ int cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
 		  struct cgr_reactor *r)
 {
 	bool agreed = false;
-	char msg[200];
 
 	cgr__coll_describe(cr, seq);
 	if (cgr__coll_needs_agree(cr)) {
 		if (agree(cr, seq, r) < 0) {
-			snprintf(msg, sizeof(msg),
-				 "%s %s (execution %llu): the graph was torn "
-				 "down",
-				 cgr__coll_kind_name(cr->kind), cr->name,
-				 (unsigned long long)seq);
-			coll_fail(cr, seq, -ECANCELED, msg);
+			coll_fail(cr, seq, -ECANCELED, "the graph was torn down");
 			return -ECANCELED;
 		}
 		agreed = true;

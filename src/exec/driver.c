@@ -5,10 +5,21 @@
  * execution's slots), teardown and destroy.
  *
  * Execution seq uses slot seq % nslots of every port.  The driver admits
- * at most max_inflight unreleased executions and nslots >= max_inflight, so
- * a slot is reused only after its previous execution was released, and by
- * then every task of that execution has finished with it (every task has a
- * path to an output, and an output arrives only after its producers ran).
+ * an execution while fewer than max_inflight are unreleased, and nslots >=
+ * max_inflight.  So when execution seq reuses a slot, execution seq -
+ * nslots has all its outputs in: else the nslots - 1 executions after it
+ * would have none in either (each output's writer runs executions in
+ * order, and its channel is FIFO), none released (release waits for the
+ * outputs), and nslots would be unreleased.  Every task of an execution
+ * whose outputs are in has finished with its slots (every task has a path
+ * to an output, and an output arrives only after its producers ran).
+ *
+ * The caller may keep the results of an execution as long as it likes: if
+ * seq - nslots is unreleased when seq needs its slot, the driver holds
+ * its output buffers aside (c->held) and gives the slot spare ones from
+ * c->free_bufs through the output ports' slot map (chan.h), before it
+ * admits seq.  At most max_inflight - 1 executions are held that way, so
+ * max_inflight spares per output port always suffice.
  */
 #include <errno.h>
 #include <sched.h>
@@ -106,6 +117,30 @@ static inline uint32_t cgr__dead(const cgr_compiled *c)
 	return atomic_load_explicit(&c->ctl->dead, memory_order_acquire);
 }
 
+static void cgr__drain(cgr_compiled *c);
+
+/* Execution prev (unreleased) gives its slot to prev + nslots: its
+ * outputs' buffers are held aside, the slot gets spare ones.  0, or why
+ * not (its outputs are not all in: only when a worker process died). */
+static int cgr__hold(cgr_compiled *c, uint64_t prev)
+{
+	uint32_t slot = cgr__slot(c, prev);
+
+	cgr__drain(c);
+	if (c->arrived[slot] < c->nout)
+		return cgr__dead(c) ? CGR_EPEERDEAD : CGR_ECAPACITY;
+	if (c->omap != NULL && c->nfree == 0)
+		return CGR_ECAPACITY; /* cannot be: max_inflight spares */
+	c->held[c->nheld].seq = prev;
+	c->held[c->nheld].buf = 0;
+	if (c->omap != NULL) {
+		c->held[c->nheld].buf = c->omap[slot];
+		c->omap[slot] = c->free_bufs[--c->nfree];
+	}
+	c->nheld++;
+	return 0;
+}
+
 int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 		cgr_ref *out)
 {
@@ -115,8 +150,10 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 
 	if (c == NULL || out == NULL || (nargs > 0 && args == NULL))
 		return -EINVAL;
-	if (c->torn_down)
+	if (cgr__torn_down(c))
 		return CGR_ECLOSED;
+	if (cgr__running_graph == c)
+		return -EDEADLK;
 	/* G1: a worker's device failed (exec/failure.c; the log says). */
 	if (atomic_load_explicit(&c->ctl->gone, memory_order_acquire) != 0)
 		return CGR_EWORKERGONE;
@@ -124,7 +161,7 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 		return CGR_EPEERDEAD;
 	if (nargs != c->nargs)
 		return CGR_ENARGS;
-	if (c->next_seq - c->oldest >= c->p.max_inflight)
+	if (c->unreleased >= c->p.max_inflight)
 		return CGR_ECAPACITY;
 	for (size_t a = 0; a < nargs; a++) {
 		ret = cgr__value_check(&args[a], c->ports[c->arg_port[a]].cap,
@@ -134,6 +171,9 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 	}
 	seq = c->next_seq;
 	slot = cgr__slot(c, seq);
+	if (seq >= c->nslots && !c->released[slot] &&
+	    (ret = cgr__hold(c, seq - c->nslots)) < 0)
+		return ret;
 	for (size_t a = 0; a < nargs; a++) {
 		struct cgr__port *p = &c->ports[c->arg_port[a]];
 		cgr__value_store(cgr__port_slot(p, seq), p->cap, &args[a]);
@@ -141,6 +181,7 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 	c->arrived[slot] = 0;
 	c->released[slot] = 0;
 	c->next_seq = seq + 1;
+	c->unreleased++;
 	cgr__c_release(c);
 	/* Rings hold max_inflight messages: a write never waits while the
 	 * driver bounds executions; bounded by submit_timeout_ns anyway. */
@@ -184,15 +225,31 @@ static bool cgr__arrived(void *arg)
 {
 	struct cgr__get_wait *gw = arg;
 	cgr__drain(gw->c);
-	return gw->c->arrived[gw->slot] >= gw->c->nout || cgr__dead(gw->c);
+	return gw->c->arrived[gw->slot] >= gw->c->nout || cgr__dead(gw->c) ||
+	       cgr__torn_down(gw->c);
 }
 
-static bool cgr__ref_live(const cgr_compiled *c, cgr_ref ref)
+/*
+ * Where ref's results are: 1 in its slot (the driver's window of the last
+ * nslots executions), 0 held aside (c->held[*k]), -1 ref is not a live
+ * execution.
+ */
+static int cgr__ref_find(const cgr_compiled *c, cgr_ref ref, uint32_t *k)
 {
-	return ref >= c->oldest && ref < c->next_seq &&
-	       !c->released[cgr__slot(c, ref)];
+	if (ref >= c->next_seq)
+		return -1;
+	if (c->next_seq - ref <= c->nslots)
+		return c->released[cgr__slot(c, ref)] ? -1 : 1;
+	for (uint32_t i = 0; i < c->nheld; i++)
+		if (c->held[i].seq == ref) {
+			*k = i;
+			return 0;
+		}
+	return -1;
 }
 
+/* Waits for the outputs of ref (in its slot): 0 once all are in, or a
+ * worker process died, or teardown began; -ETIMEDOUT. */
 static int cgr__wait_ref(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns)
 {
 	struct cgr__get_wait gw = { c, cgr__slot(c, ref) };
@@ -208,37 +265,68 @@ static int cgr__wait_ref(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns)
 				 cgr__deadline(timeout_ns));
 }
 
+/* Every output of execution ref an error value: the worker process that
+ * died. */
+static void cgr__dead_values(cgr_compiled *c, cgr_ref ref, cgr_value *outs,
+			     size_t nouts)
+{
+	const char *who = "";
+
+	snprintf(c->dead_msg, sizeof(c->dead_msg), "%.*s",
+		 (int)sizeof(c->ctl->dead_msg) - 1, c->ctl->dead_msg);
+	for (size_t i = 0; i < c->nprogs; i++)
+		if (c->progs[i].w->index + 1 == cgr__dead(c))
+			who = c->progs[i].w->name;
+	for (size_t o = 0; o < nouts; o++) {
+		memset(&outs[o], 0, sizeof(outs[o]));
+		outs[o].kind = CGR_VALUE_ERROR;
+		outs[o].code = CGR_EPEERDEAD;
+		outs[o].u.error.msg = c->dead_msg;
+		outs[o].u.error.task = "";
+		outs[o].u.error.worker = who;
+		outs[o].u.error.execution = ref;
+	}
+}
+
 int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
 		cgr_value *outs, size_t nouts)
 {
-	int ret;
+	uint32_t k, buf;
+	int where, ret;
 
 	if (c == NULL || (nouts > 0 && outs == NULL))
 		return -EINVAL;
-	if (c->torn_down)
+	if (cgr__torn_down(c))
 		return CGR_ECLOSED;
+	if (cgr__running_graph == c)
+		return -EDEADLK;
 	if (nouts != c->nout)
 		return CGR_ENARGS;
-	if (!cgr__ref_live(c, ref))
+	where = cgr__ref_find(c, ref, &k);
+	if (where < 0)
 		return CGR_EUNKNOWNREF;
-	ret = cgr__wait_ref(c, ref, timeout_ns);
-	if (ret < 0)
-		return ret;
-	if (c->arrived[cgr__slot(c, ref)] < c->nout) {
-		/* A worker process died: what did not come never will. */
-		snprintf(c->dead_msg, sizeof(c->dead_msg), "%.*s",
-			 (int)sizeof(c->ctl->dead_msg) - 1, c->ctl->dead_msg);
-		for (size_t o = 0; o < nouts; o++) {
-			memset(&outs[o], 0, sizeof(outs[o]));
-			outs[o].kind = CGR_VALUE_ERROR;
-			outs[o].code = CGR_EPEERDEAD;
-			outs[o].u.error.msg = c->dead_msg;
+	if (where == 0) {
+		buf = c->held[k].buf; /* its outputs were all in */
+	} else {
+		uint32_t slot = cgr__slot(c, ref);
+		ret = cgr__wait_ref(c, ref, timeout_ns);
+		if (ret < 0)
+			return ret;
+		if (c->arrived[slot] < c->nout) {
+			if (!cgr__dead(c))
+				return CGR_ECLOSED; /* teardown began */
+			/* A worker process died: what did not come never
+			 * will. */
+			cgr__dead_values(c, ref, outs, nouts);
+			return 0;
 		}
-		return 0;
+		buf = c->omap != NULL ? c->omap[slot] : slot;
 	}
 	for (size_t o = 0; o < nouts; o++) {
 		const struct cgr__port *p = &c->ports[c->out_port[o]];
-		struct cgr__slot_hdr *h = cgr__port_slot(p, ref);
+		struct cgr__slot_hdr *h = p->map != NULL ?
+						  cgr__port_bufhdr(p, buf) :
+						  cgr__port_slot(p, ref);
 		if (cgr__unlikely(c->seg != NULL) &&
 		    cgr__slot_check(h, p->cap) < 0) {
 			/* Written by a worker process, and not right. */
@@ -248,34 +336,47 @@ int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
 			outs[o].u.error.msg = "the output's slot holds no "
 					      "valid value (from a worker "
 					      "process)";
+			outs[o].u.error.task = outs[o].u.error.worker = "";
+			outs[o].u.error.execution = ref;
 			continue;
 		}
-		cgr__value_load_view(
-			h, p->cap, &outs[o],
-			c->out_views != NULL ?
-				&c->out_views[cgr__slot(c, ref) * c->nout + o] :
-				NULL);
+		cgr__value_load_view(h, p->cap, &outs[o],
+				     c->out_views != NULL ?
+					     &c->out_views[buf * c->nout + o] :
+					     NULL);
 	}
 	return 0;
 }
 
 int cgr_ref_release(cgr_compiled *c, cgr_ref ref)
 {
-	int ret;
+	uint32_t k;
+	int where, ret;
 
 	if (c == NULL)
 		return -EINVAL;
-	if (c->torn_down)
+	if (cgr__torn_down(c))
 		return 0; /* everything was released by teardown */
-	if (!cgr__ref_live(c, ref))
+	if (cgr__running_graph == c)
+		return -EDEADLK;
+	where = cgr__ref_find(c, ref, &k);
+	if (where < 0)
 		return CGR_EUNKNOWNREF;
-	/* Its buffers may still be in use until its outputs are in. */
-	ret = cgr__wait_ref(c, ref, -1);
-	if (ret < 0)
-		return ret;
-	c->released[cgr__slot(c, ref)] = 1;
-	while (c->oldest < c->next_seq && c->released[cgr__slot(c, c->oldest)])
-		c->oldest++;
+	if (where == 0) {
+		if (c->omap != NULL)
+			c->free_bufs[c->nfree++] = c->held[k].buf;
+		c->held[k] = c->held[--c->nheld];
+	} else {
+		/* Its buffers may still be in use until its outputs are
+		 * in. */
+		ret = cgr__wait_ref(c, ref, -1);
+		if (ret < 0)
+			return ret;
+		if (cgr__torn_down(c))
+			return 0;
+		c->released[cgr__slot(c, ref)] = 1;
+	}
+	c->unreleased--;
 	return 0;
 }
 
@@ -287,9 +388,13 @@ int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
 
 	if (c == NULL)
 		return -EINVAL;
-	if (c->torn_down)
+	if (cgr__running_graph == c)
+		return -EDEADLK;
+	/* T0: the first call tears down; pairs with cgr__torn_down. */
+	if (atomic_exchange_explicit(&c->torn_down, true, memory_order_acq_rel))
 		return 0;
-	c->torn_down = true;
+	/* A driver call blocked in another thread returns now. */
+	cgr__bell_ring_force(cgr__drv_bell(c));
 	if (timeout_ns < 0)
 		timeout_ns = 1000000000;
 	deadline = cgr__deadline(timeout_ns);
@@ -357,6 +462,12 @@ void cgr_compiled_destroy(cgr_compiled *c)
 
 	if (c == NULL)
 		return;
+	if (cgr__running_graph == c) {
+		cgr__err(&c->ctx->log,
+			 "cgr_compiled_destroy called from a task of the "
+			 "graph it destroys: refused, nothing freed");
+		return;
+	}
 	cgr_compiled_teardown(c, -1);
 	for (pp = &c->ctx->compiled; *pp != NULL; pp = &(*pp)->next)
 		if (*pp == c) {

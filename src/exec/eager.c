@@ -53,7 +53,7 @@ static int eager_check(cgr_graph *g)
 					"%s: eager execution runs on thread "
 					"workers only (%s is a process)",
 					t->name, w->name);
-			if (w->busy_with != NULL && !w->busy_with->torn_down)
+			if (w->busy_with != NULL && !cgr__torn_down(w->busy_with))
 				return cgr__graph_fail(
 					g, -EBUSY,
 					"%s: worker %s serves a compiled graph",
@@ -180,7 +180,7 @@ static void inputs_shapes(cgr_compiled *c, const struct cgr_task_ctx *tc,
 static void name_shapes(cgr_compiled *c, const struct cgr_task_ctx *tc,
 			uint64_t seq)
 {
-	char shapes[300], msg[700];
+	char shapes[300];
 
 	for (size_t i = 0; i < tc->nin; i++) {
 		cgr_value v;
@@ -194,9 +194,7 @@ static void name_shapes(cgr_compiled *c, const struct cgr_task_ctx *tc,
 		struct cgr__slot_hdr *h = cgr__port_slot(p, seq);
 		if (h->kind != CGR_VALUE_ERROR)
 			continue;
-		snprintf(msg, sizeof(msg), "%s%s",
-			 (const char *)cgr__slot_data(h), shapes);
-		cgr__value_store_error(h, p->cap, h->code, msg);
+		cgr__error_append(h, p->cap, shapes);
 	}
 }
 
@@ -314,6 +312,10 @@ int cgr_graph_execute_eager(cgr_graph *g, const cgr_value *args,
 	if ((ret = eager_check(g)) < 0 || (ret = eager_get(g, &e)) < 0)
 		return ret;
 	c = e->c;
+	if (cgr__running_graph == c)
+		return cgr__graph_fail(g, -EDEADLK,
+				       "called from a task of this graph's "
+				       "eager run");
 	if (e->broken)
 		return cgr__graph_fail(g, CGR_ESTUCK,
 				       "a task of an earlier eager run did "

@@ -13,6 +13,12 @@
  * lists it with ctx (driver.c). */
 void cgr__compiled_start(cgr_ctx *ctx, cgr_compiled *c);
 
+/* The compiled graph whose program (or eager step) the calling thread
+ * runs, NULL on any other thread (thread.c): the driver's calls refuse
+ * to be made from a task of their own graph. */
+extern __thread const struct cgr_compiled *cgr__running_graph
+	__attribute__((tls_model("initial-exec")));
+
 /* Runs program p on worker w's thread (reactor r) until the graph stops
  * or a stream refuses work; then leaves it (W1: p->left completes). */
 void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,

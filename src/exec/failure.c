@@ -33,14 +33,12 @@ static void outputs_error(struct cgr_task_ctx *tc, uint64_t seq,
 			  const char *why)
 {
 	struct cgr_compiled *c = tc->c;
-	char msg[512];
+	const struct cgr__origin org = { "task", tc->name, tc->w->name, seq };
 
-	snprintf(msg, sizeof(msg), "task %s (execution %llu): %s", tc->name,
-		 (unsigned long long)seq, why);
 	for (size_t o = 0; o < tc->nout; o++) {
 		struct cgr__port *p = &c->ports[tc->out_ports[o]];
-		cgr__value_store_error(cgr__port_slot(p, seq), p->cap,
-				       CGR_EDEVICE, msg);
+		cgr__error_store(cgr__port_slot(p, seq), p->cap, CGR_EDEVICE,
+				 &org, why);
 	}
 }
 

@@ -2,10 +2,10 @@
  * exec/launch.c: collectives on NCCL.  NCCL needs every
  * device to see the operations of all its communicators in one order, so
  * a worker's NCCL collectives form one queue (the schedule's NCCL stream,
- * CGR__S_NCCL, in the global order): the thread issues a job (its input
- * described) and goes on; the worker's reactor, whenever it waits (its
- * poll hook) and between operations, advances the queue's head: posts
- * its description on the board, collects everybody's, judges, enqueues
+ * CGR__S_NCCL, in the global order): the thread issues a job and goes
+ * on; the worker's reactor, whenever it waits (its poll hook) and between
+ * operations, advances the queue's head: describes its input, posts the
+ * description on the board, collects everybody's, judges, enqueues
  * the NCCL operation on its CUDA stream, then polls the slot's event.
  * When the head is done its fused WRITE runs and done is published (D1),
  * and the next job starts: one job at a time, as on a stream, which is
@@ -50,6 +50,10 @@ static bool step(struct cgr__prog *p, struct cgr__ljob *j)
 
 	switch (j->state) {
 	case L_NEW:
+		/* Described now, not at issue: a collective's jobs of later
+		 * executions may be queued behind this one, and its
+		 * description (cr->mine) is one. */
+		cgr__coll_describe(cr, j->seq);
 		j->agreed = cgr__coll_needs_agree(cr);
 		j->late = !j->agreed && cr->late != NULL;
 		if ((j->agreed || j->late) &&
@@ -114,7 +118,6 @@ int cgr__launch_issue(struct cgr__coll_rt *cr, uint64_t seq,
 		if (ret < 0)
 			return ret;
 	}
-	cgr__coll_describe(cr, seq);
 	j = &p->lq[p->lq_tail++ % p->lq_cap];
 	j->cr = cr;
 	j->seq = seq;

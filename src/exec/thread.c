@@ -42,6 +42,12 @@ void cgr_ctx_destroy(cgr_ctx *ctx)
 
 	if (ctx == NULL || ctx->destroyed)
 		return;
+	if (cgr__running_graph != NULL && cgr__running_graph->ctx == ctx) {
+		/* It would wait for the very task that called it. */
+		cgr__err(&ctx->log, "cgr_ctx_destroy called from a task of "
+				    "one of its graphs: refused, nothing freed");
+		return;
+	}
 	ctx->destroyed = true;
 	while (ctx->compiled != NULL)
 		cgr_compiled_destroy(ctx->compiled);
@@ -72,6 +78,9 @@ static void worker_step(cgr_worker *w, struct cgr_reactor *r)
 	/* E1: the step's writes; pairs with the driver's future wait. */
 	cgr__future_complete(&w->step_done, w->step_gen, ret);
 }
+
+__thread const struct cgr_compiled *cgr__running_graph
+	__attribute__((tls_model("initial-exec")));
 
 /* ---- a thread that ends inside a task -------------------------------- */
 
@@ -179,6 +188,7 @@ static void thread_lost(void *arg)
 		cgr__future_complete(&w->step_done, w->step_gen,
 				     CGR_EPEERDEAD);
 	}
+	cgr__running_graph = NULL; /* it left (or never ran) a graph */
 	if (phase != CGR__WPH_FINI && w->fini != NULL) {
 		/* Watched again: a fini that ends the thread too comes
 		 * back here (phase FINI), and the end still comes. */
@@ -244,12 +254,16 @@ static void thread_loop(cgr_worker *w, struct cgr_reactor *r)
 						       CGR__WCMD_IDLE);
 			w->running = p;
 			w->phase = CGR__WPH_RUN;
+			cgr__running_graph = p->c;
 			cgr__worker_run(w, p, r);
+			cgr__running_graph = NULL;
 			w->running = NULL;
 		}
 		if (cmd == CGR__WCMD_STEP) {
 			w->phase = CGR__WPH_STEP;
+			cgr__running_graph = w->step_prog->c;
 			worker_step(w, r);
+			cgr__running_graph = NULL;
 		}
 	}
 }
@@ -470,7 +484,7 @@ int cgr_worker_destroy(cgr_worker *w, int64_t timeout_ns)
 		w->destroyed = true;
 		return 0;
 	}
-	if (w->busy_with != NULL && !w->busy_with->torn_down)
+	if (w->busy_with != NULL && !cgr__torn_down(w->busy_with))
 		return -EBUSY;
 	w->destroyed = true;
 	if (timeout_ns < 0)

@@ -54,30 +54,28 @@ void cgr__strace_record(struct cgr__prog *p, int s,
 
 /* ---- tasks ---------------------------------------------------------- */
 
-/* Every output of tc's execution becomes an error value (code, msg). */
+/* Every output of tc's execution becomes an error value arising here
+ * (code, text). */
 static void task_outputs_error(struct cgr_task_ctx *tc, uint64_t seq,
-			       int code, const char *msg)
+			       int code, const char *text)
 {
 	struct cgr_compiled *c = tc->c;
+	const struct cgr__origin o = { "task", tc->name, tc->w->name, seq };
 
-	for (size_t o = 0; o < tc->nout; o++) {
-		struct cgr__port *p = &c->ports[tc->out_ports[o]];
-		cgr__value_store_error(cgr__port_slot(p, seq), p->cap, code,
-				       msg);
+	for (size_t i = 0; i < tc->nout; i++) {
+		struct cgr__port *p = &c->ports[tc->out_ports[i]];
+		cgr__error_store(cgr__port_slot(p, seq), p->cap, code, &o, text);
 	}
 }
 
 static void task_fail(struct cgr_task_ctx *tc, int ret)
 {
-	char msg[512];
 	int code = tc->err_code;
 
 	if (code == 0)
 		code = ret < 0 ? ret : CGR_ETASK;
-	snprintf(msg, sizeof(msg), "task %s (worker %s, execution %llu): %s",
-		 tc->name, tc->w->name, (unsigned long long)tc->seq,
-		 tc->errmsg[0] ? tc->errmsg : cgr_strerror(code));
-	task_outputs_error(tc, tc->seq, code, msg);
+	task_outputs_error(tc, tc->seq, code,
+			   tc->errmsg[0] ? tc->errmsg : cgr_strerror(code));
 }
 
 /* Stores the outputs the task function filled in (a stream task's data
@@ -90,23 +88,24 @@ static void task_store(struct cgr_task_ctx *tc, uint64_t seq)
 		struct cgr__port *p = &c->ports[tc->out_ports[o]];
 		struct cgr__slot_hdr *h = cgr__port_slot(p, seq);
 		const cgr_value *v = &tc->outv[o];
+		const struct cgr__origin org = { "task", tc->name, tc->w->name,
+						 seq };
 		char msg[400];
 		int ret;
 		if (v->kind == CGR_VALUE_ERROR) {
-			cgr__value_store_error(h, p->cap, v->code,
-					       v->u.error.msg ? v->u.error.msg :
-								"");
+			/* An error value it outputs arises here. */
+			cgr__error_store(h, p->cap, v->code, &org,
+					 v->u.error.msg ? v->u.error.msg : "");
 			continue;
 		}
 		ret = cgr__value_store_port(p, seq, v,
 					    tc->stream ? tc->s : NULL);
 		if (ret == 0)
 			continue;
-		snprintf(msg, sizeof(msg),
-			 "task %s (worker %s, execution %llu) output %zu: %s",
-			 tc->name, tc->w->name, (unsigned long long)seq, o,
+		/* The slot holds an error value of no origin: its text. */
+		snprintf(msg, sizeof(msg), "output %zu: %s", o,
 			 (const char *)cgr__slot_data(h));
-		cgr__value_store_error(h, p->cap, ret, msg);
+		cgr__error_store(h, p->cap, ret, &org, msg);
 	}
 }
 
@@ -141,9 +140,15 @@ void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 			err = h;
 	}
 	if (err != NULL) {
-		/* An error value skips the task and reaches every output. */
-		task_outputs_error(tc, seq, err->code,
-				   (const char *)cgr__slot_data(err));
+		/* An error value skips the task and reaches every output,
+		 * its origin kept, the task added to its path. */
+		char hop[CGR__ERR_NAME + 8];
+		snprintf(hop, sizeof(hop), "task %s", tc->name);
+		for (size_t o = 0; o < tc->nout; o++) {
+			struct cgr__port *p = &c->ports[tc->out_ports[o]];
+			cgr__error_forward(cgr__port_slot(p, seq), p->cap, err,
+					   hop);
+		}
 		return;
 	}
 	for (size_t o = 0; o < tc->nout; o++)

@@ -126,7 +126,11 @@ int cgr_graph_const(cgr_graph *g, const cgr_value *v, cgr_node **out)
 	if (g->compiled)
 		return cgr__graph_fail(g, CGR_ECOMPILED,
 				       "graph already compiled");
-	ret = cgr__value_check(v, SIZE_MAX, &bytes);
+	ret = cgr__value_check(v, CGR__MAX_VALUE_BYTES, &bytes);
+	if (ret == CGR_ETOOBIG)
+		return cgr__graph_fail(g, CGR_ETOOBIG,
+				       "a constant of more than %zu bytes",
+				       CGR__MAX_VALUE_BYTES);
 	if (ret < 0 || cgr__value_on_device(v))
 		return -EINVAL; /* a constant is host data, copied now */
 	n = cgr__node_new(g, CGR__NODE_CONST);
@@ -173,7 +177,7 @@ int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
 	if (d.fn == NULL ||
 	    (d.flags & ~(unsigned)(CGR_TASK_STREAM | CGR_TASK_DEVICE)) != 0 ||
 	    (d.arg_len > 0 && (d.arg_data == NULL || d.arg != NULL)) ||
-	    d.arg_len > (1u << 20))
+	    d.arg_len > (1u << 20) || d.max_out_bytes > CGR__MAX_VALUE_BYTES)
 		return -EINVAL;
 	if (g->compiled)
 		return cgr__graph_fail(g, CGR_ECOMPILED,
@@ -316,6 +320,11 @@ static int coll_check_params(cgr_graph *g, cgr_coll_params *cp, size_t n)
 				       "broadcast take several tensors per "
 				       "member",
 				       name);
+	if (cp->max_out_bytes > CGR__MAX_VALUE_BYTES)
+		return cgr__graph_fail(g, -EINVAL,
+				       "%s: max_out_bytes %zu is over %zu",
+				       name, cp->max_out_bytes,
+				       CGR__MAX_VALUE_BYTES);
 	if (cp->ntensors > 64 || (cp->ntensors > 1 && cp->static_shape))
 		return cgr__graph_fail(g, -EINVAL,
 				       "%s: at most 64 tensors per member, and "
