@@ -202,7 +202,8 @@ enum cgr_worker_kind {
  * Failures: a worker process that dies (a crash, kill -9, a task calling
  * exit) is seen at once through its pidfd, and so is one whose task ends
  * its thread (pthread_exit: the process stops its graph, saying so, and
- * exits with status 1): see "A worker that dies" below; the messages say
+ * exits with status 1): see "A worker that dies" below; the error values
+ * name the worker (u.error.worker) and their messages say how it died:
  * "worker p0 (pid 4511) died: killed by signal 9 (Killed)", "...died:
  * exited with status 7", "...died: its thread exited inside task t
  * (execution 3)".  A worker that died before the driver noticed is no

@@ -76,8 +76,8 @@ cmp -s "$out/include/cgr/version.h.new" "$out/include/cgr/version.h" ||
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 CFLAGS="-std=gnu11 -gline-tables-only -O1 -fno-omit-frame-pointer -pthread -D_GNU_SOURCE \
 -DCGR_SANITIZE -I$top/include -I$out/include -I$top/src $SAN"
-optional=$(sed -n 's|^EXTRA_DIST += \(src/.*\.c\)$|\1|p' \
-	"$top"/src/*/Makemodule.am)
+optional=$(grep -h '^EXTRA_DIST +=' "$top"/src/*/Makemodule.am |
+	grep -oE 'src/[^ ]+\.c')
 srcs=$(cd "$top" && find src -name '*.c' | sort | grep -vxF "$optional")
 # A makefile, so that a second run rebuilds only what changed (objects
 # depend on the headers they include, and on the makefile: its flags).

@@ -1148,7 +1148,8 @@ static void check_task_exit(int64_t how, const char *what, const char *says)
 		     o.code == CGR_EPEERDEAD &&
 		     strstr(o.u.error.msg, "p0") != NULL &&
 		     strstr(o.u.error.msg, "died") != NULL &&
-		     strstr(o.u.error.msg, says) != NULL,
+		     strstr(o.u.error.msg, says) != NULL &&
+		     strcmp(o.u.error.worker, "p0") == 0,
 	     "%s: a CGR_EPEERDEAD error value: %s", what,
 	     ret == 0 && o.kind == CGR_VALUE_ERROR ? o.u.error.msg : "-");
 	t_ok(t_now_ns() - t0 < 2 * SEC, "%s: at once (%.1f ms)", what,

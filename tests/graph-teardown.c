@@ -387,7 +387,8 @@ static void thread_exit_graph(cgr_ctx *ctx, cgr_worker **w)
 		bad += ret != 0 || o.kind != CGR_VALUE_ERROR ||
 		       o.code != CGR_EPEERDEAD ||
 		       !says(o.u.error.msg, "worker b died", "thread exited") ||
-		       !says(o.u.error.msg, "task bye", "execution 1");
+		       !says(o.u.error.msg, "task bye", "execution 1") ||
+		       strcmp(o.u.error.worker, "b") != 0;
 		cgr_ref_release(c, r[i]);
 	}
 	t_is(bad, 0, "thread exit: every execution in flight is a "

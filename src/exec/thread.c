@@ -82,7 +82,6 @@ static void worker_step(cgr_worker *w, struct cgr_reactor *r)
 __thread const struct cgr_compiled *cgr__running_graph
 	__attribute__((tls_model("initial-exec")));
 
-
 /* ---- a thread that ends inside a task -------------------------------- */
 
 /*
@@ -189,6 +188,7 @@ static void thread_lost(void *arg)
 		cgr__future_complete(&w->step_done, w->step_gen,
 				     CGR_EPEERDEAD);
 	}
+	cgr__running_graph = NULL; /* it left (or never ran) a graph */
 	if (phase != CGR__WPH_FINI && w->fini != NULL) {
 		/* Watched again: a fini that ends the thread too comes
 		 * back here (phase FINI), and the end still comes. */
