@@ -17,7 +17,9 @@
  *     cudaStreamSynchronize.
  *  4. Overlap: a memset kernel over 512 MiB, a 64 MiB device-to-host copy
  *     and a 16 MiB allreduce on one stream, then on three.
- *  5. Failure (in a child process: the error is for good): a kernel that
+ *  5. Failure (in a fresh process, this program run again with
+ *     --role=...: the error is for good, and a child forked from a
+ *     process that used CUDA may not use it): a kernel that
  *     writes to address 8 (PTX loaded through the driver API) makes the
  *     stream's device fail: synchronize and event queries report
  *     CGR_EDEVICE, the NCCL communicator's next operation fails; then a
@@ -35,10 +37,19 @@
  * failure hook instead of a kernel: that proves the program's own logic
  * (so that it runs the first time on a GPU), and its numbers mean
  * nothing.
+ *
+ * Each child has CHILD_NS to finish; one that does not is killed
+ * (SIGKILL) and its check fails, and a child dies with this process
+ * (PR_SET_PDEATHSIG), so that the GPU check never hangs on one.
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include "tap.h"
@@ -502,7 +513,7 @@ static int failure_child(void)
 	ctx_params(&cp);
 	if (cgr_ctx_create(&cp, &ctx) || cgr_stream_create(ctx, 0, 0, &s) ||
 	    cgr_comm_create(ctx, NULL, 1, CGR_BACKEND_NCCL, &c) ||
-	    load_fault() != 0) {
+	    load_raw() != 0 || load_fault() != 0) {
 		printf("# json {\"check\":\"failure\",\"error\":\"setup\"}\n");
 		return 1;
 	}
@@ -679,26 +690,113 @@ static void device_list(int iters)
 		rt_free(list_dev);
 }
 
-static void in_child(int (*fn)(void), const char *what)
-{
-	pid_t pid;
-	int st = 0;
+/* ---- child processes ----------------------------------------------- */
 
-	fflush(stdout);
+extern char **environ;
+
+#define CHILD_NS 60000000000ll /* each child's time to finish */
+
+static const struct {
+	const char *role;
+	int (*fn)(void);
+} roles[] = {
+	{ "failure", failure_child },
+	{ "graph-failure", graph_failure_child },
+};
+
+/*
+ * In the child (main's first act, before any CUDA call): argv is
+ * "--role=NAME --parent=PID".  Exit status: the role's failed checks.
+ */
+static int child_main(const char *role, const char *parent)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	/* Dies with the parent, even one that died before this line. */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 ||
+	    getppid() != (pid_t)strtol(parent, NULL, 10))
+		return 125;
 #ifdef CGR_FAKE_NCCL
-	/* The model's failure can be undone: no child needed. */
-	(void)pid;
-	st = fn();
-	fake_fail(0);
-	t_ok(st == 0, "%s (%d failed)", what, st);
-#else
-	pid = fork();
-	if (pid == 0)
-		_exit(fn());
-	waitpid(pid, &st, 0);
-	t_ok(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s (child status %d)",
-	     what, st);
+	setenv("FAKE_CUDA_NDEV", "1", 1);
 #endif
+	for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++)
+		if (strcmp(role, roles[i].role) == 0)
+			return roles[i].fn();
+	printf("# unknown role %s\n", role);
+	return 126;
+}
+
+/* Waits for pid until deadline (CLOCK_MONOTONIC ns): 0 with its status
+ * in *st, or -ETIMEDOUT.  It sleeps in poll on a pidfd (readable when
+ * the child exits), or in naps of 10 ms where there is none. */
+static int wait_until(pid_t pid, int64_t deadline, int *st)
+{
+#ifdef SYS_pidfd_open
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0), ret = -ETIMEDOUT;
+#else
+	int fd = -1, ret = -ETIMEDOUT;
+#endif
+
+	for (;;) {
+		pid_t w = waitpid(pid, st, WNOHANG);
+		int64_t left = deadline - cgr__now_ns();
+
+		if (w == pid) {
+			ret = 0;
+			break;
+		}
+		if (w < 0 && errno != EINTR) {
+			ret = -errno;
+			break;
+		}
+		if (left <= 0)
+			break;
+		if (fd >= 0) {
+			struct pollfd p = { .fd = fd, .events = POLLIN };
+			int ms = (int)(left / 1000000) + 1;
+			poll(&p, 1, ms);
+		} else {
+			struct timespec ts = { 0, 10000000 };
+			nanosleep(&ts, NULL);
+		}
+	}
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
+/* Runs role in a fresh process (this program again, with nothing of
+ * this process's CUDA or NCCL state), for at most CHILD_NS. */
+static void in_child(const char *role, const char *what)
+{
+	char arole[64], aparent[64];
+	char *av[] = { "gpu-nccl", arole, aparent, NULL };
+	pid_t pid;
+	int st = 0, ret;
+
+	snprintf(arole, sizeof(arole), "--role=%s", role);
+	snprintf(aparent, sizeof(aparent), "--parent=%ld", (long)getpid());
+	fflush(stdout);
+	ret = posix_spawn(&pid, "/proc/self/exe", NULL, NULL, av, environ);
+	if (ret != 0) {
+		t_ok(0, "%s: posix_spawn: %s", what, strerror(ret));
+		return;
+	}
+	ret = wait_until(pid, cgr__now_ns() + CHILD_NS, &st);
+	if (ret == -ETIMEDOUT) {
+		kill(pid, SIGKILL);
+		/* A process stuck in the driver may take a while to go. */
+		if (wait_until(pid, cgr__now_ns() + 5000000000ll, &st) != 0)
+			t_diag("child %ld did not exit after SIGKILL",
+			       (long)pid);
+		t_ok(0, "%s: no result within %lld s, killed", what,
+		     CHILD_NS / 1000000000);
+		return;
+	}
+	t_ok(ret == 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	     "%s (child %s, status %d)", what,
+	     ret != 0 ? strerror(-ret) :
+	     WIFSIGNALED(st) ? strsignal(WTERMSIG(st)) : "exited",
+	     WIFEXITED(st) ? WEXITSTATUS(st) : -1);
 }
 
 int main(int argc, char **argv)
@@ -711,6 +809,9 @@ int main(int argc, char **argv)
 	char why[300] = "";
 	int ret;
 
+	if (argc == 3 && strncmp(argv[1], "--role=", 7) == 0 &&
+	    strncmp(argv[2], "--parent=", 9) == 0)
+		return child_main(argv[1] + 7, argv[2] + 9);
 	t_init(argc, argv, 190);
 #ifdef CGR_FAKE_NCCL
 	setenv("FAKE_CUDA_NDEV", "1", 1);
@@ -754,9 +855,9 @@ int main(int argc, char **argv)
 	cgr_comm_destroy(c);
 	cgr_stream_destroy(s);
 	cgr_ctx_destroy(ctx);
-	in_child(failure_child, "a faulting kernel: CGR_EDEVICE from the stream, "
+	in_child("failure", "a faulting kernel: CGR_EDEVICE from the stream, "
 				"its events, the NCCL communicator");
-	in_child(graph_failure_child,
+	in_child("graph-failure",
 		 "a faulting kernel in a stream task: a CGR_EDEVICE error "
 		 "value, then CGR_EWORKERGONE");
 	return t_done();
