@@ -49,8 +49,16 @@ int cgr__device_get(cgr_ctx *ctx, int index, struct cgr__device **out)
 	if (ctx == NULL || out == NULL)
 		return -EINVAL;
 	ops = cgr__backend(index);
-	if (ops == NULL) /* a CUDA index: no cuda backend in this build */
-		return index >= 0 ? -ENODEV : -EINVAL;
+	if (ops == NULL && index >= 0) {
+		/* cgr.h: the log says why there is no such device. */
+		cgr__info(&ctx->log,
+			  "cuda device %d: this build has no cuda backend "
+			  "(configured without the CUDA toolkit)",
+			  index);
+		return -ENODEV;
+	}
+	if (ops == NULL)
+		return -EINVAL;
 	pthread_mutex_lock(&ctx->lock);
 	for (dev = ctx->devices; dev != NULL; dev = dev->next)
 		if (dev->ctx == ctx && dev->index == index &&
