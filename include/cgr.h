@@ -6,7 +6,7 @@
  * messages move over lock-free SPSC rings; each worker runs one reactor
  * thread that executes its program and parks when idle.
  *
- * Conventions (see DESIGN.md and STYLE.md):
+ * Conventions:
  *  - Every fallible call returns int: 0, a negative errno, or a CGR_E* code
  *    (all negative).  cgr_strerror() names any of them.  Results come back
  *    through the last pointer argument, which is untouched on failure.

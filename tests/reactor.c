@@ -1167,6 +1167,71 @@ static bool t_adapt_recover(struct cgr_reactor *r, struct t_ringer *rg,
 	return false;
 }
 
+/* n adaptive waits that spin on record st at now (each a probe or a
+ * plain spin: counted in st->spun). */
+static void t_adapt_spins(struct cgr__spin_stat *st, int64_t now, int n)
+{
+	for (int k = 0; k < n; k++)
+		cgr__spin_budget(st, 0, now, 50000);
+}
+
+/* The pressure rules, on a record of the test's own, with made-up times
+ * and spins: a loss parks for 1 ms; losses a few spins apart double the
+ * gap (at least 32x the loss) up to 1 s; a loss thousands of spins after
+ * the last starts again at 1 ms; four calm gaps end the pressure. */
+static void t_adapt_rules(void)
+{
+	struct cgr__spin_stat st;
+	int64_t t = 5000 * MS, gap;
+
+	memset(&st, 0, sizeof(st));
+	t_adapt_spins(&st, t, 5000);
+	cgr__spin_lost(&st, t, 200000);
+	t_ok(st.pressure && st.probe_gap == CGR__PROBE_MIN_NS &&
+		     cgr__spin_budget(&st, 0, t + 1, 50000) == 0,
+	     "adaptive rules: a lost spin: park at once, first probe in 1 ms");
+	t_ok(cgr__spin_budget(&st, 0, st.probe_at, 50000) == 50000,
+	     "adaptive rules: the probe spins");
+	t = st.probe_at + 10000;
+	cgr__spin_lost(&st, t, 3 * MS);
+	t_ok(st.pressure && st.probe_gap == 96 * MS &&
+		     st.probe_at == t + 96 * MS,
+	     "adaptive rules: the probe lost 3 ms: the gap is 32x that "
+	     "(%lld ns)",
+	     (long long)st.probe_gap);
+	gap = st.probe_gap;
+	t = st.probe_at;
+	t_adapt_spins(&st, t, 200); /* a probe that seemed calm, then */
+	cgr__spin_lost(&st, t + 5 * MS, 150000);
+	t_ok(st.pressure && st.probe_gap == 2 * gap,
+	     "adaptive rules: a loss 200 spins after the last doubles the "
+	     "gap");
+	for (int k = 0; k < 20; k++) {
+		t = st.probe_at;
+		t_adapt_spins(&st, t, 1);
+		cgr__spin_lost(&st, t, 150000);
+	}
+	t_ok(st.probe_gap == CGR__PROBE_MAX_NS,
+	     "adaptive rules: losses going on: the gap stops at 1 s");
+	t = st.probe_at + 4 * st.probe_gap + 1;
+	t_ok(cgr__spin_budget(&st, 0, t, 50000) == 50000 && !st.pressure,
+	     "adaptive rules: four gaps without a loss end the pressure");
+	/* A vCPU taken away now and then, spinning in between. */
+	t_adapt_spins(&st, t, 3000);
+	cgr__spin_lost(&st, t, 150000);
+	t_ok(st.pressure && st.probe_gap == CGR__PROBE_MIN_NS,
+	     "adaptive rules: a loss 3000 spins after the last: 1 ms again");
+	for (int k = 0; k < 10; k++) {
+		t = st.probe_at + 400 * MS;
+		t_adapt_spins(&st, t, 5000);
+		cgr__spin_lost(&st, t, 300000);
+	}
+	t_ok(st.probe_gap == CGR__PROBE_MIN_NS,
+	     "adaptive rules: ten such losses 0.4 s apart: each parks 1 ms, "
+	     "the gap does not grow (%lld ns)",
+	     (long long)st.probe_gap);
+}
+
 /* On a thread of its own: what adaptive waits learn is the thread's. */
 static void *t_adaptive_main(void *arg)
 {
@@ -1258,9 +1323,9 @@ static void *t_adaptive_main(void *arg)
 	for (rounds = 0; rounds < 30 && st->steals == steals0; rounds++)
 		t_adapt_round(r, &rg, &b, &flag, &cmd, T_RING_SLEEP, 5 * MS,
 			      20 * MS);
-	t_ok(st->steals > steals0,
+	t_ok(st->pressure && st->steals > steals0,
 	     "adaptive: a spin that loses the CPU to busy threads on its "
-	     "core is seen (after %llu rounds)",
+	     "core is seen, and is pressure (after %llu rounds)",
 	     (unsigned long long)rounds);
 	/* Then waits park at once (until a probe, 1 ms on). */
 	pe0 = (st->parked_pressure + st->parked_miss);
@@ -1369,6 +1434,7 @@ int main(int argc, char **argv)
 	t_wakeups(r);
 	t_busy();
 	t_watch();
+	t_adapt_rules();
 	t_adaptive();
 	t_reactor_report("main reactor at the end", r, &tr.log);
 

@@ -1,7 +1,7 @@
 /*
  * exec/proc.h: process workers (see cgr.h, "Process workers"): the
- * driver's side (proc.c: start, stop, the death monitor; pgraph.c: a
- * graph's compile, run and teardown in its worker processes) and the
+ * driver's side (proc.c: start, stop, the death monitor, and a graph's
+ * compile, run and teardown in its worker processes) and the
  * worker process's (agent.c: cgr_worker_main), and the control messages
  * between them.
  */
@@ -76,7 +76,7 @@ void cgr__proc_free(cgr_worker *w);
  * thread ended inside a task (exec/thread.c). */
 bool cgr__proc_dead(const cgr_worker *w, const char **why);
 
-/* A compiled graph with process workers (pgraph.c): compile hands each
+/* A compiled graph with process workers (proc.c): compile hands each
  * worker process the segment and waits for its compile (0, or the first
  * failure: g's errmsg says whose and why; every process that compiled is
  * told to drop it); run starts their programs; teardown stops them by the

@@ -428,16 +428,25 @@ static unsigned spin_slot(const struct cgr_bell *b, cgr__ready_fn ready)
 	return (unsigned)(h >> 61) & (CGR__SPIN_SLOTS - 1);
 }
 
+/* Whether st's pressure still holds at now: until four gaps after the
+ * probe, a loss continues it. */
+static bool spin_pressed(const struct cgr__spin_stat *st, int64_t now)
+{
+	return st->pressure && now - st->probe_at <= 4 * st->probe_gap;
+}
+
 /* An adaptive wait's spin: spin_ns, or 0 (park at once) under CPU
  * pressure or for a waiter whose spins keep missing; a probe spins in
  * full now and then to see whether that still holds. */
-static int64_t spin_budget(struct cgr__spin_stat *st, unsigned slot,
-			   int64_t now, int64_t spin_ns)
+int64_t cgr__spin_budget(struct cgr__spin_stat *st, unsigned slot,
+			 int64_t now, int64_t spin_ns)
 {
 	if (st->pressure && now < st->probe_at) {
 		st->parked_pressure++;
 		return 0;
 	}
+	if (st->pressure && !spin_pressed(st, now))
+		st->pressure = false; /* four gaps without a loss */
 	if (st->pressure) {
 		st->probes++;
 	} else if (st->miss[slot] >= CGR__MISS_PARK) {
@@ -452,33 +461,36 @@ static int64_t spin_budget(struct cgr__spin_stat *st, unsigned slot,
 	return spin_ns;
 }
 
-/* The thread lost its CPU for lost_ns during a spin: pressure, and a
- * probe after probe_gap.  A loss while the pressure lasts (a probe's, or
- * one soon after a probe ended it: a thread that slept a while may yield
- * and get its CPU back at once, the scheduler owing it time, and still
- * share the core) doubles the gap, up to 1 s, and makes it at least 32
- * times the loss: a probe that loses the CPU again costs at most a
- * thirty-second of the time.  The first loss after a calm spell (a
- * second and four gaps) waits 1 ms: a passing burst of other work costs
- * little. */
-static void spin_stolen(struct cgr__spin_stat *st, int64_t now,
-			int64_t lost_ns)
+/*
+ * A spin lost the thread's CPU for lost_ns, seen at now: pressure, and
+ * a probe after probe_gap.  What tells real oversubscription from a vCPU
+ * the hypervisor takes away now and then is how often spins lose: with
+ * more runnable threads than cores nearly every probe loses its CPU
+ * again, a few spins after the last loss; a passing steal comes
+ * thousands of spins after the last.  A loss within CGR__LOSS_SPINS
+ * spins of the last doubles the gap, up to 1 s, and makes it at least 32
+ * times the loss, so that a probe that loses its CPU again costs at most
+ * a thirty-second of the time; any other loss starts a spell at 1 ms, a
+ * millisecond of parking that costs little.
+ */
+void cgr__spin_lost(struct cgr__spin_stat *st, int64_t now, int64_t lost_ns)
 {
+	bool often = st->steals != 0 &&
+		     st->spun - st->spun_at_loss < CGR__LOSS_SPINS;
+
 	st->steals++;
 	st->lost_ns += (uint64_t)lost_ns;
-	if (!st->pressure &&
-	    (st->stolen_at == 0 ||
-	     now - st->stolen_at > 1000000000 + 4 * st->probe_gap)) {
-		st->probe_gap = CGR__PROBE_MIN_NS;
-	} else {
+	st->spun_at_loss = st->spun;
+	if (often) {
 		if (st->probe_gap < CGR__PROBE_MAX_NS)
 			st->probe_gap *= 2;
 		if (st->probe_gap < 32 * lost_ns)
 			st->probe_gap = 32 * lost_ns;
 		if (st->probe_gap > CGR__PROBE_MAX_NS)
 			st->probe_gap = CGR__PROBE_MAX_NS;
+	} else {
+		st->probe_gap = CGR__PROBE_MIN_NS;
 	}
-	st->stolen_at = now;
 	st->pressure = true;
 	st->probe_at = now + st->probe_gap;
 }
@@ -606,12 +618,14 @@ static int park_phase(struct cgr_reactor *r, struct cgr_bell *b,
  *    need, waits a slice itself, and leaves the thread owing CPU time to
  *    the scheduler, which then wakes it late.  From then on the thread's
  *    adaptive waits park at once, like CGR_WAIT_BLOCK (after the 64 polls
- *    every wait makes), until a probe: 1 ms later, and while losses go
- *    on (or come soon after a probe ended the pressure), 2, 4 ... up to
- *    1000 ms, and at least 32 times the time lost.
+ *    every wait makes), until a probe: 1 ms later, and while losses come
+ *    often (within CGR__LOSS_SPINS spins of the last) 2, 4 ... up to
+ *    1000 ms, and at least 32 times the time lost.  A loss thousands of
+ *    spins after the last (a vCPU the hypervisor took for a moment)
+ *    costs a millisecond of parking, no more.
  *    From the probe on, waits spin again; the first spin that yields and
- *    gets the CPU back at once ends the pressure, a lost one starts the
- *    next, longer, pause.
+ *    gets the CPU back at once, or four gaps without a loss, end the
+ *    pressure, a lost one starts the next, longer, pause.
  *  - Misses: a waiter (bell and condition) whose spins keep ending in a
  *    park (CGR__MISS_PARK more misses than successes, a success counting
  *    four) parks at once; every 16th of its waits spins, and any wait of
@@ -638,13 +652,13 @@ int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
 	if (mode == CGR_WAIT_ADAPTIVE && spin_ns > 0) {
 		st = &cgr__spin_tls;
 		slot = spin_slot(b, ready);
-		budget = spin_budget(st, slot, start, spin_ns);
+		budget = cgr__spin_budget(st, slot, start, spin_ns);
 	}
 	spin_end = budget < CGR_FOREVER - start ? start + budget : CGR_FOREVER;
 	ret = spin_phase(r, ready, arg, cancel, mode, spin_end, deadline,
 			 start, &lost, &looks);
 	if (st != NULL && lost > CGR__STEAL_NS)
-		spin_stolen(st, cgr__now_ns(), lost);
+		cgr__spin_lost(st, cgr__now_ns(), lost);
 	else if (st != NULL && budget > 0 && ret >= 0)
 		spin_done(st, slot, ret == 1, looks >= 2);
 	if (ret != 0)

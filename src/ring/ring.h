@@ -9,11 +9,11 @@
  * message of up to CGR_RING_INLINE_MAX bytes costs one cache-line transfer.
  *
  * What the library uses: chan/ uses init, attach, enqueue, peek, consume
- * and count (a channel's reader waits on its own doorbell, not the ring's).
- * The bulk and burst calls, dequeue, wait and notify (parking on the
- * ring's own bells) and init_at are for rings in shared memory between
- * processes, as the process workers will have them; tests/ring-*.c and
- * perf/ring_pingpong.c cover them.
+ * and count (a channel's reader waits on its own doorbell, not the ring's),
+ * for thread and process workers alike (a process worker's rings live in
+ * its graph's shared segment).  The bulk and burst calls, dequeue, wait
+ * and notify (parking on the ring's own bells) and init_at are not used by
+ * the library today; tests/ring-*.c and perf/ring_pingpong.c cover them.
  *
  * Threads: one producer handle and one consumer handle per ring; each handle
  * is used by one thread at a time.  No call blocks except cgr__ring_wait, and

@@ -9,11 +9,13 @@
  * the memory goes away when the last fd and mapping are gone, so nothing is
  * left behind when a process dies.
  *
- * Who uses it: nothing in the library yet; it is the ground the process
- * workers stand on (rings, payload slots and the CPU communicator's buffers
- * in typed, sealed segments handed to a worker process over a Unix
- * socket).  tests/ring-stress.c and perf/ring_pingpong.c run rings between
- * processes over it today; tests/shm-segment.c covers the checks.
+ * Who uses it: the process workers.  A graph with process workers lays
+ * its rings, payload slots, output map and the CPU communicator's buffers
+ * in one typed, sealed segment (compile/shared.c) that the driver hands
+ * each worker process over a Unix socket (exec/proc.c), and the worker
+ * attaches after checking its header (exec/agent.c).  tests/ring-stress.c
+ * and perf/ring_pingpong.c run bare rings between processes over it;
+ * tests/shm-segment.c covers the checks.
  *
  * Threads: a segment is a plain struct; create/map/close it from one thread.
  */
