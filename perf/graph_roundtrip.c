@@ -17,6 +17,7 @@
  * scale: 86.7 us.
  */
 #include "perf.h"
+#include "perf_echo.h"
 
 #include <pthread.h>
 
@@ -107,37 +108,11 @@ static void pingpong(int mode, long n, double *lat, double tick)
 	free(rb);
 }
 
-static int echo(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
-		cgr_value *out, size_t nout)
-{
-	(void)tc, (void)st, (void)nin, (void)nout;
-	out[0] = in[0];
-	return 0;
-}
-
-/* A chain of nw echo tasks, one per worker. */
-static cgr_graph *echo_chain(cgr_ctx *ctx, cgr_worker **w, int nw)
-{
-	cgr_graph *g;
-	cgr_node *x;
-
-	cgr_graph_create(ctx, &g);
-	cgr_graph_input(g, 0, &x);
-	for (int i = 0; i < nw; i++) {
-		cgr_task_desc d = CGR_TASK_DESC_INIT;
-		d.name = "echo";
-		d.fn = echo;
-		cgr_graph_task(g, w[i], &d, &x, 1, &x, 1);
-	}
-	cgr_graph_output(g, &x, 1);
-	return g;
-}
-
 /* The same chain run eagerly (cgr_graph_execute_eager), not compiled. */
 static int eager_rt(cgr_ctx *ctx, cgr_worker **w, int nw, long n,
 		    double *lat, double tick)
 {
-	cgr_graph *g = echo_chain(ctx, w, nw);
+	cgr_graph *g = perf_echo_chain(ctx, w, nw);
 	char msg[MSG] = { 7 };
 	cgr_value arg = cgr_value_bytes(msg, MSG), out;
 	int ret = 0;
@@ -156,7 +131,7 @@ static int eager_rt(cgr_ctx *ctx, cgr_worker **w, int nw, long n,
 static int graph_rt(cgr_ctx *ctx, cgr_worker **w, int nw, int mode, long n,
 		    double *lat, double tick)
 {
-	cgr_graph *g = echo_chain(ctx, w, nw);
+	cgr_graph *g = perf_echo_chain(ctx, w, nw);
 	cgr_compiled *c;
 	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
 	char msg[MSG] = { 7 };
@@ -206,7 +181,7 @@ static const struct gcase {
 	{ "chain2_eager", 2, 0, false, 5, true },
 };
 
-static const cgr_export exports[] = { { "echo", echo, NULL, NULL },
+static const cgr_export exports[] = { { "echo", perf_echo, NULL, NULL },
 				      { NULL, NULL, NULL, NULL } };
 
 /* Workers 0 and 1 of kind, the first stage on the other core. */

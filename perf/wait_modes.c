@@ -24,6 +24,7 @@
  * oversubscribed, at most 1.1x busy with free cores.
  */
 #include "perf.h"
+#include "perf_echo.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -102,31 +103,6 @@ static double pingpong_floor(double tick)
 
 /* ---- graphs ---- */
 
-static int echo(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
-		cgr_value *out, size_t nout)
-{
-	(void)tc, (void)st, (void)nin, (void)nout;
-	out[0] = in[0];
-	return 0;
-}
-
-static cgr_graph *echo_chain(cgr_ctx *ctx, cgr_worker **w, int nw)
-{
-	cgr_graph *g;
-	cgr_node *x;
-
-	cgr_graph_create(ctx, &g);
-	cgr_graph_input(g, 0, &x);
-	for (int i = 0; i < nw; i++) {
-		cgr_task_desc d = CGR_TASK_DESC_INIT;
-		d.name = "echo";
-		d.fn = echo;
-		cgr_graph_task(g, w[i], &d, &x, 1, &x, 1);
-	}
-	cgr_graph_output(g, &x, 1);
-	return g;
-}
-
 struct result {
 	double mean, p50, p99; /* ns */
 	long n;
@@ -138,7 +114,7 @@ static int run_graph(cgr_ctx *ctx, cgr_worker **w, int nw, int mode, long n,
 		     int64_t budget_ns, double *lat, double tick,
 		     struct result *res)
 {
-	cgr_graph *g = echo_chain(ctx, w, nw);
+	cgr_graph *g = perf_echo_chain(ctx, w, nw);
 	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
 	cgr_compiled *c;
 	char msg[MSG] = { 7 };

@@ -29,6 +29,7 @@
 
 #include <cgr.h>
 
+#include "t_coll.h"
 #include "t_eager.h"
 #include "tap.h"
 
@@ -82,7 +83,7 @@ static int fill_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 		rows++;
 	int64_t *o = cgr_task_output_buffer(tc, 0, (size_t)rows * 3 * 8);
 	for (int i = 0; i < rows * 3; i++)
-		o[i] = (int64_t)x * 7 + f->rank * 1000 + i;
+		o[i] = t_coll_elem(x, f->rank, i);
 	static __thread int64_t shape[2];
 	shape[0] = rows;
 	shape[1] = 3;
@@ -91,39 +92,11 @@ static int fill_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	return 0;
 }
 
-static int64_t elem(uint64_t x, int rank, int i)
-{
-	return (int64_t)x * 7 + rank * 1000 + i;
-}
-
 /* Expected element e of output o of the collective for input x. */
 static int64_t expect(int kind, int n, int root, int rows, uint64_t x, int o,
 		      int e)
 {
-	int per = rows * 3; /* elements per contribution */
-	int64_t s = 0;
-	switch (kind) {
-	case CGR_COLL_ALLREDUCE:
-	case CGR_COLL_REDUCE:
-		for (int r = 0; r < n; r++)
-			s += elem(x, r, e);
-		return s;
-	case CGR_COLL_ALLGATHER:
-	case CGR_COLL_GATHER:
-		return elem(x, e / per, e % per);
-	case CGR_COLL_REDUCESCATTER:
-		for (int r = 0; r < n; r++)
-			s += elem(x, r, o * (per / n) + e);
-		return s;
-	case CGR_COLL_BROADCAST:
-		return elem(x, root, e);
-	case CGR_COLL_SCATTER:
-		return elem(x, root, o * (per / n) + e);
-	case CGR_COLL_ALLTOALL:
-		/* block j of rank o's output came from rank j's block o */
-		return elem(x, e / (per / n), o * (per / n) + e % (per / n));
-	}
-	return 0;
+	return t_coll_expect(kind, n, root, rows * 3, x, o, e);
 }
 
 /* Fill tasks (fn, flags) on W[0..n-1] reading x, task r's arg f[r]; their
@@ -797,7 +770,7 @@ static void check_1f1b(int S, int M, long iters)
 }
 
 /* Three outputs: tensor j has j + 1 rows of 3; element i of tensor j is
- * elem(x, rank, i) + 100 * j.  On x == bad_exec tensor 1 has one row
+ * t_coll_elem(x, rank, i) + 100 * j.  On x == bad_exec tensor 1 has one row
  * more. */
 static int fill3_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 		    size_t nin, cgr_value *out, size_t nout)
@@ -811,7 +784,7 @@ static int fill3_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 		int rows = (int)j + 1 + ((int)x == f->bad_exec && j == 1);
 		int64_t *o = cgr_task_output_buffer(tc, j, (size_t)rows * 24);
 		for (int i = 0; i < rows * 3; i++)
-			o[i] = elem(x, f->rank, i) + 100 * (int64_t)j;
+			o[i] = t_coll_elem(x, f->rank, i) + 100 * (int64_t)j;
 		shape[j][0] = rows;
 		shape[j][1] = 3;
 		out[j] = cgr_value_tensor(o, kDLInt, 64, 2,
@@ -881,7 +854,7 @@ static void check_bucket(int kind, long iters)
 					for (int e = 0; e < per; e++) {
 						int64_t want = 0;
 						for (int q = 0; q < n; q++)
-							want += elem(xv, q, e) +
+							want += t_coll_elem(xv, q, e) +
 								100 * j;
 						bad += d[e] != want;
 					}
@@ -890,7 +863,7 @@ static void check_bucket(int kind, long iters)
 					for (int q = 0; q < n; q++)
 						for (int e = 0; e < per; e++)
 							bad += d[q * per + e] !=
-							       elem(xv, q, e) +
+							       t_coll_elem(xv, q, e) +
 								       100 * j;
 					bad += v->u.tensor.shape[0] !=
 					       (j + 1) * n;
@@ -940,7 +913,7 @@ static void check_device_edge(unsigned flags, long iters)
 		int rows = (int)it == f.bad_exec ? 5 : 4;
 		int64_t want = 0;
 		for (int i = 0; i < rows * 3; i++)
-			want += elem(xv, 0, i);
+			want += t_coll_elem(xv, 0, i);
 		if (cgr_execute(c, &a, 1, &ref) || cgr_ref_get(c, ref, -1, o, 4)) {
 			bad++;
 			continue;
@@ -1024,11 +997,11 @@ static void check_edge_group(long iters)
 		cgr_ref ref;
 		int64_t want = 0, want1 = 0, got;
 		for (int i = 0; i < 3; i++)
-			want += elem(xv, 0, i);
+			want += t_coll_elem(xv, 0, i);
 		for (int i = 0; i < 9; i++)
-			want += elem(xv, 0, i) + 200;
+			want += t_coll_elem(xv, 0, i) + 200;
 		for (int i = 0; i < 6; i++)
-			want1 += elem(xv, 0, i) + 100;
+			want1 += t_coll_elem(xv, 0, i) + 100;
 		if (cgr_execute(c, &a, 1, &ref) || cgr_ref_get(c, ref, -1, o, 3)) {
 			bad++;
 			continue;
@@ -1061,7 +1034,7 @@ static int mixed_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	memcpy(&x, in[0].u.bytes.data, 8);
 	snprintf(head, sizeof(head), "x=%llu", (unsigned long long)x);
 	for (int i = 0; i < 12; i++)
-		data[i] = elem(x, 0, i);
+		data[i] = t_coll_elem(x, 0, i);
 	for (int i = 0; i < 5; i++)
 		small[i] = (int32_t)(x + (uint64_t)i);
 	items[0] = cgr_value_bytes(head, strlen(head) + 1);
@@ -1104,7 +1077,7 @@ static bool mixed_ok(const cgr_value *v, uint64_t x, int dev)
 		     it[k].u.tensor.device.device_id == dev;
 	/* The model's device memory is host memory: read in place. */
 	for (int i = 0; ok && i < 12; i++)
-		ok = ((const int64_t *)it[1].u.tensor.data)[i] == elem(x, 0, i);
+		ok = ((const int64_t *)it[1].u.tensor.data)[i] == t_coll_elem(x, 0, i);
 	for (int i = 0; ok && i < 5; i++)
 		ok = ((const int32_t *)it[3].u.tensor.data)[i] ==
 		     (int32_t)(x + (uint64_t)i);

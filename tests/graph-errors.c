@@ -30,6 +30,7 @@
 
 #include <cgr.h>
 
+#include "t_coll.h"
 #include "tap.h"
 
 #ifdef T_PROCESS_WORKERS
@@ -66,11 +67,6 @@ static int fail_code(uint64_t x)
 #define ROWS 4 /* rows of 3 int64 per tensor: divides by 4 members */
 #define PER (ROWS * 3)
 
-static int64_t elem(uint64_t x, int rank, int i)
-{
-	return (int64_t)x * 7 + rank * 1000 + i;
-}
-
 static uint64_t xof(const cgr_value *v)
 {
 	uint64_t x;
@@ -78,8 +74,9 @@ static uint64_t xof(const cgr_value *v)
 	return x;
 }
 
-/* src: x -> int64 [ROWS(+1 when grown), 3] of elem(x, rank, i); fails on
- * failing executions if fail is set; grows a row on execution grow. */
+/* src: x -> int64 [ROWS(+1 when grown), 3] of t_coll_elem(x, rank, i);
+ * fails on failing executions if fail is set; grows a row on execution
+ * grow. */
 struct src {
 	int rank;
 	int fail;
@@ -103,7 +100,7 @@ static int src_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	}
 	o = cgr_task_output_buffer(tc, 0, (size_t)rows * 3 * 8);
 	for (int i = 0; i < rows * 3; i++)
-		o[i] = elem(x, s->rank, i);
+		o[i] = t_coll_elem(x, s->rank, i);
 	shape[0] = rows;
 	shape[1] = 3;
 	out[0] = cgr_value_tensor(o, kDLInt, 64, 2, shape);
@@ -375,8 +372,8 @@ static void edges_check(uint64_t x, const cgr_value *o, void *arg)
 			  "side");
 	} else {
 		for (int i = 0; i < PER; i++) {
-			fin += elem(x, 0, i) + 1;
-			side += elem(x, 0, i);
+			fin += t_coll_elem(x, 0, i) + 1;
+			side += t_coll_elem(x, 0, i);
 		}
 		want_sum(&o[0], fin, x, "fin");
 		want_sum(&o[1], side, x, "side");
@@ -431,34 +428,6 @@ static bool out_at_root(int kind)
 	return kind == CGR_COLL_REDUCE || kind == CGR_COLL_GATHER;
 }
 
-/* Element e of output o (rank o's, or the root's) of kind over n ranks. */
-static int64_t expect(int kind, int n, int root, uint64_t x, int o, int e)
-{
-	int64_t s = 0;
-
-	switch (kind) {
-	case CGR_COLL_ALLREDUCE:
-	case CGR_COLL_REDUCE:
-		for (int r = 0; r < n; r++)
-			s += elem(x, r, e);
-		return s;
-	case CGR_COLL_ALLGATHER:
-	case CGR_COLL_GATHER:
-		return elem(x, e / PER, e % PER);
-	case CGR_COLL_REDUCESCATTER:
-		for (int r = 0; r < n; r++)
-			s += elem(x, r, o * (PER / n) + e);
-		return s;
-	case CGR_COLL_BROADCAST:
-		return elem(x, root, e);
-	case CGR_COLL_SCATTER:
-		return elem(x, root, o * (PER / n) + e);
-	case CGR_COLL_ALLTOALL:
-		return elem(x, e / (PER / n), o * (PER / n) + e % (PER / n));
-	}
-	return 0;
-}
-
 static size_t out_elems(int kind, int n)
 {
 	switch (kind) {
@@ -493,7 +462,7 @@ static void want_tensor(const struct coll_arg *ca, const cgr_value *v,
 	}
 	for (size_t e = 0; e < ne; e++)
 		if (((const int64_t *)v->u.tensor.data)[e] !=
-		    expect(ca->kind, ca->n, ca->root, x, oi, (int)e)) {
+		    t_coll_expect(ca->kind, ca->n, ca->root, PER, x, oi, (int)e)) {
 			bad("%s output %d, execution %llu: element %zu wrong",
 			    kind_name(ca->kind), oi, (unsigned long long)x, e);
 			return;

@@ -31,6 +31,7 @@
 #endif
 
 #include "t_eager.h"
+#include "t_workers.h"
 #include "tap.h"
 
 /* in: u64; out: u64 * mul + add (mul, add from the task's arg). */
@@ -575,17 +576,11 @@ int main(int argc, char **argv)
 	cp.exports = exports;
 	t_is(cgr_ctx_create(&cp, &ctx), 0, "context");
 	for (int i = 0; i < 4; i++) {
-		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
-		char name[8];
-		snprintf(name, sizeof(name), "w%d", i);
-		wp.name = name;
 #ifdef T_PROCESS_WORKERS
 		is_proc[i] = i % 2 == 1;
-		if (is_proc[i])
-			wp.kind = CGR_WORKER_PROCESS;
 #endif
-		t_is(cgr_worker_create(ctx, &wp, &W[i]), 0, "worker %d (%s)", i,
-		     is_proc[i] ? "a process" : "a thread");
+		t_is(t_worker_named(ctx, i, is_proc[i], &W[i]), 0,
+		     "worker %d (%s)", i, is_proc[i] ? "a process" : "a thread");
 	}
 	test_pipeline(CGR_WAIT_ADAPTIVE, n);
 	test_pipeline(CGR_WAIT_BLOCK, n / 4);

@@ -68,29 +68,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	const char *dir = getenv("CGR_FUZZ_SEEDS");
 	cgr_compile_params p = CGR_COMPILE_PARAMS_INIT;
-	cgr_task_desc d = CGR_TASK_DESC_INIT;
-	cgr_ctx *ctx;
-	cgr_worker *w;
-	cgr_graph *g;
-	cgr_node *in, *out;
 
 	(void)argc, (void)argv;
 	if (dir != NULL && *dir) {
 		fz_value_seeds(dir, "arg-", NULL, 0);
 		exit(0);
 	}
-	fz_assert(cgr_ctx_create(NULL, &ctx) == 0);
-	fz_assert(cgr_worker_create(ctx, NULL, &w) == 0);
-	fz_assert(cgr_graph_create(ctx, &g) == 0);
-	fz_assert(cgr_graph_input(g, 0, &in) == 0);
-	d.name = "echo";
-	d.fn = echo;
-	d.max_out_bytes = 8192;
-	fz_assert(cgr_graph_task(g, w, &d, &in, 1, &out, 1) == 0);
-	fz_assert(cgr_graph_output(g, &out, 1) == 0);
 	p.max_value_bytes = 4096;
 	p.max_inflight = 2;
-	fz_assert(cgr_graph_compile(g, &p, &c) == 0);
-	cgr_graph_destroy(g);
+	c = fz_one_task("echo", echo, 8192, &p);
 	return 0; /* the graph lives as long as the process */
 }

@@ -526,4 +526,35 @@ static inline void fz_value_seeds(const char *dir, const char *prefix,
 		}                                                        \
 	} while (0)
 
+/*
+ * The one-task graph the execute and output targets run: input 0 through
+ * task fn (named name, up to max_out bytes out) on one thread worker to
+ * output 0, compiled with p (may be NULL).  The context lives as long as
+ * the process.
+ */
+static inline cgr_compiled *fz_one_task(const char *name, cgr_task_fn fn,
+					size_t max_out,
+					const cgr_compile_params *p)
+{
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_compiled *c;
+	cgr_ctx *ctx;
+	cgr_worker *w;
+	cgr_graph *g;
+	cgr_node *in, *out;
+
+	fz_assert(cgr_ctx_create(NULL, &ctx) == 0);
+	fz_assert(cgr_worker_create(ctx, NULL, &w) == 0);
+	fz_assert(cgr_graph_create(ctx, &g) == 0);
+	fz_assert(cgr_graph_input(g, 0, &in) == 0);
+	d.name = name;
+	d.fn = fn;
+	d.max_out_bytes = max_out;
+	fz_assert(cgr_graph_task(g, w, &d, &in, 1, &out, 1) == 0);
+	fz_assert(cgr_graph_output(g, &out, 1) == 0);
+	fz_assert(cgr_graph_compile(g, p, &c) == 0);
+	cgr_graph_destroy(g);
+	return c;
+}
+
 #endif

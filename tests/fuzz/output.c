@@ -72,27 +72,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
 	const char *dir = getenv("CGR_FUZZ_SEEDS");
-	cgr_task_desc d = CGR_TASK_DESC_INIT;
-	cgr_ctx *ctx;
-	cgr_worker *w;
-	cgr_graph *g;
-	cgr_node *in, *out;
 
 	(void)argc, (void)argv;
 	if (dir != NULL && *dir) {
 		fz_value_seeds(dir, "out-", NULL, 0);
 		exit(0);
 	}
-	fz_assert(cgr_ctx_create(NULL, &ctx) == 0);
-	fz_assert(cgr_worker_create(ctx, NULL, &w) == 0);
-	fz_assert(cgr_graph_create(ctx, &g) == 0);
-	fz_assert(cgr_graph_input(g, 0, &in) == 0);
-	d.name = "emit";
-	d.fn = emit;
-	d.max_out_bytes = 4096;
-	fz_assert(cgr_graph_task(g, w, &d, &in, 1, &out, 1) == 0);
-	fz_assert(cgr_graph_output(g, &out, 1) == 0);
-	fz_assert(cgr_graph_compile(g, NULL, &c) == 0);
-	cgr_graph_destroy(g);
+	c = fz_one_task("emit", emit, 4096, NULL);
 	return 0; /* the graph lives as long as the process */
 }
