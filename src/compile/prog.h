@@ -467,6 +467,8 @@ static inline bool cgr__c_attached(const struct cgr_compiled *c)
 	return c->seg != NULL && c->seg->attach;
 }
 
+/* Memory every process running c shares (its segment, when it has
+ * process workers; else as cgr__c_alloc); NULL when out of it. */
 void *cgr__c_salloc(struct cgr_compiled *c, size_t size);
 /* A trace buffer of cap records, shared with every process running c. */
 static inline struct cgr__tbuf *cgr__tbuf_new(struct cgr_compiled *c,
@@ -480,9 +482,6 @@ static inline struct cgr__tbuf *cgr__tbuf_new(struct cgr_compiled *c,
 	return t;
 }
 
-/* Memory every process running c shares (its segment, when it has
- * process workers; else as cgr__c_alloc); NULL when out of it. */
-void *cgr__c_salloc(struct cgr_compiled *c, size_t size);
 /* compile/shared.c: the driver makes the segment (create), and once the
  * compile is done cuts, heads and seals it with the graph's description
  * blob inside (seal); a worker process maps the driver's (attach, from
