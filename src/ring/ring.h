@@ -8,12 +8,13 @@
  * different addresses.  Each slot carries its own sequence number, so a
  * message of up to CGR_RING_INLINE_MAX bytes costs one cache-line transfer.
  *
- * What the library uses: compile/ and chan/ use memsize, init, attach,
- * enqueue, peek and consume (a channel's reader waits on its own doorbell, not the ring's),
- * for thread and process workers alike (a process worker's rings live in
- * its graph's shared segment).  The bulk and burst calls, dequeue, wait
- * and notify (parking on the ring's own bells) and init_at are not used by
- * the library today; tests/ring-*.c and perf/ring_pingpong.c cover them.
+ * What the library uses: chan/ uses memsize, init, attach, enqueue, peek
+ * and consume (a channel's reader waits on its own doorbell, not the
+ * ring's), for thread and process workers alike (a process worker's rings
+ * live in its graph's shared segment).  Count, the bulk and burst calls,
+ * dequeue, wait and notify (parking on the ring's own bells) and init_at
+ * are not used by the library today; tests/ring-*.c and
+ * perf/ring_pingpong.c cover them.
  *
  * Threads: one producer handle and one consumer handle per ring; each handle
  * is used by one thread at a time.  No call blocks except cgr__ring_wait, and
