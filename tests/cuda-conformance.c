@@ -6,7 +6,9 @@
  *  - At compile time: every call the cuda and nccl backends resolve with
  *    dlsym (device/cudart_abi.h, comm/nccl_abi.h) has exactly the
  *    prototype cuda_runtime_api.h and nccl.h declare (a difference does
- *    not compile); cgr's copy of cudaPointerAttributes has the header's
+ *    not compile), and so do its optional calls (the driver entry points)
+ *    and the driver call it reaches through them (cuStreamWaitValue32,
+ *    against cuda.h); cgr's copy of cudaPointerAttributes has the header's
  *    offsets and room for it; the lists tests/cuda-abi-gen.sh read from
  *    the headers (sticky errors, NCCL results) have the numbers the
  *    compiler sees.

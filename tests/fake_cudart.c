@@ -12,7 +12,10 @@
  * one thread, one at a time: a stream reaching a host function hands it
  * to its device's host-function thread and waits for it to return (so a
  * host function that blocks on another stream's progress stalls every
- * stream of the device, as it can on CUDA).  cuStreamWaitValue32 (from
+ * stream of the device, as it can on CUDA).  The exception: the NCCL
+ * model (tests/fake_nccl.c) launches its "kernels" as host functions;
+ * those (a function whose code is in libfakenccl) run on the stream's
+ * own thread, as kernels do not wait for host functions.  cuStreamWaitValue32 (from
  * cudaGetDriverEntryPoint[ByVersion]) is a wait on a host word, polled by
  * the stream's thread until the condition holds or the device fails;
  * cudaHostAlloc'd memory is its own device address (unified addressing).
@@ -28,6 +31,7 @@
  * after the parent used the fake returns cudaErrorInitializationError,
  * as CUDA does after fork.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -56,6 +60,7 @@ struct fop {
 	_Atomic uint32_t *word; /* wait on word: until word >= value */
 	uint32_t wvalue;
 	int dev;	/* the stream's device */
+	bool kernel;	/* host fn: an NCCL model's kernel */
 	unsigned epoch; /* fake_epoch when it was enqueued */
 	unsigned depoch; /* its device's epoch then */
 };
@@ -317,7 +322,9 @@ static void *fake_main(void *arg)
 		struct fop op = s->q[s->done % FQ];
 		pthread_mutex_unlock(&s->mu);
 		if (op.kind == 1) {
-			if (fake_live(&op))
+			if (fake_live(&op) && op.kernel)
+				op.fn(op.arg);
+			else if (fake_live(&op))
 				fake_hostfn(op.dev, op.fn, op.arg);
 		} else if (op.kind == 5) {
 			fake_wait_word(&op);
@@ -512,9 +519,12 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
 {
 	struct fop op = { .kind = 1, .fn = fn, .arg = arg };
 	cudaError_t e = fake_enter_dev(s->dev);
+	Dl_info di;
 
 	if (e != cudaSuccess)
 		return e;
+	op.kernel = dladdr((void *)fn, &di) != 0 && di.dli_fname != NULL &&
+		    strstr(di.dli_fname, "libfakenccl") != NULL;
 	return fake_push(s, &op);
 }
 

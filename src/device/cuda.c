@@ -248,8 +248,8 @@ static int rt_make(cgr_ctx *ctx, void **out)
 		return 0;
 	}
 	if (n > 0) {
-		rt->devflags = cgr__alloc(&ctx->arena,
-					  (size_t)n * sizeof(*rt->devflags), 16);
+		size_t sz = (size_t)n * sizeof(*rt->devflags);
+		rt->devflags = cgr__alloc(&ctx->arena, sz, 16);
 		if (rt->devflags == NULL)
 			return -ENOMEM;
 		for (int i = 0; i < n; i++)
