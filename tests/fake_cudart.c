@@ -15,7 +15,9 @@
  * stream of the device, as it can on CUDA).  The exception: the NCCL
  * model (tests/fake_nccl.c) launches its "kernels" as host functions;
  * those (a function whose code is in libfakenccl) run on the stream's
- * own thread, as kernels do not wait for host functions.  cuStreamWaitValue32 (from
+ * own thread, as kernels do not wait for host functions.  So do all host
+ * functions with FAKE_CUDA_HOSTFN=stream in the environment, for tests
+ * whose host functions stand for kernels (tests/graph-overlap).  cuStreamWaitValue32 (from
  * cudaGetDriverEntryPoint[ByVersion]) is a wait on a host word, polled by
  * the stream's thread until the condition holds or the device fails;
  * cudaHostAlloc'd memory is its own device address (unified addressing).
@@ -115,9 +117,13 @@ static struct fdev {
 	struct hreq *head, **tail;
 } fake_devs[FDEVS];
 static pthread_once_t fake_devs_once = PTHREAD_ONCE_INIT;
+static bool fake_hostfn_on_stream; /* FAKE_CUDA_HOSTFN=stream */
 
 static void fake_devs_init(void)
 {
+	const char *e = getenv("FAKE_CUDA_HOSTFN");
+
+	fake_hostfn_on_stream = e != NULL && strcmp(e, "stream") == 0;
 	for (int i = 0; i < FDEVS; i++) {
 		pthread_mutex_init(&fake_devs[i].mu, NULL);
 		pthread_cond_init(&fake_devs[i].cv, NULL);
@@ -523,8 +529,10 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void *arg)
 
 	if (e != cudaSuccess)
 		return e;
-	op.kernel = dladdr((void *)fn, &di) != 0 && di.dli_fname != NULL &&
-		    strstr(di.dli_fname, "libfakenccl") != NULL;
+	pthread_once(&fake_devs_once, fake_devs_init);
+	op.kernel = fake_hostfn_on_stream ||
+		    (dladdr((void *)fn, &di) != 0 && di.dli_fname != NULL &&
+		     strstr(di.dli_fname, "libfakenccl") != NULL);
 	return fake_push(s, &op);
 }
 
