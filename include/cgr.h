@@ -925,7 +925,10 @@ int cgr_event_record(cgr_event *e, cgr_stream *s);
 int cgr_event_query(cgr_event *e);
 /* Work enqueued on s after this waits for e's current record; never
  * blocks the caller.  An event never recorded has no record to wait for:
- * a no-op, as cudaStreamWaitEvent. */
+ * a no-op, as cudaStreamWaitEvent.  A CUDA stream waits for an event of
+ * another backend on the device (a stream memory operation, never a
+ * blocking host function): -ENOTSUP on a device without stream memory
+ * operations, the context's log saying why once per device. */
 int cgr_stream_wait_event(cgr_stream *s, cgr_event *e);
 
 /* Futures returned by asynchronous operations (collectives, ...).  Any
@@ -937,7 +940,11 @@ int cgr_future_test(cgr_future *f);
  * operation's error. */
 int cgr_future_wait(cgr_future *f, int64_t timeout_ns);
 /* Work enqueued on s afterwards waits for f (device side, no blocking);
- * a no-op if f is already complete.  f may be released meanwhile. */
+ * a no-op if f is already complete.  f may be released meanwhile.  On a
+ * CUDA stream the wait is a stream memory operation that a thread of
+ * cgr's releases when f completes (never a blocking host function): on
+ * a device without stream memory operations a pending f gives -ENOTSUP,
+ * the context's log saying why once per device. */
 int cgr_future_stream_wait(cgr_future *f, cgr_stream *s);
 /* Gives the future back, pending or not; it must not be used
  * afterwards.  NULL is a no-op. */

@@ -6,7 +6,9 @@
  *  - At compile time: every call the cuda and nccl backends resolve with
  *    dlsym (device/cudart_abi.h, comm/nccl_abi.h) has exactly the
  *    prototype cuda_runtime_api.h and nccl.h declare (a difference does
- *    not compile); cgr's copy of cudaPointerAttributes has the header's
+ *    not compile), and so do its optional calls (the driver entry points)
+ *    and the driver call it reaches through them (cuStreamWaitValue32,
+ *    against cuda.h); cgr's copy of cudaPointerAttributes has the header's
  *    offsets and room for it; the lists tests/cuda-abi-gen.sh read from
  *    the headers (sticky errors, NCCL results) have the numbers the
  *    compiler sees.
@@ -44,6 +46,20 @@
 						    ret(*) args),          \
 		       #name ": cgr's prototype differs from the header's");
 CGR__CUDART_CALLS(T_PROTO)
+/* cudaGetDriverEntryPoint is deprecated (cgr uses it on 12.0-12.4 only). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+CGR__CUDART_OPTIONAL(T_PROTO)
+#pragma GCC diagnostic pop
+/* The driver call, against cuda.h (cuStreamWaitValue32 is a macro for
+ * the _v2 that the entry point of version 12000 returns). */
+CGR__CU_DRIVER_CALLS(T_PROTO)
+_Static_assert(CU_STREAM_WAIT_VALUE_GEQ == 0 &&
+		       CUDA_ERROR_NOT_SUPPORTED == 801 &&
+		       cudaDriverEntryPointSuccess == 0,
+	       "the driver's constants moved");
+_Static_assert(sizeof(CUdeviceptr) == sizeof(void *),
+	       "CUdeviceptr is not pointer-sized");
 #ifdef HAVE_NCCL
 CGR__NCCL_CALLS(T_PROTO)
 CGR__NCCL_GSA_CALLS(T_PROTO)
@@ -186,6 +202,10 @@ static void test_cudart_symbols(void *h)
 	CGR__CUDART_CALLS(T_RESOLVES)
 	t_ok(missing[0] == 0, "the real libcudart has all %d calls cgr "
 	     "resolves (missing:%s)", n, missing);
+	n = 0;
+	CGR__CUDART_OPTIONAL(T_RESOLVES)
+	t_ok(missing[0] == 0, "...and its %d optional ones: the driver's "
+	     "entry points (missing:%s)", n, missing);
 	*(void **)&version = dlsym(h, "cudaRuntimeGetVersion");
 	if (version == NULL || version(&v) != cudaSuccess)
 		v = -1;

@@ -5,12 +5,16 @@
  * re-recorded events, device-side waits that never block the host, the
  * sticky device error, destroy with queued or stuck work, and idle
  * executors that use no CPU.  The backend-neutral ones run again on CUDA
- * device 0 (the cuda backend) where there is one.
+ * device 0 (the cuda backend) where there is one, with waits for the host
+ * that never block a CUDA host function; against the model of the CUDA
+ * runtime also the -ENOTSUP path without stream memory operations, a
+ * device failing under a pending wait, and fork.
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #ifdef CGR_FAKE_CUDART
 #include <cuda_runtime_api.h>
 #endif
@@ -545,6 +549,267 @@ static void test_cuda_only(void)
 	cgr_stream_destroy(sim);
 }
 
+/* ---- CUDA: waits for the host never block a host function ---------- */
+
+/* CUDA may run the host functions of every stream of a device on one
+ * thread (the fake does): stream A waits for a pending future, event or
+ * polled future X; stream B's host function must still run, and only then
+ * does the test make X pass.  A wait that blocked inside a host function
+ * would starve B (bounded here: the check fails after 5 s, then X passes
+ * anyway so nothing hangs). */
+enum { T_PLAIN, T_POLLED, T_EVENT };
+
+static int poll_flag(void *arg, int *result)
+{
+	*result = 0;
+	return atomic_load((_Atomic int *)arg) != 0;
+}
+
+static void cuda_no_block(int kind, const char *what)
+{
+	struct gate g = { 0, 0 };
+	_Atomic int aran = 0, bran = 0, polled = 0;
+	struct cgr__dfuture *df = NULL;
+	cgr_stream *a, *b, *sim = NULL;
+	cgr_event *e = NULL;
+	int ret;
+
+	cgr_stream_create(ctx, 0, 0, &a);
+	cgr_stream_create(ctx, 0, 0, &b);
+	if (kind == T_EVENT) {
+		cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &sim);
+		cgr_event_create(ctx, &e);
+		cgr_stream_launch_host(sim, gate_fn, &g);
+		cgr_event_record(e, sim);
+		ret = cgr_stream_wait_event(a, e);
+	} else {
+		cgr__dfuture_create(ctx, NULL, &df);
+		if (kind == T_POLLED)
+			cgr__dfuture_poll_by(df, poll_flag, NULL,
+					     (void *)&polled);
+		ret = cgr_future_stream_wait(cgr__dfuture_pub(df), a);
+	}
+	if (ret == -ENOTSUP) {
+		t_skipf("%s: no stream memory operations on CUDA device 0",
+		       what);
+		goto out;
+	}
+	t_is(ret, 0, "%s: the CUDA stream waits", what);
+	cgr_stream_launch_host(a, inc_fn, (void *)&aran);
+	cgr_stream_launch_host(b, inc_fn, (void *)&bran);
+	t_ok(wait_flag(&bran, 1, 5000),
+	     "%s: another stream's host function runs meanwhile", what);
+	t_is(atomic_load(&aran), 0, "%s: the waiting stream holds", what);
+out:
+	if (kind == T_EVENT)
+		atomic_store(&g.open, 1);
+	else if (kind == T_POLLED)
+		atomic_store(&polled, 1);
+	else
+		cgr__dfuture_complete(df, 0);
+	if (ret == 0)
+		t_ok(wait_flag(&aran, 1, 5000), "%s: then it proceeds", what);
+	t_is(cgr_stream_synchronize(a, 5000000000), 0, "%s: A done", what);
+	t_is(cgr_stream_synchronize(b, 5000000000), 0, "%s: B done", what);
+	if (kind == T_EVENT) {
+		cgr_stream_synchronize(sim, 5000000000);
+		cgr_event_destroy(e);
+		cgr_stream_destroy(sim);
+	} else {
+		cgr_future_release(cgr__dfuture_pub(df));
+	}
+	cgr_stream_destroy(a);
+	cgr_stream_destroy(b);
+}
+
+static void test_cuda_no_block(void)
+{
+	cuda_no_block(T_PLAIN, "pending future");
+	cuda_no_block(T_POLLED, "polled future");
+	cuda_no_block(T_EVENT, "sim event");
+}
+
+#ifdef CGR_FAKE_CUDART
+static _Atomic int g_nomemops; /* log lines saying so */
+
+static void log_count(void *arg, int level, const char *msg)
+{
+	log_keep(arg, level, msg);
+	if (strstr(msg, "no stream memory operations") != NULL)
+		atomic_fetch_add(&g_nomemops, 1);
+}
+
+static void *fake_sym(const char *name)
+{
+	void *h = dlopen(CGR_FAKE_CUDART, RTLD_NOW | RTLD_NOLOAD);
+	void *p = h != NULL ? dlsym(h, name) : NULL;
+
+	if (h != NULL)
+		dlclose(h);
+	return p;
+}
+
+/* Without stream memory operations (the driver's entry point missing, or
+ * the call refused): -ENOTSUP at once, said once per device, nothing
+ * enqueued or left behind. */
+static void test_cuda_nomemops(void)
+{
+	void (*nomemops)(int) = (void (*)(int))fake_sym("fake_cuda_no_memops");
+	long (*hosts)(void) = (long (*)(void))fake_sym("fake_cuda_host_allocs");
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	struct gate g = { 0, 0 };
+	static const char *const how[] = { "", "entry point not found",
+					   "CUDA_ERROR_NOT_SUPPORTED" };
+
+	if (nomemops == NULL || hosts == NULL) {
+		t_skip("the fake runtime's hooks not found");
+		return;
+	}
+	cp.cudart_path = CGR_FAKE_CUDART;
+	cp.log_fn = log_count;
+	cp.log_level = CGR_LOG_INFO;
+	for (int mode = 1; mode <= 2; mode++) {
+		struct cgr__dfuture *df;
+		_Atomic int ran = 0;
+		cgr_stream *a, *sim;
+		cgr_event *e;
+		cgr_ctx *c2;
+		long h0 = hosts();
+		int64_t t0;
+
+		nomemops(mode);
+		atomic_store(&g_nomemops, 0);
+		atomic_store(&g.open, 0);
+		cgr_ctx_create(&cp, &c2);
+		cgr_stream_create(c2, 0, 0, &a);
+		cgr_stream_create(c2, CGR_DEVICE_SIM, 0, &sim);
+		cgr_event_create(c2, &e);
+		cgr__dfuture_create(c2, NULL, &df);
+		t0 = cgr__now_ns();
+		t_is(cgr_future_stream_wait(cgr__dfuture_pub(df), a), -ENOTSUP,
+		     "%s: waiting for a pending future: -ENOTSUP", how[mode]);
+		cgr_stream_launch_host(sim, gate_fn, &g);
+		cgr_event_record(e, sim);
+		t_is(cgr_stream_wait_event(a, e), -ENOTSUP,
+		     "%s: for a sim event too", how[mode]);
+		t_is(cgr_future_stream_wait(cgr__dfuture_pub(df), a), -ENOTSUP,
+		     "%s: again", how[mode]);
+		t_ok(ms_since(t0) < 1000, "%s: at once", how[mode]);
+		t_is(atomic_load(&g_nomemops), 1,
+		     "%s: said once in the log: %s", how[mode], g_log);
+		cgr_stream_launch_host(a, inc_fn, (void *)&ran);
+		t_is(cgr_stream_synchronize(a, 2000000000), 0,
+		     "%s: the stream is not blocked", how[mode]);
+		t_is(atomic_load(&ran), 1, "%s: its work ran", how[mode]);
+		cgr__dfuture_complete(df, 0);
+		t_is(cgr_future_stream_wait(cgr__dfuture_pub(df), a), 0,
+		     "%s: a complete future needs no wait", how[mode]);
+		atomic_store(&g.open, 1);
+		cgr_stream_synchronize(sim, 2000000000);
+		cgr_future_release(cgr__dfuture_pub(df));
+		cgr_event_destroy(e);
+		cgr_stream_destroy(a);
+		cgr_stream_destroy(sim);
+		cgr_ctx_destroy(c2);
+		t_is(hosts(), h0, "%s: no pinned memory left", how[mode]);
+	}
+	nomemops(0);
+}
+
+/* Device 0 fails (a sticky error of that device only) while a stream of
+ * it waits at a gate: the wait ends, the gate's references are dropped
+ * and its page freed; device 1 keeps working. */
+static void test_cuda_gate_fail(void)
+{
+	void (*faildev)(int, int) =
+		(void (*)(int, int))fake_sym("fake_cuda_fail_device");
+	long (*hosts)(void) = (long (*)(void))fake_sym("fake_cuda_host_allocs");
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	_Atomic int aran = 0, bran = 0;
+	struct cgr__dfuture *df;
+	cgr_stream *a, *b;
+	cgr_ctx *c2;
+	long h0;
+	int64_t t0;
+
+	if (faildev == NULL || hosts == NULL) {
+		t_skip("the fake runtime's hooks not found");
+		return;
+	}
+	cp.cudart_path = CGR_FAKE_CUDART;
+	h0 = hosts();
+	cgr_ctx_create(&cp, &c2);
+	t_is(cgr_stream_create(c2, 0, 0, &a), 0, "a stream on device 0");
+	t_is(cgr_stream_create(c2, 1, 0, &b), 0, "a stream on device 1");
+	cgr__dfuture_create(c2, NULL, &df);
+	t_is(cgr_future_stream_wait(cgr__dfuture_pub(df), a), 0,
+	     "device 0's stream waits for a pending future");
+	cgr_stream_launch_host(a, inc_fn, (void *)&aran);
+	t_is(atomic_load(&df->refs), 3, "the gate holds the future");
+	faildev(0, 700);
+	t0 = cgr__now_ns();
+	t_is(cgr_stream_synchronize(a, 2000000000), CGR_EDEVICE,
+	     "device 0 fails: its stream reports CGR_EDEVICE");
+	t_ok(ms_since(t0) < 1000, "promptly (%lld ms)",
+	     (long long)ms_since(t0));
+	for (int i = 0; i < 5000 && atomic_load(&df->refs) != 2; i++)
+		usleep(1000);
+	t_is(atomic_load(&df->refs), 2,
+	     "the gate opened and gave the future back");
+	t_is(cgr_stream_launch_host(b, inc_fn, (void *)&bran), 0,
+	     "device 1 still takes work");
+	t_is(cgr_stream_synchronize(b, 2000000000), 0, "...and runs it");
+	t_is(atomic_load(&bran), 1, "once");
+	t_is(cgr_stream_launch_host(a, inc_fn, (void *)&aran), CGR_EDEVICE,
+	     "device 0 stays failed");
+	faildev(0, 0);
+	t_is(cgr_stream_synchronize(a, 2000000000), CGR_EDEVICE,
+	     "...in cgr, even once the model recovers");
+	t_is(atomic_load(&aran), 0, "work behind the gate never ran");
+	cgr__dfuture_complete(df, 0);
+	cgr_future_release(cgr__dfuture_pub(df));
+	cgr_stream_destroy(a);
+	cgr_stream_destroy(b);
+	cgr_ctx_destroy(c2);
+	t_is(hosts(), h0, "the gate's page was freed");
+}
+
+/* CUDA cannot be used in a child forked after it was initialised; the
+ * model says so too, and cgr reports it as an error, not a hang. */
+static void test_cuda_fork(void)
+{
+	_Atomic int ran = 0;
+	cgr_stream *s;
+	int st = -1;
+	pid_t pid;
+
+	cgr_stream_create(ctx, 0, 0, &s);
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		int r = cgr_stream_launch_host(s, inc_fn, (void *)&ran);
+		_exit(r == -EIO ? 0 : 10 + (r < 0 ? -r : r) % 100);
+	}
+	for (int i = 0; i < 10000 && pid > 0; i++) {
+		if (waitpid(pid, &st, WNOHANG) == pid)
+			break;
+		if (i == 9999) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+		}
+		usleep(1000);
+	}
+	t_ok(pid > 0 && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	     "a forked child's CUDA call fails (-EIO), no hang (status %d)",
+	     st);
+	t_is(cgr_stream_launch_host(s, inc_fn, (void *)&ran), 0,
+	     "the parent's stream still works");
+	t_is(cgr_stream_synchronize(s, 2000000000), 0, "...to the end");
+	t_is(atomic_load(&ran), 1, "once");
+	cgr_stream_destroy(s);
+}
+#endif
+
 static void test_args(void)
 {
 	cgr_stream *s;
@@ -670,7 +935,8 @@ int main(int argc, char **argv)
 #ifdef CGR_FAKE_CUDART
 	/* The cuda backend over a model of the CUDA runtime (no GPU here). */
 	cp.cudart_path = CGR_FAKE_CUDART;
-	t_diag("CUDA device 0 is %s", CGR_FAKE_CUDART);
+	t_diag("CUDA devices 0 and 1 are %s", CGR_FAKE_CUDART);
+	setenv("FAKE_CUDA_NDEV", "2", 1); /* before any thread reads it */
 #endif
 	cp.log_fn = log_keep;
 	cp.log_level = CGR_LOG_INFO;
@@ -706,7 +972,11 @@ int main(int argc, char **argv)
 		test_never_recorded();
 		test_rerecord();
 		test_cuda_only();
+		test_cuda_no_block();
 #ifdef CGR_FAKE_CUDART
+		test_cuda_nomemops();
+		test_cuda_gate_fail();
+		test_cuda_fork();
 		test_cuda_sticky();
 		test_cuda_version();
 #endif

@@ -469,6 +469,13 @@ int main(int argc, char **argv)
 	uint64_t held = 0;
 
 	t_init(argc, argv, 240);
+#ifdef CGR_FAKE_CUDART
+	/* The stream tasks' host functions stand for kernels, which CUDA
+	 * runs concurrently across streams: the model's one host-function
+	 * thread per device would serialize them and hide the races the
+	 * mutations look for.  Set before any thread reads it. */
+	setenv("FAKE_CUDA_HOSTFN", "stream", 1);
+#endif
 	/* Compute streams on a CUDA device when asked (t_workers.h): the
 	 * communication streams then wait for CUDA events. */
 	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;

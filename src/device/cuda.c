@@ -5,9 +5,25 @@
  * their first record.  Host functions are cudaLaunchHostFunc, copies
  * cudaMemcpyAsync (cudaMemcpyDefault: host or device memory; a copy
  * between two plain host buffers is a host function, which CUDA orders on
- * the stream like any other operation), a wait for a
- * future a host function that blocks until it completes (a future is
- * completed by a CPU thread, never by CUDA work, so this is allowed).
+ * the stream like any other operation).
+ *
+ * Host functions never block: CUDA runs them on an internal thread and may
+ * run those of every stream of a device one at a time, so one that waited
+ * for another stream's progress or for a future could wait for ever.  A
+ * stream that must wait for something only the host sees (a pending future,
+ * cgr_future_stream_wait; an event of another backend, cgr_stream_wait_event)
+ * waits on the device instead: it takes a gate, a 32-bit word in mapped
+ * pinned host memory (cudaHostAlloc), closed (0) and enqueues
+ * cuStreamWaitValue32(word >= 1), then a host function that only marks
+ * the gate free again (one atomic store).  The context's gate waker, a
+ * thread of cgr's started at the first such wait and joined when the
+ * context goes, opens the gate (stores 1) once the future completed, the
+ * event's record passed, or a device involved failed; completing a future
+ * rings its bell, and it polls (1 us to 100 us apart) only while it holds
+ * polled futures or foreign events.  A device without stream memory
+ * operations (or a runtime without the driver entry point) cannot wait so:
+ * such a wait returns -ENOTSUP, and the context's log says why, once per
+ * device.  A wait for a future already complete needs no gate.
  *
  * The CUDA runtime is loaded when a context first uses a CUDA device
  * (dlopen of cgr_ctx_params.cudart_path, else by soname, newest first:
@@ -26,9 +42,9 @@
  * every rank.  Work left on a stream at destroy is not dropped (CUDA cannot
  * cancel it): it finishes after cgr_stream_destroy returns.
  *
- * Two operations allocate a small record each (freed by their host
- * function): a copy between plain host buffers and a wait for another
- * backend's event; the rest allocate nothing.
+ * Two operations allocate a small record each: a copy between plain host
+ * buffers (freed by its host function) and a gated wait (freed by the
+ * waker); the rest allocate nothing.
  *
  * Errors: a CUDA error that leaves the context unusable (illegal address,
  * launch failure, ECC, ...) fails the device for good (sticky, as in
@@ -42,6 +58,7 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,9 +74,62 @@
 #define CGR_CUDA_LIBDIR "/usr/local/cuda/lib64"
 #endif
 
+/*
+ * Gates (see the comment at the top): one page of mapped pinned memory
+ * holds CGR__GATES gate words and their state; pages are added as needed
+ * and freed with the context.  A gate is busy from its take (under
+ * gate_lock) until its stream passed the wait: the host function behind
+ * the wait stores 0 into busy[i] and touches nothing else, so a page whose
+ * gates are still busy when the context goes is left allocated, never
+ * freed under a late host function.
+ */
+#define CGR__GATE_PAGE 4096
+#define CGR__GATES 448
+
+struct cgr__cu_gates {
+	_Atomic uint32_t word[CGR__GATES]; /* the device waits for >= 1 */
+	_Atomic uint8_t busy[CGR__GATES];
+	int16_t dev[CGR__GATES]; /* the device of its stream */
+	CUdeviceptr dptr;	 /* the device address of word[0] */
+	struct cgr__cu_gates *next;
+	unsigned cursor; /* where the next take starts looking */
+};
+_Static_assert(sizeof(struct cgr__cu_gates) <= CGR__GATE_PAGE,
+	       "gates outgrew their page");
+
+/* A pending gate: what the waker tests, and the references it holds. */
+struct cgr__cu_wait {
+	struct cgr__cu_wait *next;
+	_Atomic uint32_t *word;
+	cgr_stream *s; /* the waiting stream (referenced) */
+	struct cgr__sop op; /* WAITF or WAITE, its reference moved in */
+	bool polled;	    /* nobody rings for it: poll */
+	struct cgr__arena *arena;
+};
+
+/*
+ * The gate waker.  Plain malloc, not the context's arena: the last
+ * reference of a context may be dropped on the waker's own thread (it
+ * holds streams and futures), and the thread then outlives the context
+ * by a few instructions.  refs: the context's runtime state and the
+ * thread.
+ */
+struct cgr__cu_waker {
+	struct cgr_bell bell; /* rung by completions, failures, new gates */
+	pthread_mutex_t lock; /* inbox */
+	struct cgr__cu_wait *inbox;
+	_Atomic uint32_t stop;
+	_Atomic uint32_t refs;
+	pthread_t thread;
+};
+
+/* Per device, in the runtime state. */
+#define CGR__CU_NOMEMOPS 1u  /* no stream memory operations (logged) */
+#define CGR__CU_DEAD 2u	     /* CUDA reported a sticky error */
+
 /* The runtime functions cgr uses, resolved from libcudart: one table per
  * context (cgr__ctx_state), since each context may name its own library
- * (cgr_ctx_params.cudart_path). */
+ * (cgr_ctx_params.cudart_path), with the context's gates and waker. */
 struct cgr__cudart {
 	int ndev;	/* devices, or -ENODEV */
 	int version;	/* cudaRuntimeGetVersion's, or 0 */
@@ -67,7 +137,15 @@ struct cgr__cudart {
 	char path[192];	/* the library loaded */
 #define CGR__FIELD(field, name, ret, args) ret(*field) args;
 	CGR__CUDART_CALLS(CGR__FIELD)
+	CGR__CUDART_OPTIONAL(CGR__FIELD)
+	CGR__CU_DRIVER_CALLS(CGR__FIELD)
 #undef CGR__FIELD
+	_Atomic uint32_t *devflags; /* ndev entries: CGR__CU_* */
+	pthread_mutex_t gate_lock;  /* gates, waker start, driver calls */
+	int drv;		    /* driver calls: 0 not looked up, 1, -1 */
+	char drv_why[256];	    /* why there are none */
+	struct cgr__cu_gates *gates;
+	struct cgr__cu_waker *_Atomic waker;
 };
 
 /* Resolves the table from handle h: 0, or -ENODEV with rt->why set. */
@@ -83,7 +161,11 @@ static int rt_resolve(struct cgr__cudart *rt, void *h)
 		}                                                          \
 	} while (0)
 #define CGR__RESOLVE(field, name, ret, args) CGR__SYM(field, #name);
+#define CGR__OPTIONAL(field, name, ret, args)                              \
+	*(void **)&rt->field = dlsym(h, #name);
 	CGR__CUDART_CALLS(CGR__RESOLVE)
+	CGR__CUDART_OPTIONAL(CGR__OPTIONAL)
+#undef CGR__OPTIONAL
 #undef CGR__RESOLVE
 #undef CGR__SYM
 	return 0;
@@ -127,6 +209,8 @@ static int rt_make(cgr_ctx *ctx, void **out)
 	memset(rt, 0, sizeof(*rt));
 	*out = rt;
 	rt->ndev = -ENODEV;
+	pthread_mutex_init(&rt->gate_lock, NULL);
+	atomic_init(&rt->waker, NULL);
 	if (asked != NULL)
 		h = dlopen(asked, RTLD_NOW | RTLD_LOCAL);
 	for (size_t i = 0; h == NULL && ctx->cudart_path == NULL &&
@@ -163,12 +247,50 @@ static int rt_make(cgr_ctx *ctx, void **out)
 			 rt->path, v / 1000, v % 1000 / 10);
 		return 0;
 	}
+	if (n > 0) {
+		size_t sz = (size_t)n * sizeof(*rt->devflags);
+		rt->devflags = cgr__alloc(&ctx->arena, sz, 16);
+		if (rt->devflags == NULL)
+			return -ENOMEM;
+		for (int i = 0; i < n; i++)
+			atomic_init(&rt->devflags[i], 0);
+	}
 	rt->ndev = n;
 	return 0;
 }
 
+static void cgr__cu_waker_put(struct cgr__cu_waker *w)
+{
+	if (atomic_fetch_sub_explicit(&w->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	pthread_mutex_destroy(&w->lock);
+	free(w);
+}
+
+static void cgr__cu_gates_fini(cgr_ctx *ctx, struct cgr__cudart *rt);
+
 static void rt_fini(cgr_ctx *ctx, void *p)
 {
+	struct cgr__cudart *rt = p;
+	struct cgr__cu_waker *w = atomic_load(&rt->waker);
+
+	if (w != NULL) {
+		/* S0: release: pairs with the waker's S1.  It opens what it
+		 * still holds (nothing: every gate holds a stream, so the
+		 * context had references) and exits. */
+		atomic_store_explicit(&w->stop, 1, memory_order_release);
+		cgr__bell_ring_force(&w->bell);
+		if (pthread_equal(pthread_self(), w->thread))
+			pthread_detach(w->thread); /* its last drop ends here */
+		else
+			pthread_join(w->thread, NULL);
+		cgr__cu_waker_put(w);
+	}
+	cgr__cu_gates_fini(ctx, rt);
+	if (rt->devflags != NULL)
+		cgr__free(&ctx->arena, rt->devflags,
+			  (size_t)rt->ndev * sizeof(*rt->devflags), 16);
+	pthread_mutex_destroy(&rt->gate_lock);
 	cgr__free(&ctx->arena, p, sizeof(struct cgr__cudart), 64);
 }
 
@@ -232,6 +354,12 @@ static int cgr__cu_ret(struct cgr__device *dev, cudaError_t err,
 		 cgr__rt_of(dev)->error_name(err),
 		 cgr__rt_of(dev)->error_string(err));
 	if (cgr__cuda_sticky(err)) {
+		/* CUDA itself says the device is gone: its host functions
+		 * will not run (cgr__cu_gates_fini). */
+		struct cgr__cudart *rt = (struct cgr__cudart *)dev->rt;
+		if (dev->index < rt->ndev)
+			atomic_fetch_or(&rt->devflags[dev->index],
+					CGR__CU_DEAD);
 		cgr__device_fail(dev, CGR_EDEVICE, why);
 		return CGR_EDEVICE;
 	}
@@ -342,26 +470,6 @@ static void cgr__cuda_stream_free(cgr_stream *s)
 	(void)s;
 }
 
-/* A host function waiting for a future (cgr_future_stream_wait). */
-static bool cgr__cuda_fut_ready(void *arg)
-{
-	int res;
-	return cgr__dfuture_test(arg, &res) != 0;
-}
-
-static void CUDART_CB cgr__cuda_waitf(void *arg)
-{
-	struct cgr__dfuture *f = arg;
-
-	if (f->poll != NULL)
-		cgr__dfuture_poll_wait(f, NULL);
-	else
-		cgr__reactor_wait(NULL, f->s != NULL ? &f->s->pbell : &f->bell,
-				  cgr__cuda_fut_ready, f, NULL,
-				  CGR_WAIT_ADAPTIVE, 20000, CGR_FOREVER);
-	cgr__dfuture_put(f);
-}
-
 /* Whether p is host memory CUDA does not know (malloc'd, stack). */
 static bool cgr__cu_plain_host(const struct cgr__cudart *rt, const void *p)
 {
@@ -415,21 +523,392 @@ static int cgr__cuda_copy(cgr_stream *s, cudaStream_t cs,
 	return cgr__cu_ret(s->dev, e, "cudaLaunchHostFunc");
 }
 
-/* A host function waiting for another backend's event (a copy of the
- * operation: host functions take one pointer). */
-struct cgr__cu_waite {
-	struct cgr__sop op;
-	struct cgr__arena *arena;
-};
+/* ---- gated waits (see the comment at the top) ----------------------- */
 
-static void CUDART_CB cgr__cuda_waite(void *arg)
+/* The host function behind a gate's wait: the stream passed it, so the
+ * gate is free again.  Only this store (R1: release, pairs with the
+ * acquire of the take and of cgr__cu_gates_fini); never blocks. */
+static void CUDART_CB cgr__cu_gate_free(void *arg)
 {
-	struct cgr__cu_waite *w = arg;
-
-	cgr__waite_run(NULL, &w->op);
-	cgr__free(w->arena, w, sizeof(*w), 16);
+	atomic_store_explicit((_Atomic uint8_t *)arg, 0, memory_order_release);
 }
 
+/*
+ * Frees the gate pages at the context's end, unless a gate is still busy
+ * on a device CUDA has not declared dead (its host function may still
+ * run): then they are left allocated, and the log says so.
+ */
+static void cgr__cu_gates_fini(cgr_ctx *ctx, struct cgr__cudart *rt)
+{
+	struct cgr__cu_gates *g, *next;
+	int busy = 0, pages = 0;
+
+	for (g = rt->gates; g != NULL; g = g->next, pages++)
+		for (int i = 0; i < CGR__GATES; i++)
+			if (atomic_load_explicit(&g->busy[i],
+						 memory_order_acquire) &&
+			    !(g->dev[i] < rt->ndev &&
+			      (atomic_load(&rt->devflags[g->dev[i]]) &
+			       CGR__CU_DEAD)))
+				busy++;
+	if (busy > 0) {
+		cgr__warn(&ctx->log,
+			  "cuda: %d gate(s) still in use by streams at "
+			  "teardown: %d pinned page(s) left allocated",
+			  busy, pages);
+		return;
+	}
+	for (g = rt->gates; g != NULL; g = next) {
+		next = g->next;
+		rt->free_host(g);
+	}
+	rt->gates = NULL;
+}
+
+/* Looks up the driver calls once (under gate_lock): 1 or -1 (drv_why). */
+static int cgr__cu_drv(struct cgr__cudart *rt)
+{
+	enum cudaDriverEntryPointQueryResult st = cudaDriverEntryPointSuccess;
+	void *fn = NULL;
+	cudaError_t e = cudaSuccess;
+
+	if (rt->drv != 0)
+		return rt->drv;
+	rt->drv = -1;
+	if (rt->entry_point_v != NULL)
+		e = rt->entry_point_v("cuStreamWaitValue32", &fn,
+				      CGR__CU_DRIVER_VERSION,
+				      cudaEnableDefault, &st);
+	else if (rt->entry_point != NULL)
+		e = rt->entry_point("cuStreamWaitValue32", &fn,
+				    cudaEnableDefault, &st);
+	else {
+		snprintf(rt->drv_why, sizeof(rt->drv_why),
+			 "%s has no cudaGetDriverEntryPoint[ByVersion]",
+			 rt->path);
+		return rt->drv;
+	}
+	if (e != cudaSuccess || st != cudaDriverEntryPointSuccess ||
+	    fn == NULL) {
+		snprintf(rt->drv_why, sizeof(rt->drv_why),
+			 "cuStreamWaitValue32: %s (error %d %s)",
+			 st == cudaDriverEntryPointVersionNotSufficent ?
+				 "the driver is too old" :
+				 "not found in the driver",
+			 (int)e, rt->error_name(e));
+		return rt->drv;
+	}
+	*(void **)&rt->wait_value32 = fn;
+	return rt->drv = 1;
+}
+
+/* -ENOTSUP, said once per device in the log, with why. */
+static int cgr__cu_nomemops(struct cgr__device *dev, const char *why)
+{
+	struct cgr__cudart *rt = (struct cgr__cudart *)dev->rt;
+
+	if (!(atomic_fetch_or(&rt->devflags[dev->index], CGR__CU_NOMEMOPS) &
+	      CGR__CU_NOMEMOPS))
+		cgr__warn(dev->log,
+			  "cuda device %d: no stream memory operations (%s): "
+			  "a CUDA stream cannot wait for a pending future or "
+			  "another backend's event; such waits return "
+			  "-ENOTSUP",
+			  dev->index, why);
+	return -ENOTSUP;
+}
+
+/* A free gate of a new or existing page (under gate_lock). */
+static int cgr__cu_gate_take(struct cgr__cudart *rt, int dev,
+			     struct cgr__cu_gates **gout, int *iout)
+{
+	struct cgr__cu_gates *g;
+	void *p, *d;
+	cudaError_t e;
+	int i = 0;
+
+	for (g = rt->gates; g != NULL; g = g->next)
+		for (int k = 0; k < CGR__GATES; k++) {
+			i = (int)((g->cursor + (unsigned)k) % CGR__GATES);
+			/* Acquire: pairs with R1; the stream is done with
+			 * the word. */
+			if (!atomic_load_explicit(&g->busy[i],
+						  memory_order_acquire))
+				goto found;
+		}
+	e = rt->host_alloc(&p, CGR__GATE_PAGE,
+			   cudaHostAllocMapped | cudaHostAllocPortable);
+	if (e != cudaSuccess)
+		return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
+	/* Unified addressing: one device address for every device. */
+	if (rt->host_device_ptr(&d, p, 0) != cudaSuccess) {
+		rt->free_host(p);
+		return -EIO;
+	}
+	g = p;
+	memset(g, 0, sizeof(*g));
+	g->dptr = (CUdeviceptr)(uintptr_t)d;
+	g->next = rt->gates;
+	rt->gates = g;
+	i = 0;
+found:
+	g->cursor = (unsigned)i + 1;
+	atomic_store_explicit(&g->busy[i], 1, memory_order_relaxed);
+	g->dev[i] = (int16_t)dev;
+	*gout = g;
+	*iout = i;
+	return 0;
+}
+
+/* Whether the waker may open x's gate: the awaited thing happened, or a
+ * device involved failed (cgr__dfuture_test and snap_query see those). */
+static bool cgr__cu_wait_done(struct cgr__cu_wait *x)
+{
+	int res;
+
+	if (cgr__device_error(x->s->dev) != 0)
+		return true;
+	if (x->op.kind == CGR__SOP_WAITF)
+		return cgr__dfuture_test(x->op.u.waitf.f, &res) != 0;
+	return x->op.u.waite.ops->snap_query(x->op.u.waite.snap,
+					     x->op.u.waite.pos) != 0;
+}
+
+/* Opens x's gate and drops what it held.  The last drop may end the
+ * context (rt_fini on this thread): x is freed first, and nothing of the
+ * context is touched after. */
+static void cgr__cu_wait_open(struct cgr__cu_wait *x)
+{
+	struct cgr__sop op = x->op;
+	cgr_stream *s = x->s;
+
+	/* G1: release: pairs with the device's read of the word (and what
+	 * the completer published before, C2, is visible to the work
+	 * behind the wait). */
+	atomic_store_explicit(x->word, 1, memory_order_release);
+	cgr__free(x->arena, x, sizeof(*x), 16);
+	if (op.kind == CGR__SOP_WAITF)
+		cgr__dfuture_put(op.u.waitf.f);
+	else
+		op.u.waite.ops->snap_put(op.u.waite.snap);
+	cgr__stream_put(s);
+}
+
+static void *cgr__cu_waker_main(void *arg)
+{
+	struct cgr__cu_waker *w = arg;
+	struct cgr__cu_wait *pending = NULL, *in, *x, **pp;
+	long nap = 1000; /* ns, while polling: doubling up to 100 us */
+
+	for (;;) {
+		/* Registered before looking: a ring after this wakes us. */
+		uint32_t seq = cgr__bell_prepare(&w->bell);
+		/* S1: acquire: pairs with S0 in rt_fini. */
+		bool stop = atomic_load_explicit(&w->stop,
+						 memory_order_acquire);
+		bool polled = false;
+
+		pthread_mutex_lock(&w->lock);
+		in = w->inbox;
+		w->inbox = NULL;
+		pthread_mutex_unlock(&w->lock);
+		if (in != NULL)
+			nap = 1000;
+		for (; in != NULL; in = x) {
+			x = in->next;
+			in->next = pending;
+			pending = in;
+		}
+		for (pp = &pending; *pp != NULL;) {
+			x = *pp;
+			if (!stop && !cgr__cu_wait_done(x)) {
+				polled |= x->polled;
+				pp = &x->next;
+				continue;
+			}
+			*pp = x->next;
+			cgr__cu_wait_open(x);
+		}
+		if (stop) {
+			cgr__bell_cancel(&w->bell);
+			break;
+		}
+		if (polled) {
+			struct timespec ts = { 0, nap };
+			cgr__bell_cancel(&w->bell);
+			nanosleep(&ts, NULL);
+			if (nap < 100000)
+				nap *= 2;
+			continue;
+		}
+		cgr__futex_wait(&w->bell.seq, seq, CGR_FOREVER);
+		cgr__bell_cancel(&w->bell);
+	}
+	cgr__cu_waker_put(w);
+	return NULL;
+}
+
+/* The context's waker, started on first use (under gate_lock). */
+static int cgr__cu_waker_get(struct cgr__cudart *rt,
+			     struct cgr__cu_waker **out)
+{
+	struct cgr__cu_waker *w = atomic_load(&rt->waker);
+	int ret;
+
+	if (w == NULL) {
+		w = calloc(1, sizeof(*w));
+		if (w == NULL)
+			return -ENOMEM;
+		cgr__bell_init(&w->bell);
+		pthread_mutex_init(&w->lock, NULL);
+		atomic_init(&w->stop, 0);
+		atomic_init(&w->refs, 2);
+		ret = pthread_create(&w->thread, NULL, cgr__cu_waker_main, w);
+		if (ret != 0) {
+			pthread_mutex_destroy(&w->lock);
+			free(w);
+			return -ret;
+		}
+		atomic_store(&rt->waker, w);
+	}
+	*out = w;
+	return 0;
+}
+
+/* Whether the awaited thing already happened (no gate needed); for a
+ * future, first points its bell at the waker w (NULL: not yet). */
+static bool cgr__cu_wait_passed(cgr_stream *s, const struct cgr__sop *op,
+				struct cgr__cu_waker *w, bool *polled)
+{
+	struct cgr__dfuture *df = op->u.waitf.f;
+	struct cgr_bell *none = NULL;
+	int res;
+
+	*polled = true;
+	if (op->kind == CGR__SOP_WAITE)
+		return op->u.waite.ops->snap_query(op->u.waite.snap,
+						   op->u.waite.pos) != 0;
+	if (w != NULL && df->poll == NULL && df->ctx == s->dev->ctx) {
+		/* A future of this context: its completion rings our bell
+		 * (one waker per context; another context's polls).  The
+		 * fence orders the store before the test below (B1: pairs
+		 * with the fence of the completer's ring, which comes after
+		 * its C2). */
+		atomic_compare_exchange_strong(&df->wbell, &none, &w->bell);
+		atomic_thread_fence(memory_order_seq_cst);
+		*polled = atomic_load(&df->wbell) != &w->bell;
+	}
+	return cgr__dfuture_test(df, &res) != 0;
+}
+
+/* Drops the reference a wait op carries (it was not needed). */
+static void cgr__cu_op_put(const struct cgr__sop *op)
+{
+	if (op->kind == CGR__SOP_WAITF)
+		cgr__dfuture_put(op->u.waitf.f);
+	else
+		op->u.waite.ops->snap_put(op->u.waite.snap);
+}
+
+/* CGR__SOP_WAITF / WAITE on a CUDA stream: a gate.  On success the op's
+ * reference moves into the gate (or is dropped: nothing to wait for); on
+ * failure it stays with the caller. */
+static int cgr__cuda_gate_wait(cgr_stream *s, cudaStream_t cs,
+			       const struct cgr__sop *op)
+{
+	struct cgr__device *dev = s->dev;
+	struct cgr__cudart *rt = (struct cgr__cudart *)dev->rt;
+	struct cgr__cu_waker *w = NULL;
+	struct cgr__cu_gates *g;
+	struct cgr__cu_wait *x;
+	bool polled;
+	CUresult cr;
+	cudaError_t e;
+	int i = 0, ret;
+
+	if (cgr__cu_wait_passed(s, op, NULL, &polled)) {
+		cgr__cu_op_put(op);
+		return 0;
+	}
+	if (atomic_load(&rt->devflags[dev->index]) & CGR__CU_NOMEMOPS)
+		return -ENOTSUP;
+	x = cgr__alloc(dev->arena, sizeof(*x), 16);
+	if (x == NULL)
+		return -ENOMEM;
+	pthread_mutex_lock(&rt->gate_lock);
+	if (cgr__cu_drv(rt) < 0) {
+		pthread_mutex_unlock(&rt->gate_lock);
+		cgr__free(dev->arena, x, sizeof(*x), 16);
+		return cgr__cu_nomemops(dev, rt->drv_why);
+	}
+	ret = cgr__cu_waker_get(rt, &w);
+	if (ret == 0)
+		ret = cgr__cu_gate_take(rt, dev->index, &g, &i);
+	pthread_mutex_unlock(&rt->gate_lock);
+	if (ret < 0) {
+		cgr__free(dev->arena, x, sizeof(*x), 16);
+		return ret;
+	}
+	if (cgr__cu_wait_passed(s, op, w, &polled)) {
+		atomic_store_explicit(&g->busy[i], 0, memory_order_release);
+		cgr__free(dev->arena, x, sizeof(*x), 16);
+		cgr__cu_op_put(op);
+		return 0;
+	}
+	/* Closed before the device can see it (the enqueue orders it). */
+	atomic_store_explicit(&g->word[i], 0, memory_order_relaxed);
+	cr = rt->wait_value32((CUstream)cs,
+			      g->dptr + (CUdeviceptr)i * sizeof(uint32_t), 1,
+			      CU_STREAM_WAIT_VALUE_GEQ);
+	if (cr == CUDA_SUCCESS) {
+		e = rt->launch_host(cs, cgr__cu_gate_free, &g->busy[i]);
+		if (e != cudaSuccess) {
+			/* The wait is in but nobody frees the gate: open it
+			 * and leave it busy for good. */
+			atomic_store_explicit(&g->word[i], 1,
+					      memory_order_release);
+			cgr__free(dev->arena, x, sizeof(*x), 16);
+			return cgr__cu_ret(dev, e, "cudaLaunchHostFunc");
+		}
+	} else {
+		atomic_store_explicit(&g->busy[i], 0, memory_order_release);
+		cgr__free(dev->arena, x, sizeof(*x), 16);
+		if (cr == CUDA_ERROR_NOT_SUPPORTED)
+			return cgr__cu_nomemops(
+				dev, "cuStreamWaitValue32: CUDA_ERROR_NOT_"
+				     "SUPPORTED");
+		return cgr__cu_ret(dev, (cudaError_t)cr,
+				   "cuStreamWaitValue32");
+	}
+	x->word = &g->word[i];
+	cgr__stream_ref(s);
+	x->s = s;
+	x->op = *op;
+	x->polled = polled;
+	x->arena = dev->arena;
+	pthread_mutex_lock(&w->lock);
+	x->next = w->inbox;
+	w->inbox = x;
+	pthread_mutex_unlock(&w->lock);
+	cgr__bell_ring(&w->bell);
+	return 0;
+}
+
+/* A device of the context failed: the waker looks again (the failed
+ * device's gates open, and futures bound to its streams are done). */
+static void cgr__cuda_device_failed(struct cgr__device *dev,
+				    struct cgr__device *failed)
+{
+	const struct cgr__cudart *rt = dev->rt;
+	struct cgr__cu_waker *w;
+
+	(void)failed;
+	if (rt == NULL)
+		return;
+	w = atomic_load(&((struct cgr__cudart *)rt)->waker);
+	if (w != NULL)
+		cgr__bell_ring_force(&w->bell);
+}
 static int cgr__cuda_enqueue(cgr_stream *s, const struct cgr__sop *op)
 {
 	const struct cgr__cudart *rt = cgr__rt_of(s->dev);
@@ -445,20 +924,8 @@ static int cgr__cuda_enqueue(cgr_stream *s, const struct cgr__sop *op)
 			return 0;
 		return cgr__cuda_copy(s, cs, op);
 	case CGR__SOP_WAITF:
-		e = rt->launch_host(cs, cgr__cuda_waitf, op->u.waitf.f);
-		return cgr__cu_ret(s->dev, e, "cudaLaunchHostFunc");
-	case CGR__SOP_WAITE: {
-		struct cgr__cu_waite *w =
-			cgr__alloc(s->dev->arena, sizeof(*w), 16);
-		if (w == NULL)
-			return -ENOMEM;
-		w->op = *op;
-		w->arena = s->dev->arena;
-		e = rt->launch_host(cs, cgr__cuda_waite, w);
-		if (e != cudaSuccess)
-			cgr__free(w->arena, w, sizeof(*w), 16);
-		return cgr__cu_ret(s->dev, e, "cudaLaunchHostFunc");
-	}
+	case CGR__SOP_WAITE:
+		return cgr__cuda_gate_wait(s, cs, op);
 	case CGR__SOP_CALL:
 		return -ENOTSUP; /* see the comment at the top */
 	default:
@@ -700,4 +1167,5 @@ const struct cgr__device_ops cgr__cuda_ops = {
 	.event_snap = cgr__cuda_event_snap,
 	.snap_query = cgr__cuda_snap_query,
 	.snap_put = cgr__cuda_snap_put,
+	.device_failed = cgr__cuda_device_failed,
 };

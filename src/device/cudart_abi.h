@@ -5,11 +5,16 @@
  * of cudaPointerAttributes.  cuda.c builds its table of calls from this
  * list, and tests/cuda-conformance checks every entry against the real
  * header (a prototype that differs does not compile) and the real library
- * (every name resolves), so the two cannot drift apart silently.
+ * (every name resolves), so the two cannot drift apart silently.  The
+ * optional calls may be missing from a runtime (cudaGetDriverEntryPoint-
+ * ByVersion came with 12.5, cudaGetDriverEntryPoint may go); the one
+ * driver call cgr uses, cuStreamWaitValue32, is reached through them
+ * (cgr never links libcuda) and checked against cuda.h.
  */
 #ifndef CGR_DEVICE_CUDART_ABI_H
 #define CGR_DEVICE_CUDART_ABI_H
 
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 /* The runtime versions cgr knows the ABI of: 12.0 up to 13.x. */
@@ -47,7 +52,28 @@
 	X(malloc, cudaMalloc, cudaError_t, (void **, size_t))              \
 	X(free, cudaFree, cudaError_t, (void *))                           \
 	X(memcpy, cudaMemcpy, cudaError_t,                                 \
-	  (void *, const void *, size_t, enum cudaMemcpyKind))
+	  (void *, const void *, size_t, enum cudaMemcpyKind))              \
+	X(host_alloc, cudaHostAlloc, cudaError_t,                          \
+	  (void **, size_t, unsigned int))                                 \
+	X(free_host, cudaFreeHost, cudaError_t, (void *))                  \
+	X(host_device_ptr, cudaHostGetDevicePointer, cudaError_t,          \
+	  (void **, void *, unsigned int))
+
+/* X(...) for each call that may be missing (NULL in the table). */
+#define CGR__CUDART_OPTIONAL(X)                                            \
+	X(entry_point_v, cudaGetDriverEntryPointByVersion, cudaError_t,    \
+	  (const char *, void **, unsigned int, unsigned long long,        \
+	   enum cudaDriverEntryPointQueryResult *))                        \
+	X(entry_point, cudaGetDriverEntryPoint, cudaError_t,               \
+	  (const char *, void **, unsigned long long,                      \
+	   enum cudaDriverEntryPointQueryResult *))
+
+/* The driver calls, from the entry points above (the ABI of CUDA 12.0:
+ * cgr asks for that version). */
+#define CGR__CU_DRIVER_VERSION 12000
+#define CGR__CU_DRIVER_CALLS(X)                                            \
+	X(wait_value32, cuStreamWaitValue32, CUresult,                     \
+	  (CUstream, CUdeviceptr, cuuint32_t, unsigned int))
 
 /*
  * cudaPointerAttributes as any runtime from 12.0 on writes it: CUDA 12.x

@@ -138,6 +138,13 @@ void cgr__device_fail(struct cgr__device *dev, int err, const char *why)
 		cgr__bell_ring_force(&s->pbell);
 	}
 	pthread_mutex_unlock(&dev->lock);
+	/* ...and every backend that waits for this device's futures on a
+	 * thread of its own (the cuda gate waker). */
+	pthread_mutex_lock(&dev->ctx->lock);
+	for (struct cgr__device *d = dev->ctx->devices; d != NULL; d = d->next)
+		if (d->ops->device_failed != NULL)
+			d->ops->device_failed(d, dev);
+	pthread_mutex_unlock(&dev->ctx->lock);
 }
 
 /* ---- streams ------------------------------------------------------- */
@@ -426,6 +433,7 @@ int cgr__dfuture_create(cgr_ctx *ctx, cgr_stream *s,
 	df->poll_fini = NULL;
 	df->poll_arg = NULL;
 	df->ev = NULL;
+	atomic_init(&df->wbell, NULL);
 	atomic_flag_clear(&df->claimed);
 	*out = df;
 	return 0;
@@ -468,6 +476,12 @@ void cgr__dfuture_complete(struct cgr__dfuture *df, int result)
 		cgr__bell_ring(&df->s->pbell);
 	else
 		cgr__bell_ring(&df->bell);
+	/* A device waiting through a backend's thread (cuda.c, B1): the
+	 * ring above fenced C2 before this load. */
+	struct cgr_bell *wb = atomic_load_explicit(&df->wbell,
+						   memory_order_relaxed);
+	if (wb != NULL)
+		cgr__bell_ring(wb);
 	cgr__dfuture_put(df);
 }
 

@@ -134,6 +134,12 @@ struct cgr__device_ops {
 	int (*event_snap)(cgr_event *e, void **snap, uint64_t *pos);
 	int (*snap_query)(void *snap, uint64_t pos);
 	void (*snap_put)(void *snap);
+	/* May be NULL.  Told, for every device of the context (under the
+	 * context's lock: it must not block), that device `failed` failed,
+	 * after its waiters were woken: a backend that waits on a thread of
+	 * its own for other devices' futures looks again. */
+	void (*device_failed)(struct cgr__device *dev,
+			      struct cgr__device *failed);
 };
 
 extern const struct cgr__device_ops cgr__sim_ops;
@@ -336,6 +342,10 @@ struct cgr__dfuture {
 	 * for the future by waiting for it (set by the completion source,
 	 * which owns it). */
 	cgr_event *ev;
+	/* NULL, or the bell of a backend's thread waiting for it on behalf
+	 * of a device (the cuda gate waker, of df's context): completion
+	 * rings it too.  Set once. */
+	struct cgr_bell *_Atomic wbell;
 };
 
 /*
@@ -368,9 +378,9 @@ void cgr__dfuture_poll_by(struct cgr__dfuture *df,
 			  void (*poll_fini)(void *arg), void *arg);
 /* 1 done (*result set), 0 pending.  Never blocks. */
 int cgr__dfuture_test(struct cgr__dfuture *df, int *result);
-/* A stream executor (waiter; NULL: a CUDA host function) waiting for
- * polled future df: polls it, 1 us to 100 us apart, until it is done or
- * the waiter's device fails or the waiter is being destroyed. */
+/* A stream executor (waiter) waiting for polled future df: polls it, 1 us
+ * to 100 us apart, until it is done or the waiter's device fails or the
+ * waiter is being destroyed. */
 void cgr__dfuture_poll_wait(struct cgr__dfuture *df, cgr_stream *waiter);
 static inline cgr_future *cgr__dfuture_pub(struct cgr__dfuture *df)
 {
