@@ -19,21 +19,6 @@ static inline cgr_ctx_params *t_workers_params(cgr_ctx_params *cp)
 {
 #ifdef CGR_FAKE_CUDART
 	cp->cudart_path = CGR_FAKE_CUDART;
-/* Worker i of a set named w0, w1, ...: a process worker if proc, else a
- * thread.  Returns what cgr_worker_create does. */
-static inline int t_worker_named(cgr_ctx *ctx, int i, int proc,
-				 cgr_worker **out)
-{
-	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
-	char name[16];
-
-	snprintf(name, sizeof(name), "w%d", i);
-	wp.name = name;
-	if (proc)
-		wp.kind = CGR_WORKER_PROCESS;
-	return cgr_worker_create(ctx, &wp, out);
-}
-
 #endif
 	return cp;
 }
@@ -48,21 +33,6 @@ static inline int t_workers(cgr_ctx *ctx, cgr_worker **w, int n)
 			wp.device = atoi(getenv("CGR_TEST_WORKER_DEVICE"));
 #ifdef CGR_FAKE_CUDART
 		wp.device = 0;
-/* Worker i of a set named w0, w1, ...: a process worker if proc, else a
- * thread.  Returns what cgr_worker_create does. */
-static inline int t_worker_named(cgr_ctx *ctx, int i, int proc,
-				 cgr_worker **out)
-{
-	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
-	char name[16];
-
-	snprintf(name, sizeof(name), "w%d", i);
-	wp.name = name;
-	if (proc)
-		wp.kind = CGR_WORKER_PROCESS;
-	return cgr_worker_create(ctx, &wp, out);
-}
-
 #endif
 		if (cgr_worker_create(ctx, &wp, &w[i]) != 0) {
 			printf("Bail out! no worker on device %d\n", wp.device);
