@@ -181,12 +181,14 @@ static int load_raw(void)
 	*(void **)&rt_stream_sync = sym(rt, "cudaStreamSynchronize");
 	*(void **)&nc_allreduce = sym(nc, "ncclAllReduce");
 	*(void **)&nc_destroy = sym(nc, "ncclCommDestroy");
-	return rt_malloc && rt_free && rt_memcpy && rt_memcpy_async &&
-			       rt_memset_async && rt_malloc_host && rt_free_host &&
-			       rt_stream_sync && nc_unique_id && nc_init_config &&
-			       nc_async && nc_group_start && nc_group_end &&
-			       nc_allreduce && nc_finalize && nc_destroy &&
-			       nc_abort && nc_error_string && nc_last_error ?
+	if (!rt_malloc || !rt_free || !rt_memcpy || !rt_memcpy_async ||
+	    !rt_memset_async || !rt_malloc_host || !rt_free_host ||
+	    !rt_stream_sync)
+		return -1;
+	return nc_unique_id && nc_init_config && nc_async && nc_group_start &&
+			       nc_group_end && nc_allreduce && nc_finalize &&
+			       nc_destroy && nc_abort && nc_error_string &&
+			       nc_last_error ?
 		       0 :
 		       -1;
 }
@@ -375,8 +377,8 @@ static int raw_settle(ncclComm_t nc, const char *what, char *why, size_t len)
 		if (st != ncclInProgress)
 			break;
 		if (cgr__now_ns() >= deadline) {
-			snprintf(why, len, "%s: still ncclInProgress after %lld "
-				 "s", what, RAW_NS / 1000000000);
+			snprintf(why, len, "%s: still ncclInProgress after "
+				 "%lld s", what, RAW_NS / 1000000000);
 			return -1;
 		}
 		sched_yield();
@@ -883,7 +885,7 @@ static void device_list(int iters)
 		cgr_ref ref;
 		for (int i = 0; i < 16; i++)
 			list_host[i] = e * 100 + i, dv[i] = e * 100 + i + 50;
-		if (rt_memcpy(list_dev, dv, sizeof(dv), DEFAULT) != cudaSuccess ||
+		if (rt_memcpy(list_dev, dv, sizeof(dv), DEFAULT) ||
 		    cgr_execute(c, &a, 1, &ref) != 0) {
 			bad++;
 			continue;

@@ -1265,12 +1265,11 @@ static int issue(struct ncomm *c, int r, struct gop *g, size_t n,
 			g[i].d.poison_msg = "invalid arguments: not a CUDA "
 					    "stream of the rank's device";
 		}
-	if (s->dev->index == c->rk[r].dev && cgr__device_error(s->dev) != 0)
+	if (s->dev->index == c->rk[r].dev && (ret = cgr__device_error(s->dev)))
 		/* The rank's device failed for good: so does the
 		 * communicator, before the peers agree with this rank. */
-		comm_fail(c, cgr__device_error(s->dev),
-			  "rank %d: CUDA device %d failed (%s)", r,
-			  c->rk[r].dev, cgr_err_name(cgr__device_error(s->dev)));
+		comm_fail(c, ret, "rank %d: CUDA device %d failed (%s)", r,
+			  c->rk[r].dev, cgr_err_name(ret));
 	ret = failed_code(c) ? rank_failed(c, r) : agree(c, r, g, n);
 	if (ret != 0 && failed_code(c) == 0)
 		/* The ranks' sequences no longer line up. */
