@@ -1012,12 +1012,22 @@ size_t cgr_dtype_size(cgr_dtype dt);
  * stream, waited for).  The ranks' agreement (below) runs over host
  * memory before NCCL sees the operation, with the operation's deadline.
  * Each future completes from a CUDA event recorded once NCCL took the
- * operation; a worker's reactor polls it.  A failure (an asynchronous
- * NCCL error, an operation past its deadline, a failed stream, an abort)
- * fails the communicator as a whole: every pending and later operation
- * of every rank fails, the message names the rank and NCCL's text, and
- * its ranks are aborted off the caller's thread (ncclCommAbort, never
- * ncclCommDestroy after a failure).  Freed whole, it is finalized.
+ * operation; a worker's reactor polls it, and NCCL's asynchronous error
+ * with it (also while ranks wait inside a collective that will never
+ * complete).  A failure (an asynchronous NCCL error, an operation past
+ * its deadline, a rank's failed CUDA device, an abort) fails the
+ * communicator as a whole: every pending and later operation of every
+ * rank fails fast with one code, the message names the rank and NCCL's
+ * text, and its ranks are aborted off the caller's thread (ncclCommAbort,
+ * never ncclCommDestroy after a failure).  The code: NCCL's result
+ * (ncclRemoteError -EPIPE, ncclSystemError and ncclInternalError -EIO,
+ * ncclInvalidArgument and ncclInvalidUsage -EINVAL, ncclUnhandledCudaError
+ * and a code newer than the nccl.h cgr was built against CGR_EDEVICE),
+ * -ETIMEDOUT past a deadline, CGR_EDEVICE when a rank's device failed
+ * (the sticky error of its stream, seen when an operation is issued there
+ * or under a pending one), -ECANCELED after cgr_comm_abort.  Invalid
+ * arguments are -EINVAL first, on a failed device too.  Freed whole, it
+ * is finalized.
  */
 int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 		    int backend, cgr_comm **out);

@@ -8,9 +8,13 @@
  * with nothing enqueued and the communicator keeps working; an
  * asynchronous error, a deadline or cgr_comm_abort fails every pending
  * and later operation, with the rank and NCCL's message, without a hang
- * and without ncclCommDestroy; two communicators over the same devices
- * keep one order per device.  The model counts what NCCL forbids: it
- * must see none.
+ * and without ncclCommDestroy; so do an asynchronous error and an abort
+ * while every rank is inside a collective that will never complete, and
+ * a rank's failed device (CGR_EDEVICE, under a pending operation or
+ * before one); creation polls a nonblocking init through several
+ * ncclInProgress answers; two communicators over the same devices keep
+ * one order per device.  The model counts what NCCL forbids: it must see
+ * none.
  */
 #include <dlfcn.h>
 #include <errno.h>
@@ -31,6 +35,18 @@ static void (*inject)(int);
 static void (*inprogress)(int);
 static long (*inprog_polls)(void);
 static int (*order)(char *, size_t);
+static void (*init_polls)(int);
+static void (*hold)(int);
+static int (*fail_inflight)(int);
+static long (*waiting)(void);
+static long (*aborts)(void);
+static void (*cuda_fail)(int);
+static ncclResult_t (*nc_unique_id)(ncclUniqueId *);
+static ncclResult_t (*nc_init)(ncclComm_t *, int, ncclUniqueId, int,
+			       ncclConfig_t *);
+static ncclResult_t (*nc_async)(ncclComm_t, ncclResult_t *);
+static ncclResult_t (*nc_finalize)(ncclComm_t);
+static ncclResult_t (*nc_destroy)(ncclComm_t);
 static char g_log[4096];
 static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -436,6 +452,263 @@ static void test_abort_settle(void)
 	check_works("a new communicator");
 }
 
+/* Polls fn until it reaches want or ns pass: whether it did. */
+static bool reaches(long (*fn)(void), long want, int64_t ns)
+{
+	int64_t deadline = cgr__now_ns() + ns;
+
+	while (fn() < want && cgr__now_ns() < deadline)
+		sched_yield();
+	return fn() >= want;
+}
+
+static long not_waiting(void)
+{
+	return -waiting();
+}
+
+/* ---- nonblocking init ---------------------------------------------- */
+
+/* The model first: a nonblocking init outside a group is ncclInProgress,
+ * and stays so for the polls asked; then cgr's creation polls every rank
+ * through them. */
+static void test_init_polls(void)
+{
+	ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+	ncclComm_t nc = NULL;
+	ncclUniqueId id;
+	ncclResult_t e, st = ncclInProgress;
+	long p0 = inprog_polls(), m0 = misuse();
+	int polls = 0;
+	cgr_comm *x = NULL;
+
+	init_polls(5);
+	cfg.blocking = 0;
+	nc_unique_id(&id);
+	e = nc_init(&nc, 1, id, 0, &cfg);
+	t_is(e, ncclInProgress, "the model: a nonblocking init returns "
+				 "ncclInProgress");
+	while (st == ncclInProgress && polls < 100 &&
+	       nc_async(nc, &st) == ncclSuccess)
+		polls += st == ncclInProgress;
+	t_ok(st == ncclSuccess && polls == 5,
+	     "...and ncclCommGetAsyncError answers ncclInProgress 5 times "
+	     "before ncclSuccess (%d, then %d)", polls, (int)st);
+	st = ncclInProgress;
+	if (nc_finalize(nc) == ncclInProgress)
+		for (int i = 0; i < 100 && st == ncclInProgress; i++)
+			nc_async(nc, &st);
+	nc_destroy(nc);
+
+	p0 = inprog_polls();
+	t_is(cgr_comm_create(ctx, NULL, N, CGR_BACKEND_NCCL, &x), 0,
+	     "an init that stays ncclInProgress for 5 polls: created");
+	t_ok(inprog_polls() - p0 >= 5 * N,
+	     "...after polling every rank through them (%ld polls answered "
+	     "ncclInProgress)", inprog_polls() - p0);
+	init_polls(2);
+	cgr_comm *keep = comm;
+	comm = x;
+	check_works("an init that stayed in progress");
+	comm = keep;
+	cgr_comm_destroy(x);
+	t_is(misuse() - m0, 0, "...and nothing NCCL forbids (no call on a "
+			       "communicator still in progress)");
+}
+
+/* ---- failures while ranks are inside a collective ------------------ */
+
+struct inj {
+	int err; /* 0: cgr_comm_abort */
+	int failed; /* fake_nccl_fail_inflight's count */
+	bool inside;
+};
+
+/* Once every rank waits inside the held collective: fails it (err), or
+ * aborts the communicator. */
+static void *inject_inside(void *arg)
+{
+	struct inj *j = arg;
+
+	j->inside = reaches(waiting, N, 10000000000ll);
+	if (j->err != 0)
+		j->failed = fail_inflight(j->err);
+	else
+		cgr_comm_abort(comm);
+	return NULL;
+}
+
+/* Every rank enqueued an allreduce and waits inside it (the model holds
+ * it), when err arrives asynchronously (0: cgr_comm_abort): every future
+ * fails with code at once, later operations fail fast, every rank's
+ * NCCL communicator was aborted, the ranks left the collective. */
+static void fail_inside(int err, int code, const char *what)
+{
+	int64_t timeout = 10000000000ll, t0;
+	long m0 = misuse(), a0 = aborts();
+	struct inj j = { err, 0, false };
+	pthread_t th;
+	int ret[N];
+
+	g_log[0] = 0;
+	hold(1);
+	pthread_create(&th, NULL, inject_inside, &j);
+	t0 = cgr__now_ns();
+	run(enqueue_wait, &timeout, ret);
+	pthread_join(th, NULL);
+	t_ok(j.inside && (err == 0 || j.failed == 1),
+	     "%s: every rank was inside the collective (failed %d)", what,
+	     j.failed);
+	t_ok(all_eq(ret, code), "...every pending future fails: %s %s %s",
+	     cgr_err_name(ret[0]), cgr_err_name(ret[1]),
+	     cgr_err_name(ret[2]));
+	t_ok(cgr__now_ns() - t0 < 5000000000ll, "...at once, no hang (%.0f ms)",
+	     (cgr__now_ns() - t0) / 1e6);
+	t_ok(err == 0 || all_msg("mid-collective", NULL),
+	     "...the message has NCCL's: %s", cgr_comm_errmsg(comm, 0));
+	t0 = cgr__now_ns();
+	run(works, NULL, ret);
+	t_ok(all_eq(ret, code) && cgr__now_ns() - t0 < 1000000000ll,
+	     "...later operations fail fast with %s (%s, %.0f ms)",
+	     cgr_err_name(code), cgr_err_name(ret[1]),
+	     (cgr__now_ns() - t0) / 1e6);
+	bool aborted = reaches(aborts, a0 + N, 10000000000ll);
+	bool left = reaches(not_waiting, 0, 10000000000ll);
+	t_ok(aborted && left,
+	     "...every rank's NCCL communicator aborted (%ld), none left "
+	     "inside (%ld)", aborts() - a0, waiting());
+	hold(0);
+	cgr_comm_destroy(comm);
+	t_is(misuse() - m0, 0, "...nothing NCCL forbids");
+	cgr_comm_create(ctx, NULL, N, CGR_BACKEND_NCCL, &comm);
+	check_works("a new communicator");
+}
+
+static void test_fail_inside(void)
+{
+	fail_inside(ncclRemoteError, -EPIPE, "ncclRemoteError mid-collective");
+	fail_inside(ncclSystemError, -EIO, "ncclSystemError mid-collective");
+	fail_inside(0, -ECANCELED, "cgr_comm_abort mid-collective");
+}
+
+/* ---- a rank's device fails ------------------------------------------ */
+
+static int on_stream(cgr_comm *c, int r, cgr_stream *s, int32_t *buf)
+{
+	struct cgr__coll_desc d = {
+		.kind = CGR_COLL_ALLREDUCE, .send = buf, .recv = buf + 8,
+		.count = 8, .dtype = CGR_INT32, .agreed = true,
+	};
+	cgr_future *f = NULL;
+	int ret = cgr__comm_coll(c, r, &d, s, &f);
+
+	if (ret == 0)
+		ret = cgr_future_wait(f, 10000000000ll);
+	cgr_future_release(f);
+	return ret;
+}
+
+/* A context of its own (a failed device stays failed in its context). */
+static void dev_setup(cgr_ctx **cx, cgr_comm **c, cgr_stream **s)
+{
+	*cx = new_ctx(CGR_FAKE_NCCL);
+	cgr_comm_create(*cx, NULL, N, CGR_BACKEND_NCCL, c);
+	for (int r = 0; r < N; r++)
+		cgr_stream_create(*cx, r, 0, &s[r]);
+}
+
+static void dev_teardown(cgr_ctx *cx, cgr_comm *c, cgr_stream **s)
+{
+	cgr_comm_destroy(c);
+	for (int r = 0; r < N; r++)
+		cgr_stream_destroy(s[r]);
+	cgr_ctx_destroy(cx);
+}
+
+struct devop {
+	int r;
+	cgr_comm *c;
+	cgr_stream *s;
+	int32_t buf[16];
+	int ret;
+	cgr_future *f;
+	pthread_t th;
+};
+
+static void *devop_main(void *arg)
+{
+	struct devop *o = arg;
+
+	o->ret = on_stream(o->c, o->r, o->s, o->buf);
+	return NULL;
+}
+
+static void test_device_failure(void)
+{
+	cgr_ctx *cx;
+	cgr_comm *c;
+	cgr_stream *s[N];
+	struct devop o[N];
+	long m0 = misuse();
+	int64_t t0;
+
+	/* Rank 0 waits in a collective its peers have not joined when its
+	 * device fails: its future fails, and so does the communicator (on
+	 * a GPU its peers would wait for it in NCCL for ever). */
+	dev_setup(&cx, &c, s);
+	for (int r = 0; r < N; r++)
+		o[r] = (struct devop){ .r = r, .c = c, .s = s[r] };
+	pthread_create(&o[0].th, NULL, devop_main, &o[0]);
+	t_ok(reaches(waiting, 1, 10000000000ll),
+	     "rank 0 waits inside a collective");
+	cuda_fail(700);
+	pthread_join(o[0].th, NULL);
+	cuda_fail(0);
+	t_is(o[0].ret, CGR_EDEVICE, "its device fails: its future fails "
+				    "with CGR_EDEVICE (%s)",
+	     cgr_err_name(o[0].ret));
+	t0 = cgr__now_ns();
+	for (int r = 1; r < N; r++)
+		o[r].ret = on_stream(c, r, s[r], o[r].buf);
+	t_ok(o[1].ret == CGR_EDEVICE && o[2].ret == CGR_EDEVICE &&
+		     cgr__now_ns() - t0 < 1000000000ll,
+	     "...the communicator fails: the peers' operations fail fast "
+	     "with CGR_EDEVICE (%s %s; %s)", cgr_err_name(o[1].ret),
+	     cgr_err_name(o[2].ret), cgr_comm_errmsg(c, 1));
+	dev_teardown(cx, c, s);
+
+	/* Device 0 failed before the operation: every rank's fails with
+	 * CGR_EDEVICE (not -EINVAL), the message naming the device. */
+	dev_setup(&cx, &c, s);
+	cuda_fail(700);
+	int sync = cgr_stream_synchronize(s[0], 5000000000ll);
+	cuda_fail(0);
+	for (int r = 0; r < N; r++) {
+		o[r] = (struct devop){ .r = r, .c = c, .s = s[r] };
+		o[r].ret = 1;
+	}
+	cgr_comm *keep = comm;
+	cgr_stream *keep_s[N];
+	memcpy(keep_s, dev_s, sizeof(keep_s));
+	comm = c;
+	memcpy(dev_s, s, sizeof(keep_s));
+	int ret[N];
+	int64_t timeout = 10000000000ll;
+	run(enqueue_wait, &timeout, ret);
+	t_ok(sync == CGR_EDEVICE && all_eq(ret, CGR_EDEVICE),
+	     "an operation after its device failed (%s): CGR_EDEVICE on "
+	     "every rank (%s %s %s)", cgr_err_name(sync),
+	     cgr_err_name(ret[0]), cgr_err_name(ret[1]),
+	     cgr_err_name(ret[2]));
+	t_ok(all_msg("CUDA device 0 failed", NULL),
+	     "...every rank's message names the device: %s",
+	     cgr_comm_errmsg(c, 2));
+	comm = keep;
+	memcpy(dev_s, keep_s, sizeof(keep_s));
+	dev_teardown(cx, c, s);
+	t_is(misuse() - m0, 0, "...nothing NCCL forbids");
+}
+
 /* Two communicators over devices 0..2: every rank uses a then b (with
  * swap, rank 1 b then a).  The operations say they are agreed (as the
  * graph's are), so no host agreement orders them: what the devices see
@@ -512,8 +785,23 @@ int main(int argc, char **argv)
 	*(void **)&inprogress = dlsym(h, "fake_nccl_inprogress");
 	*(void **)&inprog_polls = dlsym(h, "fake_nccl_inprogress_polls");
 	*(void **)&order = dlsym(h, "fake_nccl_order");
+	*(void **)&init_polls = dlsym(h, "fake_nccl_init_polls");
+	*(void **)&hold = dlsym(h, "fake_nccl_hold");
+	*(void **)&fail_inflight = dlsym(h, "fake_nccl_fail_inflight");
+	*(void **)&waiting = dlsym(h, "fake_nccl_waiting");
+	*(void **)&aborts = dlsym(h, "fake_nccl_aborts");
+	*(void **)&nc_unique_id = dlsym(h, "ncclGetUniqueId");
+	*(void **)&nc_init = dlsym(h, "ncclCommInitRankConfig");
+	*(void **)&nc_async = dlsym(h, "ncclCommGetAsyncError");
+	*(void **)&nc_finalize = dlsym(h, "ncclCommFinalize");
+	*(void **)&nc_destroy = dlsym(h, "ncclCommDestroy");
+	*(void **)&cuda_fail = dlsym(dlopen(CGR_FAKE_CUDART, RTLD_NOW),
+				     "fake_cuda_fail");
 	if (ctx == NULL || misuse == NULL || inject == NULL || order == NULL ||
-	    inprog_polls == NULL) {
+	    inprog_polls == NULL || init_polls == NULL || hold == NULL ||
+	    fail_inflight == NULL || waiting == NULL || aborts == NULL ||
+	    nc_unique_id == NULL || nc_init == NULL || nc_async == NULL ||
+	    nc_finalize == NULL || nc_destroy == NULL || cuda_fail == NULL) {
 		printf("Bail out! no context or no model hooks\n");
 		return 1;
 	}
@@ -529,7 +817,10 @@ int main(int argc, char **argv)
 	test_deadline();
 	test_abort();
 	test_abort_settle();
+	test_init_polls();
+	test_fail_inside();
 	test_order();
+	test_device_failure();
 	cgr_comm_destroy(comm);
 	for (int r = 0; r < N; r++)
 		cgr_stream_destroy(dev_s[r]);

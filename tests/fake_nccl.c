@@ -18,17 +18,30 @@
  *
  * Test hooks: fake_nccl_fail(err) makes every communicator report err
  * asynchronously and stop progressing (as a network failure); calls
- * waiting in it return only at abort.  fake_nccl_inprogress(polls): group
- * end reports ncclInProgress and settles after that many polls (default
- * 2; 0: ncclSuccess at once), fake_nccl_inprogress_polls() counts the
- * polls that answered ncclInProgress.  fake_nccl_misuse() counts forbidden uses,
+ * waiting in it return only at abort.  fake_nccl_fail_inflight(err) does
+ * that to the communicators that have ranks inside a collective now
+ * (others are untouched): they report err, those ranks keep waiting
+ * (NCCL's kernels "never complete") until ncclCommAbort; it returns how
+ * many it failed.  fake_nccl_hold(1) keeps every collective from
+ * completing: its ranks wait inside it (all counted by
+ * fake_nccl_waiting()) until fake_nccl_hold(0), an abort or a failure.
+ * fake_nccl_inprogress(polls): group end reports ncclInProgress and
+ * settles after that many polls (default 2; 0: ncclSuccess at once);
+ * fake_nccl_init_polls(polls): a nonblocking init (ncclCommInitRankConfig
+ * with blocking = 0, which returns ncclInProgress outside a group) stays
+ * ncclInProgress for that many polls of ncclCommGetAsyncError once every
+ * rank joined (default 2); fake_nccl_inprogress_polls() counts the polls
+ * that answered ncclInProgress.  fake_nccl_misuse() counts forbidden
+ * uses (among them any call but ncclCommGetAsyncError, ncclGetLastError
+ * and ncclCommAbort on a nonblocking communicator still ncclInProgress),
  * fake_nccl_ops() collectives and transfers run, fake_nccl_waiting()
  * ranks' collectives running on their streams, waiting for the other
- * ranks' (a rank that arrives last does not wait), fake_nccl_aborts()
- * ncclCommAbort calls, fake_nccl_order(msg,
- * len) checks that every two devices ran the operations of the
- * communicators they share in the same order.  FAKE_NCCL_VERSION in the
- * environment sets the version reported (default 2.28.9).
+ * ranks' (a rank that arrives last does not wait, unless held),
+ * fake_nccl_aborts() ncclCommAbort calls, fake_nccl_order(msg, len)
+ * checks that every two devices ran the operations of the communicators
+ * they share in the same order.  FAKE_NCCL_VERSION in the environment
+ * sets the version reported (default 2.28.9).  ncclCommInitAll (blocking
+ * communicators, settled from the start) is kept for perf/nccl_path.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -96,6 +109,7 @@ struct world {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	bool dead; /* aborted, or failed asynchronously */
+	_Atomic int err; /* fake_nccl_fail_inflight's: reported, no progress */
 	struct cslot *cs[FS];
 	/* per (sender, receiver): posted sends, tail posted, head taken */
 	struct {
@@ -125,6 +139,8 @@ static struct world *worlds;
 static int nworlds;
 static _Atomic int fake_fail_err;
 static _Atomic int fake_polls = 2;
+static _Atomic int fake_init_polls = 2;
+static _Atomic bool fake_hold;
 static _Atomic long fake_inprogress_polls;
 static _Atomic long misuse, nops, nwaiting, naborts;
 static int dlog[MAXDEV][LOGN], ndlog[MAXDEV];
@@ -142,6 +158,9 @@ static __thread struct {
 
 void fake_nccl_fail(int err);
 void fake_nccl_inprogress(int polls);
+void fake_nccl_init_polls(int polls);
+void fake_nccl_hold(int on);
+int fake_nccl_fail_inflight(int err);
 long fake_nccl_inprogress_polls(void);
 /* ncclCommGetAsyncError calls that answered ncclInProgress. */
 long fake_nccl_inprogress_polls(void)
@@ -178,6 +197,48 @@ void fake_nccl_fail(int err)
 void fake_nccl_inprogress(int polls)
 {
 	atomic_store(&fake_polls, polls);
+}
+
+void fake_nccl_init_polls(int polls)
+{
+	atomic_store(&fake_init_polls, polls);
+}
+
+/* Held collectives wait; released, their last waiter computes them. */
+void fake_nccl_hold(int on)
+{
+	atomic_store(&fake_hold, on != 0);
+	pthread_mutex_lock(&reg_mu);
+	for (struct world *w = worlds; w != NULL; w = w->next) {
+		pthread_mutex_lock(&w->mu);
+		pthread_cond_broadcast(&w->cv);
+		pthread_mutex_unlock(&w->mu);
+	}
+	pthread_mutex_unlock(&reg_mu);
+}
+
+/* The communicators with ranks inside a collective now fail with err
+ * (reported by ncclCommGetAsyncError); their ranks keep waiting there
+ * until an abort.  Returns how many failed. */
+int fake_nccl_fail_inflight(int err)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&reg_mu);
+	for (struct world *w = worlds; w != NULL; w = w->next) {
+		bool inside = false;
+		pthread_mutex_lock(&w->mu);
+		for (int i = 0; i < FS; i++)
+			inside |= w->cs[i]->arrived > w->cs[i]->left &&
+				  !w->cs[i]->done;
+		if (inside && !w->dead && atomic_load(&w->err) == 0) {
+			atomic_store(&w->err, err);
+			n++;
+		}
+		pthread_mutex_unlock(&w->mu);
+	}
+	pthread_mutex_unlock(&reg_mu);
+	return n;
 }
 
 long fake_nccl_misuse(void)
@@ -421,6 +482,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
 	c->rank = rank;
 	c->dev = dev;
 	atomic_init(&c->state, ncclInProgress);
+	c->polls = atomic_load(&fake_init_polls);
 	pthread_mutex_lock(&c->w->mu);
 	c->w->dev[rank] = dev;
 	c->w->joined++;
@@ -494,9 +556,14 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err)
 		leave(c);
 		return ncclSuccess;
 	}
+	if (atomic_load(&w->err) != 0) {
+		*err = (ncclResult_t)atomic_load(&w->err);
+		snprintf(c->last, sizeof(c->last),
+			 "fake failure injected mid-collective");
+		leave(c);
+		return ncclSuccess;
+	}
 	st = atomic_load(&c->state);
-	if (st == ncclInProgress)
-		atomic_fetch_add(&fake_inprogress_polls, 1);
 	if (st == ncclInProgress && c->polls > 0) {
 		c->polls--;
 	} else if (st == ncclInProgress && c->finalized) {
@@ -522,13 +589,23 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err)
 		}
 	}
 	*err = (ncclResult_t)atomic_load(&c->state);
+	if (*err == ncclInProgress)
+		atomic_fetch_add(&fake_inprogress_polls, 1);
 	leave(c);
 	return ncclSuccess;
+}
+
+/* A call NCCL forbids on a nonblocking communicator still in progress. */
+static void settled(struct ncclComm *c, const char *what)
+{
+	if (!c->blocking && atomic_load(&c->state) == ncclInProgress)
+		bad(what);
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t c)
 {
 	enter(c);
+	settled(c, "finalize on a communicator still in progress");
 	c->finalized = true;
 	if (c->ndeferred != 0)
 		bad("finalize with a group not yet enqueued");
@@ -673,14 +750,19 @@ static void collective(struct world *w, int r, const struct fop *op)
 		return;
 	}
 	cs->op[r] = *op;
-	if (++cs->arrived == w->n) {
-		compute(w, cs);
-		cs->done = true;
-		pthread_cond_broadcast(&w->cv);
-	}
+	cs->arrived++;
 	atomic_fetch_add(&nwaiting, 1);
-	while (!cs->done && !w->dead)
+	/* A failed world (err) never progresses: only an abort ends it. */
+	while (!cs->done && !w->dead) {
+		if (cs->arrived == w->n && !atomic_load(&fake_hold) &&
+		    atomic_load(&w->err) == 0) {
+			compute(w, cs);
+			cs->done = true;
+			pthread_cond_broadcast(&w->cv);
+			break;
+		}
 		pthread_cond_wait(&w->cv, &w->mu);
+	}
 	atomic_fetch_sub(&nwaiting, 1);
 	cancelled = !cs->done;
 	if (++cs->left == w->n) {
@@ -845,6 +927,7 @@ static ncclResult_t add(struct ncclComm *c, cudaStream_t s, struct fop op)
 
 	if (c == NULL)
 		return ncclInvalidArgument;
+	settled(c, "an operation on a communicator still in progress");
 	if (atomic_load(&fake_fail_err) != 0)
 		return ncclSuccess; /* it will never run */
 	if (op.kind != K_SEND && op.kind != K_RECV)

@@ -32,7 +32,11 @@
  *
  * Failure.  A communicator fails as a whole: an error returned by NCCL,
  * an asynchronous error (ncclCommGetAsyncError, polled while operations
- * are pending), an operation past its deadline, cgr_comm_abort.  Every
+ * are pending, also while ranks are inside a collective that will never
+ * complete), a rank's failed device (the sticky error of its stream,
+ * seen when an operation is issued there or by a pending operation's
+ * event: CGR_EDEVICE), an operation past its deadline (-ETIMEDOUT),
+ * cgr_comm_abort (-ECANCELED).  Every
  * pending and later operation of every rank then fails with that code and
  * a message naming the rank and NCCL's text, and a thread of its own
  * aborts every rank's NCCL communicator (ncclCommAbort; no call on a
@@ -756,8 +760,16 @@ static int nev_poll(void *arg, int *result)
 	check_async(c, p->rank);
 	if ((*result = failed_code(c)) != 0)
 		return 1;
+	if (q < 0) {
+		/* The rank's stream failed (CGR_EDEVICE): its peers would
+		 * wait for it in NCCL for ever.  The communicator fails. */
+		comm_fail(c, q, "rank %d: its stream failed (%s)", p->rank,
+			  cgr_err_name(q));
+		*result = failed_code(c);
+		return 1;
+	}
 	if (q != 0) {
-		*result = q < 0 ? q : 0;
+		*result = 0;
 		return 1;
 	}
 	if (cgr__now_ns() >= p->deadline) {
@@ -1253,6 +1265,11 @@ static int issue(struct ncomm *c, int r, struct gop *g, size_t n,
 			g[i].d.poison_msg = "invalid arguments: not a CUDA "
 					    "stream of the rank's device";
 		}
+	if (s->dev->index == c->rk[r].dev && (ret = cgr__device_error(s->dev)))
+		/* The rank's device failed for good: so does the
+		 * communicator, before the peers agree with this rank. */
+		comm_fail(c, ret, "rank %d: CUDA device %d failed (%s)", r,
+			  c->rk[r].dev, cgr_err_name(ret));
 	ret = failed_code(c) ? rank_failed(c, r) : agree(c, r, g, n);
 	if (ret != 0 && failed_code(c) == 0)
 		/* The ranks' sequences no longer line up. */
