@@ -223,6 +223,7 @@ static void spin_add(int l, int m)
 		a->parked_miss += n->parked_miss - b->parked_miss;
 		a->probes += n->probes - b->probes;
 		a->steals += n->steals - b->steals;
+		a->stolen += n->stolen - b->stolen;
 		a->lost_ns += n->lost_ns - b->lost_ns;
 		a->parks += n->parks - b->parks;
 	}
@@ -247,8 +248,8 @@ static void spin_diag(int quiet)
 			printf("  %-7s %-7s parked: busy %6llu, adaptive %6llu, "
 			       "block %6llu; adaptive: %6llu spins (%6llu "
 			       "paid), at once %6llu (pressure) %4llu "
-			       "(misses); %4llu probes; %3llu losses, %.1f "
-			       "ms\n",
+			       "(misses); %4llu probes; %3llu losses (%llu "
+			       "with no run-queue wait), %.1f ms\n",
 			       load_name[l], who[t],
 			       (unsigned long long)g_acc[l][M_BUSY][t].parks,
 			       (unsigned long long)a->parks,
@@ -259,6 +260,7 @@ static void spin_diag(int quiet)
 			       (unsigned long long)a->parked_miss,
 			       (unsigned long long)a->probes,
 			       (unsigned long long)a->steals,
+			       (unsigned long long)a->stolen,
 			       (double)a->lost_ns / 1e6);
 		}
 }

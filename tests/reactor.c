@@ -1167,69 +1167,64 @@ static bool t_adapt_recover(struct cgr_reactor *r, struct t_ringer *rg,
 	return false;
 }
 
-/* n adaptive waits that spin on record st at now (each a probe or a
- * plain spin: counted in st->spun). */
-static void t_adapt_spins(struct cgr__spin_stat *st, int64_t now, int n)
-{
-	for (int k = 0; k < n; k++)
-		cgr__spin_budget(st, 0, now, 50000);
-}
-
 /* The pressure rules, on a record of the test's own, with made-up times
- * and spins: a loss parks for 1 ms; losses a few spins apart double the
- * gap (at least 32x the loss) up to 1 s; a loss thousands of spins after
- * the last starts again at 1 ms; four calm gaps end the pressure. */
+ * and run-queue waits: a loss parks for 1 ms; losses that go on double
+ * the gap (at least 32x the loss) up to 1 s; four calm gaps end the
+ * pressure, and after a calm spell a loss starts again at 1 ms; a loss
+ * with no run-queue wait (the hypervisor's) changes nothing. */
 static void t_adapt_rules(void)
 {
 	struct cgr__spin_stat st;
-	int64_t t = 5000 * MS, gap;
+	int64_t t = 5000 * MS, gap, rd = 0;
 
 	memset(&st, 0, sizeof(st));
-	t_adapt_spins(&st, t, 5000);
-	cgr__spin_lost(&st, t, 200000);
+	cgr__spin_lost(&st, t, 200000, rd += 200000);
 	t_ok(st.pressure && st.probe_gap == CGR__PROBE_MIN_NS &&
 		     cgr__spin_budget(&st, 0, t + 1, 50000) == 0,
 	     "adaptive rules: a lost spin: park at once, first probe in 1 ms");
 	t_ok(cgr__spin_budget(&st, 0, st.probe_at, 50000) == 50000,
 	     "adaptive rules: the probe spins");
 	t = st.probe_at + 10000;
-	cgr__spin_lost(&st, t, 3 * MS);
+	cgr__spin_lost(&st, t, 3 * MS, rd += 3 * MS);
 	t_ok(st.pressure && st.probe_gap == 96 * MS &&
 		     st.probe_at == t + 96 * MS,
 	     "adaptive rules: the probe lost 3 ms: the gap is 32x that "
 	     "(%lld ns)",
 	     (long long)st.probe_gap);
 	gap = st.probe_gap;
-	t = st.probe_at;
-	t_adapt_spins(&st, t, 200); /* a probe that seemed calm, then */
-	cgr__spin_lost(&st, t + 5 * MS, 150000);
+	st.pressure = false; /* a probe that seemed calm, then */
+	t = st.probe_at + 5 * MS;
+	cgr__spin_lost(&st, t, 150000, rd += 150000);
 	t_ok(st.pressure && st.probe_gap == 2 * gap,
-	     "adaptive rules: a loss 200 spins after the last doubles the "
-	     "gap");
+	     "adaptive rules: a loss soon after the probe doubles the gap");
 	for (int k = 0; k < 20; k++) {
 		t = st.probe_at;
-		t_adapt_spins(&st, t, 1);
-		cgr__spin_lost(&st, t, 150000);
+		cgr__spin_lost(&st, t, 150000, rd += 150000);
 	}
 	t_ok(st.probe_gap == CGR__PROBE_MAX_NS,
 	     "adaptive rules: losses going on: the gap stops at 1 s");
 	t = st.probe_at + 4 * st.probe_gap + 1;
 	t_ok(cgr__spin_budget(&st, 0, t, 50000) == 50000 && !st.pressure,
 	     "adaptive rules: four gaps without a loss end the pressure");
-	/* A vCPU taken away now and then, spinning in between. */
-	t_adapt_spins(&st, t, 3000);
-	cgr__spin_lost(&st, t, 150000);
+	t += 1000 * MS + 4 * st.probe_gap;
+	cgr__spin_lost(&st, t, 150000, rd += 150000);
 	t_ok(st.pressure && st.probe_gap == CGR__PROBE_MIN_NS,
-	     "adaptive rules: a loss 3000 spins after the last: 1 ms again");
-	for (int k = 0; k < 10; k++) {
-		t = st.probe_at + 400 * MS;
-		t_adapt_spins(&st, t, 5000);
-		cgr__spin_lost(&st, t, 300000);
+	     "adaptive rules: after a calm spell a loss parks 1 ms again");
+	/* Losses with no run-queue wait: a vCPU the hypervisor took. */
+	t = st.probe_at + 4 * st.probe_gap + 1;
+	cgr__spin_budget(&st, 0, t, 50000);
+	for (int k = 0; k < 5; k++) {
+		t += 2 * MS;
+		cgr__spin_lost(&st, t, 500000, rd + 1000);
 	}
-	t_ok(st.probe_gap == CGR__PROBE_MIN_NS,
-	     "adaptive rules: ten such losses 0.4 s apart: each parks 1 ms, "
-	     "the gap does not grow (%lld ns)",
-	     (long long)st.probe_gap);
+	t_ok(!st.pressure && st.stolen == 5 && st.probe_gap == CGR__PROBE_MIN_NS &&
+		     cgr__spin_budget(&st, 0, t + 1, 50000) == 50000,
+	     "adaptive rules: losses with no run-queue wait are the "
+	     "hypervisor's: no pressure (%llu stolen)",
+	     (unsigned long long)st.stolen);
+	cgr__spin_lost(&st, t + 1, 500000, -1);
+	t_ok(st.pressure,
+	     "adaptive rules: where the system does not say, a loss counts");
 }
 
 /* On a thread of its own: what adaptive waits learn is the thread's. */

@@ -15,6 +15,9 @@
 #include <poll.h>
 #include <sched.h>
 #include <string.h>
+#include <stdio.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "reactor/reactor.h"
 
@@ -461,27 +464,61 @@ int64_t cgr__spin_budget(struct cgr__spin_stat *st, unsigned slot,
 	return spin_ns;
 }
 
-/*
- * A spin lost the thread's CPU for lost_ns, seen at now: pressure, and
- * a probe after probe_gap.  What tells real oversubscription from a vCPU
- * the hypervisor takes away now and then is how often spins lose: with
- * more runnable threads than cores nearly every probe loses its CPU
- * again, a few spins after the last loss; a passing steal comes
- * thousands of spins after the last.  A loss within CGR__LOSS_SPINS
- * spins of the last doubles the gap, up to 1 s, and makes it at least 32
- * times the loss, so that a probe that loses its CPU again costs at most
- * a thirty-second of the time; any other loss starts a spell at 1 ms, a
- * millisecond of parking that costs little.
- */
-void cgr__spin_lost(struct cgr__spin_stat *st, int64_t now, int64_t lost_ns)
+/* How long (ns) the calling thread has waited on a run queue in all
+ * (/proc/thread-self/schedstat), or -1 if this system does not say. */
+int64_t cgr__run_delay(void)
 {
-	bool often = st->steals != 0 &&
-		     st->spun - st->spun_at_loss < CGR__LOSS_SPINS;
+	char buf[96];
+	long long exec = 0, delay = -1;
+	int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = 0;
+	if (sscanf(buf, "%lld %lld", &exec, &delay) != 2 || delay < 0)
+		return -1;
+	return delay;
+}
+
+/*
+ * A spin lost the thread's CPU for lost_ns, seen at now: pressure, and a
+ * probe after probe_gap.  A loss while the pressure lasts (a probe's, or
+ * one soon after a probe ended it: a thread that slept a while may yield
+ * and get its CPU back at once, the scheduler owing it time, and still
+ * share the core) or within a second and four gaps of the last doubles
+ * the gap, up to 1 s, and makes it at least 32 times the loss: a probe
+ * that loses the CPU again costs at most a thirty-second of the time.
+ * The first loss after a calm spell waits 1 ms: a passing burst of other
+ * work costs little.
+ *
+ * A loss counts only if the thread waited on a run queue meanwhile (rd,
+ * its run-queue wait in all, grew by half the loss or more since the last
+ * loss): a vCPU the hypervisor took away has no run queue in this system,
+ * and parking would give nobody the CPU, so such a loss is counted
+ * (stolen) and changes nothing.  Where the system does not say (rd < 0),
+ * every loss counts.
+ */
+void cgr__spin_lost(struct cgr__spin_stat *st, int64_t now, int64_t lost_ns,
+		    int64_t rd)
+{
+	bool queued = rd < 0 || st->run_delay <= 0 ||
+		      rd - st->run_delay >= lost_ns / 2;
 
 	st->steals++;
 	st->lost_ns += (uint64_t)lost_ns;
-	st->spun_at_loss = st->spun;
-	if (often) {
+	st->run_delay = rd >= 0 ? rd : -1;
+	if (!queued) {
+		st->stolen++;
+		return;
+	}
+	if (st->pressure ||
+	    (st->stolen_at != 0 &&
+	     now - st->stolen_at <= 1000000000 + 4 * st->probe_gap)) {
 		if (st->probe_gap < CGR__PROBE_MAX_NS)
 			st->probe_gap *= 2;
 		if (st->probe_gap < 32 * lost_ns)
@@ -491,6 +528,7 @@ void cgr__spin_lost(struct cgr__spin_stat *st, int64_t now, int64_t lost_ns)
 	} else {
 		st->probe_gap = CGR__PROBE_MIN_NS;
 	}
+	st->stolen_at = now;
 	st->pressure = true;
 	st->probe_at = now + st->probe_gap;
 }
@@ -618,11 +656,11 @@ static int park_phase(struct cgr_reactor *r, struct cgr_bell *b,
  *    need, waits a slice itself, and leaves the thread owing CPU time to
  *    the scheduler, which then wakes it late.  From then on the thread's
  *    adaptive waits park at once, like CGR_WAIT_BLOCK (after the 64 polls
- *    every wait makes), until a probe: 1 ms later, and while losses come
- *    often (within CGR__LOSS_SPINS spins of the last) 2, 4 ... up to
- *    1000 ms, and at least 32 times the time lost.  A loss thousands of
- *    spins after the last (a vCPU the hypervisor took for a moment)
- *    costs a millisecond of parking, no more.
+ *    every wait makes), until a probe: 1 ms later, and while losses go
+ *    on (or come soon after a probe ended the pressure), 2, 4 ... up to
+ *    1000 ms, and at least 32 times the time lost.  Only a loss spent on
+ *    this system's run queue counts (schedstat says so): a vCPU the
+ *    hypervisor took for a moment is nothing that parking would help.
  *    From the probe on, waits spin again; the first spin that yields and
  *    gets the CPU back at once, or four gaps without a loss, end the
  *    pressure, a lost one starts the next, longer, pause.
@@ -658,7 +696,7 @@ int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
 	ret = spin_phase(r, ready, arg, cancel, mode, spin_end, deadline,
 			 start, &lost, &looks);
 	if (st != NULL && lost > CGR__STEAL_NS)
-		cgr__spin_lost(st, cgr__now_ns(), lost);
+		cgr__spin_lost(st, cgr__now_ns(), lost, cgr__run_delay());
 	else if (st != NULL && budget > 0 && ret >= 0)
 		spin_done(st, slot, ret == 1, looks >= 2);
 	if (ret != 0)

@@ -57,7 +57,6 @@ struct cgr__timer {
  * waits have none. */
 #define CGR__SPIN_SLOTS 8
 #define CGR__STEAL_NS 100000	  /* a longer gap in a spin: CPU lost */
-#define CGR__LOSS_SPINS 1024	  /* losses this few spins apart: often */
 #define CGR__PROBE_MIN_NS 1000000 /* pressure: the first probe, then x2 */
 #define CGR__PROBE_MAX_NS 1000000000 /* ... doubling, 32x a loss, to this */
 #define CGR__MISS_PARK 8 /* misses from which a waiter parks at once */
@@ -65,17 +64,19 @@ struct cgr__timer {
 #define CGR__MISS_PROBE 16 /* a waiter parking at once spins every 16th */
 struct cgr__spin_stat {
 	/* CPU pressure: a spin lost the thread's CPU (a gap of more than
-	 * CGR__STEAL_NS between two looks at the clock).  Until probe_at,
-	 * adaptive waits park at once; from then on they spin.  A loss
-	 * within CGR__LOSS_SPINS spins of the last (spun_at_loss: losses
-	 * come often, as when threads outnumber cores) doubles probe_gap and
-	 * makes it at least 32 times the CPU time lost, up to 1 s; any other
-	 * (a vCPU taken away for a moment) starts again at 1 ms.  The
-	 * pressure ends when a spin yields and keeps its CPU, or four gaps
-	 * after probe_at pass without a loss. */
+	 * CGR__STEAL_NS between two looks at the clock) while it waited on
+	 * this system's run queue (run_delay).  Until probe_at, adaptive
+	 * waits park at once; from then on they spin.  probe_gap is 1 ms
+	 * after a calm spell; a loss while the pressure lasts (or within a
+	 * second and four gaps of the last, stolen_at) doubles it and makes
+	 * it at least 32 times the CPU time lost, up to 1 s.  The pressure
+	 * ends when a spin yields and keeps its CPU, or four gaps after
+	 * probe_at pass without a loss. */
 	bool pressure;
-	int64_t probe_at, probe_gap;
-	uint64_t spun_at_loss;
+	int64_t probe_at, probe_gap, stolen_at;
+	/* The thread's run-queue wait in all at the last loss (-1: unknown;
+	 * 0: not read yet, also taken as unknown). */
+	int64_t run_delay;
 	/* Per waiter (a hash of the bell and the condition): spins that
 	 * ended in a park, less those that paid; from CGR__MISS_PARK on,
 	 * the waiter parks at once but every 16th wait probes, and any wait
@@ -87,6 +88,7 @@ struct cgr__spin_stat {
 	 * pressure), parked at once under pressure or for misses, probed;
 	 * spins that lost the CPU. */
 	uint64_t spun, paid, parked_pressure, parked_miss, probes, steals;
+	uint64_t stolen; /* losses with no run-queue wait: the hypervisor's */
 	uint64_t lost_ns; /* CPU time the losses took */
 	uint64_t parks; /* waits of any mode that parked */
 };
@@ -94,9 +96,14 @@ struct cgr__spin_stat {
 /* The calling thread's record (never NULL). */
 struct cgr__spin_stat *cgr__spin_stat(void);
 /* The pressure rules on record st (exposed for tests/reactor): a spin
- * lost its CPU for lost_ns, seen at now; an adaptive wait starts at now
+ * lost its CPU for lost_ns, seen at now, when the thread's run-queue
+ * wait in all was run_delay (-1: unknown); an adaptive wait starts at now
  * (its spin budget: spin_ns or 0). */
-void cgr__spin_lost(struct cgr__spin_stat *st, int64_t now, int64_t lost_ns);
+void cgr__spin_lost(struct cgr__spin_stat *st, int64_t now, int64_t lost_ns,
+		    int64_t run_delay);
+/* The calling thread's run-queue wait in all (ns), or -1: one small file
+ * read, made only when a spin lost its CPU. */
+int64_t cgr__run_delay(void);
 int64_t cgr__spin_budget(struct cgr__spin_stat *st, unsigned slot,
 			 int64_t now, int64_t spin_ns);
 
