@@ -30,7 +30,7 @@
 struct pp {
 	_Atomic uint64_t line __attribute__((aligned(64)));
 	char pad[56];
-	struct cgr_ring a2b_p, a2b_c, b2a_p, b2a_c;
+	struct cgr__ring a2b_p, a2b_c, b2a_p, b2a_c;
 	long iters;
 	int mode; /* 0 floor, 1 ring */
 	_Atomic int go;
@@ -77,10 +77,10 @@ static void pingpong(int mode, long n, double *lat, double tick)
 	memset(&p, 0, sizeof(p));
 	cgr__ring_init(ra, sz, 64, MSG, 0);
 	cgr__ring_init(rb, sz, 64, MSG, 0);
-	cgr__ring_attach(&p.a2b_p, ra, sz, CGR_RING_PRODUCER);
-	cgr__ring_attach(&p.a2b_c, ra, sz, CGR_RING_CONSUMER);
-	cgr__ring_attach(&p.b2a_p, rb, sz, CGR_RING_PRODUCER);
-	cgr__ring_attach(&p.b2a_c, rb, sz, CGR_RING_CONSUMER);
+	cgr__ring_attach(&p.a2b_p, ra, sz, CGR__RING_PRODUCER);
+	cgr__ring_attach(&p.a2b_c, ra, sz, CGR__RING_CONSUMER);
+	cgr__ring_attach(&p.b2a_p, rb, sz, CGR__RING_PRODUCER);
+	cgr__ring_attach(&p.b2a_c, rb, sz, CGR__RING_CONSUMER);
 	p.iters = n;
 	p.mode = mode;
 	p.cpu = 1;

@@ -146,7 +146,7 @@ struct side {
 	struct perf_barrier *bar;
 	_Atomic uint64_t *floor;
 	uint64_t floor_v; /* the floor line's value between windows */
-	struct cgr_ring tx, rx;
+	struct cgr__ring tx, rx;
 #ifdef HAVE_CK
 	struct ck_ring *ck_tx, *ck_rx;
 	struct m64 *ckb_tx, *ckb_rx;
@@ -167,10 +167,10 @@ static int side_attach(struct side *s, unsigned char *base, int id)
 	s->floor = &h->floor;
 	s->floor_v = 0;
 	ret = cgr__ring_attach(&s->tx, base + lay.cgr[tx], lay.cgr_size,
-			      CGR_RING_PRODUCER);
+			       CGR__RING_PRODUCER);
 	if (ret == 0)
 		ret = cgr__ring_attach(&s->rx, base + lay.cgr[rx], lay.cgr_size,
-				      CGR_RING_CONSUMER);
+				       CGR__RING_CONSUMER);
 #ifdef HAVE_CK
 	s->ck_tx = (struct ck_ring *)(base + lay.ck[tx]);
 	s->ck_rx = (struct ck_ring *)(base + lay.ck[rx]);

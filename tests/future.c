@@ -209,10 +209,10 @@ static int t_value(uint32_t gen, int k)
 struct t_stress {
 	struct cgr_future f;
 	_Atomic uint32_t go; /* round number; UINT32_MAX: stop */
-	struct cgr_bell go_bell;
+	struct cgr__bell go_bell;
 	_Atomic uint32_t gen;  /* current generation, for the tester */
 	_Atomic uint32_t acks; /* completers finished this round */
-	struct cgr_bell ack_bell;
+	struct cgr__bell ack_bell;
 	_Atomic int won[2];
 	_Atomic int stop;
 	/* Tester's findings. */

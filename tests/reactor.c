@@ -130,7 +130,7 @@ static bool t_never(void *arg)
 
 /* Parks on a bell nobody rings until the deadline: -ETIMEDOUT, or what
  * else the park said. */
-static int t_park_until(struct cgr_reactor *r, struct cgr_bell *b,
+static int t_park_until(struct cgr__reactor *r, struct cgr__bell *b,
 			int64_t deadline)
 {
 	int ret;
@@ -175,7 +175,7 @@ static int t_log_uring_lines(struct t_log *l)
 
 /* A reactor this test makes, with T_FLAGS, saying its fallback into log. */
 struct t_reactor {
-	struct cgr_reactor r;
+	struct cgr__reactor r;
 	struct t_log log;
 	struct cgr__logger lg;
 };
@@ -190,7 +190,7 @@ static void t_reactor_init(struct t_reactor *tr)
 }
 
 /* Checks what a freshly initialised reactor chose. */
-static int t_reactor_bad(const struct cgr_reactor *r)
+static int t_reactor_bad(const struct cgr__reactor *r)
 {
 #if T_AT_INIT
 	return r->uring || r->uring_err != -EPERM;
@@ -204,7 +204,7 @@ static int t_reactor_bad(const struct cgr_reactor *r)
 
 /* Says what a reactor that has parked uses, and checks it: on a fallback
  * variant, the futex, for the variant's reason, said exactly once. */
-static void t_reactor_report(const char *who, const struct cgr_reactor *r,
+static void t_reactor_report(const char *who, const struct cgr__reactor *r,
 			     struct t_log *log)
 {
 	int lines = log != NULL ? t_log_uring_lines(log) : -1;
@@ -309,7 +309,7 @@ static int64_t t_rusage_ns(void)
 
 struct t_bare {
 	bool bad;
-	struct cgr_reactor end_state; /* uring, uring_err, uring_where */
+	struct cgr__reactor end_state; /* uring, uring_err, uring_where */
 	struct t_log log;
 	int ret;
 	int64_t deadline, end, cpu_ns;
@@ -320,7 +320,7 @@ static void *t_bare_main(void *arg)
 {
 	struct t_bare *b = arg;
 	struct t_reactor tr;
-	struct cgr_bell bell;
+	struct cgr__bell bell;
 	struct timespec c0, c1;
 
 	t_reactor_init(&tr);
@@ -436,12 +436,12 @@ static void t_idle(void)
 
 /* ---- 2. deadlines and timers ---------------------------------------- */
 
-static void t_deadlines(struct cgr_reactor *r, const char *rname)
+static void t_deadlines(struct cgr__reactor *r, const char *rname)
 {
 	static const int64_t ds[] = {1 * MS, 5 * MS, 20 * MS};
 	static const int modes[] = {CGR_WAIT_ADAPTIVE, CGR_WAIT_BLOCK,
 				    CGR_WAIT_BUSY};
-	struct cgr_bell b;
+	struct cgr__bell b;
 
 	cgr__bell_init(&b);
 	for (size_t k = 0; k < CGR__ARRAY_SIZE(ds); k++) {
@@ -503,14 +503,14 @@ static bool t_timers_done(void *arg)
 	return ts->nfired >= T_NTIMERS;
 }
 
-static void t_timers(struct cgr_reactor *r, int mode)
+static void t_timers(struct cgr__reactor *r, int mode)
 {
 	static const int64_t offs[T_NTIMERS] = {7 * MS, 2 * MS, 12 * MS, 4 * MS,
 						9 * MS};
 	struct t_timers ts = {.nfired = 0};
 	struct t_timer_arg args[T_NTIMERS + 1];
 	uint64_t ids[T_NTIMERS + 1];
-	struct cgr_bell b;
+	struct cgr__bell b;
 	int64_t now = cgr__now_ns();
 	int ret, ok = 1, inorder = 1;
 
@@ -569,7 +569,7 @@ static void t_timers(struct cgr_reactor *r, int mode)
 
 /* Timers already due when run_timers looks fire earliest first, whatever
  * their slots; a full table says -ENOSPC. */
-static void t_timers_table(struct cgr_reactor *r)
+static void t_timers_table(struct cgr__reactor *r)
 {
 	struct t_timers ts = {.nfired = 0};
 	struct t_timer_arg args[3];
@@ -591,8 +591,8 @@ static void t_timers_table(struct cgr_reactor *r)
 	while ((ret = cgr__reactor_timer_add(r, now + 3600000 * MS, t_timer_fn,
 					     &args[0], &id)) == 0)
 		n++;
-	t_is(n, CGR_REACTOR_MAX_TIMERS, "timers: the table holds %d",
-	     CGR_REACTOR_MAX_TIMERS);
+	t_is(n, CGR__REACTOR_MAX_TIMERS, "timers: the table holds %d",
+	     CGR__REACTOR_MAX_TIMERS);
 	t_is(ret, -ENOSPC, "timers: then -ENOSPC");
 	for (uint64_t k = id - (uint64_t)n + 1; k <= id; k++)
 		cgr__reactor_timer_cancel(r, k);
@@ -608,13 +608,13 @@ enum { T_RING_NONE, T_RING_SPIN, T_RING_SLEEP };
  * into *word and rings bell. */
 struct t_ringer {
 	_Atomic uint32_t go; /* command number; UINT32_MAX: stop */
-	struct cgr_bell go_bell;
+	struct cgr__bell go_bell;
 	/* The command, written before go (release) and read after it. */
 	_Atomic uint32_t *word;
 	uint32_t val;
 	int delay;
 	int64_t delay_ns;
-	struct cgr_bell *bell;
+	struct cgr__bell *bell;
 	uint32_t seen;
 };
 
@@ -702,11 +702,11 @@ static void t_pick_delay(struct t_ringer *rg)
 	}
 }
 
-static void t_wakeups(struct cgr_reactor *r)
+static void t_wakeups(struct cgr__reactor *r)
 {
 	struct t_ringer rg = {.seen = 0};
 	_Atomic uint32_t flag, cancel;
-	struct cgr_bell b;
+	struct cgr__bell b;
 	pthread_t th;
 	long n = t_scale(10000), bad = 0, cancel_bad = 0;
 	uint64_t parks0 = r->parks;
@@ -728,7 +728,7 @@ static void t_wakeups(struct cgr_reactor *r)
 
 	/* A parked waiter wakes promptly, long before its deadline. */
 	for (int k = 0; k < 2; k++) {
-		struct cgr_reactor *rr = k == 0 ? r : NULL;
+		struct cgr__reactor *rr = k == 0 ? r : NULL;
 		struct t_flag f = {&flag, ++cmd};
 		int64_t end;
 
@@ -759,7 +759,7 @@ static void t_wakeups(struct cgr_reactor *r)
 			break;
 		}
 		struct t_flag f = {&flag, ++cmd};
-		struct cgr_reactor *rr = (t_rand() & 3) == 0 ? NULL : r;
+		struct cgr__reactor *rr = (t_rand() & 3) == 0 ? NULL : r;
 		int mode;
 		int64_t spin, s;
 
@@ -790,7 +790,7 @@ static void t_wakeups(struct cgr_reactor *r)
 
 	/* The cancel word: set by the other thread, then the ring. */
 	for (long i = 0; i < t_scale(200); i++) {
-		struct cgr_reactor *rr = (i & 1) ? NULL : r;
+		struct cgr__reactor *rr = (i & 1) ? NULL : r;
 		int mode;
 		int64_t spin;
 
@@ -823,7 +823,7 @@ static void t_wakeups(struct cgr_reactor *r)
 
 struct t_busy {
 	_Atomic uint32_t flag[T_BUSY_THREADS];
-	struct cgr_bell bell[T_BUSY_THREADS];
+	struct cgr__bell bell[T_BUSY_THREADS];
 	long rounds;
 	_Atomic int bad_reactor, uring;
 };
@@ -844,7 +844,7 @@ static void *t_busy_main(void *arg)
 	struct t_busy_arg *a = arg;
 	struct t_busy *bz = a->bz;
 	int k = a->k, next = (k + 1) % T_BUSY_THREADS;
-	struct cgr_reactor r;
+	struct cgr__reactor r;
 
 	cgr__reactor_init(&r, T_FLAGS);
 	if (t_reactor_bad(&r))
@@ -934,7 +934,7 @@ static pid_t t_child(int *fd, bool exit_now)
 
 struct t_killer {
 	pid_t pid;
-	struct cgr_bell *bell;
+	struct cgr__bell *bell;
 	_Atomic int64_t at;
 };
 
@@ -954,7 +954,7 @@ static void *t_killer_main(void *arg)
  * its bell), within 100 ms; a cancelled watch never fires; a process
  * already gone fires at once; the table holds 16.  A reactor of its own:
  * where io_uring fails at a park, it fails with the watch armed. */
-static void t_watch_on(struct cgr_reactor *r);
+static void t_watch_on(struct cgr__reactor *r);
 
 static void t_watch(void)
 {
@@ -966,10 +966,10 @@ static void t_watch(void)
 	cgr__reactor_fini(&tr.r);
 }
 
-static void t_watch_on(struct cgr_reactor *r)
+static void t_watch_on(struct cgr__reactor *r)
 {
 	struct t_killer k = { 0 };
-	struct cgr_bell bell;
+	struct cgr__bell bell;
 	_Atomic int gone = 0, other = 0;
 	pthread_t th;
 	uint64_t id;
@@ -1024,7 +1024,7 @@ static void t_watch_on(struct cgr_reactor *r)
 	while (cgr__reactor_watch_add(r, fd2, t_gone, (void *)&other, &id) ==
 	       0)
 		n++;
-	t_is(n, CGR_REACTOR_MAX_WATCHES, "the table holds %d watches", n);
+	t_is(n, CGR__REACTOR_MAX_WATCHES, "the table holds %d watches", n);
 	t_is(cgr__reactor_watch_add(r, -1, t_gone, NULL, NULL), -EINVAL,
 	     "a bad fd is refused");
 	t_is(cgr__reactor_run_watches(r), n, "and they all fire");
@@ -1039,8 +1039,8 @@ static void t_watch_on(struct cgr_reactor *r)
  * error (the rest of the test is then skipped). */
 static int t_enter_refused_later(struct t_reactor *tr)
 {
-	struct cgr_reactor *r = &tr->r;
-	struct cgr_bell b;
+	struct cgr__reactor *r = &tr->r;
+	struct cgr__bell b;
 	uint64_t id;
 	int64_t deadline;
 	int fd, ret;
@@ -1064,7 +1064,7 @@ static int t_enter_refused_later(struct t_reactor *tr)
 	} else {
 		cgr__reactor_watch_add(r, fd, t_gone, NULL, &id);
 		t_park_until(r, &b, cgr__now_ns() + 1 * MS); /* arms it */
-		for (size_t i = 0; i < CGR_REACTOR_MAX_WATCHES; i++)
+		for (size_t i = 0; i < CGR__REACTOR_MAX_WATCHES; i++)
 			if (r->watches[i].fn != NULL && r->watches[i].id == id)
 				armed = r->watches[i].armed;
 		t_ok(armed == r->uring,
@@ -1133,8 +1133,8 @@ static void *t_hog_main(void *arg)
 }
 
 /* One round: the ringer answers after its delay; the waiter waits. */
-static int t_adapt_round(struct cgr_reactor *r, struct t_ringer *rg,
-			 struct cgr_bell *b, _Atomic uint32_t *flag,
+static int t_adapt_round(struct cgr__reactor *r, struct t_ringer *rg,
+			 struct cgr__bell *b, _Atomic uint32_t *flag,
 			 uint32_t *cmd, int delay, int64_t delay_ns,
 			 int64_t spin)
 {
@@ -1151,8 +1151,8 @@ static int t_adapt_round(struct cgr_reactor *r, struct t_ringer *rg,
 
 /* Quick rounds until the thread spins again and its spins pay, or 3 s;
  * whether it did. */
-static bool t_adapt_recover(struct cgr_reactor *r, struct t_ringer *rg,
-			    struct cgr_bell *b, _Atomic uint32_t *flag,
+static bool t_adapt_recover(struct cgr__reactor *r, struct t_ringer *rg,
+			    struct cgr__bell *b, _Atomic uint32_t *flag,
 			    uint32_t *cmd, uint64_t *rounds)
 {
 	struct cgr__spin_stat *st = cgr__spin_stat();
@@ -1231,12 +1231,12 @@ static void t_adapt_rules(void)
 static void *t_adaptive_main(void *arg)
 {
 	struct t_reactor tr;
-	struct cgr_reactor *r = &tr.r;
+	struct cgr__reactor *r = &tr.r;
 	struct cgr__spin_stat *st = cgr__spin_stat();
 	struct t_ringer rg = {.seen = 0};
 	struct t_hog hogs[2];
 	_Atomic uint32_t flag;
-	struct cgr_bell b;
+	struct cgr__bell b;
 	cpu_set_t mask, one;
 	pthread_t th;
 	uint32_t cmd = 0;
@@ -1377,7 +1377,7 @@ static void t_adaptive(void)
 int main(int argc, char **argv)
 {
 	struct t_reactor tr;
-	struct cgr_reactor *r = &tr.r;
+	struct cgr__reactor *r = &tr.r;
 	int ret;
 
 	/* The kernel's answer, before any filter (no thread is made). */

@@ -42,21 +42,22 @@ static int check_msg(const unsigned char *m, uint64_t v, size_t len)
 static void test_sizes(void)
 {
 	t_is(cgr__ring_memsize(0, ES), 0, "memsize: count 0");
-	t_is(cgr__ring_memsize(1, ES), sizeof(struct cgr_ring_shared) + 64,
+	t_is(cgr__ring_memsize(1, ES), sizeof(struct cgr__ring_shared) + 64,
 	     "memsize: count 1 is a ring of one");
 	t_is(cgr__ring_memsize(3, ES), 0, "memsize: count not a power of two");
-	t_is(cgr__ring_memsize(CGR_RING_MAX_COUNT * 2, ES), 0,
+	t_is(cgr__ring_memsize(CGR__RING_MAX_COUNT * 2, ES), 0,
 	     "memsize: count too large");
 	t_is(cgr__ring_memsize(8, 0), 0, "memsize: esize 0");
-	t_is(cgr__ring_memsize(8, CGR_RING_MAX_ESIZE + 1), 0,
+	t_is(cgr__ring_memsize(8, CGR__RING_MAX_ESIZE + 1), 0,
 	     "memsize: esize too large");
-	t_is(cgr__ring_memsize(4, 56), sizeof(struct cgr_ring_shared) + 4 * 64,
+	t_is(cgr__ring_memsize(4, 56), sizeof(struct cgr__ring_shared) + 4 * 64,
 	     "memsize: 56-byte messages take one line each");
-	t_is(cgr__ring_memsize(4, 57), sizeof(struct cgr_ring_shared) + 4 * 128,
+	t_is(cgr__ring_memsize(4, 57),
+	     sizeof(struct cgr__ring_shared) + 4 * 128,
 	     "memsize: 57-byte messages take two lines");
-	t_is(cgr__ring_memsize(CGR_RING_MAX_COUNT, CGR_RING_MAX_ESIZE),
-	     sizeof(struct cgr_ring_shared) +
-		 (size_t)CGR_RING_MAX_COUNT * (CGR_RING_MAX_ESIZE + 64),
+	t_is(cgr__ring_memsize(CGR__RING_MAX_COUNT, CGR__RING_MAX_ESIZE),
+	     sizeof(struct cgr__ring_shared) +
+		 (size_t)CGR__RING_MAX_COUNT * (CGR__RING_MAX_ESIZE + 64),
 	     "memsize: the largest ring");
 }
 
@@ -64,7 +65,7 @@ static void test_init_args(void)
 {
 	size_t ms = cgr__ring_memsize(8, ES);
 	unsigned char *mem = xalloc(ms + 64), *copy = xalloc(ms + 64);
-	struct cgr_ring r, before;
+	struct cgr__ring r, before;
 	int bad = 0;
 
 	memset(mem, 0xa5, ms + 64);
@@ -80,19 +81,19 @@ static void test_init_args(void)
 	t_is(cgr__ring_init(mem, ms, 0, ES, 0), -EINVAL, "init: count 0");
 	t_is(cgr__ring_init(mem, ms, 6, ES, 0), -EINVAL,
 	     "init: count not a power of two");
-	t_is(cgr__ring_init(mem, ms, CGR_RING_MAX_COUNT << 1, ES, 0), -EINVAL,
+	t_is(cgr__ring_init(mem, ms, CGR__RING_MAX_COUNT << 1, ES, 0), -EINVAL,
 	     "init: count too large");
 	t_is(cgr__ring_init(mem, ms, 8, 0, 0), -EINVAL, "init: esize 0");
-	t_is(cgr__ring_init(mem, ms, 8, CGR_RING_MAX_ESIZE + 1, 0), -EINVAL,
+	t_is(cgr__ring_init(mem, ms, 8, CGR__RING_MAX_ESIZE + 1, 0), -EINVAL,
 	     "init: esize too large");
 	t_ok(memcmp(mem, copy, ms + 64) == 0, "init: failures write nothing");
 
 	memset(&r, 0x5a, sizeof(r));
 	before = r;
-	t_is(cgr__ring_attach(&r, mem, ms, CGR_RING_CONSUMER), CGR_ECORRUPT,
+	t_is(cgr__ring_attach(&r, mem, ms, CGR__RING_CONSUMER), CGR_ECORRUPT,
 	     "attach: uninitialised memory is corrupt");
 	memset(mem, 0, ms);
-	t_is(cgr__ring_attach(&r, mem, ms, CGR_RING_PRODUCER), CGR_ECORRUPT,
+	t_is(cgr__ring_attach(&r, mem, ms, CGR__RING_PRODUCER), CGR_ECORRUPT,
 	     "attach: zeroed memory is corrupt");
 	t_ok(memcmp(&r, &before, sizeof(r)) == 0,
 	     "attach: the handle is untouched on failure");
@@ -100,15 +101,15 @@ static void test_init_args(void)
 	t_is(cgr__ring_init(mem, ms, 8, ES, 0), 0, "init: ok");
 	t_is(cgr__ring_attach(&r, mem, ms, 0), -EINVAL, "attach: role 0");
 	t_is(cgr__ring_attach(&r, mem, ms, 3), -EINVAL, "attach: role 3");
-	t_is(cgr__ring_attach(NULL, mem, ms, CGR_RING_PRODUCER), -EINVAL,
+	t_is(cgr__ring_attach(NULL, mem, ms, CGR__RING_PRODUCER), -EINVAL,
 	     "attach: NULL handle");
-	t_is(cgr__ring_attach(&r, NULL, ms, CGR_RING_PRODUCER), -EINVAL,
+	t_is(cgr__ring_attach(&r, NULL, ms, CGR__RING_PRODUCER), -EINVAL,
 	     "attach: NULL memory");
-	t_is(cgr__ring_attach(&r, mem, ms - 1, CGR_RING_PRODUCER), CGR_ECORRUPT,
-	     "attach: memsize smaller than the ring");
-	t_is(cgr__ring_attach(&r, mem, 16, CGR_RING_PRODUCER), CGR_ECORRUPT,
+	t_is(cgr__ring_attach(&r, mem, ms - 1, CGR__RING_PRODUCER),
+	     CGR_ECORRUPT, "attach: memsize smaller than the ring");
+	t_is(cgr__ring_attach(&r, mem, 16, CGR__RING_PRODUCER), CGR_ECORRUPT,
 	     "attach: memsize smaller than the header");
-	t_is(cgr__ring_attach(&r, mem, ms + 64, CGR_RING_PRODUCER), 0,
+	t_is(cgr__ring_attach(&r, mem, ms + 64, CGR__RING_PRODUCER), 0,
 	     "attach: larger memsize is fine");
 	for (int i = 0; i < 100; i++) {
 		/* A random flag set with at least one bit. */
@@ -124,13 +125,13 @@ static void test_full_empty(void)
 {
 	size_t ms = cgr__ring_memsize(8, ES);
 	unsigned char *mem = xalloc(ms), m[ES], big[ES + 8];
-	struct cgr_ring p, c;
+	struct cgr__ring p, c;
 	int ok = 1;
 	uint64_t v;
 
 	cgr__ring_init(mem, ms, 8, ES, 0);
-	t_is(cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER), 0, "attach p");
-	t_is(cgr__ring_attach(&c, mem, ms, CGR_RING_CONSUMER), 0, "attach c");
+	t_is(cgr__ring_attach(&p, mem, ms, CGR__RING_PRODUCER), 0, "attach p");
+	t_is(cgr__ring_attach(&c, mem, ms, CGR__RING_CONSUMER), 0, "attach c");
 	t_is(cgr__ring_capacity(&p), 8, "capacity 8");
 	t_is(cgr__ring_dequeue(&c, m), -EAGAIN, "empty: dequeue -EAGAIN");
 	t_ok(cgr__ring_peek(&c) == NULL, "empty: peek NULL");
@@ -198,14 +199,14 @@ static void test_one_slot(void)
 {
 	size_t ms = cgr__ring_memsize(1, 8);
 	unsigned char *mem = xalloc(ms);
-	struct cgr_ring p, c;
+	struct cgr__ring p, c;
 	uint64_t v, w = 0;
 	int ok = 1;
 
 	t_is(cgr__ring_init_at(mem, ms, 1, 8, 0, UINT64_MAX - 2), 0,
 	     "one slot: init near the wrap");
-	cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER);
-	cgr__ring_attach(&c, mem, ms, CGR_RING_CONSUMER);
+	cgr__ring_attach(&p, mem, ms, CGR__RING_PRODUCER);
+	cgr__ring_attach(&c, mem, ms, CGR__RING_CONSUMER);
 	for (v = 0; v < 6; v++) {
 		ok &= cgr__ring_dequeue(&c, &w) == -EAGAIN;
 		ok &= cgr__ring_enqueue(&p, &v, 8) == 0;
@@ -214,7 +215,7 @@ static void test_one_slot(void)
 		ok &= cgr__ring_dequeue(&c, &w) == 0 && w == v;
 	}
 	t_ok(ok, "one slot: full after one, empty after one, across the wrap");
-	t_is(cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER), 0,
+	t_is(cgr__ring_attach(&p, mem, ms, CGR__RING_PRODUCER), 0,
 	     "one slot: re-attach validates");
 	free(mem);
 }
@@ -223,7 +224,7 @@ static void test_burst_bulk(void)
 {
 	size_t ms = cgr__ring_memsize(8, ES);
 	unsigned char *mem = xalloc(ms), in[16 * ES], out[16 * ES];
-	struct cgr_ring p, c;
+	struct cgr__ring p, c;
 	const void *pk, *pk2;
 	int ok = 1;
 	unsigned i;
@@ -231,8 +232,8 @@ static void test_burst_bulk(void)
 	for (i = 0; i < 16; i++)
 		fill_msg(in + i * ES, i, ES);
 	cgr__ring_init(mem, ms, 8, ES, 0);
-	cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER);
-	cgr__ring_attach(&c, mem, ms, CGR_RING_CONSUMER);
+	cgr__ring_attach(&p, mem, ms, CGR__RING_PRODUCER);
+	cgr__ring_attach(&c, mem, ms, CGR__RING_CONSUMER);
 
 	t_is(cgr__ring_enqueue_bulk(&p, in, 0), 0, "bulk 0");
 	t_is(cgr__ring_enqueue_burst(&p, in, 0), 0, "burst 0");
@@ -345,15 +346,15 @@ static void test_wrap(void)
 {
 	size_t ms = cgr__ring_memsize(4, 16);
 	unsigned char *mem = xalloc(ms), m[16], buf[3 * 16];
-	struct cgr_ring p, c;
-	struct cgr_ring_shared *sh = (void *)mem;
+	struct cgr__ring p, c;
+	struct cgr__ring_shared *sh = (void *)mem;
 	uint64_t v = 0, w = 0;
 	int ok = 1;
 
 	t_is(cgr__ring_init_at(mem, ms, 4, 16, 0, UINT64_MAX - 5), 0,
 	     "init_at UINT64_MAX - 5");
-	cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER);
-	cgr__ring_attach(&c, mem, ms, CGR_RING_CONSUMER);
+	cgr__ring_attach(&p, mem, ms, CGR__RING_PRODUCER);
+	cgr__ring_attach(&c, mem, ms, CGR__RING_CONSUMER);
 	t_ok(p.pos == UINT64_MAX - 5 && c.pos == UINT64_MAX - 5,
 	     "handles start at the given position");
 	while (v < 40) {
@@ -375,7 +376,7 @@ static void test_wrap(void)
 	t_ok(atomic_load(&sh->prod_pos) == v - 6 &&
 		 atomic_load(&sh->cons_pos) == v - 6,
 	     "published positions wrapped past 0");
-	t_is(cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER), 0,
+	t_is(cgr__ring_attach(&p, mem, ms, CGR__RING_PRODUCER), 0,
 	     "re-attach after the wrap validates");
 	t_ok(p.pos == v - 6, "... at the wrapped position");
 	free(mem);
@@ -391,7 +392,7 @@ struct field {
 static int corrupt_one(unsigned char *mem, size_t ms, size_t off, size_t len,
 		       uint64_t x, int role, unsigned char *snap)
 {
-	struct cgr_ring r;
+	struct cgr__ring r;
 	uint64_t old = 0, val;
 	int ret, same;
 
@@ -411,10 +412,10 @@ static void test_corrupt(void)
 	size_t ms = cgr__ring_memsize(n, 24);
 	unsigned char *mem = xalloc(ms), *snap = xalloc(ms), *good = xalloc(ms),
 		      m[24] = {0};
-	struct cgr_ring p, c;
-	struct cgr_ring_shared *sh = (void *)mem;
+	struct cgr__ring p, c;
+	struct cgr__ring_shared *sh = (void *)mem;
 	const struct field f[] = {
-#define F(x) {#x, offsetof(struct cgr_ring_shared, x), sizeof(sh->x)}
+#define F(x) {#x, offsetof(struct cgr__ring_shared, x), sizeof(sh->x)}
 	    F(magic), F(version), F(count),	F(esize), F(slot_size),
 	    F(flags), F(memsize), F(slots_off), F(check),
 #undef F
@@ -423,8 +424,8 @@ static void test_corrupt(void)
 	int k, role;
 
 	cgr__ring_init_at(mem, ms, n, 24, 0, 1000);
-	cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER);
-	cgr__ring_attach(&c, mem, ms, CGR_RING_CONSUMER);
+	cgr__ring_attach(&p, mem, ms, CGR__RING_PRODUCER);
+	cgr__ring_attach(&c, mem, ms, CGR__RING_CONSUMER);
 	/* Three messages in flight, position 1003 vs 1001. */
 	for (k = 0; k < 3; k++)
 		cgr__ring_enqueue(&p, m, sizeof(m));
@@ -451,8 +452,8 @@ static void test_corrupt(void)
 
 	/* Indices out of range: prod - cons > count, cons > prod. */
 	{
-		size_t po = offsetof(struct cgr_ring_shared, prod_pos);
-		size_t co = offsetof(struct cgr_ring_shared, cons_pos);
+		size_t po = offsetof(struct cgr__ring_shared, prod_pos);
+		size_t co = offsetof(struct cgr__ring_shared, cons_pos);
 		uint64_t pp = atomic_load(&sh->prod_pos);
 		uint64_t cc = atomic_load(&sh->cons_pos);
 		int ok = 1;
@@ -485,7 +486,7 @@ static void test_corrupt(void)
 						     role, snap);
 				int rc = corrupt_one(mem, ms, co, 8, 1ull << k,
 						     role, snap);
-				if (role == CGR_RING_PRODUCER)
+				if (role == CGR__RING_PRODUCER)
 					ok &= rp && (rc || ahead_c);
 				else
 					ok &=
@@ -501,9 +502,9 @@ static void test_corrupt(void)
 		 * attaching does not (its own side cannot be half done).
 		 */
 		atomic_store(&sh->prod_pos, pp + 1);
-		t_is(cgr__ring_attach(&c, mem, ms, CGR_RING_CONSUMER), 0,
+		t_is(cgr__ring_attach(&c, mem, ms, CGR__RING_CONSUMER), 0,
 		     "prod_pos + 1 (producer mid-enqueue): consumer attaches");
-		t_is(cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER),
+		t_is(cgr__ring_attach(&p, mem, ms, CGR__RING_PRODUCER),
 		     CGR_ECORRUPT, "prod_pos + 1: producer does not");
 		atomic_store(&sh->prod_pos, pp);
 	}
@@ -526,10 +527,10 @@ static void test_corrupt(void)
 		t_ok(ok, "corrupt slot sequences: CGR_ECORRUPT, memory intact");
 	}
 	t_ok(memcmp(mem, good, ms) == 0, "memory restored");
-	t_is(cgr__ring_attach(&p, mem, ms, CGR_RING_PRODUCER), 0,
+	t_is(cgr__ring_attach(&p, mem, ms, CGR__RING_PRODUCER), 0,
 	     "intact ring attaches (producer)");
 	t_is(p.pos, 1004, "... at position 1004");
-	t_is(cgr__ring_attach(&c, mem, ms, CGR_RING_CONSUMER), 0,
+	t_is(cgr__ring_attach(&c, mem, ms, CGR__RING_CONSUMER), 0,
 	     "intact ring attaches (consumer)");
 	t_is(c.pos, 1001, "... at position 1001");
 	free(mem);

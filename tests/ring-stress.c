@@ -91,7 +91,7 @@ static uint64_t rnd(uint64_t *s)
 
 /* One side of a FIFO run. */
 struct side {
-	struct cgr_ring r;
+	struct cgr__ring r;
 	uint64_t n;	   /* messages to move */
 	uint64_t seed;	   /* for the operation mix */
 	int park;	   /* park on the bell after spinning */
@@ -225,13 +225,13 @@ static void fifo_threads(const char *what, uint32_t count, uint64_t n,
 {
 	size_t ms = cgr__ring_memsize(count, ES);
 	void *mem = xalloc(ms);
-	struct cgr_ring_shared *sh = mem;
+	struct cgr__ring_shared *sh = mem;
 	struct side p = {0}, c = {0};
 	pthread_t tp, tc;
 
 	cgr__ring_init_at(mem, ms, count, ES, 0, start);
-	cgr__ring_attach(&p.r, mem, ms, CGR_RING_PRODUCER);
-	cgr__ring_attach(&c.r, mem, ms, CGR_RING_CONSUMER);
+	cgr__ring_attach(&p.r, mem, ms, CGR__RING_PRODUCER);
+	cgr__ring_attach(&c.r, mem, ms, CGR__RING_CONSUMER);
 	p.n = c.n = n;
 	p.seed = t_rand();
 	c.seed = t_rand();
@@ -286,8 +286,8 @@ static void test_four_pairs(void)
 	for (i = 0; i < PAIRS; i++) {
 		mem[i] = xalloc(ms);
 		cgr__ring_init(mem[i], ms, count, ES, 0);
-		cgr__ring_attach(&p[i].r, mem[i], ms, CGR_RING_PRODUCER);
-		cgr__ring_attach(&c[i].r, mem[i], ms, CGR_RING_CONSUMER);
+		cgr__ring_attach(&p[i].r, mem[i], ms, CGR__RING_PRODUCER);
+		cgr__ring_attach(&c[i].r, mem[i], ms, CGR__RING_CONSUMER);
 		p[i].n = c[i].n = n;
 		p[i].seed = t_rand();
 		c[i].seed = t_rand();
@@ -350,7 +350,7 @@ static void test_processes(void)
 		/* Drop the inherited mapping: a stray pointer into it now
 		 * faults instead of passing. */
 		cgr__shm_close(&seg);
-		if (cgr__ring_attach(&c.r, mine.addr, ms, CGR_RING_CONSUMER))
+		if (cgr__ring_attach(&c.r, mine.addr, ms, CGR__RING_CONSUMER))
 			_exit(4);
 		c.n = n;
 		c.seed = cseed;
@@ -368,7 +368,7 @@ static void test_processes(void)
 		cgr__shm_close(&seg);
 		return;
 	}
-	t_is(cgr__ring_attach(&p.r, seg.addr, ms, CGR_RING_PRODUCER), 0,
+	t_is(cgr__ring_attach(&p.r, seg.addr, ms, CGR__RING_PRODUCER), 0,
 	     "processes: producer attaches");
 	p.n = n;
 	p.seed = t_rand();
@@ -397,7 +397,7 @@ static void test_processes(void)
  * times out while the message sits in the ring.
  */
 struct bellside {
-	struct cgr_ring tx, rx;
+	struct cgr__ring tx, rx;
 	uint64_t n, seed;
 	int first; /* sends first */
 	uint64_t lost, parks, bad;
@@ -405,7 +405,7 @@ struct bellside {
 
 static void bell_recv(struct bellside *b, uint64_t want)
 {
-	struct cgr_bell *bell = cgr__ring_bell(&b->rx, CGR_RING_CONSUMER);
+	struct cgr__bell *bell = cgr__ring_bell(&b->rx, CGR__RING_CONSUMER);
 	uint64_t v;
 	uint32_t seq;
 	int ret;
@@ -459,10 +459,10 @@ static void test_doorbell(void)
 
 	cgr__ring_init(m1, ms, 4, 8, 0);
 	cgr__ring_init(m2, ms, 4, 8, 0);
-	cgr__ring_attach(&a.tx, m1, ms, CGR_RING_PRODUCER);
-	cgr__ring_attach(&b.rx, m1, ms, CGR_RING_CONSUMER);
-	cgr__ring_attach(&b.tx, m2, ms, CGR_RING_PRODUCER);
-	cgr__ring_attach(&a.rx, m2, ms, CGR_RING_CONSUMER);
+	cgr__ring_attach(&a.tx, m1, ms, CGR__RING_PRODUCER);
+	cgr__ring_attach(&b.rx, m1, ms, CGR__RING_CONSUMER);
+	cgr__ring_attach(&b.tx, m2, ms, CGR__RING_PRODUCER);
+	cgr__ring_attach(&a.rx, m2, ms, CGR__RING_CONSUMER);
 	a.n = b.n = n;
 	a.first = 1;
 	a.seed = t_rand();

@@ -14,10 +14,10 @@
 
 #include "cgr.h"
 
-#define CGR_CACHELINE 64
+#define CGR__CACHELINE 64
 #define cgr__likely(x) __builtin_expect(!!(x), 1)
 #define cgr__unlikely(x) __builtin_expect(!!(x), 0)
-#define cgr__aligned __attribute__((aligned(CGR_CACHELINE)))
+#define cgr__aligned __attribute__((aligned(CGR__CACHELINE)))
 #define CGR__ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define CGR__ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((size_t)(a) - 1))
 

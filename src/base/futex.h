@@ -60,12 +60,12 @@ static inline int cgr__futex_wait(_Atomic uint32_t *addr, uint32_t val,
 	return -errno;
 }
 
-struct cgr_bell {
+struct cgr__bell {
 	_Atomic uint32_t seq;
 	_Atomic uint32_t sleepers;
 };
 
-static inline void cgr__bell_init(struct cgr_bell *b)
+static inline void cgr__bell_init(struct cgr__bell *b)
 {
 	atomic_init(&b->seq, 0);
 	atomic_init(&b->sleepers, 0);
@@ -76,19 +76,19 @@ static inline void cgr__bell_init(struct cgr_bell *b)
  * read-modify-write orders the registration before the caller's re-check of
  * its condition (pairs with the fence in cgr__bell_ring).
  */
-static inline uint32_t cgr__bell_prepare(struct cgr_bell *b)
+static inline uint32_t cgr__bell_prepare(struct cgr__bell *b)
 {
 	atomic_fetch_add_explicit(&b->sleepers, 1, memory_order_seq_cst);
 	return atomic_load_explicit(&b->seq, memory_order_seq_cst);
 }
 
-static inline void cgr__bell_cancel(struct cgr_bell *b)
+static inline void cgr__bell_cancel(struct cgr__bell *b)
 {
 	atomic_fetch_sub_explicit(&b->sleepers, 1, memory_order_relaxed);
 }
 
 /* Wakes every sleeper, unconditionally (for teardown and rare events). */
-static inline void cgr__bell_ring_force(struct cgr_bell *b)
+static inline void cgr__bell_ring_force(struct cgr__bell *b)
 {
 	atomic_fetch_add_explicit(&b->seq, 1, memory_order_seq_cst);
 	cgr__futex_wake(&b->seq, INT_MAX);
@@ -98,7 +98,7 @@ static inline void cgr__bell_ring_force(struct cgr_bell *b)
  * Called after publishing data.  The fence orders the publication before
  * the read of sleepers (pairs with the RMW in cgr__bell_prepare).
  */
-static inline void cgr__bell_ring(struct cgr_bell *b)
+static inline void cgr__bell_ring(struct cgr__bell *b)
 {
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&b->sleepers, memory_order_relaxed) != 0)

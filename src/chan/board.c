@@ -16,7 +16,7 @@ struct cgr__board {
 
 struct board_done {
 	_Atomic uint64_t seq; /* executions this member finished reading */
-	char pad[CGR_CACHELINE - 8];
+	char pad[CGR__CACHELINE - 8];
 };
 
 static size_t board_hdr(size_t n)
@@ -36,9 +36,9 @@ static int64_t *bell_offs(struct cgr__board *b)
 	return (int64_t *)((unsigned char *)b + CGR__ALIGN_UP(sizeof(*b), 64));
 }
 
-static struct cgr_bell *bell_of(struct cgr__board *b, uint32_t r)
+static struct cgr__bell *bell_of(struct cgr__board *b, uint32_t r)
 {
-	return (struct cgr_bell *)((uintptr_t)b + (uintptr_t)bell_offs(b)[r]);
+	return (struct cgr__bell *)((uintptr_t)b + (uintptr_t)bell_offs(b)[r]);
 }
 
 static struct board_done *board_done(struct cgr__board *b)
@@ -61,8 +61,8 @@ bool cgr__board_is(const struct cgr__board *b, size_t n, size_t k,
 	return b->n == n && b->k == k && b->nslots == nslots;
 }
 
-void cgr__board_init(struct cgr__board *b, size_t n, size_t k,
-		     uint32_t nslots, struct cgr_bell *const *bells)
+void cgr__board_init(struct cgr__board *b, size_t n, size_t k, uint32_t nslots,
+		     struct cgr__bell *const *bells)
 {
 	struct board_done *d;
 
@@ -152,10 +152,10 @@ static void collect(struct cgr__board *b, int rank, uint64_t seq,
 
 int cgr__board_exchange(struct cgr__board *b, int rank, uint64_t seq,
 			const struct cgr__agree *mine, struct cgr__agree *all,
-			struct cgr_reactor *r, const _Atomic uint32_t *cancel,
+			struct cgr__reactor *r, const _Atomic uint32_t *cancel,
 			int mode, int64_t spin_ns)
 {
-	struct cgr_bell *self = bell_of(b, (uint32_t)rank);
+	struct cgr__bell *self = bell_of(b, (uint32_t)rank);
 	int ret;
 
 	/* The row's previous execution must be read by everybody. */

@@ -48,8 +48,8 @@ size_t cgr__board_size(size_t n, size_t k, uint32_t nslots);
 /* Whether board b (laid out by another process) has this geometry. */
 bool cgr__board_is(const struct cgr__board *b, size_t n, size_t k,
 		   uint32_t nslots);
-void cgr__board_init(struct cgr__board *b, size_t n, size_t k,
-		     uint32_t nslots, struct cgr_bell *const *bells);
+void cgr__board_init(struct cgr__board *b, size_t n, size_t k, uint32_t nslots,
+		     struct cgr__bell *const *bells);
 
 /*
  * Member rank posts its k records `mine` for execution seq (only the
@@ -61,7 +61,7 @@ void cgr__board_init(struct cgr__board *b, size_t n, size_t k,
  */
 int cgr__board_exchange(struct cgr__board *b, int rank, uint64_t seq,
 			const struct cgr__agree *mine, struct cgr__agree *all,
-			struct cgr_reactor *r, const _Atomic uint32_t *cancel,
+			struct cgr__reactor *r, const _Atomic uint32_t *cancel,
 			int mode, int64_t spin_ns);
 
 /* The same in two steps that never wait (for a reactor that polls):

@@ -53,8 +53,8 @@ size_t cgr__chan_memsize(uint32_t nslots)
 }
 
 int cgr__chan_init(struct cgr__chan *ch, void *mem, size_t memsize,
-		   uint32_t nslots, unsigned port, struct cgr_bell *reader_bell,
-		   bool attach)
+		   uint32_t nslots, unsigned port,
+		   struct cgr__bell *reader_bell, bool attach)
 {
 	int ret = attach ? 0 :
 			   cgr__ring_init(mem, memsize, chan_count(nslots),
@@ -62,10 +62,10 @@ int cgr__chan_init(struct cgr__chan *ch, void *mem, size_t memsize,
 
 	if (ret == 0)
 		ret = cgr__ring_attach(&ch->prod, mem, memsize,
-				      CGR_RING_PRODUCER);
+				       CGR__RING_PRODUCER);
 	if (ret == 0)
 		ret = cgr__ring_attach(&ch->cons, mem, memsize,
-				      CGR_RING_CONSUMER);
+				       CGR__RING_CONSUMER);
 	if (ret < 0)
 		return ret;
 	ch->mem = mem;
@@ -104,8 +104,8 @@ static bool chan_ready(void *arg)
 	return cgr__ring_peek(arg) != NULL;
 }
 
-int cgr__chan_read_wait(struct cgr__chan *ch, struct cgr_reactor *r,
-			struct cgr_bell *b, const _Atomic uint32_t *cancel,
+int cgr__chan_read_wait(struct cgr__chan *ch, struct cgr__reactor *r,
+			struct cgr__bell *b, const _Atomic uint32_t *cancel,
 			int mode, int64_t spin_ns, uint64_t *seq)
 {
 	const struct cgr__msg *m;

@@ -178,8 +178,8 @@ struct cgr__msg {
 struct cgr__chan {
 	void *mem;
 	size_t memsize;
-	struct cgr_ring prod, cons;
-	struct cgr_bell *reader_bell; /* the reader's doorbell */
+	struct cgr__ring prod, cons;
+	struct cgr__bell *reader_bell; /* the reader's doorbell */
 	unsigned port;
 };
 
@@ -191,13 +191,13 @@ size_t cgr__chan_memsize(uint32_t nslots);
  * by another process (checked, not written).  Returns 0, -EINVAL or
  * CGR_ECORRUPT. */
 int cgr__chan_init(struct cgr__chan *ch, void *mem, size_t memsize,
-		   uint32_t nslots, unsigned port, struct cgr_bell *reader_bell,
-		   bool attach);
+		   uint32_t nslots, unsigned port,
+		   struct cgr__bell *reader_bell, bool attach);
 
 int cgr__chan_write_wait(struct cgr__chan *ch, uint64_t seq,
 			 const _Atomic uint32_t *cancel, int64_t timeout_ns);
-int cgr__chan_read_wait(struct cgr__chan *ch, struct cgr_reactor *r,
-			struct cgr_bell *b, const _Atomic uint32_t *cancel,
+int cgr__chan_read_wait(struct cgr__chan *ch, struct cgr__reactor *r,
+			struct cgr__bell *b, const _Atomic uint32_t *cancel,
 			int mode, int64_t spin_ns, uint64_t *seq);
 
 /*
@@ -236,8 +236,8 @@ static inline void cgr__chan_consume(struct cgr__chan *ch)
  * there is none yet, waits on reactor r and the reader's bell b (mode and
  * spin_ns as cgr__reactor_wait).  Returns 0 or -ECANCELED (*cancel set).
  */
-static inline int cgr__chan_read(struct cgr__chan *ch, struct cgr_reactor *r,
-				 struct cgr_bell *b,
+static inline int cgr__chan_read(struct cgr__chan *ch, struct cgr__reactor *r,
+				 struct cgr__bell *b,
 				 const _Atomic uint32_t *cancel, int mode,
 				 int64_t spin_ns, uint64_t *seq)
 {

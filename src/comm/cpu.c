@@ -129,9 +129,9 @@ struct cgr__rpub {
  */
 #define CGR__FAST_SLOW 2u /* this rank takes the full path */
 #define CGR__FAST_HEAD 24
-#define CGR__FAST_SIZE                                                      \
-	((CGR__FAST_HEAD + CGR__FAST + CGR_CACHELINE - 1) / \
-	 CGR_CACHELINE * CGR_CACHELINE)
+#define CGR__FAST_SIZE                                                         \
+	((CGR__FAST_HEAD + CGR__FAST + CGR__CACHELINE - 1) / CGR__CACHELINE *  \
+	 CGR__CACHELINE)
 
 struct cgr__fast {
 	_Atomic uint64_t seq;
@@ -231,7 +231,7 @@ struct cgr__cshm {
 	uint32_t magic, version, n, pad; /* checked by who attaches */
 	_Atomic uint32_t aborted;
 	_Atomic int32_t movers; /* ranks copying between buffers now */
-	struct cgr_bell bell cgr__aligned;
+	struct cgr__bell bell cgr__aligned;
 } cgr__aligned;
 
 struct cgr__cpu {
@@ -576,7 +576,7 @@ static void cgr__chunk(size_t count, size_t es, int n, int r, size_t *off,
 		       size_t *len)
 {
 	size_t per = (count + (size_t)n - 1) / (size_t)n;
-	size_t align = es < CGR_CACHELINE ? CGR_CACHELINE / es : 1;
+	size_t align = es < CGR__CACHELINE ? CGR__CACHELINE / es : 1;
 	size_t lo, hi;
 
 	per = (per + align - 1) / align * align;
@@ -1403,7 +1403,7 @@ static int cgr__issue(struct cgr__cpu *c, int r, struct cgr__item *items,
 		rec->one = items[0];
 	} else if (nitems > 1) {
 		if (cgr__grow(a, (void **)&rec->arr, &rec->arrcap, nitems,
-			      sizeof(*rec->arr), CGR_CACHELINE) == 0) {
+			      sizeof(*rec->arr), CGR__CACHELINE) == 0) {
 			memcpy(rec->arr, items, nitems * sizeof(*items));
 			rec->items = rec->arr;
 		} else {
@@ -1470,14 +1470,14 @@ static int cgr__group_grow(struct cgr__cpu *c, struct cgr__rank *rk)
 	struct cgr__item *p;
 
 	/* The group's items so far are kept: copied over. */
-	p = cgr__alloc(c->base.arena, cap * sizeof(*p), CGR_CACHELINE);
+	p = cgr__alloc(c->base.arena, cap * sizeof(*p), CGR__CACHELINE);
 	if (p == NULL)
 		return -ENOMEM;
 	if (rk->gn)
 		memcpy(p, rk->gitems, rk->gn * sizeof(*p));
 	if (rk->gcap)
-		cgr__free(c->base.arena, rk->gitems,
-			  rk->gcap * sizeof(*p), CGR_CACHELINE);
+		cgr__free(c->base.arena, rk->gitems, rk->gcap * sizeof(*p),
+			  CGR__CACHELINE);
 	rk->gitems = p;
 	rk->gcap = cap;
 	return 0;
@@ -1713,7 +1713,7 @@ static void cgr__cpu_destroy(cgr_comm *cc)
 						      -ECANCELED);
 		if (rk->gcap)
 			cgr__free(a, rk->gitems, rk->gcap * sizeof(*rk->gitems),
-				  CGR_CACHELINE);
+				  CGR__CACHELINE);
 		for (size_t i = 0; i < rk->gfn; i++)
 			cgr__dfuture_complete(rk->gfuts[i], -ECANCELED);
 		if (rk->gfcap)
@@ -1725,18 +1725,18 @@ static void cgr__cpu_destroy(cgr_comm *cc)
 			if (rec->arrcap)
 				cgr__free(a, rec->arr,
 					  rec->arrcap * sizeof(*rec->arr),
-					  CGR_CACHELINE);
+					  CGR__CACHELINE);
 			if (rec->gfarrcap)
 				cgr__free(a, rec->gfarr,
 					  rec->gfarrcap * sizeof(*rec->gfarr),
 					  16);
 		}
 	}
-	cgr__free(a, c->ranks, n * sizeof(*c->ranks), CGR_CACHELINE);
+	cgr__free(a, c->ranks, n * sizeof(*c->ranks), CGR__CACHELINE);
 	if (c->own_sh)
 		cgr__free(a, c->sh, cgr__cpu_shared_size((int)n),
-			  CGR_CACHELINE);
-	cgr__free(a, c, sizeof(*c), CGR_CACHELINE);
+			  CGR__CACHELINE);
+	cgr__free(a, c, sizeof(*c), CGR__CACHELINE);
 }
 
 static const struct cgr__comm_ops cgr__cpu_ops = {
@@ -1803,7 +1803,7 @@ int cgr__cpu_comm_create(cgr_ctx *ctx, int n, const struct cgr__comm_shm *shm,
 	struct cgr__cpu *c;
 	size_t nn = (size_t)n;
 
-	c = cgr__alloc(a, sizeof(*c), CGR_CACHELINE);
+	c = cgr__alloc(a, sizeof(*c), CGR__CACHELINE);
 	if (c == NULL)
 		return -ENOMEM;
 	memset(c, 0, sizeof(*c));
@@ -1817,10 +1817,10 @@ int cgr__cpu_comm_create(cgr_ctx *ctx, int n, const struct cgr__comm_shm *shm,
 		c->xbase = (uintptr_t)shm->seg;
 		c->xsize = shm->seg_size;
 	} else {
-		c->sh = cgr__alloc(a, cgr__cpu_shared_size(n), CGR_CACHELINE);
+		c->sh = cgr__alloc(a, cgr__cpu_shared_size(n), CGR__CACHELINE);
 		c->own_sh = true;
 	}
-	c->ranks = cgr__alloc(a, nn * sizeof(*c->ranks), CGR_CACHELINE);
+	c->ranks = cgr__alloc(a, nn * sizeof(*c->ranks), CGR__CACHELINE);
 	if (c->sh == NULL || c->ranks == NULL)
 		goto nomem;
 	memset(c->ranks, 0, nn * sizeof(*c->ranks));
@@ -1831,8 +1831,8 @@ int cgr__cpu_comm_create(cgr_ctx *ctx, int n, const struct cgr__comm_shm *shm,
 			 "communicator: the shared state of another process is "
 			 "not a %d-rank communicator of this version",
 			 n);
-		cgr__free(a, c->ranks, nn * sizeof(*c->ranks), CGR_CACHELINE);
-		cgr__free(a, c, sizeof(*c), CGR_CACHELINE);
+		cgr__free(a, c->ranks, nn * sizeof(*c->ranks), CGR__CACHELINE);
+		cgr__free(a, c, sizeof(*c), CGR__CACHELINE);
 		return -EPROTO;
 	}
 	cpu_shared_init(c, shm != NULL && shm->attach);
@@ -1854,9 +1854,9 @@ nomem:
 		for (size_t r = 0; r < nn; r++)
 			cgr__free(a, c->ranks[r].sidx, CGR__IDX_WORDS(nn) * 8,
 				  16);
-	cgr__free(a, c->ranks, nn * sizeof(*c->ranks), CGR_CACHELINE);
+	cgr__free(a, c->ranks, nn * sizeof(*c->ranks), CGR__CACHELINE);
 	if (c->own_sh)
-		cgr__free(a, c->sh, cgr__cpu_shared_size(n), CGR_CACHELINE);
-	cgr__free(a, c, sizeof(*c), CGR_CACHELINE);
+		cgr__free(a, c->sh, cgr__cpu_shared_size(n), CGR__CACHELINE);
+	cgr__free(a, c, sizeof(*c), CGR__CACHELINE);
 	return -ENOMEM;
 }

@@ -728,7 +728,7 @@ static int lower_prog(struct pl *pl)
 static int lower_members(struct cgr__cc *cc)
 {
 	struct cgr_compiled *c = cc->c;
-	struct cgr_bell *bells[CGR_MAX_RANKS];
+	struct cgr__bell *bells[CGR_MAX_RANKS];
 
 	for (size_t i = 0; i < cc->ntasks; i++) {
 		struct cgr__task *t = cc->order[i];

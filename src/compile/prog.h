@@ -249,7 +249,7 @@ struct cgr__prog {
 	size_t nops;
 	struct cgr_task_ctx *tcs;
 	size_t ntcs;
-	struct cgr_bell *bell;	/* its worker parks here while it runs it */
+	struct cgr__bell *bell; /* its worker parks here while it runs it */
 	struct cgr_future left; /* completed when the worker leaves */
 	uint32_t left_gen;
 	_Atomic uint64_t done_seq; /* executions completed (for reports) */
@@ -290,7 +290,7 @@ struct cgr__prog {
 
 /* A doorbell on its own cache line. */
 struct cgr__lbell {
-	struct cgr_bell b;
+	struct cgr__bell b;
 } cgr__aligned;
 
 /*
@@ -495,12 +495,12 @@ int cgr__seg_check(const struct cgr_compiled *c, char *why, size_t len);
 void cgr__seg_free(struct cgr_compiled *c);
 /* The doorbell worker w parks on while it runs c's program, and the
  * driver's. */
-static inline struct cgr_bell *cgr__wbell(const struct cgr_compiled *c,
-					  const cgr_worker *w)
+static inline struct cgr__bell *cgr__wbell(const struct cgr_compiled *c,
+					   const cgr_worker *w)
 {
 	return &c->ctl->bells[w->index].b;
 }
-static inline struct cgr_bell *cgr__drv_bell(const struct cgr_compiled *c)
+static inline struct cgr__bell *cgr__drv_bell(const struct cgr_compiled *c)
 {
 	return &c->ctl->drv.b;
 }

@@ -115,7 +115,7 @@ struct cgr__cu_wait {
  * thread.
  */
 struct cgr__cu_waker {
-	struct cgr_bell bell; /* rung by completions, failures, new gates */
+	struct cgr__bell bell; /* rung by completions, failures, new gates */
 	pthread_mutex_t lock; /* inbox */
 	struct cgr__cu_wait *inbox;
 	_Atomic uint32_t stop;
@@ -781,7 +781,7 @@ static bool cgr__cu_wait_passed(cgr_stream *s, const struct cgr__sop *op,
 				struct cgr__cu_waker *w, bool *polled)
 {
 	struct cgr__dfuture *df = op->u.waitf.f;
-	struct cgr_bell *none = NULL;
+	struct cgr__bell *none = NULL;
 	int res;
 
 	*polled = true;

@@ -64,7 +64,7 @@ int cgr__device_get(cgr_ctx *ctx, int index, struct cgr__device **out)
 		if (dev->ctx == ctx && dev->index == index &&
 		    cgr__device_tryref(dev))
 			goto found;
-	dev = cgr__alloc(&ctx->arena, sizeof(*dev), CGR_CACHELINE);
+	dev = cgr__alloc(&ctx->arena, sizeof(*dev), CGR__CACHELINE);
 	if (dev == NULL) {
 		ret = -ENOMEM;
 		goto found;
@@ -80,7 +80,7 @@ int cgr__device_get(cgr_ctx *ctx, int index, struct cgr__device **out)
 	dev->streams = NULL;
 	if (ops->device_init != NULL && (ret = ops->device_init(dev)) < 0) {
 		pthread_mutex_destroy(&dev->lock);
-		cgr__free(dev->arena, dev, sizeof(*dev), CGR_CACHELINE);
+		cgr__free(dev->arena, dev, sizeof(*dev), CGR__CACHELINE);
 		goto found;
 	}
 	cgr__ctx_ref(ctx);
@@ -110,7 +110,7 @@ void cgr__device_put(struct cgr__device *dev)
 		}
 	pthread_mutex_unlock(&ctx->lock);
 	pthread_mutex_destroy(&dev->lock);
-	cgr__free(dev->arena, dev, sizeof(*dev), CGR_CACHELINE);
+	cgr__free(dev->arena, dev, sizeof(*dev), CGR__CACHELINE);
 	cgr__ctx_put(ctx);
 }
 
@@ -157,7 +157,7 @@ int cgr__stream_create_on(struct cgr__device *dev, int priority,
 
 	if (dev == NULL || out == NULL)
 		return -EINVAL;
-	s = cgr__alloc(dev->arena, sizeof(*s), CGR_CACHELINE);
+	s = cgr__alloc(dev->arena, sizeof(*s), CGR__CACHELINE);
 	if (s == NULL)
 		return -ENOMEM;
 	atomic_fetch_add_explicit(&dev->refs, 1, memory_order_relaxed);
@@ -166,7 +166,7 @@ int cgr__stream_create_on(struct cgr__device *dev, int priority,
 	atomic_init(&s->refs, 1);
 	ret = dev->ops->stream_init(s);
 	if (ret < 0) {
-		cgr__free(dev->arena, s, sizeof(*s), CGR_CACHELINE);
+		cgr__free(dev->arena, s, sizeof(*s), CGR__CACHELINE);
 		cgr__device_put(dev);
 		return ret;
 	}
@@ -196,7 +196,7 @@ void cgr__stream_put(cgr_stream *s)
 		s->next->prev = s->prev;
 	pthread_mutex_unlock(&dev->lock);
 	dev->ops->stream_free(s);
-	cgr__free(dev->arena, s, sizeof(*s), CGR_CACHELINE);
+	cgr__free(dev->arena, s, sizeof(*s), CGR__CACHELINE);
 	cgr__device_put(dev);
 }
 
@@ -315,7 +315,7 @@ int cgr_event_create(cgr_ctx *ctx, cgr_event **out)
 
 	if (ctx == NULL || out == NULL)
 		return -EINVAL;
-	e = cgr__alloc(&ctx->arena, sizeof(*e), CGR_CACHELINE);
+	e = cgr__alloc(&ctx->arena, sizeof(*e), CGR__CACHELINE);
 	if (e == NULL)
 		return -ENOMEM;
 	cgr__ctx_ref(ctx);
@@ -341,7 +341,7 @@ void cgr_event_destroy(cgr_event *e)
 	if (e->s != NULL)
 		cgr__stream_put(e->s);
 	ctx = e->ctx;
-	cgr__free(e->arena, e, sizeof(*e), CGR_CACHELINE);
+	cgr__free(e->arena, e, sizeof(*e), CGR__CACHELINE);
 	cgr__ctx_put(ctx);
 }
 
@@ -415,7 +415,7 @@ int cgr__dfuture_create(cgr_ctx *ctx, cgr_stream *s,
 {
 	struct cgr__dfuture *df;
 
-	df = cgr__alloc(&ctx->arena, sizeof(*df), CGR_CACHELINE);
+	df = cgr__alloc(&ctx->arena, sizeof(*df), CGR__CACHELINE);
 	if (df == NULL)
 		return -ENOMEM;
 	cgr__future_init(&df->f);
@@ -460,7 +460,7 @@ void cgr__dfuture_put(struct cgr__dfuture *df)
 		df->poll_fini(df->poll_arg);
 	ctx = df->ctx;
 	df->magic = 0;
-	cgr__free(df->arena, df, sizeof(*df), CGR_CACHELINE);
+	cgr__free(df->arena, df, sizeof(*df), CGR__CACHELINE);
 	cgr__ctx_put(ctx);
 }
 
@@ -478,8 +478,8 @@ void cgr__dfuture_complete(struct cgr__dfuture *df, int result)
 		cgr__bell_ring(&df->bell);
 	/* A device waiting through a backend's thread (cuda.c, B1): the
 	 * ring above fenced C2 before this load. */
-	struct cgr_bell *wb = atomic_load_explicit(&df->wbell,
-						   memory_order_relaxed);
+	struct cgr__bell *wb =
+	    atomic_load_explicit(&df->wbell, memory_order_relaxed);
 	if (wb != NULL)
 		cgr__bell_ring(wb);
 	cgr__dfuture_put(df);

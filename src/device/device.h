@@ -204,8 +204,8 @@ struct cgr_stream {
 	/* The executor parks on bell while the queue is empty; enqueue rings
 	 * it.  Everyone else waiting for this stream's progress parks on
 	 * pbell, which the executor rings after each operation. */
-	struct cgr_bell bell cgr__aligned;
-	struct cgr_bell pbell cgr__aligned;
+	struct cgr__bell bell cgr__aligned;
+	struct cgr__bell pbell cgr__aligned;
 	_Atomic uint32_t stop;	 /* destroy: drop remaining work */
 	_Atomic uint32_t exited; /* the executor returned */
 	/* Whoever runs operations holds run (1): the executor, or the
@@ -327,7 +327,7 @@ struct cgr__dfuture {
 	uint32_t gen;	     /* the one generation this future lives */
 	uint32_t magic;
 	_Atomic uint32_t refs; /* holder + completer + stream waits */
-	struct cgr_bell bell;  /* unbound futures: rung at completion */
+	struct cgr__bell bell; /* unbound futures: rung at completion */
 	cgr_stream *s;	       /* bound stream (referenced) or NULL */
 	cgr_ctx *ctx;	       /* referenced */
 	struct cgr__arena *arena;
@@ -345,7 +345,7 @@ struct cgr__dfuture {
 	/* NULL, or the bell of a backend's thread waiting for it on behalf
 	 * of a device (the cuda gate waker, of df's context): completion
 	 * rings it too.  Set once. */
-	struct cgr_bell *_Atomic wbell;
+	struct cgr__bell *_Atomic wbell;
 };
 
 /*

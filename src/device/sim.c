@@ -34,7 +34,7 @@ _Static_assert((CGR__SIM_QUEUE & CGR__SIM_MASK) == 0,
 /* Waits (spin, then park on b) until ready(arg), re-checking every
  * CGR__STOP_POLL_NS whether the executor of s must stop.  0, or the
  * stop/device error that ended the wait. */
-static int cgr__sim_exec_wait(cgr_stream *s, struct cgr_bell *b,
+static int cgr__sim_exec_wait(cgr_stream *s, struct cgr__bell *b,
 			      cgr__ready_fn ready, void *arg)
 {
 	for (;;) {
@@ -311,7 +311,7 @@ static int cgr__sim_stream_init(cgr_stream *s)
 	int ret;
 
 	s->q = cgr__alloc(s->dev->arena, sizeof(*s->q) * CGR__SIM_QUEUE,
-			  CGR_CACHELINE);
+			  CGR__CACHELINE);
 	if (s->q == NULL)
 		return -ENOMEM;
 	atomic_init(&s->enq, 0);
@@ -328,7 +328,7 @@ static int cgr__sim_stream_init(cgr_stream *s)
 	if (ret < 0) {
 		atomic_fetch_sub(&s->refs, 1);
 		cgr__free(s->dev->arena, s->q, sizeof(*s->q) * CGR__SIM_QUEUE,
-			  CGR_CACHELINE);
+			  CGR__CACHELINE);
 		return ret == -EAGAIN ? -EAGAIN : ret;
 	}
 	return 0;
@@ -337,7 +337,7 @@ static int cgr__sim_stream_init(cgr_stream *s)
 static void cgr__sim_stream_free(cgr_stream *s)
 {
 	cgr__free(s->dev->arena, s->q, sizeof(*s->q) * CGR__SIM_QUEUE,
-		  CGR_CACHELINE);
+		  CGR__CACHELINE);
 }
 
 static bool cgr__sim_drained(void *arg)

@@ -316,7 +316,7 @@ static void comm_fail(struct cgr__coll_rt *cr, uint64_t seq, int ret)
  * (into cr->cached).  Returns 0, or -ECANCELED at teardown.  The overlap
  * pass relies on this wait: a member that got past it knows every member
  * started this collective (compile/prune.c, kn_finish). */
-static int agree(struct cgr__coll_rt *cr, uint64_t seq, struct cgr_reactor *r)
+static int agree(struct cgr__coll_rt *cr, uint64_t seq, struct cgr__reactor *r)
 {
 	struct cgr_compiled *c = cr->c;
 
@@ -910,8 +910,7 @@ void cgr__coll_device_mark(struct cgr__coll_rt *cr, uint64_t seq)
  * caller's thread (NCCL's go through exec/launch.c).  Teardown cuts the
  * agreement short: the outputs become error values (no reader computes
  * on stale data) and -ECANCELED is returned. */
-int cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
-		  struct cgr_reactor *r)
+int cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq, struct cgr__reactor *r)
 {
 	bool agreed = false;
 

@@ -22,18 +22,18 @@ extern __thread const struct cgr_compiled *cgr__running_graph
 /* Runs program p on worker w's thread (reactor r) until the graph stops
  * or a stream refuses work; then leaves it (W1: p->left completes). */
 void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
-		     struct cgr_reactor *r);
+		     struct cgr__reactor *r);
 
 /* Worker p->w leaves program p (run's end; a thread ending inside a task
  * calls it too): held jobs to their streams, streams synchronized, the
  * NCCL queue dropped, then W1 (p->left) and its reference on the graph
  * dropped. */
-void cgr__prog_leave(struct cgr__prog *p, struct cgr_reactor *r);
+void cgr__prog_leave(struct cgr__prog *p, struct cgr__reactor *r);
 
 /* Eager (eager.c): runs operation op of program p once, for execution
  * seq, on w's thread (its reactor r): a COMPUTE or a COLL. */
 int cgr__worker_step(cgr_worker *w, struct cgr__prog *p, const void *op,
-		     uint64_t seq, struct cgr_reactor *r);
+		     uint64_t seq, struct cgr__reactor *r);
 
 /* Runs plain task tc of execution seq: loads its inputs, calls it (or
  * forwards an error value among the inputs), stores its outputs. */
@@ -44,7 +44,7 @@ void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq);
  * executor (r NULL).  Returns 0, or -ECANCELED when teardown cut its
  * agreement short (its outputs are error values). */
 int cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq,
-		  struct cgr_reactor *r);
+		  struct cgr__reactor *r);
 
 /* The phases of a collective (coll.c), for the NCCL queue: describe
  * this member's inputs, whether this execution agrees (static shapes
@@ -66,7 +66,7 @@ void cgr__coll_late_verdict(struct cgr__coll_rt *cr, uint64_t seq,
  * and between operations) advances it and says whether jobs are
  * pending; drain drops what is left when the worker leaves. */
 int cgr__launch_issue(struct cgr__coll_rt *cr, uint64_t seq,
-		      struct cgr_reactor *r);
+		      struct cgr__reactor *r);
 bool cgr__launch_progress(void *arg);
 void cgr__launch_drain(struct cgr__prog *p);
 
@@ -76,11 +76,11 @@ void cgr__launch_drain(struct cgr__prog *p);
  * waits on w's reactor until *done (a stream job's count) reaches want.
  * Each returns 0 or negative when the graph stops or a stream refuses. */
 int cgr__coll_issue(struct cgr__coll_rt *cr, uint64_t seq,
-		    struct cgr_reactor *r);
+		    struct cgr__reactor *r);
 int cgr__task_issue(struct cgr_task_ctx *tc, uint64_t seq,
-		    struct cgr_reactor *r);
+		    struct cgr__reactor *r);
 int cgr__wait_done(struct cgr_compiled *c, cgr_worker *w,
-		   struct cgr_reactor *r, _Atomic uint64_t *done,
+		   struct cgr__reactor *r, _Atomic uint64_t *done,
 		   uint64_t want);
 /* Inline runs (stream.c, cgr_compile_params.inline_ns): held_run runs
  * collective cr's job of execution seq on the thread if it was held for

@@ -100,7 +100,7 @@ bool cgr__launch_progress(void *arg)
 }
 
 int cgr__launch_issue(struct cgr__coll_rt *cr, uint64_t seq,
-		      struct cgr_reactor *r)
+		      struct cgr__reactor *r)
 {
 	struct cgr_compiled *c = cr->c;
 	struct cgr__prog *p = cr->prog;

@@ -26,7 +26,7 @@ static bool done_reached(void *arg)
 }
 
 int cgr__wait_done(struct cgr_compiled *c, cgr_worker *w,
-		   struct cgr_reactor *r, _Atomic uint64_t *done,
+		   struct cgr__reactor *r, _Atomic uint64_t *done,
 		   uint64_t want)
 {
 	struct done_wait dw = { done, want };
@@ -128,7 +128,7 @@ int cgr__held_flush(struct cgr__prog *p, int s)
 }
 
 int cgr__coll_issue(struct cgr__coll_rt *cr, uint64_t seq,
-		    struct cgr_reactor *r)
+		    struct cgr__reactor *r)
 {
 	struct cgr_compiled *c = cr->c;
 	struct cgr__prog *p = cr->prog;
@@ -238,7 +238,7 @@ static int task_enqueue(struct cgr_task_ctx *tc, struct cgr__task_job *job,
 }
 
 int cgr__task_issue(struct cgr_task_ctx *tc, uint64_t seq,
-		    struct cgr_reactor *r)
+		    struct cgr__reactor *r)
 {
 	struct cgr_compiled *c = tc->c;
 	uint32_t slot = (uint32_t)(seq & (c->nslots - 1));

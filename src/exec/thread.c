@@ -68,7 +68,7 @@ static bool cgr__cmd_ready(void *arg)
 }
 
 /* An eager step (exec/eager.c): one operation, then idle again. */
-static void worker_step(cgr_worker *w, struct cgr_reactor *r)
+static void worker_step(cgr_worker *w, struct cgr__reactor *r)
 {
 	uint32_t step = CGR__WCMD_STEP;
 	int ret = cgr__worker_step(w, w->step_prog, w->step_op, w->step_seq,
@@ -135,7 +135,7 @@ static void lost_describe(cgr_worker *w)
 
 /* The end of w's thread after fini, whichever way: the reactor, then L2
  * (`exited`), the last touch of w. */
-static void thread_end(cgr_worker *w, struct cgr_reactor *r)
+static void thread_end(cgr_worker *w, struct cgr__reactor *r)
 {
 	cgr_ctx *ctx = w->ctx;
 
@@ -206,7 +206,7 @@ static void thread_lost(void *arg)
 static int thread_init(cgr_worker *w)
 {
 	cgr_ctx *ctx = w->ctx;
-	struct cgr_reactor *r;
+	struct cgr__reactor *r;
 
 	if (w->cpu >= 0) {
 		cpu_set_t set;
@@ -230,7 +230,7 @@ static int thread_init(cgr_worker *w)
 }
 
 /* Commands until STOP. */
-static void thread_loop(cgr_worker *w, struct cgr_reactor *r)
+static void thread_loop(cgr_worker *w, struct cgr__reactor *r)
 {
 	for (;;) {
 		uint32_t cmd;

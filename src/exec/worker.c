@@ -171,7 +171,7 @@ void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 /* A COMPUTE; a worker whose device failed ends its device and stream
  * tasks in error values (failure.c). */
 static int run_compute(struct cgr__prog *p, struct cgr_task_ctx *tc,
-		       uint64_t seq, struct cgr_reactor *r)
+		       uint64_t seq, struct cgr__reactor *r)
 {
 	int ret;
 
@@ -196,7 +196,7 @@ static int run_compute(struct cgr__prog *p, struct cgr_task_ctx *tc,
 
 /* A COLL: to its stream (overlap) or the NCCL queue, or run here. */
 static int run_coll(cgr_worker *w, struct cgr__coll_rt *cr, uint64_t seq,
-		    struct cgr_reactor *r)
+		    struct cgr__reactor *r)
 {
 	int ret = 0;
 
@@ -220,7 +220,7 @@ static int run_coll(cgr_worker *w, struct cgr__coll_rt *cr, uint64_t seq,
 /* One operation of execution seq.  Returns 0, or negative: the graph
  * stops (-ECANCELED) or a stream refused work. */
 static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
-		  uint64_t seq, struct cgr_reactor *r)
+		  uint64_t seq, struct cgr__reactor *r)
 {
 	struct cgr_compiled *c = p->c;
 	uint64_t got;
@@ -282,13 +282,12 @@ static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
 }
 
 int cgr__worker_step(cgr_worker *w, struct cgr__prog *p, const void *op,
-		     uint64_t seq, struct cgr_reactor *r)
+		     uint64_t seq, struct cgr__reactor *r)
 {
 	return run_op(w, p, (struct cgr__op *)op, seq, r);
 }
 
-void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
-		     struct cgr_reactor *r)
+void cgr__worker_run(cgr_worker *w, struct cgr__prog *p, struct cgr__reactor *r)
 {
 	struct cgr_compiled *c = p->c;
 	uint64_t seq;
@@ -338,7 +337,7 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
 	cgr__prog_leave(p, r);
 }
 
-void cgr__prog_leave(struct cgr__prog *p, struct cgr_reactor *r)
+void cgr__prog_leave(struct cgr__prog *p, struct cgr__reactor *r)
 {
 	struct cgr_compiled *c = p->c;
 

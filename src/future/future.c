@@ -91,7 +91,7 @@ int cgr__future_test(const struct cgr_future *f, uint32_t gen, int *result)
 }
 
 int cgr__future_wait(struct cgr_future *f, uint32_t gen, int64_t deadline,
-		     struct cgr_reactor *r, int mode, int64_t spin_ns)
+		     struct cgr__reactor *r, int mode, int64_t spin_ns)
 {
 	int64_t now = cgr__now_ns(), spin_end = now;
 	int res = 0, t;

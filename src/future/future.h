@@ -29,7 +29,7 @@ enum cgr__future_state {
 };
 
 struct cgr_future {
-	struct cgr_bell bell; /* bell.seq is not used as the state */
+	struct cgr__bell bell; /* bell.seq is not used as the state */
 	_Atomic uint32_t word; /* generation << 2 | state */
 	/* Written by the one completer between COMPLETING and DONE; atomic
 	 * (relaxed) because a tester of an old generation may read it while
@@ -66,7 +66,7 @@ int cgr__future_test(const struct cgr_future *f, uint32_t gen, int *result);
  * negative), -ETIMEDOUT, or -ESTALE.  r may be NULL (driver threads).
  */
 int cgr__future_wait(struct cgr_future *f, uint32_t gen, int64_t deadline,
-		     struct cgr_reactor *r, int mode, int64_t spin_ns);
+		     struct cgr__reactor *r, int mode, int64_t spin_ns);
 
 /* Ends generation gen: the future is free to arm again, and waiters still
  * parked on gen wake up with -ESTALE.  -ESTALE if gen is not current. */

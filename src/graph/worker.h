@@ -29,7 +29,7 @@
 
 struct cgr__prog;
 struct cgr__proc;
-struct cgr_reactor;
+struct cgr__reactor;
 
 enum cgr__wcmd {
 	CGR__WCMD_IDLE = 0,
@@ -75,7 +75,7 @@ struct cgr_worker {
 
 	_Atomic uint32_t cmd;
 	struct cgr__prog *_Atomic prog;
-	struct cgr_bell bell cgr__aligned;
+	struct cgr__bell bell cgr__aligned;
 
 	/* Completed once init ran (result: init's code); exited when the
 	 * thread is about to return. */
@@ -102,7 +102,7 @@ struct cgr_worker {
 	 * thread only), and, once it ended, lost (release) after lost_msg. */
 	int phase; /* enum cgr__wphase */
 	struct cgr__prog *running;
-	struct cgr_reactor *reactor;
+	struct cgr__reactor *reactor;
 	_Atomic uint32_t lost;
 	char lost_msg[200];
 

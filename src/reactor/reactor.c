@@ -73,7 +73,7 @@ static int cgr__uring_probe_futex(struct io_uring *ring)
 }
 
 /* Says, once per *r->log_once, that reactors park on futexes. */
-static void say_fallback(struct cgr_reactor *r)
+static void say_fallback(struct cgr__reactor *r)
 {
 	atomic_bool *once = r->log_once != NULL ? r->log_once : &r->logged;
 
@@ -86,7 +86,7 @@ static void say_fallback(struct cgr_reactor *r)
 		  cgr_strerror(r->uring_err));
 }
 
-void cgr__reactor_set_log(struct cgr_reactor *r, const struct cgr__logger *lg,
+void cgr__reactor_set_log(struct cgr__reactor *r, const struct cgr__logger *lg,
 			  atomic_bool *once)
 {
 	r->log = lg;
@@ -98,7 +98,7 @@ void cgr__reactor_set_log(struct cgr_reactor *r, const struct cgr__logger *lg,
 /* Gives io_uring up for good, after err at step where: the ring is closed
  * (which cancels whatever it still holds), no watch is armed on it any
  * more, and every park from now on is a futex wait. */
-static void uring_give_up(struct cgr_reactor *r, int err, const char *where)
+static void uring_give_up(struct cgr__reactor *r, int err, const char *where)
 {
 	if (!r->uring)
 		return;
@@ -107,12 +107,12 @@ static void uring_give_up(struct cgr_reactor *r, int err, const char *where)
 	r->uring = false;
 	r->uring_err = err < 0 ? err : -EIO;
 	r->uring_where = where;
-	for (size_t i = 0; i < CGR_REACTOR_MAX_WATCHES; i++)
+	for (size_t i = 0; i < CGR__REACTOR_MAX_WATCHES; i++)
 		r->watches[i].armed = false;
 	say_fallback(r);
 }
 
-void cgr__reactor_init(struct cgr_reactor *r, unsigned flags)
+void cgr__reactor_init(struct cgr__reactor *r, unsigned flags)
 {
 	struct io_uring_params p;
 	int ret;
@@ -155,7 +155,7 @@ void cgr__reactor_init(struct cgr_reactor *r, unsigned flags)
 						   "io_uring_register");
 }
 
-void cgr__reactor_fini(struct cgr_reactor *r)
+void cgr__reactor_fini(struct cgr__reactor *r)
 {
 	if (r->uring) {
 		ring_unmapped();
@@ -166,7 +166,7 @@ void cgr__reactor_fini(struct cgr_reactor *r)
 
 /* Makes room for n submission entries (what is queued is submitted
  * first); false once io_uring was given up. */
-static bool uring_room(struct cgr_reactor *r, unsigned n)
+static bool uring_room(struct cgr__reactor *r, unsigned n)
 {
 	int ret;
 
@@ -184,7 +184,7 @@ static bool uring_room(struct cgr_reactor *r, unsigned n)
 	return true;
 }
 
-static void cgr__prep_futex_wait(struct cgr_reactor *r,
+static void cgr__prep_futex_wait(struct cgr__reactor *r,
 				 struct io_uring_sqe *sqe,
 				 _Atomic uint32_t *addr, uint32_t val)
 {
@@ -197,9 +197,9 @@ static void cgr__prep_futex_wait(struct cgr_reactor *r,
 	sqe->user_data = CGR__UD_FUTEX;
 }
 
-static struct cgr__watch *watch_of(struct cgr_reactor *r, uint64_t id)
+static struct cgr__watch *watch_of(struct cgr__reactor *r, uint64_t id)
 {
-	for (size_t i = 0; i < CGR_REACTOR_MAX_WATCHES; i++)
+	for (size_t i = 0; i < CGR__REACTOR_MAX_WATCHES; i++)
 		if (r->watches[i].fn != NULL && r->watches[i].id == id)
 			return &r->watches[i];
 	return NULL;
@@ -207,9 +207,9 @@ static struct cgr__watch *watch_of(struct cgr_reactor *r, uint64_t id)
 
 /* A POLL_ADD on every watched pidfd that has none outstanding (a park
  * then wakes when the process exits). */
-static void arm_watches(struct cgr_reactor *r)
+static void arm_watches(struct cgr__reactor *r)
 {
-	for (size_t i = 0; r->nwatches > 0 && i < CGR_REACTOR_MAX_WATCHES;
+	for (size_t i = 0; r->nwatches > 0 && i < CGR__REACTOR_MAX_WATCHES;
 	     i++) {
 		struct cgr__watch *w = &r->watches[i];
 		struct io_uring_sqe *sqe;
@@ -227,7 +227,7 @@ static void arm_watches(struct cgr_reactor *r)
 /* A completion that is not the park's own: a watch's POLL_ADD (its
  * process exited, or it was cancelled), or a cancel's.  Returns whether
  * a watch fired. */
-static bool other_cqe(struct cgr_reactor *r, uint64_t ud, int res)
+static bool other_cqe(struct cgr__reactor *r, uint64_t ud, int res)
 {
 	struct cgr__watch *w;
 
@@ -243,7 +243,7 @@ static bool other_cqe(struct cgr_reactor *r, uint64_t ud, int res)
 }
 
 /* Cancels the request with user_data ud (its completion comes later). */
-static void cancel_sqe(struct cgr_reactor *r, uint64_t ud)
+static void cancel_sqe(struct cgr__reactor *r, uint64_t ud)
 {
 	struct io_uring_sqe *sqe;
 	int ret;
@@ -286,7 +286,7 @@ static int futex_res(int res)
 
 /* Parks on io_uring: 0 (woken, or re-check) or -ETIMEDOUT; CGR__GAVE_UP
  * after a failure gave io_uring up (the caller parks on the futex). */
-static int cgr__uring_park(struct cgr_reactor *r, _Atomic uint32_t *addr,
+static int cgr__uring_park(struct cgr__reactor *r, _Atomic uint32_t *addr,
 			   uint32_t val, int64_t deadline)
 {
 	struct __kernel_timespec ts;
@@ -361,7 +361,7 @@ static int cgr__uring_park(struct cgr_reactor *r, _Atomic uint32_t *addr,
 
 /* The futex system call's park, in slices while a watch is set (no pidfd
  * wakes a futex). */
-static int futex_park(struct cgr_reactor *r, struct cgr_bell *b, uint32_t seq,
+static int futex_park(struct cgr__reactor *r, struct cgr__bell *b, uint32_t seq,
 		      int64_t t)
 {
 	int64_t until = t;
@@ -378,8 +378,8 @@ static int futex_park(struct cgr_reactor *r, struct cgr_bell *b, uint32_t seq,
 	return ret;
 }
 
-int cgr__reactor_park(struct cgr_reactor *r, struct cgr_bell *b,
-		      uint32_t seq, int64_t deadline)
+int cgr__reactor_park(struct cgr__reactor *r, struct cgr__bell *b, uint32_t seq,
+		      int64_t deadline)
 {
 	int64_t t = deadline;
 	int ret;
@@ -422,7 +422,7 @@ struct cgr__spin_stat *cgr__spin_stat(void)
 }
 
 /* The waiter's slot: a hash of its bell and its condition. */
-static unsigned spin_slot(const struct cgr_bell *b, cgr__ready_fn ready)
+static unsigned spin_slot(const struct cgr__bell *b, cgr__ready_fn ready)
 {
 	uint64_t h = (uint64_t)(uintptr_t)b ^
 		     ((uint64_t)(uintptr_t)ready << 17);
@@ -563,7 +563,7 @@ static inline bool cgr__cancelled(const _Atomic uint32_t *cancel)
  * -ETIMEDOUT.  *lost: the longest gap between two looks at the clock
  * (more than CGR__STEAL_NS: the thread lost its CPU); *looks: how many
  * there were (from two on, a yield came between). */
-static int spin_phase(struct cgr_reactor *r, cgr__ready_fn ready, void *arg,
+static int spin_phase(struct cgr__reactor *r, cgr__ready_fn ready, void *arg,
 		      const _Atomic uint32_t *cancel, int mode,
 		      int64_t spin_end, int64_t deadline, int64_t now,
 		      int64_t *lost, unsigned *looks)
@@ -607,7 +607,7 @@ static int spin_phase(struct cgr_reactor *r, cgr__ready_fn ready, void *arg,
 }
 
 /* The park phase: 0 (ready), -ECANCELED, -ETIMEDOUT or an error. */
-static int park_phase(struct cgr_reactor *r, struct cgr_bell *b,
+static int park_phase(struct cgr__reactor *r, struct cgr__bell *b,
 		      cgr__ready_fn ready, void *arg,
 		      const _Atomic uint32_t *cancel, int64_t deadline)
 {
@@ -673,10 +673,10 @@ static int park_phase(struct cgr_reactor *r, struct cgr_bell *b,
  * shared memory: one thread-local record, read before the spin and
  * written after it.
  */
-int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
+int cgr__reactor_wait(struct cgr__reactor *r, struct cgr__bell *b,
 		      cgr__ready_fn ready, void *arg,
-		      const _Atomic uint32_t *cancel, int mode,
-		      int64_t spin_ns, int64_t deadline)
+		      const _Atomic uint32_t *cancel, int mode, int64_t spin_ns,
+		      int64_t deadline)
 {
 	struct cgr__spin_stat *st = NULL;
 	int64_t start, budget = 0, spin_end;
@@ -713,10 +713,10 @@ int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
 	return ret;
 }
 
-int cgr__reactor_timer_add(struct cgr_reactor *r, int64_t deadline,
+int cgr__reactor_timer_add(struct cgr__reactor *r, int64_t deadline,
 			   cgr__timer_fn fn, void *arg, uint64_t *id)
 {
-	for (size_t i = 0; i < CGR_REACTOR_MAX_TIMERS; i++) {
+	for (size_t i = 0; i < CGR__REACTOR_MAX_TIMERS; i++) {
 		struct cgr__timer *t = &r->timers[i];
 		if (t->deadline != 0)
 			continue;
@@ -731,9 +731,9 @@ int cgr__reactor_timer_add(struct cgr_reactor *r, int64_t deadline,
 	return -ENOSPC;
 }
 
-int cgr__reactor_timer_cancel(struct cgr_reactor *r, uint64_t id)
+int cgr__reactor_timer_cancel(struct cgr__reactor *r, uint64_t id)
 {
-	for (size_t i = 0; i < CGR_REACTOR_MAX_TIMERS; i++) {
+	for (size_t i = 0; i < CGR__REACTOR_MAX_TIMERS; i++) {
 		if (r->timers[i].deadline != 0 && r->timers[i].id == id) {
 			r->timers[i].deadline = 0;
 			return 0;
@@ -742,7 +742,7 @@ int cgr__reactor_timer_cancel(struct cgr_reactor *r, uint64_t id)
 	return -ENOENT;
 }
 
-int cgr__reactor_run_timers(struct cgr_reactor *r, int64_t now)
+int cgr__reactor_run_timers(struct cgr__reactor *r, int64_t now)
 {
 	/* Timers added by the callbacks wait for the next call, even when
 	 * already due: a timer that re-arms itself cannot loop here. */
@@ -754,7 +754,7 @@ int cgr__reactor_run_timers(struct cgr_reactor *r, int64_t now)
 	for (;;) {
 		struct cgr__timer *t = NULL;
 
-		for (size_t i = 0; i < CGR_REACTOR_MAX_TIMERS; i++) {
+		for (size_t i = 0; i < CGR__REACTOR_MAX_TIMERS; i++) {
 			struct cgr__timer *c = &r->timers[i];
 			if (c->deadline == 0 || c->deadline > now ||
 			    c->id >= first_new)
@@ -771,11 +771,11 @@ int cgr__reactor_run_timers(struct cgr_reactor *r, int64_t now)
 	}
 }
 
-int64_t cgr__reactor_next_deadline(const struct cgr_reactor *r)
+int64_t cgr__reactor_next_deadline(const struct cgr__reactor *r)
 {
 	int64_t m = CGR_FOREVER;
 
-	for (size_t i = 0; i < CGR_REACTOR_MAX_TIMERS; i++)
+	for (size_t i = 0; i < CGR__REACTOR_MAX_TIMERS; i++)
 		if (r->timers[i].deadline != 0 && r->timers[i].deadline < m)
 			m = r->timers[i].deadline;
 	return m;
@@ -783,12 +783,12 @@ int64_t cgr__reactor_next_deadline(const struct cgr_reactor *r)
 
 /* ---- peer-death watch --------------------------------------------- */
 
-int cgr__reactor_watch_add(struct cgr_reactor *r, int pidfd,
-			   cgr__timer_fn fn, void *arg, uint64_t *id)
+int cgr__reactor_watch_add(struct cgr__reactor *r, int pidfd, cgr__timer_fn fn,
+			   void *arg, uint64_t *id)
 {
 	if (pidfd < 0 || fn == NULL)
 		return -EINVAL;
-	for (size_t i = 0; i < CGR_REACTOR_MAX_WATCHES; i++) {
+	for (size_t i = 0; i < CGR__REACTOR_MAX_WATCHES; i++) {
 		struct cgr__watch *w = &r->watches[i];
 		if (w->fn != NULL)
 			continue;
@@ -804,7 +804,7 @@ int cgr__reactor_watch_add(struct cgr_reactor *r, int pidfd,
 
 /* Frees w's slot; an outstanding POLL_ADD is cancelled (its completion,
  * found by id no more, is dropped by the next park). */
-static void watch_free(struct cgr_reactor *r, struct cgr__watch *w)
+static void watch_free(struct cgr__reactor *r, struct cgr__watch *w)
 {
 	if (w->armed && r->uring)
 		cancel_sqe(r, CGR__UD_WATCH | w->id);
@@ -812,7 +812,7 @@ static void watch_free(struct cgr_reactor *r, struct cgr__watch *w)
 	r->nwatches--;
 }
 
-int cgr__reactor_watch_cancel(struct cgr_reactor *r, uint64_t id)
+int cgr__reactor_watch_cancel(struct cgr__reactor *r, uint64_t id)
 {
 	struct cgr__watch *w = watch_of(r, id);
 
@@ -822,14 +822,14 @@ int cgr__reactor_watch_cancel(struct cgr_reactor *r, uint64_t id)
 	return 0;
 }
 
-int cgr__reactor_run_watches(struct cgr_reactor *r)
+int cgr__reactor_run_watches(struct cgr__reactor *r)
 {
-	struct pollfd pf[CGR_REACTOR_MAX_WATCHES];
-	struct cgr__watch *ws[CGR_REACTOR_MAX_WATCHES];
-	uint64_t ids[CGR_REACTOR_MAX_WATCHES];
+	struct pollfd pf[CGR__REACTOR_MAX_WATCHES];
+	struct cgr__watch *ws[CGR__REACTOR_MAX_WATCHES];
+	uint64_t ids[CGR__REACTOR_MAX_WATCHES];
 	int n = 0, fired = 0;
 
-	for (size_t i = 0; i < CGR_REACTOR_MAX_WATCHES; i++) {
+	for (size_t i = 0; i < CGR__REACTOR_MAX_WATCHES; i++) {
 		if (r->watches[i].fn == NULL)
 			continue;
 		ws[n] = &r->watches[i];

@@ -30,8 +30,8 @@
 #include "base/base.h"
 #include "base/futex.h"
 
-#define CGR_REACTOR_MAX_TIMERS 32
-#define CGR_REACTOR_MAX_WATCHES 16
+#define CGR__REACTOR_MAX_TIMERS 32
+#define CGR__REACTOR_MAX_WATCHES 16
 
 typedef void (*cgr__timer_fn)(void *arg);
 
@@ -107,7 +107,7 @@ int64_t cgr__run_delay(void);
 int64_t cgr__spin_budget(struct cgr__spin_stat *st, unsigned slot,
 			 int64_t now, int64_t spin_ns);
 
-struct cgr_reactor {
+struct cgr__reactor {
 	struct io_uring ring;
 	bool uring;	/* false: futex fallback */
 	int uring_err;	/* why io_uring was not used (negative errno) */
@@ -118,8 +118,8 @@ struct cgr_reactor {
 	atomic_bool *log_once;
 	atomic_bool logged; /* log_once when the caller gives none */
 	uint64_t next_timer_id;
-	struct cgr__timer timers[CGR_REACTOR_MAX_TIMERS];
-	struct cgr__watch watches[CGR_REACTOR_MAX_WATCHES];
+	struct cgr__timer timers[CGR__REACTOR_MAX_TIMERS];
+	struct cgr__watch watches[CGR__REACTOR_MAX_WATCHES];
 	unsigned nwatches;
 	uint64_t next_watch_id;
 	int64_t watch_at; /* a spin looks at the watches from then on */
@@ -145,8 +145,8 @@ enum cgr__reactor_flags {
 /* On the owner thread.  Never fails: io_uring refusal, or a kernel whose
  * io_uring lacks FUTEX_WAIT (before 6.7: -EOPNOTSUPP), selects the futex
  * fallback (r->uring false, r->uring_err says why). */
-void cgr__reactor_init(struct cgr_reactor *r, unsigned flags);
-void cgr__reactor_fini(struct cgr_reactor *r);
+void cgr__reactor_init(struct cgr__reactor *r, unsigned flags);
+void cgr__reactor_fini(struct cgr__reactor *r);
 
 /*
  * Where the reactor says that it parks on futexes: one warning through lg
@@ -154,7 +154,7 @@ void cgr__reactor_fini(struct cgr_reactor *r);
  * NULL: the reactor's own) is already set.  Says it now if the reactor
  * already fell back; otherwise at the failure, from the owner thread.
  */
-void cgr__reactor_set_log(struct cgr_reactor *r, const struct cgr__logger *lg,
+void cgr__reactor_set_log(struct cgr__reactor *r, const struct cgr__logger *lg,
 			  atomic_bool *once);
 
 /*
@@ -162,8 +162,8 @@ void cgr__reactor_set_log(struct cgr_reactor *r, const struct cgr__logger *lg,
  * rings or the absolute deadline.  The caller cancels its registration
  * afterwards.  Returns 0 or -ETIMEDOUT (or another negative errno).
  */
-int cgr__reactor_park(struct cgr_reactor *r, struct cgr_bell *b,
-		      uint32_t seq, int64_t deadline);
+int cgr__reactor_park(struct cgr__reactor *r, struct cgr__bell *b, uint32_t seq,
+		      int64_t deadline);
 
 typedef bool (*cgr__ready_fn)(void *arg);
 
@@ -174,25 +174,25 @@ typedef bool (*cgr__ready_fn)(void *arg);
  * cgr__spin_stat).  Producers must ring b after making ready() true.
  * Returns 0 (ready), -ECANCELED or -ETIMEDOUT.  r may be NULL.
  */
-int cgr__reactor_wait(struct cgr_reactor *r, struct cgr_bell *b,
+int cgr__reactor_wait(struct cgr__reactor *r, struct cgr__bell *b,
 		      cgr__ready_fn ready, void *arg,
-		      const _Atomic uint32_t *cancel, int mode,
-		      int64_t spin_ns, int64_t deadline);
+		      const _Atomic uint32_t *cancel, int mode, int64_t spin_ns,
+		      int64_t deadline);
 
 /* Timers: fire once from cgr__reactor_run_timers at or after deadline.
  * Not used by the library yet (its waits carry their own deadline): they
  * are for per-worker deadlines driven from the reactor's loop, such as a
  * process worker's watch of its peers; tests/reactor.c covers them.
  * Returns 0 and an id, or -ENOSPC. */
-int cgr__reactor_timer_add(struct cgr_reactor *r, int64_t deadline,
+int cgr__reactor_timer_add(struct cgr__reactor *r, int64_t deadline,
 			   cgr__timer_fn fn, void *arg, uint64_t *id);
 /* Returns 0, or -ENOENT if it already fired or never existed. */
-int cgr__reactor_timer_cancel(struct cgr_reactor *r, uint64_t id);
+int cgr__reactor_timer_cancel(struct cgr__reactor *r, uint64_t id);
 /* Fires every timer due at now, earliest deadline first (timers its
  * callbacks add wait for the next call); returns how many fired. */
-int cgr__reactor_run_timers(struct cgr_reactor *r, int64_t now);
+int cgr__reactor_run_timers(struct cgr__reactor *r, int64_t now);
 /* Earliest pending deadline, or CGR_FOREVER. */
-int64_t cgr__reactor_next_deadline(const struct cgr_reactor *r);
+int64_t cgr__reactor_next_deadline(const struct cgr__reactor *r);
 
 /*
  * Peer-death watch: fn(arg) runs on the owner thread once the process
@@ -207,12 +207,12 @@ int64_t cgr__reactor_next_deadline(const struct cgr_reactor *r);
  * workers); tests/reactor.c covers it.  Owner thread only.  Returns 0 and
  * an id, -EINVAL (fd < 0 or fn NULL) or -ENOSPC.
  */
-int cgr__reactor_watch_add(struct cgr_reactor *r, int pidfd,
-			   cgr__timer_fn fn, void *arg, uint64_t *id);
+int cgr__reactor_watch_add(struct cgr__reactor *r, int pidfd, cgr__timer_fn fn,
+			   void *arg, uint64_t *id);
 /* Returns 0, or -ENOENT if it already fired or never existed. */
-int cgr__reactor_watch_cancel(struct cgr_reactor *r, uint64_t id);
+int cgr__reactor_watch_cancel(struct cgr__reactor *r, uint64_t id);
 /* Fires every watch whose process has exited (never blocks); returns how
  * many fired. */
-int cgr__reactor_run_watches(struct cgr_reactor *r);
+int cgr__reactor_run_watches(struct cgr__reactor *r);
 
 #endif

@@ -21,19 +21,23 @@
 #include "base/futex.h"
 #include "ring/ring.h"
 
-_Static_assert(offsetof(struct cgr_ring_shared, prod_pos) == 1 * CGR_CACHELINE,
+_Static_assert(offsetof(struct cgr__ring_shared, prod_pos) ==
+		   1 * CGR__CACHELINE,
 	       "prod_pos has line 1");
-_Static_assert(offsetof(struct cgr_ring_shared, cons_pos) == 2 * CGR_CACHELINE,
+_Static_assert(offsetof(struct cgr__ring_shared, cons_pos) ==
+		   2 * CGR__CACHELINE,
 	       "cons_pos has line 2");
-_Static_assert(offsetof(struct cgr_ring_shared, cons_bell) == 3 * CGR_CACHELINE,
+_Static_assert(offsetof(struct cgr__ring_shared, cons_bell) ==
+		   3 * CGR__CACHELINE,
 	       "cons_bell has line 3");
-_Static_assert(offsetof(struct cgr_ring_shared, prod_bell) == 4 * CGR_CACHELINE,
+_Static_assert(offsetof(struct cgr__ring_shared, prod_bell) ==
+		   4 * CGR__CACHELINE,
 	       "prod_bell has line 4");
-_Static_assert(sizeof(struct cgr_ring_shared) == 5 * CGR_CACHELINE,
+_Static_assert(sizeof(struct cgr__ring_shared) == 5 * CGR__CACHELINE,
 	       "the shared header is five lines");
-_Static_assert(CGR_RING_INLINE_MAX + CGR_RING_SLOT_HDR == CGR_CACHELINE,
+_Static_assert(CGR__RING_INLINE_MAX + CGR__RING_SLOT_HDR == CGR__CACHELINE,
 	       "an inline message and its sequence fill one line");
-_Static_assert(sizeof(_Atomic uint64_t) == CGR_RING_SLOT_HDR,
+_Static_assert(sizeof(_Atomic uint64_t) == CGR__RING_SLOT_HDR,
 	       "the slot sequence is a lock-free 64-bit word");
 
 /* Attach retries while positions move under it (the other side is live). */
@@ -43,18 +47,18 @@ _Static_assert(sizeof(_Atomic uint64_t) == CGR_RING_SLOT_HDR,
 
 static inline uint32_t cgr__ring_slot_size(uint32_t esize)
 {
-	return (uint32_t)CGR__ALIGN_UP((size_t)esize + CGR_RING_SLOT_HDR,
-				       CGR_CACHELINE);
+	return (uint32_t)CGR__ALIGN_UP((size_t)esize + CGR__RING_SLOT_HDR,
+				       CGR__CACHELINE);
 }
 
 static inline bool cgr__ring_geometry_ok(uint32_t count, uint32_t esize)
 {
-	return count != 0 && count <= CGR_RING_MAX_COUNT &&
+	return count != 0 && count <= CGR__RING_MAX_COUNT &&
 	       (count & (count - 1)) == 0 && esize != 0 &&
-	       esize <= CGR_RING_MAX_ESIZE;
+	       esize <= CGR__RING_MAX_ESIZE;
 }
 
-static inline unsigned char *cgr__ring_slot(const struct cgr_ring *r,
+static inline unsigned char *cgr__ring_slot(const struct cgr__ring *r,
 					    uint64_t pos)
 {
 	return r->slots + (size_t)(pos & r->mask) * r->slot_size;
@@ -69,8 +73,8 @@ static inline _Atomic uint64_t *cgr__ring_seq(unsigned char *slot)
  * case compiles to a few moves instead of a library call. */
 static inline void cgr__ring_copy(void *dst, const void *src, size_t n)
 {
-	if (n == CGR_RING_INLINE_MAX)
-		memcpy(dst, src, CGR_RING_INLINE_MAX);
+	if (n == CGR__RING_INLINE_MAX)
+		memcpy(dst, src, CGR__RING_INLINE_MAX);
 	else
 		memcpy(dst, src, n);
 }
@@ -79,13 +83,13 @@ size_t cgr__ring_memsize(uint32_t count, uint32_t esize)
 {
 	if (!cgr__ring_geometry_ok(count, esize))
 		return 0;
-	return sizeof(struct cgr_ring_shared) +
+	return sizeof(struct cgr__ring_shared) +
 	       (size_t)count * cgr__ring_slot_size(esize);
 }
 
 /* FNV-1a over the geometry line, so that no single corrupted field (an
  * esize that keeps the slot size, say) passes for a valid ring. */
-static uint32_t cgr__ring_check(const struct cgr_ring_shared *sh)
+static uint32_t cgr__ring_check(const struct cgr__ring_shared *sh)
 {
 	uint64_t v[7] = {sh->version, sh->count,   sh->esize,	 sh->slot_size,
 			 sh->flags,   sh->memsize, sh->slots_off};
@@ -101,18 +105,18 @@ static uint32_t cgr__ring_check(const struct cgr_ring_shared *sh)
 int cgr__ring_init_at(void *mem, size_t memsize, uint32_t count, uint32_t esize,
 		     unsigned flags, uint64_t start)
 {
-	struct cgr_ring_shared *sh = mem;
+	struct cgr__ring_shared *sh = mem;
 	uint32_t slot_size = cgr__ring_slot_size(esize);
 	size_t need = cgr__ring_memsize(count, esize);
 	unsigned char *slots;
 	uint64_t k;
 
 	if (mem == NULL || flags != 0 || need == 0 || memsize < need ||
-	    ((uintptr_t)mem & (CGR_CACHELINE - 1)) != 0)
+	    ((uintptr_t)mem & (CGR__CACHELINE - 1)) != 0)
 		return -EINVAL;
 
 	memset(mem, 0, need);
-	sh->version = CGR_RING_VERSION;
+	sh->version = CGR__RING_VERSION;
 	sh->count = count;
 	sh->esize = esize;
 	sh->slot_size = slot_size;
@@ -138,7 +142,7 @@ int cgr__ring_init_at(void *mem, size_t memsize, uint32_t count, uint32_t esize,
 	 * Publication to the other side is the caller's business (thread
 	 * creation, fork, or whatever hands over the memory).
 	 */
-	sh->magic = CGR_RING_MAGIC;
+	sh->magic = CGR__RING_MAGIC;
 	return 0;
 }
 
@@ -157,7 +161,7 @@ int cgr__ring_init(void *mem, size_t memsize, uint32_t count, uint32_t esize,
  *   [p, c + count)  free: seq == q - count + 1, the consumed message of
  *                   the previous lap.
  */
-static bool cgr__ring_scan(const struct cgr_ring *r, uint64_t c, uint64_t p,
+static bool cgr__ring_scan(const struct cgr__ring *r, uint64_t c, uint64_t p,
 			   int role)
 {
 	uint64_t count = (uint64_t)r->mask + 1, q;
@@ -168,7 +172,7 @@ static bool cgr__ring_scan(const struct cgr_ring *r, uint64_t c, uint64_t p,
 		    cgr__ring_seq(cgr__ring_slot(r, q)), memory_order_relaxed);
 		if (s == q + 1 && !tail)
 			continue;
-		if (s == q - count + 1 && role == CGR_RING_CONSUMER) {
+		if (s == q - count + 1 && role == CGR__RING_CONSUMER) {
 			tail = true;
 			continue;
 		}
@@ -182,19 +186,19 @@ static bool cgr__ring_scan(const struct cgr_ring *r, uint64_t c, uint64_t p,
 	return true;
 }
 
-int cgr__ring_attach(struct cgr_ring *r, void *mem, size_t memsize, int role)
+int cgr__ring_attach(struct cgr__ring *r, void *mem, size_t memsize, int role)
 {
-	struct cgr_ring_shared *sh = mem;
-	struct cgr_ring h;
+	struct cgr__ring_shared *sh = mem;
+	struct cgr__ring h;
 	unsigned moving = 0, still = 0;
 	size_t need;
 
 	if (r == NULL || mem == NULL ||
-	    ((uintptr_t)mem & (CGR_CACHELINE - 1)) != 0 ||
-	    (role != CGR_RING_PRODUCER && role != CGR_RING_CONSUMER))
+	    ((uintptr_t)mem & (CGR__CACHELINE - 1)) != 0 ||
+	    (role != CGR__RING_PRODUCER && role != CGR__RING_CONSUMER))
 		return -EINVAL;
-	if (memsize < sizeof(*sh) || sh->magic != CGR_RING_MAGIC ||
-	    sh->version != CGR_RING_VERSION || sh->flags != 0 ||
+	if (memsize < sizeof(*sh) || sh->magic != CGR__RING_MAGIC ||
+	    sh->version != CGR__RING_VERSION || sh->flags != 0 ||
 	    !cgr__ring_geometry_ok(sh->count, sh->esize) ||
 	    sh->slot_size != cgr__ring_slot_size(sh->esize) ||
 	    sh->slots_off != sizeof(*sh) || sh->check != cgr__ring_check(sh))
@@ -220,7 +224,7 @@ int cgr__ring_attach(struct cgr_ring *r, void *mem, size_t memsize, int role)
 		    atomic_load_explicit(&sh->prod_pos, memory_order_acquire);
 
 		if (p - c <= sh->count && cgr__ring_scan(&h, c, p, role)) {
-			h.pos = role == CGR_RING_PRODUCER ? p : c;
+			h.pos = role == CGR__RING_PRODUCER ? p : c;
 			h.peer = c;
 			break;
 		}
@@ -247,7 +251,7 @@ int cgr__ring_attach(struct cgr_ring *r, void *mem, size_t memsize, int role)
 
 /* Free slots from the producer's position, refreshing the cached cons_pos
  * only when fewer than want are known free. */
-static inline uint32_t cgr__ring_room(struct cgr_ring *r, uint32_t want)
+static inline uint32_t cgr__ring_room(struct cgr__ring *r, uint32_t want)
 {
 	uint64_t room = (uint64_t)r->mask + 1 - (r->pos - r->peer);
 
@@ -259,21 +263,21 @@ static inline uint32_t cgr__ring_room(struct cgr_ring *r, uint32_t want)
 	return (uint32_t)((uint64_t)r->mask + 1 - (r->pos - r->peer));
 }
 
-int cgr__ring_enqueue(struct cgr_ring *r, const void *msg, size_t len)
+int cgr__ring_enqueue(struct cgr__ring *r, const void *msg, size_t len)
 {
 	uint64_t pos = r->pos;
 	unsigned char *slot;
 
-	if (cgr__unlikely(r->role != CGR_RING_PRODUCER))
+	if (cgr__unlikely(r->role != CGR__RING_PRODUCER))
 		return -EINVAL;
 	if (cgr__unlikely(len > r->esize))
 		return -EMSGSIZE;
 	if (cgr__unlikely(pos - r->peer > r->mask) && cgr__ring_room(r, 1) == 0)
 		return -EAGAIN;
 	slot = cgr__ring_slot(r, pos);
-	cgr__ring_copy(slot + CGR_RING_SLOT_HDR, msg, len);
+	cgr__ring_copy(slot + CGR__RING_SLOT_HDR, msg, len);
 	if (len < r->esize)
-		memset(slot + CGR_RING_SLOT_HDR + len, 0, r->esize - len);
+		memset(slot + CGR__RING_SLOT_HDR + len, 0, r->esize - len);
 	r->pos = pos + 1;
 	/* R3: pairs with A3 in attach; stored before the slot it covers. */
 	atomic_store_explicit(&r->sh->prod_pos, pos + 1, memory_order_release);
@@ -283,7 +287,7 @@ int cgr__ring_enqueue(struct cgr_ring *r, const void *msg, size_t len)
 	return 0;
 }
 
-static void cgr__ring_put(struct cgr_ring *r, const unsigned char *src,
+static void cgr__ring_put(struct cgr__ring *r, const unsigned char *src,
 			  unsigned k)
 {
 	uint64_t pos = r->pos;
@@ -294,7 +298,7 @@ static void cgr__ring_put(struct cgr_ring *r, const unsigned char *src,
 	atomic_store_explicit(&r->sh->prod_pos, pos + k, memory_order_release);
 	for (i = 0; i < k; i++, src += r->esize) {
 		unsigned char *slot = cgr__ring_slot(r, pos + i);
-		cgr__ring_copy(slot + CGR_RING_SLOT_HDR, src, r->esize);
+		cgr__ring_copy(slot + CGR__RING_SLOT_HDR, src, r->esize);
 		/* R1: publishes this message; pairs with A1.  Slot by slot, so
 		 * the consumer can start on the first before the last. */
 		atomic_store_explicit(cgr__ring_seq(slot), pos + i + 1,
@@ -302,21 +306,22 @@ static void cgr__ring_put(struct cgr_ring *r, const unsigned char *src,
 	}
 }
 
-unsigned cgr__ring_enqueue_bulk(struct cgr_ring *r, const void *msgs, unsigned n)
+unsigned cgr__ring_enqueue_bulk(struct cgr__ring *r, const void *msgs,
+				unsigned n)
 {
-	if (r->role != CGR_RING_PRODUCER || n == 0 || n > r->mask + 1u ||
+	if (r->role != CGR__RING_PRODUCER || n == 0 || n > r->mask + 1u ||
 	    cgr__ring_room(r, n) < n)
 		return 0;
 	cgr__ring_put(r, msgs, n);
 	return n;
 }
 
-unsigned cgr__ring_enqueue_burst(struct cgr_ring *r, const void *msgs,
-				unsigned n)
+unsigned cgr__ring_enqueue_burst(struct cgr__ring *r, const void *msgs,
+				 unsigned n)
 {
 	uint32_t room;
 
-	if (r->role != CGR_RING_PRODUCER || n == 0)
+	if (r->role != CGR__RING_PRODUCER || n == 0)
 		return 0;
 	room = cgr__ring_room(r, n);
 	if (n > room)
@@ -328,18 +333,18 @@ unsigned cgr__ring_enqueue_burst(struct cgr_ring *r, const void *msgs,
 
 /* ---- consumer ---- */
 
-int cgr__ring_dequeue(struct cgr_ring *r, void *msg)
+int cgr__ring_dequeue(struct cgr__ring *r, void *msg)
 {
 	uint64_t pos = r->pos;
 	unsigned char *slot = cgr__ring_slot(r, pos);
 
-	if (cgr__unlikely(r->role != CGR_RING_CONSUMER))
+	if (cgr__unlikely(r->role != CGR__RING_CONSUMER))
 		return -EINVAL;
 	/* A1: pairs with R1: the message is in the slot. */
 	if (atomic_load_explicit(cgr__ring_seq(slot), memory_order_acquire) !=
 	    pos + 1)
 		return -EAGAIN;
-	cgr__ring_copy(msg, slot + CGR_RING_SLOT_HDR, r->esize);
+	cgr__ring_copy(msg, slot + CGR__RING_SLOT_HDR, r->esize);
 	r->pos = pos + 1;
 	/* R2: frees the slot; pairs with A2.  Orders our read of the message
 	 * before the producer's overwrite a lap later. */
@@ -347,27 +352,27 @@ int cgr__ring_dequeue(struct cgr_ring *r, void *msg)
 	return 0;
 }
 
-static void cgr__ring_take(struct cgr_ring *r, unsigned char *dst, unsigned k)
+static void cgr__ring_take(struct cgr__ring *r, unsigned char *dst, unsigned k)
 {
 	uint64_t pos = r->pos;
 	unsigned i;
 
 	for (i = 0; i < k; i++, dst += r->esize)
 		cgr__ring_copy(dst,
-			       cgr__ring_slot(r, pos + i) + CGR_RING_SLOT_HDR,
+			       cgr__ring_slot(r, pos + i) + CGR__RING_SLOT_HDR,
 			       r->esize);
 	r->pos = pos + k;
 	/* R2: frees the k slots at once; pairs with A2. */
 	atomic_store_explicit(&r->sh->cons_pos, pos + k, memory_order_release);
 }
 
-unsigned cgr__ring_dequeue_burst(struct cgr_ring *r, void *msgs, unsigned n)
+unsigned cgr__ring_dequeue_burst(struct cgr__ring *r, void *msgs, unsigned n)
 {
 	unsigned char *dst = msgs;
 	uint64_t pos = r->pos;
 	unsigned k;
 
-	if (r->role != CGR_RING_CONSUMER || n == 0)
+	if (r->role != CGR__RING_CONSUMER || n == 0)
 		return 0;
 	if (n > r->mask + 1u)
 		n = r->mask + 1u;
@@ -382,7 +387,7 @@ unsigned cgr__ring_dequeue_burst(struct cgr_ring *r, void *msgs, unsigned n)
 		if (atomic_load_explicit(cgr__ring_seq(slot),
 					 memory_order_acquire) != pos + k + 1)
 			break;
-		cgr__ring_copy(dst, slot + CGR_RING_SLOT_HDR, r->esize);
+		cgr__ring_copy(dst, slot + CGR__RING_SLOT_HDR, r->esize);
 	}
 	if (k != 0) {
 		r->pos = pos + k;
@@ -393,9 +398,9 @@ unsigned cgr__ring_dequeue_burst(struct cgr_ring *r, void *msgs, unsigned n)
 	return k;
 }
 
-unsigned cgr__ring_dequeue_bulk(struct cgr_ring *r, void *msgs, unsigned n)
+unsigned cgr__ring_dequeue_bulk(struct cgr__ring *r, void *msgs, unsigned n)
 {
-	if (r->role != CGR_RING_CONSUMER || n == 0 || n > r->mask + 1u)
+	if (r->role != CGR__RING_CONSUMER || n == 0 || n > r->mask + 1u)
 		return 0;
 	/* A1: pairs with R1.  The producer publishes in position order, so
 	 * if the last slot wanted is full they all are, and this acquire
@@ -408,24 +413,24 @@ unsigned cgr__ring_dequeue_bulk(struct cgr_ring *r, void *msgs, unsigned n)
 	return n;
 }
 
-const void *cgr__ring_peek(struct cgr_ring *r)
+const void *cgr__ring_peek(struct cgr__ring *r)
 {
 	unsigned char *slot = cgr__ring_slot(r, r->pos);
 
-	if (r->role != CGR_RING_CONSUMER)
+	if (r->role != CGR__RING_CONSUMER)
 		return NULL;
 	/* A1: pairs with R1: the message is in the slot. */
 	if (atomic_load_explicit(cgr__ring_seq(slot), memory_order_acquire) !=
 	    r->pos + 1)
 		return NULL;
-	return slot + CGR_RING_SLOT_HDR;
+	return slot + CGR__RING_SLOT_HDR;
 }
 
-void cgr__ring_consume(struct cgr_ring *r)
+void cgr__ring_consume(struct cgr__ring *r)
 {
 	uint64_t pos = r->pos;
 
-	if (r->role != CGR_RING_CONSUMER)
+	if (r->role != CGR__RING_CONSUMER)
 		return;
 	/* Relaxed: the caller's peek made the acquire (A1); this only guards
 	 * against a consume without a message. */
@@ -440,9 +445,9 @@ void cgr__ring_consume(struct cgr_ring *r)
 
 /* ---- state, doorbells ---- */
 
-bool cgr__ring_ready(const struct cgr_ring *r)
+bool cgr__ring_ready(const struct cgr__ring *r)
 {
-	if (r->role == CGR_RING_CONSUMER)
+	if (r->role == CGR__RING_CONSUMER)
 		/* A1: pairs with R1. */
 		return atomic_load_explicit(
 			   cgr__ring_seq(cgr__ring_slot(r, r->pos)),
@@ -456,11 +461,11 @@ bool cgr__ring_ready(const struct cgr_ring *r)
 	       r->mask;
 }
 
-uint32_t cgr__ring_count(const struct cgr_ring *r)
+uint32_t cgr__ring_count(const struct cgr__ring *r)
 {
 	uint64_t n;
 
-	if (r->role == CGR_RING_PRODUCER)
+	if (r->role == CGR__RING_PRODUCER)
 		n = r->pos - atomic_load_explicit(&r->sh->cons_pos,
 						  memory_order_relaxed);
 	else
@@ -470,31 +475,31 @@ uint32_t cgr__ring_count(const struct cgr_ring *r)
 	return n > (uint64_t)r->mask + 1 ? r->mask + 1 : (uint32_t)n;
 }
 
-uint32_t cgr__ring_capacity(const struct cgr_ring *r)
+uint32_t cgr__ring_capacity(const struct cgr__ring *r)
 {
 	return r->mask + 1;
 }
 
-struct cgr_bell *cgr__ring_bell(struct cgr_ring *r, int role)
+struct cgr__bell *cgr__ring_bell(struct cgr__ring *r, int role)
 {
-	if (role == CGR_RING_CONSUMER)
+	if (role == CGR__RING_CONSUMER)
 		return &r->sh->cons_bell;
-	if (role == CGR_RING_PRODUCER)
+	if (role == CGR__RING_PRODUCER)
 		return &r->sh->prod_bell;
 	return NULL;
 }
 
-void cgr__ring_notify(struct cgr_ring *r)
+void cgr__ring_notify(struct cgr__ring *r)
 {
 	/* The other side's bell: the producer wakes a consumer parked on an
 	 * empty ring, the consumer a producer parked on a full one. */
-	cgr__bell_ring(r->role == CGR_RING_PRODUCER ? &r->sh->cons_bell
-						    : &r->sh->prod_bell);
+	cgr__bell_ring(r->role == CGR__RING_PRODUCER ? &r->sh->cons_bell
+						     : &r->sh->prod_bell);
 }
 
-int cgr__ring_wait(struct cgr_ring *r, int64_t deadline_ns)
+int cgr__ring_wait(struct cgr__ring *r, int64_t deadline_ns)
 {
-	struct cgr_bell *b = cgr__ring_bell(r, r->role);
+	struct cgr__bell *b = cgr__ring_bell(r, r->role);
 	uint32_t seq;
 	int ret;
 

@@ -6,7 +6,7 @@
  * attaches its own local handle with cgr__ring_attach.  The shared part holds
  * offsets and indices only, never pointers, so two processes may map it at
  * different addresses.  Each slot carries its own sequence number, so a
- * message of up to CGR_RING_INLINE_MAX bytes costs one cache-line transfer.
+ * message of up to CGR__RING_INLINE_MAX bytes costs one cache-line transfer.
  *
  * What the library uses: chan/ uses memsize, init, attach, enqueue, peek
  * and consume (a channel's reader waits on its own doorbell, not the
@@ -40,20 +40,20 @@
 
 #include "base/futex.h"
 
-#define CGR_RING_MAGIC 0x63677252u /* "cgrR" */
-#define CGR_RING_VERSION 1u
-#define CGR_RING_MAX_COUNT (1u << 24)
-#define CGR_RING_MAX_ESIZE 4096u
+#define CGR__RING_MAGIC 0x63677252u /* "cgrR" */
+#define CGR__RING_VERSION 1u
+#define CGR__RING_MAX_COUNT (1u << 24)
+#define CGR__RING_MAX_ESIZE 4096u
 /* Largest message whose slot (payload + sequence) fits one cache line. */
-#define CGR_RING_INLINE_MAX 56u
+#define CGR__RING_INLINE_MAX 56u
 
-enum cgr_ring_role {
-	CGR_RING_PRODUCER = 1,
-	CGR_RING_CONSUMER = 2,
+enum cgr__ring_role {
+	CGR__RING_PRODUCER = 1,
+	CGR__RING_CONSUMER = 2,
 };
 
 /* Bytes in front of the payload in each slot: the slot's sequence. */
-#define CGR_RING_SLOT_HDR 8u
+#define CGR__RING_SLOT_HDR 8u
 
 /*
  * The shared header, at the start of the ring's memory, followed by the
@@ -62,10 +62,10 @@ enum cgr_ring_role {
  * producer, line 2 by the consumer; the bells have a line each so a sleeper
  * registering never disturbs the lines the hot path touches.
  */
-struct cgr_ring_shared {
+struct cgr__ring_shared {
 	/* line 0: geometry, read-only after init */
-	uint32_t magic;	    /* CGR_RING_MAGIC, stored last by init */
-	uint32_t version;   /* CGR_RING_VERSION */
+	uint32_t magic;	    /* CGR__RING_MAGIC, stored last by init */
+	uint32_t version;   /* CGR__RING_VERSION */
 	uint32_t count;	    /* slots, a power of two */
 	uint32_t esize;	    /* message bytes */
 	uint32_t slot_size; /* bytes per slot, a multiple of 64 */
@@ -79,14 +79,14 @@ struct cgr_ring_shared {
 	 * are free for the producer */
 	_Atomic uint64_t cons_pos __attribute__((aligned(64)));
 	/* line 3: the consumer parks here when empty */
-	struct cgr_bell cons_bell __attribute__((aligned(64)));
+	struct cgr__bell cons_bell __attribute__((aligned(64)));
 	/* line 4: the producer parks here when full */
-	struct cgr_bell prod_bell __attribute__((aligned(64)));
+	struct cgr__bell prod_bell __attribute__((aligned(64)));
 };
 
 /* Local handle of one side.  Plain struct so it can be embedded. */
-struct cgr_ring {
-	struct cgr_ring_shared *sh; /* shared header (this mapping) */
+struct cgr__ring {
+	struct cgr__ring_shared *sh; /* shared header (this mapping) */
 	unsigned char *slots;	    /* first slot (this mapping) */
 	uint64_t pos;		    /* next position this side uses */
 	uint64_t peer;		    /* producer: cons_pos as last read */
@@ -98,8 +98,8 @@ struct cgr_ring {
 
 /*
  * Bytes of shared memory for count messages of esize bytes.  0 if count is
- * 0, not a power of two or above CGR_RING_MAX_COUNT, or esize is 0 or above
- * CGR_RING_MAX_ESIZE.  Any thread.
+ * 0, not a power of two or above CGR__RING_MAX_COUNT, or esize is 0 or above
+ * CGR__RING_MAX_ESIZE.  Any thread.
  */
 size_t cgr__ring_memsize(uint32_t count, uint32_t esize);
 
@@ -130,7 +130,7 @@ int cgr__ring_init_at(void *mem, size_t memsize, uint32_t count,
  * cons_pos is only checked to lie within count below prod_pos.
  * Reads every slot: O(count).  Any thread; at most one handle per role.
  */
-int cgr__ring_attach(struct cgr_ring *r, void *mem, size_t memsize, int role);
+int cgr__ring_attach(struct cgr__ring *r, void *mem, size_t memsize, int role);
 
 /*
  * Producer: copies one message of len <= esize bytes (the rest of the slot
@@ -138,38 +138,38 @@ int cgr__ring_attach(struct cgr_ring *r, void *mem, size_t memsize, int role);
  * -EINVAL on a consumer handle.  Does not wake the consumer: call
  * cgr__ring_notify after a batch.
  */
-int cgr__ring_enqueue(struct cgr_ring *r, const void *msg, size_t len);
+int cgr__ring_enqueue(struct cgr__ring *r, const void *msg, size_t len);
 
 /* Producer: bulk, all or nothing, of n messages of esize bytes each
  * (contiguous in msgs).  Returns n or 0. */
-unsigned cgr__ring_enqueue_bulk(struct cgr_ring *r, const void *msgs,
-			       unsigned n);
-/* Producer: burst, as many of n as fit.  Returns how many. */
-unsigned cgr__ring_enqueue_burst(struct cgr_ring *r, const void *msgs,
+unsigned cgr__ring_enqueue_bulk(struct cgr__ring *r, const void *msgs,
 				unsigned n);
+/* Producer: burst, as many of n as fit.  Returns how many. */
+unsigned cgr__ring_enqueue_burst(struct cgr__ring *r, const void *msgs,
+				 unsigned n);
 
 /* Consumer: copies the oldest message (esize bytes) out.  0, -EAGAIN when
  * empty, -EINVAL on a producer handle. */
-int cgr__ring_dequeue(struct cgr_ring *r, void *msg);
+int cgr__ring_dequeue(struct cgr__ring *r, void *msg);
 /* Consumer: up to n messages into msgs (esize stride).  Returns how many. */
-unsigned cgr__ring_dequeue_burst(struct cgr_ring *r, void *msgs, unsigned n);
+unsigned cgr__ring_dequeue_burst(struct cgr__ring *r, void *msgs, unsigned n);
 /* Consumer: bulk, all n messages or none.  Returns n or 0. */
-unsigned cgr__ring_dequeue_bulk(struct cgr_ring *r, void *msgs, unsigned n);
+unsigned cgr__ring_dequeue_bulk(struct cgr__ring *r, void *msgs, unsigned n);
 
 /* Consumer: the oldest message in place (esize bytes, 8-byte aligned), or
  * NULL when empty.  It stays in the ring until cgr__ring_consume. */
-const void *cgr__ring_peek(struct cgr_ring *r);
+const void *cgr__ring_peek(struct cgr__ring *r);
 /* Consumer: frees the message cgr__ring_peek returned; a no-op when there is
  * none. */
-void cgr__ring_consume(struct cgr_ring *r);
+void cgr__ring_consume(struct cgr__ring *r);
 
 /* Whether this side can go on now: a message waits (consumer) or a slot is
  * free (producer).  Never blocks. */
-bool cgr__ring_ready(const struct cgr_ring *r);
+bool cgr__ring_ready(const struct cgr__ring *r);
 
 /* Messages the ring holds now (approximate while the other side runs). */
-uint32_t cgr__ring_count(const struct cgr_ring *r);
-uint32_t cgr__ring_capacity(const struct cgr_ring *r);
+uint32_t cgr__ring_count(const struct cgr__ring *r);
+uint32_t cgr__ring_capacity(const struct cgr__ring *r);
 
 /*
  * Doorbells in the shared header: the consumer parks on the consumer bell
@@ -177,8 +177,8 @@ uint32_t cgr__ring_capacity(const struct cgr_ring *r);
  * wakes the other side if it registered as a sleeper (one system call then,
  * none otherwise).
  */
-struct cgr_bell *cgr__ring_bell(struct cgr_ring *r, int role);
-void cgr__ring_notify(struct cgr_ring *r);
+struct cgr__bell *cgr__ring_bell(struct cgr__ring *r, int role);
+void cgr__ring_notify(struct cgr__ring *r);
 
 /*
  * Parks this side on its bell until cgr__ring_ready holds, or the absolute
@@ -186,6 +186,6 @@ void cgr__ring_notify(struct cgr_ring *r);
  * -ETIMEDOUT or -EINTR.  Blocks; the other side must call cgr__ring_notify
  * after it enqueues (or dequeues) for this to wake early.
  */
-int cgr__ring_wait(struct cgr_ring *r, int64_t deadline_ns);
+int cgr__ring_wait(struct cgr__ring *r, int64_t deadline_ns);
 
 #endif

@@ -12,7 +12,7 @@
 #include "ring/ring.h"
 #include "fuzz.h"
 
-static void as_consumer(struct cgr_ring *r)
+static void as_consumer(struct cgr__ring *r)
 {
 	uint32_t cap = cgr__ring_capacity(r), n = 0;
 	volatile unsigned char sink = 0;
@@ -28,11 +28,11 @@ static void as_consumer(struct cgr_ring *r)
 	fz_assert(cgr__ring_count(r) == 0 || n < cap);
 }
 
-static void as_producer(void *mem, size_t memsize, struct cgr_ring *r)
+static void as_producer(void *mem, size_t memsize, struct cgr__ring *r)
 {
 	uint32_t cap = cgr__ring_capacity(r), k = 0, before;
-	unsigned char msg[CGR_RING_MAX_ESIZE];
-	struct cgr_ring c;
+	unsigned char msg[CGR__RING_MAX_ESIZE];
+	struct cgr__ring c;
 	const unsigned char *m;
 	uint32_t seen = 0, total = 0;
 
@@ -47,7 +47,7 @@ static void as_producer(void *mem, size_t memsize, struct cgr_ring *r)
 	}
 	fz_assert(before + k == cap);
 	/* A producer that attached left a ring a consumer takes. */
-	fz_assert(cgr__ring_attach(&c, mem, memsize, CGR_RING_CONSUMER) == 0);
+	fz_assert(cgr__ring_attach(&c, mem, memsize, CGR__RING_CONSUMER) == 0);
 	while ((m = cgr__ring_peek(&c)) != NULL) {
 		total++;
 		if (total > before) {
@@ -65,9 +65,9 @@ static void as_producer(void *mem, size_t memsize, struct cgr_ring *r)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct fz f = { data, size };
-	int role = fz_u8(&f) % 2 ? CGR_RING_PRODUCER : CGR_RING_CONSUMER;
+	int role = fz_u8(&f) % 2 ? CGR__RING_PRODUCER : CGR__RING_CONSUMER;
 	size_t memsize = (f.n + 63) & ~(size_t)63;
-	struct cgr_ring r;
+	struct cgr__ring r;
 	void *mem;
 	int ret;
 
@@ -82,7 +82,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (ret == 0) {
 		fz_assert(r.mask + 1 == cgr__ring_capacity(&r));
 		fz_assert(cgr__ring_memsize(r.mask + 1, r.esize) <= memsize);
-		if (role == CGR_RING_CONSUMER)
+		if (role == CGR__RING_CONSUMER)
 			as_consumer(&r);
 		else
 			as_producer(mem, memsize, &r);
@@ -115,12 +115,12 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++) {
 		size_t n = cgr__ring_memsize(g[i].count, g[i].esize);
 		unsigned char *buf = aligned_alloc(64, n + 64);
-		struct cgr_ring p;
+		struct cgr__ring p;
 		fz_assert(buf != NULL);
 		fz_assert(cgr__ring_init_at(buf + 64, n, g[i].count,
 					    g[i].esize, 0, g[i].start) == 0);
-		fz_assert(cgr__ring_attach(&p, buf + 64, n,
-					   CGR_RING_PRODUCER) == 0);
+		fz_assert(
+		    cgr__ring_attach(&p, buf + 64, n, CGR__RING_PRODUCER) == 0);
 		for (uint32_t k = 0; k < g[i].fill; k++) {
 			msg[0] = (uint8_t)k;
 			fz_assert(cgr__ring_enqueue(&p, msg, g[i].esize) == 0);
