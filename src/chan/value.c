@@ -798,16 +798,11 @@ void cgr__value_store_ref(struct cgr__slot_hdr *h, const cgr_value *v)
 }
 
 /* Copies n bytes to device port p's memory now (-ENODEV without the
- * cuda backend). */
+ * device's backend). */
 static int dev_copy(const struct cgr__port *p, void *dst, const void *src,
 		    size_t n)
 {
-#ifdef HAVE_CUDA
-	return cgr__cuda_memcpy(p->ddev, dst, src, n);
-#else
-	(void)p, (void)dst, (void)src, (void)n;
-	return -ENODEV;
-#endif
+	return cgr__device_memcpy(p->ddev, dst, src, n);
 }
 
 /* List v (checked to fit) on device port p: the tables and the bytes

@@ -47,7 +47,6 @@ void *cgr__c_alloc(struct cgr_compiled *c, size_t size)
 
 int cgr__c_dalloc(struct cgr_compiled *c, int dev, size_t size, void **out)
 {
-#ifdef HAVE_CUDA
 	struct cgr__device *d;
 	int ret;
 
@@ -69,7 +68,7 @@ int cgr__c_dalloc(struct cgr_compiled *c, int dev, size_t size, void **out)
 	ret = cgr__device_get(c->ctx, dev, &d);
 	if (ret < 0)
 		return ret;
-	ret = cgr__cuda_malloc(d, size ? size : 1, out);
+	ret = cgr__device_malloc(d, size ? size : 1, out);
 	if (ret < 0) {
 		cgr__device_put(d);
 		return ret;
@@ -77,10 +76,6 @@ int cgr__c_dalloc(struct cgr_compiled *c, int dev, size_t size, void **out)
 	c->dallocs[c->ndallocs] = *out;
 	c->ddevs[c->ndallocs++] = d;
 	return 0;
-#else
-	(void)c, (void)dev, (void)size, (void)out;
-	return -ENODEV;
-#endif
 }
 
 char *cgr__c_strdup(struct cgr_compiled *c, const char *s)
@@ -109,12 +104,10 @@ static void free_device(struct cgr_compiled *c)
 		for (int s = 0; s < CGR__S_NCCL; s++)
 			cgr_stream_destroy(p->nstreams[s]);
 	}
-#ifdef HAVE_CUDA
 	for (size_t i = 0; i < c->ndallocs; i++) {
-		cgr__cuda_free(c->ddevs[i], c->dallocs[i]);
+		cgr__device_free(c->ddevs[i], c->dallocs[i]);
 		cgr__device_put(c->ddevs[i]);
 	}
-#endif
 }
 
 static void compiled_free(struct cgr_compiled *c)

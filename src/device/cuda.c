@@ -1108,7 +1108,8 @@ void *cgr__cuda_stream_use(cgr_stream *s)
 	return cgr__cu_stream(s);
 }
 
-int cgr__cuda_malloc(struct cgr__device *dev, size_t size, void **out)
+static int cgr__cuda_malloc(struct cgr__device *dev, size_t size,
+			    void **out)
 {
 	const struct cgr__cudart *rt = cgr__rt_of(dev);
 	cudaError_t e;
@@ -1121,7 +1122,7 @@ int cgr__cuda_malloc(struct cgr__device *dev, size_t size, void **out)
 	return cgr__cu_ret(dev, e, "cudaMalloc");
 }
 
-void cgr__cuda_free(struct cgr__device *dev, void *p)
+static void cgr__cuda_free(struct cgr__device *dev, void *p)
 {
 	const struct cgr__cudart *rt = cgr__rt_of(dev);
 
@@ -1131,8 +1132,8 @@ void cgr__cuda_free(struct cgr__device *dev, void *p)
 	rt->free(p);
 }
 
-int cgr__cuda_memcpy(struct cgr__device *dev, void *dst, const void *src,
-		     size_t n)
+static int cgr__cuda_memcpy(struct cgr__device *dev, void *dst,
+			    const void *src, size_t n)
 {
 	const struct cgr__cudart *rt = cgr__rt_of(dev);
 	cudaError_t e;
@@ -1168,4 +1169,7 @@ const struct cgr__device_ops cgr__cuda_ops = {
 	.snap_query = cgr__cuda_snap_query,
 	.snap_put = cgr__cuda_snap_put,
 	.device_failed = cgr__cuda_device_failed,
+	.mem_alloc = cgr__cuda_malloc,
+	.mem_free = cgr__cuda_free,
+	.mem_copy = cgr__cuda_memcpy,
 };

@@ -643,3 +643,26 @@ void cgr_future_release(cgr_future *f)
 		cgr__dfuture_put(df);
 	cgr__dfuture_put(df);
 }
+
+/* ---- device memory ----------------------------------------------------- */
+
+int cgr__device_malloc(struct cgr__device *dev, size_t size, void **out)
+{
+	if (dev->ops->mem_alloc == NULL)
+		return -ENODEV;
+	return dev->ops->mem_alloc(dev, size, out);
+}
+
+void cgr__device_free(struct cgr__device *dev, void *p)
+{
+	if (p != NULL && dev->ops->mem_free != NULL)
+		dev->ops->mem_free(dev, p);
+}
+
+int cgr__device_memcpy(struct cgr__device *dev, void *dst, const void *src,
+		       size_t n)
+{
+	if (dev->ops->mem_copy == NULL)
+		return -ENODEV;
+	return dev->ops->mem_copy(dev, dst, src, n);
+}

@@ -140,6 +140,13 @@ struct cgr__device_ops {
 	 * its own for other devices' futures looks again. */
 	void (*device_failed)(struct cgr__device *dev,
 			      struct cgr__device *failed);
+	/* May be NULL (the device has no memory of its own): memory of
+	 * device dev (mem_alloc, mem_free) and a synchronous copy between
+	 * any two memories (mem_copy). */
+	int (*mem_alloc)(struct cgr__device *dev, size_t size, void **out);
+	void (*mem_free)(struct cgr__device *dev, void *p);
+	int (*mem_copy)(struct cgr__device *dev, void *dst, const void *src,
+			size_t n);
 };
 
 extern const struct cgr__device_ops cgr__sim_ops;
@@ -389,19 +396,24 @@ static inline cgr_future *cgr__dfuture_pub(struct cgr__dfuture *df)
 /* The wrapper of a public handle, or NULL if f is not one of ours. */
 struct cgr__dfuture *cgr__dfuture_of(cgr_future *f);
 
+/* ---- device memory, for the layers above ----------------------------- */
+
+/* Memory of device dev (cudaMalloc and cudaFree on a CUDA device) and a
+ * synchronous copy between any two memories (cudaMemcpyDefault): 0,
+ * -ENODEV (a device without memory of its own, or a build without its
+ * backend), -ENOMEM, or the device's error.  Only device/ calls a GPU
+ * runtime; the layers above go through these. */
+int cgr__device_malloc(struct cgr__device *dev, size_t size, void **out);
+void cgr__device_free(struct cgr__device *dev, void *p);
+int cgr__device_memcpy(struct cgr__device *dev, void *dst, const void *src,
+		       size_t n);
+
 /* ---- the cuda backend, for the layers above ------------------------- */
 
 #ifdef HAVE_CUDA
 /* Makes s's CUDA device current on this thread and returns its
  * cudaStream_t; NULL if s is not a CUDA stream. */
 void *cgr__cuda_stream_use(cgr_stream *s);
-/* Device memory on CUDA device dev (cudaMalloc, cudaFree), and a
- * synchronous copy between any two memories (cudaMemcpyDefault).  0,
- * -EINVAL (dev not a CUDA device), -ENOMEM, or the device's error. */
-int cgr__cuda_malloc(struct cgr__device *dev, size_t size, void **out);
-void cgr__cuda_free(struct cgr__device *dev, void *p);
-int cgr__cuda_memcpy(struct cgr__device *dev, void *dst, const void *src,
-		     size_t n);
 /* Whether CUDA knows p as device (or managed, or registered) memory. */
 bool cgr__cuda_is_device_ptr(struct cgr__device *dev, const void *p);
 /* Whether CUDA error err is sticky (the context is unusable for good). */
