@@ -88,12 +88,20 @@ static int stuck(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
 }
 
 /* Ends its worker's thread on the input "x"; echo otherwise. */
+/* Closed (0): bye holds its exit until the driver has submitted every
+ * execution the check counts on (at most 10 s, so nothing hangs). */
+static _Atomic int bye_gate = 1;
+
 static int bye(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
 	       cgr_value *out, size_t nout)
 {
 	if (in[0].u.bytes.len == 1 &&
-	    ((const char *)in[0].u.bytes.data)[0] == 'x')
+	    ((const char *)in[0].u.bytes.data)[0] == 'x') {
+		int64_t end = t_now_ns() + 10 * 1000000000ll;
+		while (!atomic_load(&bye_gate) && t_now_ns() < end)
+			sched_yield();
 		pthread_exit(NULL);
+	}
 	return echo(tc, st, in, nin, out, nout);
 }
 
@@ -375,9 +383,12 @@ static void thread_exit_graph(cgr_ctx *ctx, cgr_worker **w)
 		     o.kind == CGR_VALUE_BYTES,
 	     "thread exit: runs");
 	cgr_ref_release(c, r[0]);
-	cgr_execute(c, &x, 1, &r[0]);
+	/* The four executions are all in before bye's thread ends. */
+	atomic_store(&bye_gate, 0);
+	bad += cgr_execute(c, &x, 1, &r[0]) != 0;
 	for (int i = 1; i < 4; i++)
-		cgr_execute(c, &ok, 1, &r[i]);
+		bad += cgr_execute(c, &ok, 1, &r[i]) != 0;
+	atomic_store(&bye_gate, 1);
 	t0 = t_now_ns();
 	for (int i = 0; i < 4; i++) {
 		int ret = cgr_ref_get(c, r[i], 10 * 1000000000ll, &o, 1);

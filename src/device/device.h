@@ -101,8 +101,8 @@ struct cgr__dfuture;
 
 /*
  * What a backend implements.  Every entry returns 0 or a negative code;
- * the common layer (device.c) has already validated arguments and checked
- * the sticky error where cgr.h says so.
+ * the common layer (stream.c, event.c, future.c) has already validated
+ * arguments and checked the sticky error where cgr.h says so.
  */
 struct cgr__device_ops {
 	const char *name;
