@@ -102,6 +102,9 @@ static int rt_resolve(struct cgr__ncclrt *rt, void *h)
 	return 0;
 }
 
+/* The key of this backend's state in a context (cgr__ctx_state). */
+static const char cgr__nccl_key;
+
 /*
  * Loads NCCL for ctx (cgr_ctx_params.nccl_path, else libnccl.so.2 from
  * the search path, then the build's NCCL).  A library that cannot be
@@ -636,7 +639,7 @@ int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,
 	void *p;
 	int dev[CGR_MAX_RANKS], ret;
 
-	ret = cgr__ctx_state(ctx, CGR__CTX_NCCL, rt_make, rt_fini, &p);
+	ret = cgr__ctx_state(ctx, &cgr__nccl_key, rt_make, rt_fini, &p);
 	if (ret < 0)
 		return ret;
 	if (((struct cgr__ncclrt *)p)->version == 0) {

@@ -64,8 +64,8 @@ static void ctx_free(cgr_ctx *ctx)
 
 	if (ctx->release_workers != NULL)
 		ctx->release_workers(ctx);
-	for (int i = CGR__CTX_NSLOTS; i-- > 0;)
-		if (ctx->ext[i].fini != NULL)
+	for (int i = CGR__CTX_EXT; i-- > 0;)
+		if (ctx->ext[i].key != NULL && ctx->ext[i].fini != NULL)
 			ctx->ext[i].fini(ctx, ctx->ext[i].p);
 	pthread_mutex_destroy(&ctx->lock);
 	pthread_mutex_destroy(&ctx->ext_lock);
@@ -84,24 +84,32 @@ void cgr__ctx_put(cgr_ctx *ctx)
 		ctx_free(ctx);
 }
 
-int cgr__ctx_state(cgr_ctx *ctx, int slot, int (*make)(cgr_ctx *, void **),
+int cgr__ctx_state(cgr_ctx *ctx, const void *key,
+		   int (*make)(cgr_ctx *, void **),
 		   void (*fini)(cgr_ctx *, void *), void **out)
 {
+	struct cgr__ctx_ext *x = NULL;
 	int ret = 0;
 
-	if (slot < 0 || slot >= CGR__CTX_NSLOTS)
+	if (key == NULL)
 		return -EINVAL;
 	pthread_mutex_lock(&ctx->ext_lock);
-	if (ctx->ext[slot].fini == NULL) {
+	for (size_t i = 0; i < CGR__CTX_EXT && x == NULL; i++)
+		if (ctx->ext[i].key == key || ctx->ext[i].key == NULL)
+			x = &ctx->ext[i];
+	if (x == NULL) {
+		ret = -ENOSPC;
+	} else if (x->key == NULL) {
 		void *p = NULL;
 		ret = make(ctx, &p);
 		if (ret == 0) {
-			ctx->ext[slot].p = p;
-			ctx->ext[slot].fini = fini;
+			x->p = p;
+			x->fini = fini;
+			x->key = key;
 		}
 	}
 	if (ret == 0)
-		*out = ctx->ext[slot].p;
+		*out = x->p;
 	pthread_mutex_unlock(&ctx->ext_lock);
 	return ret;
 }

@@ -33,14 +33,12 @@ struct cgr_worker;
 struct cgr_compiled;
 struct cgr__procs;
 
-/* Slots of per-context state owned by higher layers (cgr__ctx_state). */
-enum cgr__ctx_slot {
-	CGR__CTX_CUDART, /* device/cuda.c: the loaded CUDA runtime */
-	CGR__CTX_NCCL,	 /* comm/nccl.c: the loaded NCCL library */
-	CGR__CTX_NSLOTS
-};
+/* Per-context states of higher layers (cgr__ctx_state), each under the
+ * key its owner chose: at most this many kinds. */
+#define CGR__CTX_EXT 8
 
 struct cgr__ctx_ext {
+	const void *key; /* NULL: a free entry */
 	void *p;
 	void (*fini)(cgr_ctx *ctx, void *p);
 };
@@ -65,7 +63,7 @@ struct cgr_ctx {
 	/* Guards ext: taken alone, never under lock (a backend's device
 	 * set-up, under lock, may create its state). */
 	pthread_mutex_t ext_lock;
-	struct cgr__ctx_ext ext[CGR__CTX_NSLOTS];
+	struct cgr__ctx_ext ext[CGR__CTX_EXT]; /* in order of creation */
 
 	/* The graph layers' (graph/, exec/): driver thread only.  Workers
 	 * are freed with the context (release_workers), since an abandoned
@@ -94,12 +92,15 @@ static inline void cgr__ctx_ref(cgr_ctx *ctx)
 void cgr__ctx_put(cgr_ctx *ctx);
 
 /*
- * The state in slot `slot`, created by make(ctx, &p) on first use (under
+ * The state under key (the address of something of the owner's: this
+ * layer names none of them), created by make(ctx, &p) on first use (under
  * the context's lock, so exactly once); fini(ctx, p) runs when the context
- * is freed.  Returns 0 or make's negative code (nothing is kept then, and
- * the next call tries again).
+ * is freed, the states in the reverse of the order they were made.
+ * Returns 0, make's negative code (nothing is kept then, and the next call
+ * tries again), or -ENOSPC (more than CGR__CTX_EXT kinds of state).
  */
-int cgr__ctx_state(cgr_ctx *ctx, int slot, int (*make)(cgr_ctx *, void **),
+int cgr__ctx_state(cgr_ctx *ctx, const void *key,
+		   int (*make)(cgr_ctx *, void **),
 		   void (*fini)(cgr_ctx *, void *), void **out);
 
 #endif

@@ -371,7 +371,7 @@ static int cgr__cuda_device_init(struct cgr__device *dev)
 {
 	struct cgr__cudart *rt;
 	void *p;
-	int ret = cgr__ctx_state(dev->ctx, CGR__CTX_CUDART, rt_make, rt_fini,
+	int ret = cgr__ctx_state(dev->ctx, &cgr__cuda_ops, rt_make, rt_fini,
 				 &p);
 
 	if (ret < 0)
