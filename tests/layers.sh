@@ -41,10 +41,10 @@ else
 fi
 # And the check itself can fail: a lower layer including a higher one.
 mkdir -p "$tmp/src/base"
-echo '#include "exec/exec.h"' >"$tmp/src/base/x.c"
-ri=$(rank exec) ro=$(rank base)
+echo '#include "run/run.h"' >"$tmp/src/base/x.c"
+ri=$(rank run) ro=$(rank base)
 if [ -n "$ri" ] && [ -n "$ro" ] && [ "$ri" -gt "$ro" ]; then
-	echo "ok 3 - base/ including exec/ would be caught (layer $ro < $ri)"
+	echo "ok 3 - base/ including run/ would be caught (layer $ro < $ri)"
 else
-	echo "not ok 3 - the order puts exec/ ($ri) at or below base/ ($ro)"
+	echo "not ok 3 - the order puts run/ ($ri) at or below base/ ($ro)"
 fi

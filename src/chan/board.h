@@ -1,7 +1,7 @@
 /*
  * chan/board.h: an agreement board: the members of one collective post a
  * fixed-size record each per execution (a description of their input) and
- * every member reads all of them once everybody has posted.  exec/coll.c
+ * every member reads all of them once everybody has posted.  run/coll.c
  * uses it so that every member reaches the same verdict from the same
  * records before any data moves.
  *

@@ -87,7 +87,7 @@ struct cgr__device;
  * A graph output's port has more buffers than slots (nbufs > nslots) and
  * a map from slot (seq & mask) to buffer, shared by every output port of
  * the graph: the driver lends a result the caller still holds its buffer
- * and gives the slot a spare one (exec/driver.c), so that held results
+ * and gives the slot a spare one (drive/execute.c), so that held results
  * never stop later executions.  Only the driver writes the map, before it
  * admits the execution that uses the slot; readers and writers of that
  * execution see it through the admission's release.

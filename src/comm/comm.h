@@ -10,7 +10,7 @@
  * cannot set: a `poison` (this rank has no valid data; cgr__comm_coll sets
  * it for arguments only this rank can see are invalid, a backend for a
  * stream whose device failed) and a deadline.  The graph's collective
- * nodes agree on shapes and error values among themselves first (exec/,
+ * nodes agree on shapes and error values among themselves first (run/,
  * over host memory, also for backends that cannot agree by themselves)
  * and then use the public calls.
  *
@@ -66,7 +66,7 @@ struct cgr__coll_desc {
 	int poison;
 	const char *poison_msg; /* copied (up to 127 bytes); may be NULL */
 	/* The ranks agreed on this operation already (the graph's
-	 * collective nodes do, exec/coll.c): a backend that agrees on the
+	 * collective nodes do, run/coll.c): a backend that agrees on the
 	 * host first (NCCL) skips that. */
 	bool agreed;
 };

@@ -27,7 +27,7 @@
  * same verdict (poison first, then kind, count, dtype, op, root), as the
  * CPU backend's; a disagreement fails the operation on every rank and
  * enqueues nothing.  Descriptors marked agreed (the graph's collective
- * nodes agree on their own board, exec/coll.c) skip this.  int16 and
+ * nodes agree on their own board, run/coll.c) skip this.  int16 and
  * uint16 move as bytes; NCCL cannot reduce them (-EINVAL on every rank).
  *
  * Failure.  A communicator fails as a whole: an error returned by NCCL,

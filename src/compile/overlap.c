@@ -23,7 +23,7 @@
  * Where overlap off would run a CPU collective (after the operations
  * before it in program order, its WRITE included), a RUN: a job short
  * enough to cost less than a handoff to its stream's thread is held for
- * the thread there (cgr_compile_params.inline_ns, exec/stream.c).  Run
+ * the thread there (cgr_compile_params.inline_ns, run/stream.c).  Run
  * there it waits for no more than overlap off would, so it deadlocks
  * no program that overlap off runs.
  *

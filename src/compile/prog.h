@@ -3,7 +3,7 @@
  * cgr.h's handle): its ports and channels, one program per worker (a fixed
  * list of operations run once per execution), the runtime state of each
  * task and collective in those programs, and the driver's side.  The
- * compiler (compile/) builds it; exec/ runs it; trace/ draws it.
+ * compiler (compile/) builds it; run/ runs it; trace/ draws it.
  *
  * Threads: the driver side belongs to the driver thread.  A program
  * belongs to its worker's thread and, for the jobs it issues, to the
@@ -43,7 +43,7 @@ enum cgr__stream_class {
 	CGR__S_RECV, /* device edges this worker reads */
 	/* Collectives and edges on NCCL, in the global order (NCCL needs one
 	 * order per device): the worker's reactor agrees and enqueues them
-	 * on CUDA streams (exec/launch.c); cstream says which. */
+	 * on CUDA streams (run/launch.c); cstream says which. */
 	CGR__S_NCCL,
 	CGR__NSTREAMS,
 	/* Not a communication stream: stream tasks' work (CGR_TASK_STREAM). */
@@ -59,7 +59,7 @@ enum cgr__stream_class {
  * inline_ns the thread runs the next one itself.  The first runs on the thread too; one that
  * took longer there goes to its stream and is tried on the thread again
  * after gap executions (16, doubling to 4096), so a slow run once does
- * not keep a short job on its stream for good (exec/stream.c).
+ * not keep a short job on its stream for good (run/stream.c).
  */
 struct cgr__adapt {
 	_Atomic int64_t last_ns;
@@ -73,7 +73,7 @@ struct cgr__task_job {
 	int64_t t0; /* when the stream reached the task's work (trace, and
 		       a sim stream's last_ns) */
 	/* Who completes the job: the stream (after the work), or the thread
-	 * once the device failed (exec/failure.c); set by the first. */
+	 * once the device failed (run/failure.c); set by the first. */
 	atomic_flag claimed;
 };
 
@@ -117,7 +117,7 @@ struct cgr_task_ctx {
 };
 
 /* The verdict every member of a collective reaches for one execution
- * from the same agreement records (exec/coll.c). */
+ * from the same agreement records (run/coll.c). */
 struct cgr__verdict {
 	int err;
 	int from; /* the rank whose input is an error value, or -1 */
@@ -127,7 +127,7 @@ struct cgr__verdict {
 	size_t in_bytes, out_bytes;
 };
 
-/* A member's share of a collective (exec/coll.c runs it). */
+/* A member's share of a collective (run/coll.c runs it). */
 struct cgr__coll_rt {
 	struct cgr_compiled *c;
 	unsigned task_id;	/* the graph's task (compile time only) */
@@ -156,7 +156,7 @@ struct cgr__coll_rt {
 	unsigned root_port; /* edge: the producer's port (lists' host part) */
 	unsigned *in_ports;  /* k; CGR__NO_PORT: none on this member */
 	/* n * k: every member's in_ports (rank-major), where an error value
-	 * a member contributed is read (exec/coll.c) */
+	 * a member contributed is read (run/coll.c) */
 	unsigned *all_in_ports;
 	unsigned *out_ports; /* k; CGR__NO_PORT: none on this member */
 	struct cgr__agree *mine; /* k records */
@@ -167,7 +167,7 @@ struct cgr__coll_rt {
 	struct cgr__agree *cached; /* n * k: the last agreement */
 	bool have_cached;
 	/* NCCL with static shapes: every member's records of this execution,
-	 * collected after the data moved (the late verdict, exec/coll.c),
+	 * collected after the data moved (the late verdict, run/coll.c),
 	 * and the device buffer a member whose input changed sends from. */
 	struct cgr__agree *late;
 	void *dscratch;
@@ -183,7 +183,7 @@ struct cgr__coll_rt {
 	/* CPU, overlap: the bytes its last call moved (before the first:
 	 * its capacity); with sim_comm_ns its cost, which decides whether
 	 * its job is held for the thread, which runs it at its RUN
-	 * (exec/stream.c). */
+	 * (run/stream.c). */
 	_Atomic size_t moved;
 	uint64_t inline_runs; /* jobs the thread ran (thread only) */
 };
@@ -211,7 +211,7 @@ struct cgr__op {
 	size_t nchans;
 };
 
-/* An NCCL collective of a worker's queue (exec/launch.c). */
+/* An NCCL collective of a worker's queue (run/launch.c). */
 struct cgr__ljob {
 	struct cgr__coll_rt *cr;
 	uint64_t seq;
@@ -258,7 +258,7 @@ struct cgr__prog {
 	 * inputs, or an NCCL collective's receiving end, would run
 	 * executions nobody asked for; compile/create.c, prog_gated). */
 	bool gate;
-	/* The worker's device failed (exec/failure.c): CGR_EDEVICE and why;
+	/* The worker's device failed (run/failure.c): CGR_EDEVICE and why;
 	 * from then on its device work ends in error values.  Thread only. */
 	int dead;
 	char dead_msg[300];
@@ -272,7 +272,7 @@ struct cgr__prog {
 	cgr_stream *streams[CGR__NSTREAMS_ALL];
 	/* NCCL collectives: CUDA streams on the worker's device, one per
 	 * kind (collective, send, receive: cstream); with overlap, their
-	 * queue: jobs [lq_head, lq_tail) in issue order (exec/launch.c). */
+	 * queue: jobs [lq_head, lq_tail) in issue order (run/launch.c). */
 	cgr_stream *nstreams[CGR__S_NCCL];
 	struct cgr__ljob *lq;
 	uint32_t lq_cap, lq_head, lq_tail;
@@ -281,7 +281,7 @@ struct cgr__prog {
 	struct cgr__tbuf *strace[CGR__NSTREAMS_ALL];
 	/* Per communication stream: the jobs held for the thread, in stream
 	 * order, not yet run: held[s][hhead[s] .. htail[s]) of hcap[s]
-	 * (exec/stream.c).  While any is held, nothing else is on that
+	 * (run/stream.c).  While any is held, nothing else is on that
 	 * stream. */
 	struct cgr__coll_job **held[CGR__NSTREAMS];
 	uint32_t hhead[CGR__NSTREAMS], htail[CGR__NSTREAMS];
@@ -366,7 +366,7 @@ struct cgr_compiled {
 	uint32_t unreleased; /* executions not released: max_inflight */
 	uint32_t *arrived; /* per slot: outputs arrived */
 	uint8_t *released; /* per slot */
-	/* Held results (exec/driver.c): the output ports' slot map (shared
+	/* Held results (drive/execute.c): the output ports' slot map (shared
 	 * memory; chan.h), their buffers per port (nslots + max_inflight
 	 * with outputs), the spare buffers, and the executions older than
 	 * the slots that hold their outputs' buffers (at most max_inflight
@@ -386,7 +386,7 @@ struct cgr_compiled {
 	uint32_t ngated; /* programs with gate set */
 	int64_t t_start; /* compile time: trace timestamps start here */
 #ifdef CGR_FAULT_INJECTION
-	/* Tests only (exec/fault.c): the communication streams sleep a
+	/* Tests only (run/fault.c): the communication streams sleep a
 	 * pseudo-random time up to a quarter of this before each collective,
 	 * and (one member's stream per execution) this long after it with
 	 * the outputs garbled, to expose missing waits.  Atomic: a job with
@@ -411,7 +411,7 @@ struct cgr_compiled {
 	cgr_comm **used_comms;
 	size_t nused_comms;
 
-	/* Eager execution (exec/eager.c): each node's port, and the tasks in
+	/* Eager execution (drive/eager.c): each node's port, and the tasks in
 	 * the compiler's global order (the graph's, kept while it lives). */
 	unsigned *node_port;
 	size_t nnodes;
@@ -422,7 +422,7 @@ struct cgr_compiled {
 	 * among the context's, and the driver's copy of why a worker
 	 * process died (the error value of executions it left). */
 	struct cgr__gseg *seg;
-	struct cgr__pgraph *pg; /* exec/proc.c: on the death monitor */
+	struct cgr__pgraph *pg; /* proc/proc.c: on the death monitor */
 	uint64_t gid;
 	char dead_msg[200];
 

@@ -18,7 +18,7 @@
  * had started it, so it carries their start-of-job knowledge, in which
  * their earlier collectives of that queue are finished: all members when
  * they agree on shapes every execution (every member posts its description
- * and waits for all the others', exec/coll.c) or the backend joins
+ * and waits for all the others', run/coll.c) or the backend joins
  * everybody (cgr__backend_joins_all); otherwise those whose data its output
  * needs (all; for broadcast and scatter the root; reduce and gather
  * outputs exist only at the root).  One execution is modelled.  A WAIT for
@@ -127,7 +127,7 @@ static const uint32_t *kn_waited(const struct kn *k, size_t p,
 
 /* Joins into dst what the other members of collective cr (of program p)
  * knew as they started it.  When members agree on shapes first
- * (exec/coll.c), no data moves before every member posted: a wait that
+ * (run/coll.c), no data moves before every member posted: a wait that
  * only guards cr's input is redundant if any of them knew it done. */
 static void kn_others(const struct kn *k, uint32_t *dst, size_t p,
 			   const struct cgr__coll_rt *cr)
@@ -353,7 +353,7 @@ static void kn_queues(struct kn *k, const struct cgr_compiled *c,
  * Marks program p's redundant WAITs and SWAITs in red and drops them.
  * An SWAIT is redundant when its stream already knows the stream task
  * finished (the COLL after it is its job); or, when the members agree on
- * shapes first (exec/coll.c: no data moves before every member posted),
+ * shapes first (run/coll.c: no data moves before every member posted),
  * when another member knew it as it started.
  */
 static void prune_prog(struct kn *k, struct cgr_compiled *c, size_t p,

@@ -50,7 +50,7 @@ struct cgr_ctx {
 	char *cudart_path; /* cgr_ctx_params.cudart_path, copied, or NULL */
 	char *nccl_path;   /* cgr_ctx_params.nccl_path, copied, or NULL */
 	const struct cgr_export *exports; /* cgr_ctx_params.exports */
-	/* Process workers (exec/proc.c): their monitor, and its end. */
+	/* Process workers (proc/proc.c): their monitor, and its end. */
 	struct cgr__procs *procs;
 	void (*release_procs)(cgr_ctx *ctx);
 	/* The driver's reference plus one per object that may outlive
@@ -65,7 +65,7 @@ struct cgr_ctx {
 	pthread_mutex_t ext_lock;
 	struct cgr__ctx_ext ext[CGR__CTX_EXT]; /* in order of creation */
 
-	/* The graph layers' (graph/, exec/): driver thread only.  Workers
+	/* The graph layers' (graph/ and above): driver thread only.  Workers
 	 * are freed with the context (release_workers), since an abandoned
 	 * worker thread uses its struct until it exits. */
 	struct cgr_worker *workers;	/* every worker ever created */
@@ -76,7 +76,7 @@ struct cgr_ctx {
 	 * bound to members (comm/ sees workers as handles only). */
 	int (*worker_device)(const struct cgr_worker *w);
 	/* Called on a worker thread that ends inside a task (a task calling
-	 * pthread_exit, exec/thread.c), once its graph was stopped: a worker
+	 * pthread_exit, thread/thread.c), once its graph was stopped: a worker
 	 * process's agent exits there (NULL: nothing more to do). */
 	void (*worker_lost)(cgr_ctx *ctx, struct cgr_worker *w);
 	bool destroyed;

@@ -248,7 +248,7 @@ int cgr__stream_enqueue(cgr_stream *s, const struct cgr__sop *op);
 
 /*
  * Running a sim stream's queue on the thread that enqueues (the worker's
- * reactor, exec/): a handoff to a parked executor costs a kernel wakeup
+ * reactor, run/): a handoff to a parked executor costs a kernel wakeup
  * (tens of us on a VM), more than short operations take.  Only the one
  * enqueuing thread calls these, and only on sim streams
  * (cgr__stream_is_sim).

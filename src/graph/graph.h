@@ -73,7 +73,7 @@ struct cgr_graph {
 	size_t noutputs;
 	bool compiled;
 	char errmsg[512];
-	/* Eager execution (exec/eager.c): its state, freed with the graph
+	/* Eager execution (drive/eager.c): its state, freed with the graph
 	 * by eager_free. */
 	void *eager;
 	void (*eager_free)(cgr_graph *g);

@@ -2,14 +2,14 @@
  * graph/worker.h: the worker (struct cgr_worker behind cgr.h's handle): a
  * thread with its own reactor that runs one compiled graph's program at a
  * time.  The graph builder and the compiler read its identity and state;
- * exec/thread.c runs its thread and lifecycle; exec/worker.c its program.
+ * thread/thread.c runs its thread and lifecycle; run/worker.c its program.
  *
  * Mailbox: the driver publishes a program (prog), then the command (cmd,
  * release), then rings bell; the worker parks on bell while idle or
  * waiting for input, and every producer of something it waits for rings
  * it.
  *
- * A process worker (exec/proc.c) has no thread here: its program runs in
+ * A process worker (proc/proc.c) has no thread here: its program runs in
  * its own process, which the driver reaches over a socket (proc).
  *
  * Threads: fields marked driver belong to the driver thread; the rest is
@@ -61,7 +61,7 @@ struct cgr_worker {
 	unsigned index;
 	int kind; /* enum cgr_worker_kind */
 	/* Its programs run in another process: in the driver, a process
-	 * worker (proc: its process, exec/proc.c); in a worker process,
+	 * worker (proc: its process, proc/proc.c); in a worker process,
 	 * every worker but its own (a stand-in that only names it). */
 	bool remote;
 	struct cgr__proc *proc;
@@ -84,7 +84,7 @@ struct cgr_worker {
 	struct cgr_future exited;
 	uint32_t exit_gen;
 
-	/* Eager execution (exec/eager.c): the operation of program step_prog
+	/* Eager execution (drive/eager.c): the operation of program step_prog
 	 * to run once for execution step_seq; step_done completes with its
 	 * result. */
 	struct cgr__prog *step_prog;
@@ -98,7 +98,7 @@ struct cgr_worker {
 	_Atomic uint64_t current_seq;
 
 	/* A thread that ends without returning (a task calling pthread_exit,
-	 * exec/thread.c): where it was (phase, program, reactor; its own
+	 * thread/thread.c): where it was (phase, program, reactor; its own
 	 * thread only), and, once it ended, lost (release) after lost_msg. */
 	int phase; /* enum cgr__wphase */
 	struct cgr__prog *running;

@@ -124,7 +124,7 @@ struct cgr__reactor {
 	uint64_t next_watch_id;
 	int64_t watch_at; /* a spin looks at the watches from then on */
 	/* Device work the reactor polls while it waits (NULL: none): poll
-	 * advances it (a worker's NCCL collectives, exec/launch.c) and says
+	 * advances it (a worker's NCCL collectives, run/launch.c) and says
 	 * whether some is still pending; then a park is bounded (2 us,
 	 * doubling to 200 us), since a device cannot ring a doorbell. */
 	bool (*poll)(void *arg);

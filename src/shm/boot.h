@@ -13,8 +13,8 @@
  * deadline (-ETIMEDOUT, naming the ranks missing); either way every
  * socket is closed, nothing half-built is left.
  *
- * Who uses it: exec/proc.c starts each process worker with a rendezvous
- * of one (accept_child) and exec/agent.c joins it; tests/shm-boot.c
+ * Who uses it: proc/proc.c starts each process worker with a rendezvous
+ * of one (accept_child) and proc/agent.c joins it; tests/shm-boot.c
  * covers the rest.  Threads: one rendezvous
  * from one thread.
  */

@@ -12,8 +12,8 @@
  * Who uses it: the process workers.  A graph with process workers lays
  * its rings, payload slots, output map and the CPU communicator's buffers
  * in one typed, sealed segment (compile/shared.c) that the driver hands
- * each worker process over a Unix socket (exec/proc.c), and the worker
- * attaches after checking its header (exec/agent.c).  tests/ring-stress.c
+ * each worker process over a Unix socket (proc/proc.c), and the worker
+ * attaches after checking its header (proc/agent.c).  tests/ring-stress.c
  * and perf/ring_pingpong.c run bare rings between processes over it;
  * tests/shm-segment.c covers the checks.
  *

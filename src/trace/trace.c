@@ -2,7 +2,7 @@
  * trace/trace.c: pictures of a graph and of what it did.
  *
  * cgr_compiled_write_trace turns the per-worker trace buffers (filled by
- * exec/worker.c, preallocated at compile) into Chrome trace JSON, one track
+ * run/worker.c, preallocated at compile) into Chrome trace JSON, one track
  * per worker and one per communication or compute stream, which Perfetto
  * and chrome://tracing open.  The DOT writers draw the graph (one cluster
  * per worker) and the compiled schedule (each worker's program in order,

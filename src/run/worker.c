@@ -1,5 +1,5 @@
 /*
- * exec/worker.c: the worker side of a compiled graph.  The worker thread
+ * run/worker.c: the worker side of a compiled graph.  The worker thread
  * runs its program once per execution, in sequence order: READ waits for a
  * channel's announcement (spinning, then parking on the worker's
  * doorbell), COMPUTE calls the task with values that point into the
@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "exec/exec.h"
+#include "run/run.h"
 
 /* Records one operation, while room is left (never wraps: a reader may be
  * looking at the records already published). */

@@ -1,20 +1,23 @@
 /*
- * exec/exec.h: running compiled graphs: a worker's program loop
- * (worker.c), a member's share of a collective (coll.c), the stream jobs
- * of overlap (stream.c), the worker threads (thread.c) and the driver
- * (driver.c); and the test builds' fault injection (fault.c).
+ * run/run.h: running one worker's share of a compiled graph, whoever
+ * hosts the worker: its program loop (worker.c), a member's share of a
+ * collective (coll.c), the stream jobs of overlap (stream.c), the NCCL
+ * queue (launch.c), device failures (failure.c); and the test builds'
+ * fault injection (fault.c).  Also what the driver (drive/) and the
+ * worker hosts (thread/, proc/) call of each other.
  */
-#ifndef CGR_EXEC_H
-#define CGR_EXEC_H
+#ifndef CGR_RUN_H
+#define CGR_RUN_H
 
 #include "compile/prog.h"
 
 /* Starts compiled graph c's programs on the workers of this process and
- * lists it with ctx (driver.c). */
+ * lists it with ctx (drive/graph_compile.c). */
 void cgr__compiled_start(cgr_ctx *ctx, cgr_compiled *c);
 
 /* The compiled graph whose program (or eager step) the calling thread
- * runs, NULL on any other thread (thread.c): the driver's calls refuse
+ * runs, NULL on any other thread (thread/thread.c): the driver's calls
+ * refuse
  * to be made from a task of their own graph. */
 extern __thread const struct cgr_compiled *cgr__running_graph
 	__attribute__((tls_model("initial-exec")));
@@ -30,7 +33,7 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p,
  * dropped. */
 void cgr__prog_leave(struct cgr__prog *p, struct cgr__reactor *r);
 
-/* Eager (eager.c): runs operation op of program p once, for execution
+/* Eager (drive/eager.c): runs operation op of program p once, for execution
  * seq, on w's thread (its reactor r): a COMPUTE or a COLL. */
 int cgr__worker_step(cgr_worker *w, struct cgr__prog *p, const void *op,
 		     uint64_t seq, struct cgr__reactor *r);

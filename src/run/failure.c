@@ -1,5 +1,5 @@
 /*
- * exec/failure.c: a worker whose device failed.
+ * run/failure.c: a worker whose device failed.
  *
  * A sticky CUDA error, seen by any call on the worker's streams or by the
  * watch the reactor runs while stream work is outstanding, does not make
@@ -13,8 +13,8 @@
  * the error values; every execution in flight completes on every worker;
  * the graph takes no more executions (cgr_execute: CGR_EWORKERGONE).
  *
- * A worker that died (a worker process, exec/proc.c; a worker thread
- * that ended inside a task, exec/thread.c) stops its graph instead
+ * A worker that died (a worker process, proc/proc.c; a worker thread
+ * that ended inside a task, thread/thread.c) stops its graph instead
  * (cgr__graph_dead): nothing it was to produce will come.
  *
  * Who completes a stream job is settled by its claimed flag: the stream's
@@ -24,7 +24,7 @@
 #include <sched.h>
 #include <stdio.h>
 
-#include "exec/exec.h"
+#include "run/run.h"
 
 /* How often the watch asks the device while stream work is out. */
 #define WATCH_NS 20000

@@ -1,5 +1,5 @@
 /*
- * exec/proc.h: process workers (see cgr.h, "Process workers"): the
+ * proc/proc.h: process workers (see cgr.h, "Process workers"): the
  * driver's side (proc.c: start, stop, the death monitor, and a graph's
  * compile, run and teardown in its worker processes) and the
  * worker process's (agent.c: cgr_worker_main), and the control messages
@@ -8,7 +8,7 @@
 #ifndef CGR_EXEC_PROC_H
 #define CGR_EXEC_PROC_H
 
-#include "exec/exec.h"
+#include "run/run.h"
 
 #define CGR__WORKER_ENV "CGR_WORKER"
 #define CGR__PROC_MAX 1024 /* process workers per context */
@@ -73,7 +73,7 @@ int cgr__proc_start(cgr_worker *w, int cpu);
 int cgr__proc_stop(cgr_worker *w, int64_t deadline);
 void cgr__proc_free(cgr_worker *w);
 /* Whether w died (*why: how): its process, or, for a thread worker, its
- * thread ended inside a task (exec/thread.c). */
+ * thread ended inside a task (thread/thread.c). */
 bool cgr__proc_dead(const cgr_worker *w, const char **why);
 
 /* A compiled graph with process workers (proc.c): compile hands each

@@ -1,5 +1,5 @@
 /*
- * exec/eager.c: eager (non-compiled) execution of a graph (cgr.h,
+ * drive/eager.c: eager (non-compiled) execution of a graph (cgr.h,
  * cgr_graph_execute_eager).
  *
  * The first eager run compiles the graph for itself (overlap off, one
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "compile/compile.h"
-#include "exec/exec.h"
+#include "run/run.h"
 
 struct eager {
 	cgr_compiled *c;
@@ -63,7 +63,7 @@ static int eager_check(cgr_graph *g)
 					g, CGR_EWORKERGONE,
 					"%s: worker %s was destroyed", t->name,
 					w->name);
-			/* L3: its thread ended in a task (exec/thread.c). */
+			/* L3: its thread ended in a task (thread/thread.c). */
 			if (atomic_load_explicit(&w->lost,
 						 memory_order_acquire))
 				return cgr__graph_fail(g, CGR_EPEERDEAD,
@@ -268,7 +268,7 @@ static int run_task(struct eager *e, const struct cgr__task *t, uint64_t seq,
 	for (size_t i = 0; i < n; i++) {
 		int r = step_wait(ps[i], deadline);
 		if (r == CGR_EPEERDEAD) {
-			/* Its thread ended inside the task (exec/thread.c,
+			/* Its thread ended inside the task (thread/thread.c,
 			 * which logged it). */
 			e->broken = true;
 			ret = r;

@@ -1,5 +1,5 @@
 /*
- * exec/coll.c: a worker's share of a collective node.
+ * run/coll.c: a worker's share of a collective node.
  *
  * Agreement first: each member posts a description of its input (value
  * kind, dtype, shape, or its error) on the collective's board for this
@@ -34,7 +34,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "exec/exec.h"
+#include "run/run.h"
 
 /* ---- describing and comparing ------------------------------------- */
 
@@ -907,7 +907,7 @@ void cgr__coll_device_mark(struct cgr__coll_rt *cr, uint64_t seq)
 }
 
 /* The CPU communicator's collectives: agreement, then the move, on the
- * caller's thread (NCCL's go through exec/launch.c).  Teardown cuts the
+ * caller's thread (NCCL's go through run/launch.c).  Teardown cuts the
  * agreement short: the outputs become error values (no reader computes
  * on stale data) and -ECANCELED is returned. */
 int cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq, struct cgr__reactor *r)

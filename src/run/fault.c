@@ -1,5 +1,5 @@
 /*
- * exec/fault.c: fault injection for the tests, built only with
+ * run/fault.c: fault injection for the tests, built only with
  * --enable-fault-injection (CGR_FAULT_INJECTION).  A test sets
  * cgr_compiled.debug_coll_delay_ns; then the communication streams sleep
  * a pseudo-random time up to a quarter of it before each collective, and
@@ -16,7 +16,7 @@
  */
 #include <time.h>
 
-#include "exec/exec.h"
+#include "run/run.h"
 
 /* The turns of lateness: a worker's collective, send and recv streams
  * (an NCCL collective's by its CUDA stream), then its compute stream. */

@@ -1,5 +1,5 @@
 /*
- * exec/proc.c: process workers, the driver's side.
+ * proc/proc.c: process workers, the driver's side.
  *
  * cgr_worker_create of a CGR_WORKER_PROCESS starts this program again
  * (/proc/self/exe, the same arguments, CGR_WORKER=<address> in its
@@ -7,7 +7,7 @@
  * connection then carries control messages (struct cgr__pmsg, one per
  * SOCK_SEQPACKET message): the worker's identity and init by exported
  * name, then per graph compile (with the graph's segment), run,
- * teardown, and finally stop.  The worker side is exec/agent.c.
+ * teardown, and finally stop.  The worker side is proc/agent.c.
  *
  * Death: a monitor thread per context polls every worker process's pidfd
  * (no timer: the kernel wakes it when the process exits).  A process that
@@ -39,7 +39,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "exec/proc.h"
+#include "proc/proc.h"
 #include "shm/boot.h"
 
 extern char **environ;
@@ -663,7 +663,7 @@ void cgr__proc_free(cgr_worker *w)
 bool cgr__proc_dead(const cgr_worker *w, const char **why)
 {
 	if (w->proc == NULL) {
-		/* A thread worker whose thread ended (exec/thread.c). */
+		/* A thread worker whose thread ended (thread/thread.c). */
 		if (!atomic_load_explicit(&w->lost, memory_order_acquire))
 			return false;
 		*why = w->lost_msg;

@@ -1,5 +1,5 @@
 /*
- * exec/driver.c: the driver's side of a compiled graph: execute (copy the
+ * drive/execute.c: the driver's side of a compiled graph: execute (copy the
  * arguments into their slots, announce them), get (drain the output rings,
  * hand out values that point into the output slots), release (free the
  * execution's slots), teardown and destroy.
@@ -27,93 +27,17 @@
 #include <string.h>
 
 #include "compile/compile.h"
-#include "exec/proc.h"
+#include "proc/proc.h"
 
 static inline uint32_t cgr__slot(const struct cgr_compiled *c, uint64_t seq)
 {
 	return (uint32_t)(seq & (c->nslots - 1));
 }
 
-/* What a graph with process workers cannot hold yet, and workers that
- * died (a process, or a thread that ended in a task): 0, or the error
- * (g's errmsg says which). */
-static int check_procs(cgr_graph *g)
-{
-	const char *why;
-
-	for (const struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
-		for (size_t i = 0; i < cgr__task_nworkers(t); i++) {
-			cgr_worker *w = cgr__task_worker(t, i);
-			if (cgr__proc_dead(w, &why))
-				return cgr__graph_fail(g, CGR_EPEERDEAD,
-						       "%s: %s", t->name, why);
-			if (!w->remote)
-				continue;
-			if ((t->flags & CGR_TASK_DEVICE) ||
-			    (t->coll && (t->cp.comm != NULL ||
-					 t->cp.backend == CGR_BACKEND_NCCL)))
-				return cgr__graph_fail(
-					g, -ENOTSUP,
-					"%s %s on process worker %s: device "
-					"tasks, NCCL and communicators of "
-					"the caller's are not supported on "
-					"process workers yet",
-					cgr__coll_name(t->coll), t->name,
-					w->name);
-		}
-	}
-	return 0;
-}
-
-void cgr__compiled_start(cgr_ctx *ctx, cgr_compiled *c)
-{
-	/* Each worker of this process holds a reference while it runs its
-	 * program. */
-	for (size_t i = 0; i < c->nprogs; i++) {
-		if (c->progs[i].w->remote)
-			continue;
-		atomic_fetch_add(&c->refs, 1);
-		c->progs[i].w->busy_with = c;
-		cgr__worker_post(c->progs[i].w, &c->progs[i]);
-	}
-	c->next = ctx->compiled;
-	ctx->compiled = c;
-}
-
-int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
-		      cgr_compiled **out)
-{
-	cgr_compiled *c;
-	int ret;
-
-	if (g == NULL || out == NULL)
-		return -EINVAL;
-	if ((ret = check_procs(g)) < 0)
-		return ret;
-	ret = cgr__graph_build(g, prm, -1, &c);
-	if (ret < 0)
-		return ret;
-	if (c->seg != NULL && (ret = cgr__pgraph_compile(c, g)) < 0) {
-		cgr__compiled_unref(c);
-		return ret;
-	}
-	g->compiled = true;
-	cgr__compiled_start(g->ctx, c);
-	/* The driver's handles of its worker processes serve c too (a
-	 * worker process's stand-ins do not: nothing there clears them). */
-	for (size_t i = 0; i < c->nprogs; i++)
-		if (c->progs[i].w->remote)
-			c->progs[i].w->busy_with = c;
-	if (c->seg != NULL)
-		cgr__pgraph_run(c);
-	*out = c;
-	return 0;
-}
-
 /* A worker process died (its graphs stop): its index + 1, or 0. */
 static inline uint32_t cgr__dead(const cgr_compiled *c)
 {
-	/* P1: pairs with the monitor's release (exec/proc.c). */
+	/* P1: pairs with the monitor's release (proc/proc.c). */
 	return atomic_load_explicit(&c->ctl->dead, memory_order_acquire);
 }
 
@@ -154,7 +78,7 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 		return CGR_ECLOSED;
 	if (cgr__running_graph == c)
 		return -EDEADLK;
-	/* G1: a worker's device failed (exec/failure.c; the log says). */
+	/* G1: a worker's device failed (run/failure.c; the log says). */
 	if (atomic_load_explicit(&c->ctl->gone, memory_order_acquire) != 0)
 		return CGR_EWORKERGONE;
 	if (cgr__dead(c))
@@ -398,7 +322,7 @@ int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
 	if (timeout_ns < 0)
 		timeout_ns = 1000000000;
 	deadline = cgr__deadline(timeout_ns);
-	/* Half the time for NCCL operations to finish (exec/launch.c). */
+	/* Half the time for NCCL operations to finish (run/launch.c). */
 	atomic_store_explicit(&c->ctl->drain_deadline,
 			      cgr__deadline(timeout_ns / 2),
 			      memory_order_relaxed);
@@ -408,7 +332,7 @@ int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
 		cgr__bell_ring_force(c->progs[i].bell);
 	/* T2: then abort the CPU communicators, so that a member waiting
 	 * inside a collective for a member that already left returns.  No
-	 * thread waits inside NCCL (exec/launch.c): a worker leaving with
+	 * thread waits inside NCCL (run/launch.c): a worker leaving with
 	 * an NCCL operation still pending aborts that communicator itself,
 	 * and the others stay whole (finalized, not aborted, at free). */
 	for (size_t i = 0; i < c->nused_comms; i++)

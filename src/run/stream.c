@@ -1,5 +1,5 @@
 /*
- * exec/stream.c: overlap's stream jobs.  A collective issued to its
+ * run/stream.c: overlap's stream jobs.  A collective issued to its
  * communication stream runs there as a job: the collective, then its
  * fused WRITE (the announcements of its outputs), then done = execution
  * + 1, which its worker's WAITs watch.  A stream task's function runs on
@@ -10,7 +10,7 @@
  */
 #include <errno.h>
 
-#include "exec/exec.h"
+#include "run/run.h"
 
 struct done_wait {
 	_Atomic uint64_t *done; /* a collective's or a stream task's */

@@ -1,5 +1,5 @@
 /*
- * exec/agent.c: a worker process (cgr_worker_main).
+ * proc/agent.c: a worker process (cgr_worker_main).
  *
  * The process joins its context's rendezvous (the address in
  * CGR_WORKER), learns who it is, and becomes a small cgr host: a context
@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "compile/compile.h"
-#include "exec/proc.h"
+#include "proc/proc.h"
 #include "shm/boot.h"
 
 struct agraph {

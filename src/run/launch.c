@@ -1,5 +1,5 @@
 /*
- * exec/launch.c: collectives on NCCL.  NCCL needs every
+ * run/launch.c: collectives on NCCL.  NCCL needs every
  * device to see the operations of all its communicators in one order, so
  * a worker's NCCL collectives form one queue (the schedule's NCCL stream,
  * CGR__S_NCCL, in the global order): the thread issues a job and goes
@@ -20,7 +20,7 @@
 #include <errno.h>
 #include <time.h>
 
-#include "exec/exec.h"
+#include "run/run.h"
 
 enum { L_NEW, L_POSTED, L_RUNNING, L_VERDICT };
 

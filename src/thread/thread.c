@@ -1,5 +1,5 @@
 /*
- * exec/thread.c: worker threads, and destroying a context.
+ * thread/thread.c: worker threads.
  *
  * A worker is a thread with its own reactor that runs the user's init, then
  * waits on its mailbox for a program (a compiled graph's share of work) or
@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "exec/proc.h"
+#include "proc/proc.h"
 
 static void worker_free(cgr_ctx *ctx, cgr_worker *w);
 
@@ -36,28 +36,6 @@ static int worker_device(const struct cgr_worker *w)
 	return w->device;
 }
 
-void cgr_ctx_destroy(cgr_ctx *ctx)
-{
-	cgr_worker *w;
-
-	if (ctx == NULL || ctx->destroyed)
-		return;
-	if (cgr__running_graph != NULL && cgr__running_graph->ctx == ctx) {
-		/* It would wait for the very task that called it. */
-		cgr__err(&ctx->log, "cgr_ctx_destroy called from a task of "
-				    "one of its graphs: refused, nothing freed");
-		return;
-	}
-	ctx->destroyed = true;
-	while (ctx->compiled != NULL)
-		cgr_compiled_destroy(ctx->compiled);
-	for (w = ctx->workers; w != NULL; w = w->next)
-		cgr_worker_destroy(w, 1000000000);
-	if (ctx->release_procs != NULL)
-		ctx->release_procs(ctx);
-	cgr__ctx_put(ctx);
-}
-
 /* ---- worker threads ----------------------------------------------- */
 
 static bool cgr__cmd_ready(void *arg)
@@ -67,7 +45,7 @@ static bool cgr__cmd_ready(void *arg)
 	       CGR__WCMD_IDLE;
 }
 
-/* An eager step (exec/eager.c): one operation, then idle again. */
+/* An eager step (drive/eager.c): one operation, then idle again. */
 static void worker_step(cgr_worker *w, struct cgr__reactor *r)
 {
 	uint32_t step = CGR__WCMD_STEP;

@@ -1,0 +1,28 @@
+/*
+ * drive/ctx_destroy.c: cgr_ctx_destroy: the context's graphs are torn
+ * down, its workers stopped (each with a deadline), worker processes
+ * released, and the driver's reference dropped.
+ */
+#include "run/run.h"
+
+void cgr_ctx_destroy(cgr_ctx *ctx)
+{
+	cgr_worker *w;
+
+	if (ctx == NULL || ctx->destroyed)
+		return;
+	if (cgr__running_graph != NULL && cgr__running_graph->ctx == ctx) {
+		/* It would wait for the very task that called it. */
+		cgr__err(&ctx->log, "cgr_ctx_destroy called from a task of "
+				    "one of its graphs: refused, nothing freed");
+		return;
+	}
+	ctx->destroyed = true;
+	while (ctx->compiled != NULL)
+		cgr_compiled_destroy(ctx->compiled);
+	for (w = ctx->workers; w != NULL; w = w->next)
+		cgr_worker_destroy(w, 1000000000);
+	if (ctx->release_procs != NULL)
+		ctx->release_procs(ctx);
+	cgr__ctx_put(ctx);
+}
