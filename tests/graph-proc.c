@@ -36,7 +36,7 @@
 
 #include <cgr.h>
 
-#include "exec/proc.h"
+#include "proc/proc.h"
 #include "graph/graph.h"
 #include "shm/boot.h"
 #include "shm/shm.h"

@@ -17,8 +17,7 @@ void cgr__compiled_start(cgr_ctx *ctx, cgr_compiled *c);
 
 /* The compiled graph whose program (or eager step) the calling thread
  * runs, NULL on any other thread (thread/thread.c): the driver's calls
- * refuse
- * to be made from a task of their own graph. */
+ * refuse to be made from a task of their own graph. */
 extern __thread const struct cgr_compiled *cgr__running_graph
 	__attribute__((tls_model("initial-exec")));
 
