@@ -47,11 +47,9 @@
  * them, unless the communicator failed: then only the aborts run.
  * ncclCommDestroy is never used on an error path.
  */
-#include <dlfcn.h>
 #include <errno.h>
-#include <link.h>
-#include <sched.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -61,6 +59,7 @@
 
 #include "comm/comm.h"
 #include "comm/nccl_abi.h"
+#include "device/lib.h"
 
 #ifndef CGR_NCCL_LIBDIR
 #define CGR_NCCL_LIBDIR "/usr/local/cuda/lib64"
@@ -84,23 +83,20 @@ struct cgr__ncclrt {
 #undef FIELD
 };
 
-static int rt_resolve(struct cgr__ncclrt *rt, void *h)
-{
-#define SYM(field, name)                                                  \
-	do {                                                              \
-		*(void **)&rt->field = dlsym(h, name);                    \
-		if (rt->field == NULL) {                                  \
-			snprintf(rt->why, sizeof(rt->why),                \
-				 "libnccl lacks %s", name);               \
-			return -ENODEV;                                   \
-		}                                                         \
-	} while (0)
-#define RESOLVE(field, name, ret, args) SYM(field, #name);
-	CGR__NCCL_CALLS(RESOLVE)
-#undef RESOLVE
-#undef SYM
-	return 0;
-}
+/* The table's symbols (device/lib.h resolves them): those every NCCL
+ * cgr takes has, and those of 2.28.3 on (optional). */
+static const struct cgr__lib_sym rt_syms[] = {
+#define REQ(field, name, ret, args)                                            \
+	{#name, offsetof(struct cgr__ncclrt, field), false},
+    CGR__NCCL_CALLS(REQ)
+#undef REQ
+};
+static const struct cgr__lib_sym rt_gsa_syms[] = {
+#define OPT(field, name, ret, args)                                            \
+	{#name, offsetof(struct cgr__ncclrt, field), true},
+    CGR__NCCL_GSA_CALLS(OPT)
+#undef OPT
+};
 
 /* The key of this backend's state in a context (cgr__ctx_state). */
 static const char cgr__nccl_key;
@@ -118,26 +114,19 @@ static int rt_make(cgr_ctx *ctx, void **out)
 		"libnccl.so.2", "libnccl.so", CGR_NCCL_LIBDIR "/libnccl.so.2",
 	};
 	struct cgr__ncclrt *rt = cgr__alloc(&ctx->arena, sizeof(*rt), 64);
-	void *h = NULL;
+	char path[192];
+	void *h;
 	int v = 0;
 
 	if (rt == NULL)
 		return -ENOMEM;
 	*out = rt;
-	if (ctx->nccl_path != NULL)
-		h = dlopen(ctx->nccl_path, RTLD_NOW | RTLD_LOCAL);
-	for (size_t i = 0;
-	     h == NULL && ctx->nccl_path == NULL && i < CGR__ARRAY_SIZE(names);
-	     i++)
-		h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-	if (h == NULL) {
-		snprintf(rt->why, sizeof(rt->why),
-			 "NCCL (%s) could not be loaded",
-			 ctx->nccl_path != NULL ? ctx->nccl_path :
-						  "libnccl.so.2");
-		return 0;
-	}
-	if (rt_resolve(rt, h) < 0)
+	h = cgr__lib_open(ctx, CGR__LIB_NCCL, "NCCL", names,
+			  CGR__ARRAY_SIZE(names), "libnccl.so.2", path,
+			  sizeof(path), rt->why, sizeof(rt->why));
+	if (h == NULL || cgr__lib_resolve(h, "libnccl", rt, rt_syms,
+					  CGR__ARRAY_SIZE(rt_syms), rt->why,
+					  sizeof(rt->why)) < 0)
 		return 0;
 	if (rt->get_version(&v) != ncclSuccess || v < MIN_VERSION) {
 		snprintf(rt->why, sizeof(rt->why),
@@ -146,24 +135,15 @@ static int rt_make(cgr_ctx *ctx, void **out)
 		return 0;
 	}
 	if (v >= NATIVE_GSA) {
-#define OPTIONAL(field, name, ret, args) \
-	*(void **)&rt->field = dlsym(h, #name);
-		CGR__NCCL_GSA_CALLS(OPTIONAL)
-#undef OPTIONAL
+		cgr__lib_resolve(h, "libnccl", rt, rt_gsa_syms,
+				 CGR__ARRAY_SIZE(rt_gsa_syms), rt->why,
+				 sizeof(rt->why));
 		if (rt->gather == NULL || rt->scatter == NULL ||
 		    rt->alltoall == NULL)
 			rt->gather = rt->scatter = NULL, rt->alltoall = NULL;
 	}
 	rt->version = v;
-	{
-		struct link_map *lm = NULL;
-		const char *path = ctx->nccl_path != NULL ? ctx->nccl_path :
-							     "libnccl.so.2";
-		if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL &&
-		    lm->l_name != NULL && *lm->l_name)
-			path = lm->l_name;
-		cgr__info(&ctx->log, "nccl: %s, version %d", path, v);
-	}
+	cgr__info(&ctx->log, "nccl: %s, version %d", path, v);
 	return 0;
 }
 

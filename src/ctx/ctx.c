@@ -1,22 +1,20 @@
 /*
- * ctx/ctx.c: creating a context, its references, and the per-context
- * state of higher layers (see ctx.h).
+ * ctx/ctx.c: a new context (the public cgr_ctx_create, which also
+ * records what the layers above are to know, is drive/ctx_create.c), its
+ * references, and the per-context state of higher layers (see ctx.h).
  */
 #include <errno.h>
 #include <string.h>
 
 #include "ctx/ctx.h"
 
-int cgr_ctx_create(const cgr_ctx_params *p, cgr_ctx **out)
+int cgr__ctx_new(const cgr_ctx_params *p, cgr_ctx **out)
 {
-	cgr_ctx_params prm;
+	cgr_ctx_params prm = *p;
 	cgr_ctx *ctx;
 	struct cgr__arena arena;
 	int ret;
 
-	if (out == NULL || (p != NULL && p->size < sizeof(size_t)))
-		return -EINVAL;
-	CGR__PARAMS_COPY(prm, p, ((cgr_ctx_params)CGR_CTX_PARAMS_INIT));
 	if (prm.flags & ~(unsigned)CGR_CTX_NO_IO_URING)
 		return -EINVAL;
 	ret = cgr__arena_init(&arena);
@@ -32,19 +30,7 @@ int cgr_ctx_create(const cgr_ctx_params *p, cgr_ctx **out)
 	ctx->arena.flags = arena.flags;
 	atomic_init(&ctx->arena.live_bytes,
 		    atomic_load(&arena.live_bytes));
-	atomic_init(&ctx->arena.live_blocks,
-		    atomic_load(&arena.live_blocks));
-	if ((prm.cudart_path != NULL &&
-	     (ctx->cudart_path = cgr__strdup(&ctx->arena, prm.cudart_path)) ==
-		     NULL) ||
-	    (prm.nccl_path != NULL &&
-	     (ctx->nccl_path = cgr__strdup(&ctx->arena, prm.nccl_path)) ==
-		     NULL)) {
-		cgr__strfree(&ctx->arena, ctx->cudart_path);
-		cgr__free(&ctx->arena, ctx, sizeof(*ctx), 64);
-		cgr__arena_fini(&arena);
-		return -ENOMEM;
-	}
+	atomic_init(&ctx->arena.live_blocks, atomic_load(&arena.live_blocks));
 	ctx->log.fn = prm.log_fn;
 	ctx->log.arg = prm.log_arg;
 	ctx->log.level = prm.log_level;
@@ -65,12 +51,11 @@ static void ctx_free(cgr_ctx *ctx)
 	if (ctx->release_workers != NULL)
 		ctx->release_workers(ctx);
 	for (int i = CGR__CTX_EXT; i-- > 0;)
-		if (ctx->ext[i].key != NULL && ctx->ext[i].fini != NULL)
+		if (atomic_load(&ctx->ext[i].key) != NULL &&
+		    ctx->ext[i].fini != NULL)
 			ctx->ext[i].fini(ctx, ctx->ext[i].p);
 	pthread_mutex_destroy(&ctx->lock);
 	pthread_mutex_destroy(&ctx->ext_lock);
-	cgr__strfree(&ctx->arena, ctx->cudart_path);
-	cgr__strfree(&ctx->arena, ctx->nccl_path);
 	arena.index = ctx->arena.index;
 	arena.flags = ctx->arena.flags;
 	cgr__free(&ctx->arena, ctx, sizeof(*ctx), 64);
@@ -94,24 +79,45 @@ int cgr__ctx_state(cgr_ctx *ctx, const void *key,
 	if (key == NULL)
 		return -EINVAL;
 	pthread_mutex_lock(&ctx->ext_lock);
-	for (size_t i = 0; i < CGR__CTX_EXT && x == NULL; i++)
-		if (ctx->ext[i].key == key || ctx->ext[i].key == NULL)
+	for (size_t i = 0; i < CGR__CTX_EXT && x == NULL; i++) {
+		/* Relaxed: entries are written under the lock we hold. */
+		const void *k = atomic_load_explicit(&ctx->ext[i].key,
+						     memory_order_relaxed);
+		if (k == key || k == NULL)
 			x = &ctx->ext[i];
+	}
 	if (x == NULL) {
 		ret = -ENOSPC;
-	} else if (x->key == NULL) {
+	} else if (atomic_load_explicit(&x->key, memory_order_relaxed) ==
+		   NULL) {
 		void *p = NULL;
 		ret = make(ctx, &p);
 		if (ret == 0) {
 			x->p = p;
 			x->fini = fini;
-			x->key = key;
+			/* X0: publishes p and fini; pairs with X1. */
+			atomic_store_explicit(&x->key, key,
+					      memory_order_release);
 		}
 	}
 	if (ret == 0)
 		*out = x->p;
 	pthread_mutex_unlock(&ctx->ext_lock);
 	return ret;
+}
+
+void *cgr__ctx_state_get(cgr_ctx *ctx, const void *key)
+{
+	for (size_t i = 0; i < CGR__CTX_EXT; i++) {
+		/* X1: acquire: pairs with X0. */
+		const void *k = atomic_load_explicit(&ctx->ext[i].key,
+						     memory_order_acquire);
+		if (k == NULL)
+			return NULL; /* entries fill in order */
+		if (k == key)
+			return ctx->ext[i].p;
+	}
+	return NULL;
 }
 
 int cgr_ctx_memory(const cgr_ctx *ctx, size_t *live_bytes, size_t *live_blocks)

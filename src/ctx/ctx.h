@@ -38,7 +38,9 @@ struct cgr__procs;
 #define CGR__CTX_EXT 8
 
 struct cgr__ctx_ext {
-	const void *key; /* NULL: a free entry */
+	/* NULL: a free entry.  Published (release) after p and fini, so
+	 * cgr__ctx_state_get reads an entry without the lock. */
+	const void *_Atomic key;
 	void *p;
 	void (*fini)(cgr_ctx *ctx, void *p);
 };
@@ -47,8 +49,6 @@ struct cgr_ctx {
 	struct cgr__logger log;
 	struct cgr__arena arena;
 	unsigned flags;
-	char *cudart_path; /* cgr_ctx_params.cudart_path, copied, or NULL */
-	char *nccl_path;   /* cgr_ctx_params.nccl_path, copied, or NULL */
 	const struct cgr_export *exports; /* cgr_ctx_params.exports */
 	/* Process workers (proc/proc.c): their monitor, and its end. */
 	struct cgr__procs *procs;
@@ -88,6 +88,10 @@ static inline void cgr__ctx_ref(cgr_ctx *ctx)
 	atomic_fetch_add_explicit(&ctx->refs, 1, memory_order_relaxed);
 }
 
+/* A context from checked parameters p (the whole struct, defaults
+ * filled in): 0, -EINVAL (unknown flags) or -ENOMEM. */
+int cgr__ctx_new(const cgr_ctx_params *p, cgr_ctx **out);
+
 /* Drops a reference; the last one frees the context. */
 void cgr__ctx_put(cgr_ctx *ctx);
 
@@ -102,5 +106,9 @@ void cgr__ctx_put(cgr_ctx *ctx);
 int cgr__ctx_state(cgr_ctx *ctx, const void *key,
 		   int (*make)(cgr_ctx *, void **),
 		   void (*fini)(cgr_ctx *, void *), void **out);
+
+/* The state under key if it was made already, else NULL; takes no lock
+ * (so a make() of another key may call it). */
+void *cgr__ctx_state_get(cgr_ctx *ctx, const void *key);
 
 #endif

@@ -55,8 +55,6 @@
  * bad argument is -EINVAL, out of memory -ENOMEM, anything else -EIO
  * (logged).
  */
-#include <dlfcn.h>
-#include <link.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -68,6 +66,7 @@
 
 #include "device/cudart_abi.h"
 #include "device/device.h"
+#include "device/lib.h"
 #include "reactor/reactor.h"
 
 #ifndef CGR_CUDA_LIBDIR
@@ -148,39 +147,16 @@ struct cgr__cudart {
 	struct cgr__cu_waker *_Atomic waker;
 };
 
-/* Resolves the table from handle h: 0, or -ENODEV with rt->why set. */
-static int rt_resolve(struct cgr__cudart *rt, void *h)
-{
-#define CGR__SYM(field, name)                                              \
-	do {                                                               \
-		*(void **)&rt->field = dlsym(h, name);                     \
-		if (rt->field == NULL) {                                   \
-			snprintf(rt->why, sizeof(rt->why),                 \
-				 "libcudart lacks %s", name);              \
-			return -ENODEV;                                    \
-		}                                                          \
-	} while (0)
-#define CGR__RESOLVE(field, name, ret, args) CGR__SYM(field, #name);
-#define CGR__OPTIONAL(field, name, ret, args)                              \
-	*(void **)&rt->field = dlsym(h, #name);
-	CGR__CUDART_CALLS(CGR__RESOLVE)
-	CGR__CUDART_OPTIONAL(CGR__OPTIONAL)
-#undef CGR__OPTIONAL
-#undef CGR__RESOLVE
-#undef CGR__SYM
-	return 0;
-}
-
-/* The path of the library behind handle h, into buf. */
-static void rt_path(void *h, const char *asked, char *buf, size_t len)
-{
-	struct link_map *lm = NULL;
-
-	if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm != NULL &&
-	    lm->l_name != NULL && *lm->l_name)
-		asked = lm->l_name;
-	snprintf(buf, len, "%s", asked);
-}
+/* The table's symbols (device/lib.h resolves them). */
+static const struct cgr__lib_sym rt_syms[] = {
+#define CGR__REQ(field, name, ret, args)                                       \
+	{#name, offsetof(struct cgr__cudart, field), false},
+#define CGR__OPT(field, name, ret, args)                                       \
+	{#name, offsetof(struct cgr__cudart, field), true},
+    CGR__CUDART_CALLS(CGR__REQ) CGR__CUDART_OPTIONAL(CGR__OPT)
+#undef CGR__OPT
+#undef CGR__REQ
+};
 
 /*
  * Loads the runtime for ctx: the library cgr_ctx_params.cudart_path
@@ -199,7 +175,6 @@ static int rt_make(cgr_ctx *ctx, void **out)
 		CGR_CUDA_LIBDIR "/libcudart.so.12",
 	};
 	struct cgr__cudart *rt = cgr__alloc(&ctx->arena, sizeof(*rt), 64);
-	const char *asked = ctx->cudart_path;
 	void *h = NULL;
 	int n = 0, v = 0;
 	cudaError_t e;
@@ -211,22 +186,13 @@ static int rt_make(cgr_ctx *ctx, void **out)
 	rt->ndev = -ENODEV;
 	pthread_mutex_init(&rt->gate_lock, NULL);
 	atomic_init(&rt->waker, NULL);
-	if (asked != NULL)
-		h = dlopen(asked, RTLD_NOW | RTLD_LOCAL);
-	for (size_t i = 0; h == NULL && ctx->cudart_path == NULL &&
-			   i < sizeof(names) / sizeof(*names);
-	     i++)
-		h = dlopen(asked = names[i], RTLD_NOW | RTLD_LOCAL);
-	if (h == NULL) {
-		snprintf(rt->why, sizeof(rt->why),
-			 "the CUDA runtime (%s) could not be loaded",
-			 ctx->cudart_path != NULL ?
-				 ctx->cudart_path :
-				 "libcudart.so.13 or libcudart.so.12");
-		return 0;
-	}
-	rt_path(h, asked, rt->path, sizeof(rt->path));
-	if (rt_resolve(rt, h) < 0)
+	h = cgr__lib_open(ctx, CGR__LIB_CUDART, "the CUDA runtime", names,
+			  CGR__ARRAY_SIZE(names),
+			  "libcudart.so.13 or libcudart.so.12", rt->path,
+			  sizeof(rt->path), rt->why, sizeof(rt->why));
+	if (h == NULL || cgr__lib_resolve(h, "libcudart", rt, rt_syms,
+					  CGR__ARRAY_SIZE(rt_syms), rt->why,
+					  sizeof(rt->why)) < 0)
 		return 0;
 	e = rt->runtime_version(&v);
 	if (e != cudaSuccess || v < CGR__CUDART_MIN || v >= CGR__CUDART_END) {
