@@ -88,13 +88,13 @@ struct cgr__ncclrt {
 static const struct cgr__lib_sym rt_syms[] = {
 #define REQ(field, name, ret, args)                                            \
 	{#name, offsetof(struct cgr__ncclrt, field), false},
-    CGR__NCCL_CALLS(REQ)
+	CGR__NCCL_CALLS(REQ)
 #undef REQ
 };
 static const struct cgr__lib_sym rt_gsa_syms[] = {
 #define OPT(field, name, ret, args)                                            \
 	{#name, offsetof(struct cgr__ncclrt, field), true},
-    CGR__NCCL_GSA_CALLS(OPT)
+	CGR__NCCL_GSA_CALLS(OPT)
 #undef OPT
 };
 

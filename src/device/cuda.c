@@ -153,7 +153,8 @@ static const struct cgr__lib_sym rt_syms[] = {
 	{#name, offsetof(struct cgr__cudart, field), false},
 #define CGR__OPT(field, name, ret, args)                                       \
 	{#name, offsetof(struct cgr__cudart, field), true},
-    CGR__CUDART_CALLS(CGR__REQ) CGR__CUDART_OPTIONAL(CGR__OPT)
+	CGR__CUDART_CALLS(CGR__REQ)
+	CGR__CUDART_OPTIONAL(CGR__OPT)
 #undef CGR__OPT
 #undef CGR__REQ
 };
