@@ -13,6 +13,8 @@
  *             running, WAITs where values are used (overlap.c)
  *   prune     the WAITs other orderings imply dropped (prune.c)
  *   verify    again, on the final programs: streams included
+ *   plan      the programs encoded as the plan (plan.h), checked, and
+ *             the programs that run built from it (plan.c)
  *   create    communicators, events, streams (create.c; skipped when only
  *             planning)
  *
@@ -21,6 +23,7 @@
 #ifndef CGR_COMPILE_H
 #define CGR_COMPILE_H
 
+#include "compile/plan.h"
 #include "compile/prog.h"
 
 /* One compilation. */
@@ -69,6 +72,20 @@ int cgr__prune_waits(struct cgr_compiled *c, size_t ntasks);
 /* verify.c: runs the programs of c abstractly (threads and streams) for
  * two executions; 0, or CGR_EDEADLOCK with the cycle in msg. */
 int cgr__verify(struct cgr_compiled *c, char *msg, size_t len);
+
+/* plan.c: the working programs of c encoded as a plan image (in c's
+ * memory; *img, *len); the programs of a checked plan built into c->progs
+ * (0, -ENOMEM, or -EPROTO when the plan does not fit this graph: g's
+ * errmsg says why). */
+int cgr__plan_encode(struct cgr__cc *cc, void **img, size_t *len);
+int cgr__plan_load(struct cgr__cc *cc, const struct cgr__plan *pl);
+
+/* Tests only: after the driver wrote a graph's plan (img, len bytes: in
+ * the shared segment when the graph has one), the compile builds its
+ * programs from the image the hook returns instead (a copy elsewhere, or
+ * a corrupted one: it is checked first).  NULL: no hook. */
+typedef const void *(*cgr__plan_hook_fn)(void *arg, void *img, size_t len);
+void cgr__plan_set_hook(cgr__plan_hook_fn fn, void *arg);
 
 /* create.c */
 int cgr__create(struct cgr__cc *cc);

@@ -345,6 +345,10 @@ struct cgr_compiled {
 	size_t nchans;
 	struct cgr__prog *progs;
 	size_t nprogs;
+	/* The compiled plan the programs were built from (compile/plan.h):
+	 * in the shared segment when there is one, immutable. */
+	const void *plan;
+	size_t plan_len;
 
 	/* Driver side. */
 	size_t nargs;
