@@ -482,11 +482,12 @@ static int ck_coll(struct ck *k, size_t pi, size_t ci,
 			       "of range (%u)",
 			       pi, ci, e->task_id, k->h->ntasks);
 	if (e->n < 1 || e->n > CGR_MAX_RANKS || e->rank < 0 ||
-	    e->rank >= e->n || e->k < 1)
+	    e->rank >= e->n || e->k < 1 ||
+	    (cgr__coll_rooted(e->kind) && (e->root < 0 || e->root >= e->n)))
 		return ck_fail(k, -EINVAL,
-			       "program %zu collective %zu: rank %d of %d "
-			       "members, %u tensors",
-			       pi, ci, e->rank, e->n, e->k);
+			       "program %zu collective %zu: rank %d (root %d) "
+			       "of %d members, %u tensors out of range",
+			       pi, ci, e->rank, e->root, e->n, e->k);
 	if (e->cstream < 0 || e->cstream >= CGR__S_NCCL || e->sclass < 0 ||
 	    e->sclass >= CGR__NSTREAMS)
 		return ck_fail(k, -EINVAL,
@@ -659,6 +660,20 @@ static int ld_fail(struct cgr__cc *cc, int err, const char *fmt, ...)
 	return cgr__graph_fail(cc->g, err, "the compiled plan: %s", msg);
 }
 
+/* Task t's inputs with CGR_INPUT_ALL expanded (every argument). */
+static size_t nin_expanded(const struct cgr_compiled *c,
+			   const struct cgr__task *t)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < t->nin; i++)
+		n += t->in[i]->kind == CGR__NODE_INPUT &&
+			     t->in[i]->index == CGR_INPUT_ALL
+			 ? c->nargs
+			 : 1;
+	return n;
+}
+
 static int ld_task(struct cgr__cc *cc, const struct cgr__plan *pl, size_t pi,
 		   struct cgr__prog *p, size_t ti)
 {
@@ -668,11 +683,12 @@ static int ld_task(struct cgr__cc *cc, const struct cgr__plan *pl, size_t pi,
 	struct cgr_task_ctx *tc = &p->tcs[ti];
 
 	if (t == NULL || t->coll || t->nout != e->nout ||
-	    cgr__task_rank(t, p->w) != 0)
+	    nin_expanded(c, t) != e->nin || cgr__task_rank(t, p->w) != 0)
 		return ld_fail(cc, -EPROTO,
 			       "program %zu task %zu: graph task %u is no "
-			       "task of %u outputs on worker %s here",
-			       pi, ti, e->task_id, e->nout, p->w->name);
+			       "task of %u inputs and %u outputs on worker "
+			       "%s here",
+			       pi, ti, e->task_id, e->nin, e->nout, p->w->name);
 	tc->c = c;
 	tc->task_id = e->task_id;
 	tc->w = p->w;
@@ -759,6 +775,8 @@ static int ld_coll(struct cgr__cc *cc, const struct cgr__plan *pl, size_t pi,
 
 	if (t == NULL || !t->coll || t->coll != e->kind ||
 	    (int)t->nmembers != e->n || t->cp.ntensors != e->k ||
+	    t->cp.root != e->root || (int)t->cp.op != e->op ||
+	    t->edge != ((e->flags & CGR__PLAN_EDGE) != 0) ||
 	    cgr__task_rank(t, p->w) != e->rank || cc->boards[t->id] == NULL ||
 	    e->cap != cgr__port_cap(t->max_out_bytes ? t->max_out_bytes
 						     : c->p.max_value_bytes))
