@@ -13,8 +13,9 @@
  * its range (checksum recomputed), another version or magic, or a short
  * length is refused with a reason saying which; so is a corrupted plan
  * handed to a compile (thread workers), a sound one that does not fit
- * the graph, and a corrupted one in the segment that worker processes
- * read (they still serve the next graph).
+ * the graph, and, by worker processes, a corrupted one in the segment
+ * or one that is not what their own compile writes (they still serve the
+ * next graph).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -177,7 +178,7 @@ static long run(cgr_compiled *c, long iters, struct res *r)
 
 /* ---- the hook: the plan elsewhere ----------------------------------- */
 
-enum where { W_HERE, W_MALLOC, W_MMAP, W_FLIP, W_SEG_FLIP, W_TASK };
+enum where { W_HERE, W_MALLOC, W_MMAP, W_FLIP, W_SEG_FLIP, W_SEG_NAME, W_TASK };
 
 static struct hook {
 	enum where where;
@@ -229,6 +230,17 @@ static const void *hook(void *arg, void *img, size_t len)
 			    (void *)((char *)h->copy + ph->colls_off);
 			t[0].task_id = cl[0].task_id;
 			reseal(h->copy, len);
+		}
+		return h->copy;
+	case W_SEG_NAME:
+		/* A sound plan in the segment (checksum made to match), but
+		 * not the one the workers' compiles write: a name changed. */
+		h->copy = aligned_alloc(64, CGR__ALIGN_UP(len, 64));
+		memcpy(h->copy, img, len);
+		{
+			const struct cgr__plan_hdr *ph = img;
+			((char *)img)[ph->str_off] ^= 0x20;
+			reseal(img, len);
 		}
 		return h->copy;
 	case W_SEG_FLIP:
@@ -564,6 +576,16 @@ int main(int argc, char **argv)
 		 strstr(msg, "checksum mismatch") != NULL,
 	     "worker processes refuse a corrupted plan in the segment (%d): "
 	     "%s",
+	     ret, msg);
+	free(r.b);
+	/* Or a sound one that is not what their own compiles write. */
+	memset(&r, 0, sizeof(r));
+	ret = compile_run(PW, 0, W_SEG_NAME, iters, &r, NULL, NULL, msg,
+			  sizeof(msg));
+	t_ok(ret < 0 &&
+		 strstr(msg, "differs from this worker's compile") != NULL,
+	     "worker processes refuse a plan that is not their compile's "
+	     "(%d): %s",
 	     ret, msg);
 	free(r.b);
 	/* And the workers still serve a sound one. */

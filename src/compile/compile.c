@@ -6,6 +6,7 @@
  * each worker its program.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,11 +275,12 @@ void cgr__plan_set_hook(cgr__plan_hook_fn fn, void *arg)
 	plan_hook_arg = arg;
 }
 
-/* The first byte where a and b (n bytes each) differ. */
+/* The first byte where plans a and b (n bytes each) differ, past their
+ * checksums (which differ whenever anything else does). */
 static size_t first_diff(const void *a, const void *b, size_t n)
 {
 	const unsigned char *x = a, *y = b;
-	size_t i = 0;
+	size_t i = offsetof(struct cgr__plan_hdr, checksum) + 8;
 
 	while (i < n && x[i] == y[i])
 		i++;
