@@ -1,10 +1,12 @@
 /*
  * compile/compile.c: the compiler's pipeline (compile.h lists the passes)
  * and the compiled graph's memory: cgr_graph_compile validates, lowers,
- * verifies, overlaps, prunes, verifies again and creates what the programs
- * use, then hands each worker its program.
+ * verifies, overlaps, prunes, verifies again, writes the plan and builds
+ * the programs from it, and creates what the programs use, then hands
+ * each worker its program.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +266,77 @@ static int verify(struct cgr__cc *cc, const char *stage)
 	return ret;
 }
 
+static cgr__plan_hook_fn plan_hook;
+static void *plan_hook_arg;
+
+void cgr__plan_set_hook(cgr__plan_hook_fn fn, void *arg)
+{
+	plan_hook = fn;
+	plan_hook_arg = arg;
+}
+
+/* The first byte where plans a and b (n bytes each) differ, past their
+ * checksums (which differ whenever anything else does). */
+static size_t first_diff(const void *a, const void *b, size_t n)
+{
+	const unsigned char *x = a, *y = b;
+	size_t i = offsetof(struct cgr__plan_hdr, checksum) + 8;
+
+	while (i < n && x[i] == y[i])
+		i++;
+	return i;
+}
+
+/*
+ * The plan: the working programs encoded once, into the shared segment
+ * when the graph has one, and the programs that run built from it.  A
+ * worker process compiling over the driver's segment takes the driver's
+ * plan there instead, checked first, and refuses it unless its own
+ * compile came out the same bytes (the layout it laid out is the one the
+ * plan refers to).
+ */
+static int plan(struct cgr__cc *cc)
+{
+	struct cgr_compiled *c = cc->c;
+	cgr_graph *g = cc->g;
+	bool attached = cgr__c_attached(c);
+	const char *where = attached ? " in the driver's segment" : "";
+	char why[sizeof(g->errmsg) - 64];
+	struct cgr__plan pl;
+	const void *src;
+	void *img, *at;
+	size_t len;
+	int ret = cgr__plan_encode(cc, &img, &len);
+
+	if (ret < 0)
+		return ret;
+	at = img;
+	if (c->seg != NULL && (at = cgr__c_salloc(c, len)) == NULL)
+		return attached ? cgr__graph_fail(g, -EPROTO,
+						  "the compiled plan%s lies "
+						  "outside it",
+						  where)
+				: -ENOMEM;
+	if (c->seg != NULL && !attached)
+		memcpy(at, img, len);
+	src = at;
+	if (!attached && plan_hook != NULL)
+		src = plan_hook(plan_hook_arg, at, len);
+	ret = cgr__plan_check(src, len, &pl, why, sizeof(why));
+	if (ret < 0)
+		return cgr__graph_fail(g, ret, "the compiled plan%s: %s", where,
+				       why);
+	if (attached && memcmp(src, img, len) != 0)
+		return cgr__graph_fail(g, -EPROTO,
+				       "the compiled plan%s differs from this "
+				       "worker's compile (at byte %zu of %zu): "
+				       "not the same build of cgr?",
+				       where, first_diff(src, img, len), len);
+	c->plan = at;
+	c->plan_len = len;
+	return cgr__plan_load(cc, &pl);
+}
+
 /* The pipeline of compile.h.  *out gets the compiled graph even on
  * failure (the caller frees it). */
 static int compile(struct cgr__cc *cc)
@@ -289,6 +362,8 @@ static int compile(struct cgr__cc *cc)
 		if (ret == 0)
 			ret = verify(cc, "after the overlap rewrite");
 	}
+	if (ret == 0)
+		ret = plan(cc);
 	if (ret == 0 && !cc->plan_only)
 		ret = cgr__create(cc);
 	if (ret == 0) {

@@ -13,15 +13,66 @@
  *             running, WAITs where values are used (overlap.c)
  *   prune     the WAITs other orderings imply dropped (prune.c)
  *   verify    again, on the final programs: streams included
+ *   plan      the programs encoded as the plan (plan.h), checked, and
+ *             the programs that run built from it (plan.c)
  *   create    communicators, events, streams (create.c; skipped when only
  *             planning)
+ *
+ * Also the compiled graph's memory (compile.c) and its shared segment
+ * (shared.c), which only the compiler allocates from.
  *
  * Threads: the driver thread.
  */
 #ifndef CGR_COMPILE_H
 #define CGR_COMPILE_H
 
+#include "compile/plan.h"
 #include "compile/prog.h"
+
+/* ---- the compiled graph's memory (compile.c, shared.c) ------------- */
+
+/* Memory owned by c (64-byte aligned, zeroed), freed with it; NULL when
+ * out of memory. */
+void *cgr__c_alloc(struct cgr_compiled *c, size_t size);
+/* Whether c's shared memory was laid out by another process (a worker
+ * process compiling over the driver's segment): set up already, to be
+ * checked, not written. */
+static inline bool cgr__c_attached(const struct cgr_compiled *c)
+{
+	return c->seg != NULL && c->seg->attach;
+}
+
+/* Memory every process running c shares (its segment, when it has
+ * process workers; else as cgr__c_alloc); NULL when out of it. */
+void *cgr__c_salloc(struct cgr_compiled *c, size_t size);
+/* A trace buffer of cap records, shared with every process running c. */
+static inline struct cgr__tbuf *cgr__tbuf_new(struct cgr_compiled *c,
+					      uint32_t cap)
+{
+	struct cgr__tbuf *t =
+	    cgr__c_salloc(c, sizeof(*t) + (size_t)cap * sizeof(t->ev[0]));
+
+	if (t != NULL && !cgr__c_attached(c))
+		atomic_init(&t->n, 0);
+	return t;
+}
+
+/* Device memory on CUDA device dev, owned by c: 0, -ENODEV (no cuda
+ * backend), -ENOMEM or the device's error. */
+int cgr__c_dalloc(struct cgr_compiled *c, int dev, size_t size, void **out);
+char *cgr__c_strdup(struct cgr_compiled *c, const char *s);
+
+/* compile/shared.c: the driver makes the segment (create), and once the
+ * compile is done cuts, heads and seals it with the graph's description
+ * blob inside (seal); a worker process maps the driver's (attach, from
+ * fd: -EPROTO and why if it is no graph segment), finds the blob in it
+ * and, after compiling, checks that its layout matched (check). */
+int cgr__seg_create(struct cgr_compiled *c);
+int cgr__seg_seal(struct cgr_compiled *c, const void *blob, size_t blen);
+int cgr__seg_attach(struct cgr_compiled *c, int fd, char *why, size_t len);
+const void *cgr__seg_blob(const struct cgr_compiled *c, size_t *len);
+int cgr__seg_check(const struct cgr_compiled *c, char *why, size_t len);
+void cgr__seg_free(struct cgr_compiled *c);
 
 /* One compilation. */
 struct cgr__cc {
@@ -69,6 +120,20 @@ int cgr__prune_waits(struct cgr_compiled *c, size_t ntasks);
 /* verify.c: runs the programs of c abstractly (threads and streams) for
  * two executions; 0, or CGR_EDEADLOCK with the cycle in msg. */
 int cgr__verify(struct cgr_compiled *c, char *msg, size_t len);
+
+/* plan.c: the working programs of c encoded as a plan image (in c's
+ * memory; *img, *len); the programs of a checked plan built into c->progs
+ * (0, -ENOMEM, or -EPROTO when the plan does not fit this graph: g's
+ * errmsg says why). */
+int cgr__plan_encode(struct cgr__cc *cc, void **img, size_t *len);
+int cgr__plan_load(struct cgr__cc *cc, const struct cgr__plan *pl);
+
+/* Tests only: after the driver wrote a graph's plan (img, len bytes: in
+ * the shared segment when the graph has one), the compile builds its
+ * programs from the image the hook returns instead (a copy elsewhere, or
+ * a corrupted one: it is checked first).  NULL: no hook. */
+typedef const void *(*cgr__plan_hook_fn)(void *arg, void *img, size_t len);
+void cgr__plan_set_hook(cgr__plan_hook_fn fn, void *arg);
 
 /* create.c */
 int cgr__create(struct cgr__cc *cc);

@@ -117,14 +117,11 @@ static void streams_used(const struct cgr__prog *p, bool *used)
 
 /* Tracing: each used stream's trace buffer, for every program (a worker
  * process's are shared with the driver, so all are made everywhere, in
- * one order); and each collective's index, for its records. */
+ * one order). */
 static int create_traces(struct cgr_compiled *c, struct cgr__prog *p)
 {
 	bool used[CGR__NSTREAMS_ALL] = { false };
 
-	for (size_t k = 0; k < p->nops; k++)
-		if (p->ops[k].kind == CGR__OP_COLL)
-			p->ops[k].coll->opi = (int32_t)k;
 	streams_used(p, used);
 	for (int s = 0; p->trace_cap > 0 && s < CGR__NSTREAMS_ALL; s++)
 		if (used[s] &&
@@ -170,34 +167,6 @@ static int create_streams(struct cgr_compiled *c, struct cgr__prog *p)
 				return ret;
 	}
 	return 0;
-}
-
-/*
- * Whether program p waits for the driver to admit each execution: nothing
- * anybody can see (a task call, an NCCL operation, a write) may happen
- * for an execution nobody asked for.  Its leading operations decide.  A
- * READ waits for a producer that was admitted (by induction).  A CPU
- * collective reached before any READ or task is one this worker only
- * receives from (a member with an input made it first): on the thread its
- * agreement, and a WAIT for one started on a communication stream, wait
- * for the root's data, so for the root's admission.  The start on a
- * stream and waits for an earlier execution show nothing: skipped.
- */
-static bool prog_gated(const struct cgr__prog *p)
-{
-	for (size_t i = 0; i < p->nops; i++) {
-		const struct cgr__op *op = &p->ops[i];
-		const struct cgr__coll_rt *cr = op->coll;
-		if (op->kind == CGR__OP_SWAIT ||
-		    (op->kind == CGR__OP_WAIT && (cr == NULL || op->prev)) ||
-		    (op->kind == CGR__OP_COLL && cr->async && !cr->nccl))
-			continue;
-		return op->kind != CGR__OP_READ &&
-		       !((op->kind == CGR__OP_COLL || op->kind == CGR__OP_WAIT ||
-			  op->kind == CGR__OP_RUN) &&
-			 !cr->nccl);
-	}
-	return false;
 }
 
 /* Device slots of device ports. */
@@ -297,8 +266,7 @@ int cgr__create(struct cgr__cc *cc)
 			ret = create_nccl(c, &c->progs[i]);
 	for (size_t i = 0; i < c->nprogs; i++) {
 		struct cgr__prog *p = &c->progs[i];
-		p->gate = prog_gated(p);
-		c->ngated += p->gate;
+		c->ngated += p->gate; /* from the plan */
 		for (size_t t = 0; t < p->ntcs; t++)
 			p->watch |= p->tcs[t].stream;
 	}

@@ -11,6 +11,11 @@
  * Every program follows one global order, so the earliest unfinished
  * (execution, position) operation anywhere has all of its inputs.
  * verify.c checks it anyway, before and after overlap.
+ *
+ * The programs built here are the compiler's working state: what its
+ * passes (verify, overlap, prune) read and rewrite.  What runs is built
+ * from the plan they become (plan.c), which also allocates the runtime
+ * state (scratch, jobs, trace buffers, buckets) these leave out.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -501,36 +506,6 @@ static int add_write(struct pl *pl, const struct cgr__task *t)
 	return 0;
 }
 
-/* Allocates cr's scratch for the run (cr->k, n, cap, edge set). */
-static int coll_scratch(struct cgr_compiled *c, struct cgr__coll_rt *cr)
-{
-	size_t n = (size_t)cr->n, k = cr->k;
-
-	cr->mine = cgr__c_alloc(c, k * sizeof(struct cgr__agree));
-	cr->cached = cgr__c_alloc(c, n * k * sizeof(struct cgr__agree));
-	if (cr->mine == NULL || cr->cached == NULL)
-		return -ENOMEM;
-	if (cr->nccl && cr->static_shape &&
-	    (cr->late = cgr__c_alloc(c, n * sizeof(struct cgr__agree))) == NULL)
-		return -ENOMEM;
-	if (k == 1 && cr->edge) {
-		/* Lists over a device edge: their tensors travel packed. */
-		cr->bucket_in = cgr__c_salloc(c, cr->cap);
-		cr->bucket_out = cgr__c_salloc(c, cr->cap);
-		if (c->seg != NULL &&
-		    (cr->view = cgr__c_alloc(c, sizeof(*cr->view))) == NULL)
-			return -ENOMEM;
-		return cr->bucket_in && cr->bucket_out ? 0 : -ENOMEM;
-	}
-	if (k == 1)
-		return 0;
-	cr->verdicts = cgr__c_alloc(c, k * sizeof(struct cgr__verdict));
-	cr->bucket_in = cgr__c_salloc(c, k * cr->cap);
-	cr->bucket_out = cgr__c_salloc(
-		c, k * cr->cap * (cr->kind == CGR_COLL_ALLGATHER ? n : 1));
-	return cr->verdicts && cr->bucket_in && cr->bucket_out ? 0 : -ENOMEM;
-}
-
 /* The share of collective t (rank `rank`) of this program's worker. */
 static int lower_coll(struct pl *pl, struct cgr__task *t, int rank)
 {
@@ -561,7 +536,6 @@ static int lower_coll(struct pl *pl, struct cgr__task *t, int rank)
 						  CGR_BACKEND_CPU);
 	cr->overlap = t->cp.overlap;
 	cr->nccl = cc->nccl[t->id];
-	cr->board = cc->boards[t->id];
 	cr->cap = cgr__port_cap(t->max_out_bytes ? t->max_out_bytes :
 						   c->p.max_value_bytes);
 	cr->k = t->cp.ntensors;
@@ -594,14 +568,6 @@ static int lower_coll(struct pl *pl, struct cgr__task *t, int rank)
 		if (cgr__out_worker(t, o) == pl->w &&
 		    !(t->edge && (int)(o / cr->k) == t->cp.root))
 			cr->out_ports[o % cr->k] = cc->node_port[t->out[o]->id];
-	if (coll_scratch(c, cr) < 0)
-		return -ENOMEM;
-	cr->jobs = cgr__c_alloc(c, c->nslots * sizeof(*cr->jobs));
-	if (cr->jobs == NULL)
-		return -ENOMEM;
-	for (uint32_t q = 0; q < c->nslots; q++)
-		cr->jobs[q].cr = cr;
-	atomic_init(&cr->moved, cr->k * cr->cap);
 	op = &pl->p->ops[pl->p->nops++];
 	op->kind = CGR__OP_COLL;
 	op->coll = cr;
@@ -623,39 +589,13 @@ static int lower_task(struct pl *pl, struct cgr__task *t)
 	tc->name = cgr__c_strdup(c, t->name);
 	tc->in_ports = cgr__c_alloc(c, (nin + 1) * sizeof(unsigned));
 	tc->out_ports = cgr__c_alloc(c, t->nout * sizeof(unsigned));
-	tc->inv = cgr__c_alloc(c, (nin + 1) * sizeof(cgr_value));
-	tc->outv = cgr__c_alloc(c, t->nout * sizeof(cgr_value));
-	if (tc->name == NULL || tc->in_ports == NULL ||
-	    tc->out_ports == NULL || tc->inv == NULL || tc->outv == NULL)
+	if (tc->name == NULL || tc->in_ports == NULL || tc->out_ports == NULL)
 		return -ENOMEM;
 	tc->nin = nin;
 	tc->nout = t->nout;
-	if (c->seg != NULL &&
-	    (tc->views = cgr__c_alloc(c, nin * sizeof(*tc->views) + 1)) == NULL)
-		return -ENOMEM;
-	tc->fn = t->fn;
-	tc->arg = t->arg;
-	if (t->arg_data != NULL) {
-		/* The graph may go once compiled: the copy's copy. */
-		tc->arg = cgr__c_alloc(c, t->arg_len);
-		if (tc->arg == NULL)
-			return -ENOMEM;
-		memcpy(tc->arg, t->arg_data, t->arg_len);
-	}
-	tc->prog = p;
 	tc->stream = (t->flags & CGR_TASK_STREAM) != 0;
 	tc->device = (t->flags & CGR_TASK_DEVICE) != 0;
 	tc->async = tc->stream && c->p.overlap;
-	atomic_init(&tc->done, 0);
-	atomic_init(&tc->ad.last_ns, INT64_MAX);
-	if (tc->stream) {
-		tc->jobs = cgr__c_alloc(c, c->nslots * sizeof(*tc->jobs));
-		tc->ev = cgr__c_alloc(c, c->nslots * sizeof(*tc->ev));
-		if (tc->jobs == NULL || tc->ev == NULL)
-			return -ENOMEM;
-		for (uint32_t q = 0; q < c->nslots; q++)
-			tc->jobs[q].tc = tc;
-	}
 	for (size_t a = 0; a < t->nin; a++) {
 		cgr_node *n = t->in[a];
 		if (!node_is_all(n)) {
@@ -694,7 +634,6 @@ static int lower_prog(struct pl *pl)
 		return -ENOMEM;
 	p->c = c;
 	p->w = pl->w;
-	p->bell = cgr__wbell(c, pl->w);
 	for (size_t i = 0; i < cc->ntasks; i++) {
 		struct cgr__task *t = cc->order[i];
 		int rank = cgr__task_rank(t, pl->w);
@@ -712,15 +651,6 @@ static int lower_prog(struct pl *pl)
 		if (ret < 0)
 			return ret;
 	}
-	if (c->p.trace_events > 0) {
-		p->trace_cap = c->p.trace_events;
-		p->trace = cgr__tbuf_new(c, p->trace_cap);
-		if (p->trace == NULL)
-			return -ENOMEM;
-	}
-	cgr__future_init(&p->left);
-	p->left_gen = cgr__future_arm(&p->left);
-	atomic_init(&p->done_seq, 0);
 	return 0;
 }
 

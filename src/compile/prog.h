@@ -1,9 +1,13 @@
 /*
- * compile/prog.h: what a compiled graph is (struct cgr_compiled behind
- * cgr.h's handle): its ports and channels, one program per worker (a fixed
- * list of operations run once per execution), the runtime state of each
- * task and collective in those programs, and the driver's side.  The
- * compiler (compile/) builds it; run/ runs it; trace/ draws it.
+ * compile/prog.h: what a compiled graph is at run time (struct
+ * cgr_compiled behind cgr.h's handle): its ports and channels, one
+ * program per worker (a fixed list of operations run once per execution),
+ * the runtime state of each task and collective in those programs, and
+ * the driver's side.  Every runner builds its programs from the compiled
+ * plan (plan.h: position independent, what crosses to worker processes)
+ * with compile/plan.c; run/ runs them; trace/ draws them.  What only the
+ * compiler uses (its memory helpers, the segment's making) is in
+ * compile.h.
  *
  * Threads: the driver side belongs to the driver thread.  A program
  * belongs to its worker's thread and, for the jobs it issues, to the
@@ -345,6 +349,10 @@ struct cgr_compiled {
 	size_t nchans;
 	struct cgr__prog *progs;
 	size_t nprogs;
+	/* The compiled plan the programs were built from (compile/plan.h):
+	 * in the shared segment when there is one, immutable. */
+	const void *plan;
+	size_t plan_len;
 
 	/* Driver side. */
 	size_t nargs;
@@ -443,9 +451,6 @@ static inline bool cgr__torn_down(const struct cgr_compiled *c)
 	return atomic_load_explicit(&c->torn_down, memory_order_acquire);
 }
 
-/* Memory owned by c (64-byte aligned, zeroed), freed with it; NULL when
- * out of memory. */
-void *cgr__c_alloc(struct cgr_compiled *c, size_t size);
 /* Publication and arrival on c's channels (see base.h): only graphs with
  * process workers, only TSan builds. */
 static inline void cgr__c_release(const struct cgr_compiled *c)
@@ -459,40 +464,6 @@ static inline void cgr__c_acquire(const struct cgr_compiled *c)
 		cgr__xproc_acquire(c->ctl);
 }
 
-/* Whether c's shared memory was laid out by another process (a worker
- * process compiling over the driver's segment): set up already, to be
- * checked, not written. */
-static inline bool cgr__c_attached(const struct cgr_compiled *c)
-{
-	return c->seg != NULL && c->seg->attach;
-}
-
-/* Memory every process running c shares (its segment, when it has
- * process workers; else as cgr__c_alloc); NULL when out of it. */
-void *cgr__c_salloc(struct cgr_compiled *c, size_t size);
-/* A trace buffer of cap records, shared with every process running c. */
-static inline struct cgr__tbuf *cgr__tbuf_new(struct cgr_compiled *c,
-					      uint32_t cap)
-{
-	struct cgr__tbuf *t = cgr__c_salloc(
-		c, sizeof(*t) + (size_t)cap * sizeof(t->ev[0]));
-
-	if (t != NULL && !cgr__c_attached(c))
-		atomic_init(&t->n, 0);
-	return t;
-}
-
-/* compile/shared.c: the driver makes the segment (create), and once the
- * compile is done cuts, heads and seals it with the graph's description
- * blob inside (seal); a worker process maps the driver's (attach, from
- * fd: -EPROTO and why if it is no graph segment), finds the blob in it
- * and, after compiling, checks that its layout matched (check). */
-int cgr__seg_create(struct cgr_compiled *c);
-int cgr__seg_seal(struct cgr_compiled *c, const void *blob, size_t blen);
-int cgr__seg_attach(struct cgr_compiled *c, int fd, char *why, size_t len);
-const void *cgr__seg_blob(const struct cgr_compiled *c, size_t *len);
-int cgr__seg_check(const struct cgr_compiled *c, char *why, size_t len);
-void cgr__seg_free(struct cgr_compiled *c);
 /* The doorbell worker w parks on while it runs c's program, and the
  * driver's. */
 static inline struct cgr__bell *cgr__wbell(const struct cgr_compiled *c,
@@ -504,10 +475,6 @@ static inline struct cgr__bell *cgr__drv_bell(const struct cgr_compiled *c)
 {
 	return &c->ctl->drv.b;
 }
-/* Device memory on CUDA device dev, owned by c: 0, -ENODEV (no cuda
- * backend), -ENOMEM or the device's error. */
-int cgr__c_dalloc(struct cgr_compiled *c, int dev, size_t size, void **out);
-char *cgr__c_strdup(struct cgr_compiled *c, const char *s);
 /* Drops a reference (the driver's, or a worker's when it leaves the
  * program); the last one frees c, its streams and communicators. */
 void cgr__compiled_unref(struct cgr_compiled *c);
