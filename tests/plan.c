@@ -260,7 +260,6 @@ static void hook_done(void)
 	if (H.map != NULL)
 		munmap(H.map, H.maplen);
 	memset(&H, 0, sizeof(H));
-	cgr__plan_set_hook(NULL, NULL);
 }
 
 /* Compiles the graph on workers w (the plan moved as `where` says) and
@@ -277,7 +276,8 @@ static int compile_run(cgr_worker **w, int overlap, enum where where,
 	pp.overlap = overlap;
 	pp.max_inflight = 4;
 	H.where = where;
-	cgr__plan_set_hook(hook, &H);
+	g->plan_hook = hook;
+	g->plan_hook_arg = &H;
 	ret = cgr_graph_compile(g, &pp, &c);
 	if (ret != 0) {
 		snprintf(msg, mlen, "%s", cgr_graph_errmsg(g));

@@ -266,15 +266,6 @@ static int verify(struct cgr__cc *cc, const char *stage)
 	return ret;
 }
 
-static cgr__plan_hook_fn plan_hook;
-static void *plan_hook_arg;
-
-void cgr__plan_set_hook(cgr__plan_hook_fn fn, void *arg)
-{
-	plan_hook = fn;
-	plan_hook_arg = arg;
-}
-
 /* The first byte where plans a and b (n bytes each) differ, past their
  * checksums (which differ whenever anything else does). */
 static size_t first_diff(const void *a, const void *b, size_t n)
@@ -320,8 +311,8 @@ static int plan(struct cgr__cc *cc)
 	if (c->seg != NULL && !attached)
 		memcpy(at, img, len);
 	src = at;
-	if (!attached && plan_hook != NULL)
-		src = plan_hook(plan_hook_arg, at, len);
+	if (!attached && g->plan_hook != NULL)
+		src = g->plan_hook(g->plan_hook_arg, at, len);
 	ret = cgr__plan_check(src, len, &pl, why, sizeof(why));
 	if (ret < 0)
 		return cgr__graph_fail(g, ret, "the compiled plan%s: %s", where,

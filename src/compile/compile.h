@@ -128,12 +128,6 @@ int cgr__verify(struct cgr_compiled *c, char *msg, size_t len);
 int cgr__plan_encode(struct cgr__cc *cc, void **img, size_t *len);
 int cgr__plan_load(struct cgr__cc *cc, const struct cgr__plan *pl);
 
-/* Tests only: after the driver wrote a graph's plan (img, len bytes: in
- * the shared segment when the graph has one), the compile builds its
- * programs from the image the hook returns instead (a copy elsewhere, or
- * a corrupted one: it is checked first).  NULL: no hook. */
-typedef const void *(*cgr__plan_hook_fn)(void *arg, void *img, size_t len);
-void cgr__plan_set_hook(cgr__plan_hook_fn fn, void *arg);
 
 /* create.c */
 int cgr__create(struct cgr__cc *cc);

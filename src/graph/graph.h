@@ -77,6 +77,13 @@ struct cgr_graph {
 	 * by eager_free. */
 	void *eager;
 	void (*eager_free)(cgr_graph *g);
+	/* Tests only (tests/plan.c): after the driver wrote this graph's
+	 * compiled plan (img, len bytes: in the shared segment when the
+	 * graph has one), the compile builds its programs from the image
+	 * plan_hook returns instead (a copy elsewhere, or a corrupted one:
+	 * it is checked first).  NULL: none. */
+	const void *(*plan_hook)(void *arg, void *img, size_t len);
+	void *plan_hook_arg;
 };
 
 /* Records the message of a failed call (cgr_graph_errmsg) and logs it at
