@@ -1457,11 +1457,11 @@ static void check_bad_control(void)
 
 /* ---- untrusted descriptions ------------------------------------------ */
 
-static int stand_any(void *arg, unsigned index, int kind, int device,
-		     const char *name, cgr_worker **out)
+static int stand_any(void *arg, unsigned index, int device, const char *name,
+		     cgr_worker **out)
 {
 	cgr_worker **ws = arg;
-	(void)kind, (void)device, (void)name;
+	(void)device, (void)name;
 	*out = ws[index % 2];
 	return 0;
 }
@@ -1470,6 +1470,8 @@ static int stand_any(void *arg, unsigned index, int kind, int device,
  * made again, never read out of bounds (ASan). */
 static void check_corrupt(void)
 {
+	static const struct cgr__worker_ops elsewhere = { .name = "elsewhere" };
+	const struct cgr__worker_ops *thread;
 	cgr_ctx *ctx = new_ctx();
 	cgr_worker *ws[2];
 	struct cgr__unpack_cb cb = { stand_any, ws };
@@ -1483,8 +1485,9 @@ static void check_corrupt(void)
 
 	cgr_worker_create(ctx, NULL, &ws[0]);
 	cgr_worker_create(ctx, NULL, &ws[1]);
+	thread = ws[0]->ops;
 	/* As if both ran elsewhere: functions by name, stubs here. */
-	ws[0]->remote = ws[1]->remote = true;
+	ws[0]->ops = ws[1]->ops = &elsewhere;
 	cgr_graph_create(ctx, &g);
 	cgr_graph_input(g, 0, &in);
 	a = task(g, ws[0], t_add, "a", in);
@@ -1533,7 +1536,7 @@ static void check_corrupt(void)
 	     n, refused, made);
 	cgr__free(&ctx->arena, blob, cap, 64);
 	cgr_graph_destroy(g);
-	ws[0]->remote = ws[1]->remote = false;
+	ws[0]->ops = ws[1]->ops = thread;
 	cgr_ctx_destroy(ctx);
 }
 

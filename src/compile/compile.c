@@ -168,12 +168,13 @@ static struct cgr__gctl *ctl_new(struct cgr_compiled *c, unsigned nworkers)
 	return ctl;
 }
 
-/* Whether a task of g runs on a worker of another process. */
+/* Whether a task of g runs elsewhere (a worker not shared: of another
+ * process). */
 static bool graph_remote(const cgr_graph *g)
 {
 	for (const struct cgr__task *t = g->tasks; t != NULL; t = t->next)
 		for (size_t i = 0; i < cgr__task_nworkers(t); i++)
-			if (cgr__task_worker(t, i)->remote)
+			if (!cgr__task_worker(t, i)->ops->shared)
 				return true;
 	return false;
 }

@@ -256,13 +256,13 @@ int cgr__create(struct cgr__cc *cc)
 		ret = create_device_ports(c);
 	for (size_t i = 0; ret == 0 && i < c->nprogs; i++)
 		ret = create_traces(c, &c->progs[i]);
-	/* A remote worker's program runs in its own process, which makes
-	 * its streams itself. */
+	/* A program that runs elsewhere (its worker not shared) has its
+	 * streams made there. */
 	for (size_t i = 0; ret == 0 && i < c->nprogs; i++)
-		if (!c->progs[i].w->remote)
+		if (c->progs[i].w->ops->shared)
 			ret = create_streams(c, &c->progs[i]);
 	for (size_t i = 0; ret == 0 && i < c->nprogs; i++)
-		if (!c->progs[i].w->remote)
+		if (c->progs[i].w->ops->shared)
 			ret = create_nccl(c, &c->progs[i]);
 	for (size_t i = 0; i < c->nprogs; i++) {
 		struct cgr__prog *p = &c->progs[i];

@@ -31,7 +31,6 @@
 struct cgr__device;
 struct cgr_worker;
 struct cgr_compiled;
-struct cgr__procs;
 
 /* Per-context states of higher layers (cgr__ctx_state), each under the
  * key its owner chose: at most this many kinds. */
@@ -50,9 +49,6 @@ struct cgr_ctx {
 	struct cgr__arena arena;
 	unsigned flags;
 	const struct cgr_export *exports; /* cgr_ctx_params.exports */
-	/* Process workers (proc/proc.c): their monitor, and its end. */
-	struct cgr__procs *procs;
-	void (*release_procs)(cgr_ctx *ctx);
 	/* The driver's reference plus one per object that may outlive
 	 * cgr_ctx_destroy (see the top of this file). */
 	_Atomic uint32_t refs;
@@ -75,10 +71,6 @@ struct cgr_ctx {
 	/* A worker's device (cgr_worker_params.device), for communicators
 	 * bound to members (comm/ sees workers as handles only). */
 	int (*worker_device)(const struct cgr_worker *w);
-	/* Called on a worker thread that ends inside a task (a task calling
-	 * pthread_exit, thread/thread.c), once its graph was stopped: a worker
-	 * process's agent exits there (NULL: nothing more to do). */
-	void (*worker_lost)(cgr_ctx *ctx, struct cgr_worker *w);
 	bool destroyed;
 };
 

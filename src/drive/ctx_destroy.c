@@ -1,9 +1,10 @@
 /*
  * drive/ctx_destroy.c: cgr_ctx_destroy: the context's graphs are torn
- * down, its workers stopped (each with a deadline), worker processes
- * released, and the driver's reference dropped.
+ * down, its workers stopped (each with a deadline), what each kind of
+ * worker keeps of the context released (the process workers' death
+ * monitor), and the driver's reference dropped.
  */
-#include "run/run.h"
+#include "drive/drive.h"
 
 void cgr_ctx_destroy(cgr_ctx *ctx)
 {
@@ -22,7 +23,6 @@ void cgr_ctx_destroy(cgr_ctx *ctx)
 		cgr_compiled_destroy(ctx->compiled);
 	for (w = ctx->workers; w != NULL; w = w->next)
 		cgr_worker_destroy(w, 1000000000);
-	if (ctx->release_procs != NULL)
-		ctx->release_procs(ctx);
+	cgr__worker_kinds_release(ctx);
 	cgr__ctx_put(ctx);
 }

@@ -8,12 +8,12 @@
  * buffer and every collective its communicator, exactly as compiled
  * execution has them.  Each run then stores the arguments, and the driver
  * walks the tasks in the compiler's global order: a task's operation is
- * handed to its worker's thread (the worker's mailbox, CGR__WCMD_STEP),
- * a collective's to every member's thread at once, and the driver waits
- * for each before the next, so no deadlock proof is needed and values
- * move through the same buffers (no rings).  Hooks run on the driver's
- * thread between steps; every node's value stays readable until the
- * next run.
+ * handed to its worker (its kind's step_post: a thread worker's mailbox,
+ * thread/thread.c), a collective's to every member at once, and the
+ * driver waits for each before the next, so no deadlock proof is needed
+ * and values move through the same buffers (no rings).  Hooks run on the
+ * driver's thread between steps; every node's value stays readable until
+ * the next run.
  *
  * Threads: the driver thread; each step on its worker's thread.
  */
@@ -21,8 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "compile/compile.h"
-#include "run/run.h"
+#include "drive/drive.h"
 
 struct eager {
 	cgr_compiled *c;
@@ -41,18 +40,26 @@ static void eager_free(cgr_graph *g)
 	g->eager_free = NULL;
 }
 
-/* What eager execution cannot run: 0, or the error (g's errmsg). */
+/* What eager execution cannot run (each kind's check_task; a kind whose
+ * workers take no steps), and workers that are busy, gone or dead: 0, or
+ * the error (g's errmsg). */
 static int eager_check(cgr_graph *g)
 {
+	const char *why;
+	int ret;
+
 	for (const struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
 		for (size_t i = 0; i < cgr__task_nworkers(t); i++) {
 			cgr_worker *w = cgr__task_worker(t, i);
-			if (w->remote)
+			if (w->ops->check_task != NULL &&
+			    (ret = w->ops->check_task(g, t, w, true)) < 0)
+				return ret;
+			if (w->ops->step_post == NULL)
 				return cgr__graph_fail(
 					g, -ENOTSUP,
-					"%s: eager execution runs on thread "
-					"workers only (%s is a process)",
-					t->name, w->name);
+					"%s: eager execution cannot run on "
+					"%s worker %s",
+					t->name, w->ops->name, w->name);
 			if (w->busy_with != NULL && !cgr__torn_down(w->busy_with))
 				return cgr__graph_fail(
 					g, -EBUSY,
@@ -63,12 +70,10 @@ static int eager_check(cgr_graph *g)
 					g, CGR_EWORKERGONE,
 					"%s: worker %s was destroyed", t->name,
 					w->name);
-			/* L3: its thread ended in a task (thread/thread.c). */
-			if (atomic_load_explicit(&w->lost,
-						 memory_order_acquire))
+			/* It died (a thread that ended in a task). */
+			if (cgr__worker_dead(w, &why))
 				return cgr__graph_fail(g, CGR_EPEERDEAD,
-						       "%s: %s", t->name,
-						       w->lost_msg);
+						       "%s: %s", t->name, why);
 		}
 	}
 	return 0;
@@ -111,26 +116,16 @@ static int eager_get(cgr_graph *g, struct eager **out)
 
 /* ---- one step -------------------------------------------------------- */
 
+/* Operation op of p for execution seq, handed to its worker. */
 static void step_post(struct cgr__prog *p, const struct cgr__op *op,
 		      uint64_t seq)
 {
-	cgr_worker *w = p->w;
-
-	w->step_prog = p;
-	w->step_op = op;
-	w->step_seq = seq;
-	w->step_gen = cgr__future_arm(&w->step_done);
-	/* E0: the step's fields; pairs with the worker's acquire of cmd. */
-	atomic_store_explicit(&w->cmd, CGR__WCMD_STEP, memory_order_release);
-	cgr__bell_ring_force(&w->bell);
+	p->w->ops->step_post(p, op, seq);
 }
 
 static int step_wait(struct cgr__prog *p, int64_t deadline)
 {
-	cgr_worker *w = p->w;
-
-	return cgr__future_wait(&w->step_done, w->step_gen, deadline, NULL,
-				CGR_WAIT_BLOCK, 0);
+	return p->w->ops->step_wait(p, deadline);
 }
 
 /* Value v of port pi's slot seq (for hooks and node values). */

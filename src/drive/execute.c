@@ -26,18 +26,18 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "compile/compile.h"
-#include "proc/proc.h"
+#include "drive/drive.h"
 
 static inline uint32_t cgr__slot(const struct cgr_compiled *c, uint64_t seq)
 {
 	return (uint32_t)(seq & (c->nslots - 1));
 }
 
-/* A worker process died (its graphs stop): its index + 1, or 0. */
+/* A worker died (a worker process, or a thread that ended in a task: its
+ * graphs stop): its index + 1, or 0. */
 static inline uint32_t cgr__dead(const cgr_compiled *c)
 {
-	/* P1: pairs with the monitor's release (proc/proc.c). */
+	/* P1: pairs with cgr__graph_dead's release (run/failure.c). */
 	return atomic_load_explicit(&c->ctl->dead, memory_order_acquire);
 }
 
@@ -306,6 +306,8 @@ int cgr_ref_release(cgr_compiled *c, cgr_ref ref)
 
 int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
 {
+	const struct cgr__worker_ops *k[CGR__KINDS_MAX];
+	size_t nk;
 	int64_t deadline;
 	int result = 0;
 	uint32_t nstuck = 0;
@@ -338,36 +340,19 @@ int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
 	for (size_t i = 0; i < c->nused_comms; i++)
 		if (c->used_comms[i]->backend != CGR_BACKEND_NCCL)
 			cgr_comm_abort(c->used_comms[i]);
-	/* T3: worker processes leave theirs (a stuck one is killed). */
-	result = cgr__pgraph_teardown(c, deadline);
-	for (size_t i = 0; i < c->nprogs; i++) {
-		struct cgr__prog *p = &c->progs[i];
-		cgr_worker *w = p->w;
-		int ret;
-		if (w->remote)
-			continue;
-		ret = cgr__future_wait(&p->left, p->left_gen, deadline, NULL,
-				       CGR_WAIT_BLOCK, 0);
-		if (ret == -ETIMEDOUT) {
-			const char *t = atomic_load(&w->current_task);
-			cgr__err(&c->ctx->log,
-				 "teardown: worker %s is stuck in task %s "
-				 "(execution %llu) past the deadline; it is "
-				 "abandoned and can no longer be used",
-				 w->name, t != NULL ? t : "(none)",
-				 (unsigned long long)atomic_load(
-					 &w->current_seq));
-			/* It exits by itself when the task returns: the
-			 * program's reference keeps what it touches. */
-			w->abandoned = true;
-			atomic_store_explicit(&w->cmd, CGR__WCMD_STOP,
-					      memory_order_release);
-			pthread_detach(w->thread);
-			result = CGR_ESTUCK;
-			nstuck++;
-			continue;
-		}
-		w->busy_with = NULL;
+	/* T3: every kind of worker is asked to leave (worker processes are
+	 * told), then each waits for its own by the deadline: a thread stuck
+	 * in a task is abandoned, a stuck worker process killed. */
+	nk = cgr__compiled_kinds(c, k);
+	for (size_t i = 0; i < nk; i++)
+		if (k[i]->graph_stop != NULL)
+			k[i]->graph_stop(c, deadline);
+	for (size_t i = 0; i < nk; i++) {
+		int ret = k[i]->graph_wait != NULL ?
+				  k[i]->graph_wait(c, deadline, &nstuck) :
+				  0;
+		if (ret != 0)
+			result = ret;
 	}
 	/* Workers drop their reference right after completing `left`: wait
 	 * for those drops too, so that memory accounting is exact when

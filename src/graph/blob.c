@@ -3,7 +3,8 @@
  *
  * The driver packs the graph it compiles (nodes in creation order, tasks
  * in bind order, outputs, the compile parameters, every worker's identity
- * and each process worker's task functions by exported name) into the
+ * and the task functions of workers whose programs run elsewhere (not
+ * shared, graph/worker.h: process workers) by exported name) into the
  * graph's shared segment; each worker process unpacks it into a graph of
  * its own context, identical node for node and task for task, and
  * compiles that.  The blob comes from another process: every count,
@@ -49,7 +50,7 @@ struct blob_task {
 };
 
 struct blob_worker {
-	int32_t kind, device;
+	int32_t pad, device; /* pad: zero (a worker's kind crosses no more) */
 	char name[64];
 };
 
@@ -115,27 +116,28 @@ static const char *export_of(const cgr_ctx *ctx, cgr_task_fn fn)
 	return NULL;
 }
 
-/* A plain task of a process worker must cross: its function by name, no
- * pointer arg.  *fn: its exported name ("" on other workers). */
+/* A plain task of a worker whose programs run elsewhere must cross: its
+ * function by name, no pointer arg.  *fn: its exported name ("" on other
+ * workers). */
 static int task_crosses(cgr_graph *g, const struct cgr__task *t,
 			const char **fn)
 {
 	*fn = "";
-	if (t->coll || !t->w->remote)
+	if (t->coll || t->w->ops->shared)
 		return 0;
 	*fn = export_of(g->ctx, t->fn);
 	if (*fn == NULL)
 		return cgr__graph_fail(g, -EINVAL,
-				       "task %s on process worker %s: its "
+				       "task %s on %s worker %s: its "
 				       "function is not in "
 				       "cgr_ctx_params.exports",
-				       t->name, t->w->name);
+				       t->name, t->w->ops->name, t->w->name);
 	if (t->arg != NULL)
 		return cgr__graph_fail(g, -EINVAL,
-				       "task %s on process worker %s: a "
+				       "task %s on %s worker %s: a "
 				       "pointer arg cannot cross processes "
 				       "(give its bytes as arg_data)",
-				       t->name, t->w->name);
+				       t->name, t->w->ops->name, t->w->name);
 	return 0;
 }
 
@@ -187,7 +189,6 @@ static void pack_workers(cgr_graph *g, struct wbuf *b)
 		     w = w->next)
 			;
 		memset(&bw, 0, sizeof(bw));
-		bw.kind = w != NULL ? w->kind : CGR_WORKER_THREAD;
 		bw.device = w != NULL ? w->device : CGR_DEVICE_NONE;
 		snprintf(bw.name, sizeof(bw.name), "%s",
 			 w != NULL ? w->name : "?");
@@ -458,8 +459,8 @@ static int make_task(struct unpack *u, uint32_t ti, cgr_node **first)
 	d.arg_len = bt->arg_len;
 	d.max_out_bytes = bt->max_out;
 	d.flags = bt->flags;
-	d.fn = w->remote ? task_stub :
-			   fn_named(u->g->ctx, u->tfn[ti], bt->fn_len);
+	d.fn = !w->ops->shared ? task_stub :
+				 fn_named(u->g->ctx, u->tfn[ti], bt->fn_len);
 	if (d.fn == NULL)
 		return bad(u->r, "task %s: its function '%.*s' is not exported "
 				 "by this program",
@@ -616,8 +617,7 @@ int cgr__graph_unpack(cgr_ctx *ctx, const void *blob, size_t len,
 		char name[sizeof(u.bw[i].name)];
 		memcpy(name, u.bw[i].name, sizeof(name));
 		name[sizeof(name) - 1] = 0;
-		ret = cb->worker(cb->arg, i, u.bw[i].kind, u.bw[i].device,
-				 name, &u.ws[i]);
+		ret = cb->worker(cb->arg, i, u.bw[i].device, name, &u.ws[i]);
 		if (ret < 0)
 			bad(&r, "worker %u (%s) has no stand-in here: %s", i,
 			    name, cgr_strerror(ret));

@@ -108,8 +108,8 @@ int cgr__graph_pack(cgr_graph *g, const cgr_compile_params *p, void **out,
  * index checked; -EPROTO with why) made again in ctx, each worker index
  * mapped to a worker of ctx by cb (its own, or a stand-in). */
 struct cgr__unpack_cb {
-	int (*worker)(void *arg, unsigned index, int kind, int device,
-		      const char *name, cgr_worker **out);
+	int (*worker)(void *arg, unsigned index, int device, const char *name,
+		      cgr_worker **out);
 	void *arg;
 };
 int cgr__graph_unpack(cgr_ctx *ctx, const void *blob, size_t len,

@@ -5,14 +5,15 @@
  * CGR_WORKER), learns who it is, and becomes a small cgr host: a context
  * of its own with one thread worker (its reactor and init, by exported
  * name) at the driver's worker index, and a stand-in for every other
- * worker of the driver's context.  Its main thread then serves the
- * driver's control messages: a graph to compile (rebuilt from the
- * description in the graph's segment, compiled over that segment, so its
- * program shares the driver's ports, rings and doorbells), to run, to
- * tear down; and at last stop (fini, then exit).  The driver hanging up,
- * which it does by dying, ends the process at once; so does the worker's
- * thread ending inside a task (pthread_exit), once its graph was stopped
- * with the reason (agent_lost).
+ * worker of the driver's context (stand_in_ops: its programs run
+ * elsewhere).  Its main thread then serves the driver's control
+ * messages: a graph to compile (rebuilt from the description in the
+ * graph's segment, compiled over that segment, so its program shares the
+ * driver's ports, rings and doorbells), to run, to tear down; and at
+ * last stop (fini, then exit).  The driver hanging up, which it does by
+ * dying, ends the process at once; so does the worker's thread ending
+ * inside a task (pthread_exit), once its graph was stopped with the
+ * reason (agent_lost: the context's struct cgr__worker_host).
  *
  * Threads: the main thread; the worker's thread runs the programs.
  */
@@ -80,13 +81,33 @@ static int reply(struct agent *a, int type, uint64_t gid, int code,
 /* The worker's thread ended inside a task (pthread_exit): its graph
  * was stopped with the reason in the graph's shared state, where the
  * driver reads it; this process serves no more (the driver sees it end). */
-static void agent_lost(cgr_ctx *ctx, cgr_worker *w)
+static void agent_lost(cgr_worker *w)
 {
-	(void)ctx, (void)w;
+	(void)w;
 	/* The system call itself: a sanitizer's _exit would wait for this
 	 * thread, which is ending. */
 	syscall(SYS_exit_group, 1);
 }
+
+/* This context hosts a worker of the driver's (thread/thread.c reads
+ * it). */
+static struct cgr__worker_host agent_host = { agent_lost };
+
+static int host_make(cgr_ctx *ctx, void **out)
+{
+	(void)ctx;
+	*out = &agent_host;
+	return 0;
+}
+
+/* A stand-in for a worker of the driver's context whose programs run
+ * elsewhere (in the driver, or in another worker process): it only names
+ * it in the graph made again here; nothing here starts, stops or
+ * watches it. */
+static const struct cgr__worker_ops stand_in_ops = {
+	.name = "stand-in",
+	.shared = false,
+};
 
 /* The context and the worker of SPEC m; READY says how init went. */
 static int become(struct agent *a, const struct cgr__pmsg *m,
@@ -96,6 +117,7 @@ static int become(struct agent *a, const struct cgr__pmsg *m,
 	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
 	const cgr_export *e = NULL;
 	char text[200] = "";
+	void *host;
 	int ret;
 
 	snprintf(a->name, sizeof(a->name), "%s", m->name);
@@ -107,7 +129,8 @@ static int become(struct agent *a, const struct cgr__pmsg *m,
 	cp.exports = ex;
 	ret = cgr_ctx_create(&cp, &a->ctx);
 	if (ret == 0)
-		a->ctx->worker_lost = agent_lost;
+		ret = cgr__ctx_state(a->ctx, &cgr__worker_host_key, host_make,
+				     NULL, &host);
 	if (ret == 0 && m->fn[0] && (e = export_named(ex, m->fn)) == NULL) {
 		snprintf(text, sizeof(text),
 			 "its init/fini '%s' is not exported by this program",
@@ -139,8 +162,8 @@ static int become(struct agent *a, const struct cgr__pmsg *m,
 
 /* ---- graphs --------------------------------------------------------- */
 
-static int stand_in(void *arg, unsigned index, int kind, int device,
-		    const char *name, cgr_worker **out)
+static int stand_in(void *arg, unsigned index, int device, const char *name,
+		    cgr_worker **out)
 {
 	struct agent *a = arg;
 	cgr_worker *w;
@@ -170,13 +193,12 @@ static int stand_in(void *arg, unsigned index, int kind, int device,
 		memset(w, 0, sizeof(*w));
 		w->ctx = a->ctx;
 		w->index = index;
-		w->remote = true;
+		w->ops = &stand_in_ops;
 		a->stand[index] = w;
 	}
-	/* The driver's name, kind and device of this graph's time. */
+	/* The driver's name and device of this graph's time. */
 	cgr__strfree(&a->ctx->arena, w->name);
 	w->name = cgr__strdup(&a->ctx->arena, name);
-	w->kind = kind;
 	w->device = device;
 	if (a->ctx->nworkers <= index)
 		a->ctx->nworkers = index + 1;

@@ -1,5 +1,6 @@
 /*
- * proc/proc.c: process workers, the driver's side.
+ * proc/proc.c: process workers, the driver's side (cgr__proc_ops, see
+ * graph/worker.h).
  *
  * cgr_worker_create of a CGR_WORKER_PROCESS starts this program again
  * (/proc/self/exe, the same arguments, CGR_WORKER=<address> in its
@@ -24,6 +25,14 @@
  * stopped) is killed then.  The driver reaps its children when it
  * destroys them.
  *
+ * Its programs run in its process (not shared): a graph with process
+ * workers lives in a shared segment whose description the worker
+ * processes compile (prepare), run (start) and leave (stop, wait); a
+ * graph's tasks on them cross by exported name, and what cannot cross
+ * (device tasks, NCCL, the caller's communicators; eager steps) is
+ * refused (check_task).  The monitor is the context's state of process
+ * workers (cgr__ctx_state), stopped by cgr_ctx_destroy (ctx_release).
+ *
  * Threads: the driver thread, except the monitor (under procs->lock).
  */
 #include <errno.h>
@@ -44,10 +53,38 @@
 
 extern char **environ;
 
+/* This file's ops table (at its end); the registry (drive/worker.c) names
+ * it for CGR_WORKER_PROCESS. */
+extern const struct cgr__worker_ops cgr__proc_ops;
+
 #define BOOT_TIMEOUT_NS (10 * 1000000000ll)
+
+/* A process worker's process (driver): its cgr_worker's impl. */
+struct cgr__proc {
+	struct cgr__procs *ps; /* its context's death monitor */
+	/* Its exported init/fini (the name; "" none), arg_data's copy, and
+	 * where it joins if something else starts it (join_addr). */
+	char *init_name;
+	void *arg_data;
+	size_t arg_len;
+	char *join_addr;
+	int64_t join_timeout_ns;
+	int pid;
+	int pidfd, sock;
+	_Atomic uint32_t dead; /* it ended (seen by the monitor or a reply) */
+	bool stopping;	       /* told to stop: no failure to report */
+	bool external;	       /* started by something else: not reaped */
+	char why[160];	       /* how it ended */
+};
+
+static inline struct cgr__proc *proc_of(const cgr_worker *w)
+{
+	return w->impl;
+}
 
 /* A graph the monitor fails when one of its worker processes dies. */
 struct cgr__pgraph {
+	struct cgr__procs *ps; /* the monitor it is listed with */
 	cgr_compiled *c;
 	struct cgr__gctl *ctl;
 	uint32_t nbells; /* the driver's count, not the shared one */
@@ -56,11 +93,15 @@ struct cgr__pgraph {
 	struct cgr__pgraph *next;
 };
 
+/* The context's state of process workers (cgr__ctx_state under
+ * procs_key): made with the first one, its monitor stopped by
+ * cgr_ctx_destroy (procs_stop), freed with the context. */
 struct cgr__procs {
 	pthread_t thread;
 	int evfd;
 	pthread_mutex_t lock;
 	bool quit;
+	bool stopped; /* the monitor was joined */
 	cgr_worker **ws; /* live process workers */
 	size_t nws, cap;
 	struct cgr__pgraph *graphs;
@@ -105,7 +146,7 @@ int cgr__pmsg_recv(int sock, struct cgr__pmsg *m, int *fd, int64_t deadline)
 /* How process w ended (it has), without reaping it. */
 static void describe_death(cgr_worker *w)
 {
-	struct cgr__proc *pr = w->proc;
+	struct cgr__proc *pr = proc_of(w);
 	siginfo_t si;
 
 	memset(&si, 0, sizeof(si));
@@ -127,7 +168,7 @@ static void describe_death(cgr_worker *w)
 /* Fails graph g: w died.  Under procs->lock. */
 static void fail_graph(struct cgr__pgraph *g, cgr_worker *w)
 {
-	if (!cgr__graph_dead(g->c, w->index, w->proc->why))
+	if (!cgr__graph_dead(g->c, w->index, proc_of(w)->why))
 		return; /* somebody died first */
 	/* Every doorbell, by the driver's count. */
 	for (uint32_t i = 0; i < g->nbells; i++)
@@ -137,14 +178,14 @@ static void fail_graph(struct cgr__pgraph *g, cgr_worker *w)
 /* Process w ended.  Under procs->lock (every writer of dead holds it). */
 static void saw_death(struct cgr__procs *ps, cgr_worker *w)
 {
-	struct cgr__proc *pr = w->proc;
+	struct cgr__proc *pr = proc_of(w);
 
 	if (atomic_load_explicit(&pr->dead, memory_order_relaxed))
 		return;
 	if (!pr->why[0])
 		describe_death(w);
 	/* D1: how, then dead; pairs with the acquire of every reader of
-	 * why (cgr__proc_dead, peer_lost's callers). */
+	 * why (proc_dead, peer_lost's callers). */
 	atomic_store_explicit(&pr->dead, 1, memory_order_release);
 	if (pr->stopping)
 		return; /* told to go */
@@ -172,10 +213,10 @@ static void *monitor(void *arg)
 		}
 		fds[0] = (struct pollfd){ ps->evfd, POLLIN, 0 };
 		for (size_t i = 0; i < ps->nws && n <= CGR__PROC_MAX; i++) {
-			if (atomic_load(&ps->ws[i]->proc->dead))
+			if (atomic_load(&proc_of(ps->ws[i])->dead))
 				continue;
 			who[n] = ps->ws[i];
-			fds[n++] = (struct pollfd){ ps->ws[i]->proc->pidfd,
+			fds[n++] = (struct pollfd){ proc_of(ps->ws[i])->pidfd,
 						    POLLIN, 0 };
 		}
 		pthread_mutex_unlock(&ps->lock);
@@ -202,11 +243,12 @@ static void poke(struct cgr__procs *ps)
 		(void)0; /* the counter is full: it is awake anyway */
 }
 
-static void release_procs(cgr_ctx *ctx)
-{
-	struct cgr__procs *ps = ctx->procs;
+static const char procs_key = 0;
 
-	if (ps == NULL)
+/* The monitor joined (once). */
+static void procs_stop(struct cgr__procs *ps)
+{
+	if (ps->stopped)
 		return;
 	pthread_mutex_lock(&ps->lock);
 	ps->quit = true;
@@ -214,22 +256,27 @@ static void release_procs(cgr_ctx *ctx)
 	poke(ps);
 	pthread_join(ps->thread, NULL);
 	close(ps->evfd);
+	ps->stopped = true;
+}
+
+/* The state's end, with the context. */
+static void procs_fini(cgr_ctx *ctx, void *p)
+{
+	struct cgr__procs *ps = p;
+
+	procs_stop(ps);
 	pthread_mutex_destroy(&ps->lock);
 	cgr__free(&ctx->arena, ps->ws, ps->cap * sizeof(*ps->ws), 16);
 	cgr__free(&ctx->arena, ps, sizeof(*ps), 64);
-	ctx->procs = NULL;
 }
 
-static int procs_get(cgr_ctx *ctx, struct cgr__procs **out)
+/* The state and its monitor, made with the context's first process
+ * worker. */
+static int procs_make(cgr_ctx *ctx, void **out)
 {
-	struct cgr__procs *ps = ctx->procs;
+	struct cgr__procs *ps = cgr__alloc(&ctx->arena, sizeof(*ps), 64);
 	int ret;
 
-	if (ps != NULL) {
-		*out = ps;
-		return 0;
-	}
-	ps = cgr__alloc(&ctx->arena, sizeof(*ps), 64);
 	if (ps == NULL)
 		return -ENOMEM;
 	memset(ps, 0, sizeof(*ps));
@@ -247,16 +294,40 @@ static int procs_get(cgr_ctx *ctx, struct cgr__procs **out)
 		cgr__free(&ctx->arena, ps, sizeof(*ps), 64);
 		return ret;
 	}
-	ctx->procs = ps;
-	ctx->release_procs = release_procs;
 	*out = ps;
 	return 0;
+}
+
+static int procs_none(cgr_ctx *ctx, void **out)
+{
+	(void)ctx, (void)out;
+	return -ENOENT;
+}
+
+/* ctx's state (made if make), or NULL (a negative errno: why). */
+static int procs_get(cgr_ctx *ctx, bool make, struct cgr__procs **out)
+{
+	int (*mk)(cgr_ctx *, void **) = make ? procs_make : procs_none;
+	void *p = NULL;
+	int ret = cgr__ctx_state(ctx, &procs_key, mk, procs_fini, &p);
+
+	*out = p;
+	return ret;
+}
+
+/* cgr_ctx_destroy, once every worker was stopped: the monitor ends. */
+static void proc_ctx_release(cgr_ctx *ctx)
+{
+	struct cgr__procs *ps;
+
+	if (procs_get(ctx, false, &ps) == 0)
+		procs_stop(ps);
 }
 
 /* Lists w with the monitor (or takes it off: add false). */
 static int procs_list(cgr_worker *w, bool add)
 {
-	struct cgr__procs *ps = w->ctx->procs;
+	struct cgr__procs *ps = proc_of(w)->ps;
 	int ret = 0;
 
 	pthread_mutex_lock(&ps->lock);
@@ -366,15 +437,15 @@ static int spawn(cgr_worker *w, const char *addr)
 	cgr__free(a, env, esize, 16);
 	if (ret < 0)
 		return ret;
-	w->proc->pid = pid;
-	w->proc->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-	if (w->proc->pidfd < 0) {
+	proc_of(w)->pid = pid;
+	proc_of(w)->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+	if (proc_of(w)->pidfd < 0) {
 		ret = -errno;
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
 		return ret;
 	}
-	fcntl(w->proc->pidfd, F_SETFD, FD_CLOEXEC);
+	fcntl(proc_of(w)->pidfd, F_SETFD, FD_CLOEXEC);
 	return 0;
 }
 
@@ -382,7 +453,7 @@ static int spawn(cgr_worker *w, const char *addr)
  * reaps it. */
 static void reap(cgr_worker *w, int64_t deadline)
 {
-	struct cgr__proc *pr = w->proc;
+	struct cgr__proc *pr = proc_of(w);
 	siginfo_t si;
 
 	if (pr->pid <= 0)
@@ -404,7 +475,7 @@ static void reap(cgr_worker *w, int64_t deadline)
 
 static void proc_close(cgr_worker *w)
 {
-	struct cgr__proc *pr = w->proc;
+	struct cgr__proc *pr = proc_of(w);
 
 	if (pr->sock >= 0)
 		close(pr->sock);
@@ -422,14 +493,14 @@ static void proc_close(cgr_worker *w)
  * w's control connection failed (a send refused, or it hung up): its
  * process is ending, or ended before the monitor noticed.  Waits for the
  * end (until the deadline, at most LOST_WAIT_NS), then reports it as the
- * monitor does (how it ended in w->proc->why, its graphs failed, the log
+ * monitor does (how it ended in proc_of(w)->why, its graphs failed, the log
  * unless it was told to stop); one that is still there by then (it hung
  * up and lives on) is of no more use: it is killed.  CGR_EPEERDEAD.
  */
 static int peer_lost(cgr_worker *w, int64_t deadline)
 {
-	struct cgr__procs *ps = w->ctx->procs;
-	struct cgr__proc *pr = w->proc;
+	struct cgr__procs *ps = proc_of(w)->ps;
+	struct cgr__proc *pr = proc_of(w);
 	int64_t soon = cgr__deadline(LOST_WAIT_NS);
 	bool ended;
 
@@ -457,7 +528,7 @@ static int peer_lost(cgr_worker *w, int64_t deadline)
 static int psend(cgr_worker *w, const void *msg, size_t len, const int *fds,
 		 size_t nfds, int64_t deadline)
 {
-	int ret = cgr__shm_send(w->proc->sock, msg, len, fds, nfds);
+	int ret = cgr__shm_send(proc_of(w)->sock, msg, len, fds, nfds);
 
 	if (ret == -EPIPE || ret == -ECONNRESET || ret == -ENOTCONN)
 		ret = peer_lost(w, deadline);
@@ -481,7 +552,7 @@ static int64_t worker_timeout(int64_t deadline)
 static int await(cgr_worker *w, struct cgr__pmsg *m, int type,
 		 int64_t deadline)
 {
-	int ret = cgr__pmsg_recv(w->proc->sock, m, NULL, deadline);
+	int ret = cgr__pmsg_recv(proc_of(w)->sock, m, NULL, deadline);
 
 	if (ret == 0 && m->type != type)
 		ret = -EPROTO;
@@ -496,28 +567,28 @@ static int await(cgr_worker *w, struct cgr__pmsg *m, int type,
 }
 
 /* The worker's identity and init: sent, and init's answer. */
-static int start(cgr_worker *w, int cpu)
+static int start(cgr_worker *w)
 {
+	struct cgr__proc *pr = proc_of(w);
 	struct cgr__pmsg m;
 	int ret;
 
 	cgr__pmsg_init(&m, CGR__PMSG_SPEC, 0);
 	m.index = w->index;
-	m.cpu = cpu;
+	m.cpu = w->cpu;
 	m.device = w->device;
 	m.flags = w->ctx->flags;
 	m.log_level = w->ctx->log.level;
-	m.arg_len = (uint32_t)w->arg_len;
+	m.arg_len = (uint32_t)pr->arg_len;
 	snprintf(m.name, sizeof(m.name), "%s", w->name);
-	snprintf(m.fn, sizeof(m.fn), "%s", w->init_name);
+	snprintf(m.fn, sizeof(m.fn), "%s", pr->init_name);
 	ret = psend(w, &m, sizeof(m), NULL, 0, CGR_FOREVER);
-	if (ret == 0 && w->arg_len > 0)
-		ret = psend(w, w->arg_data, w->arg_len, NULL, 0, CGR_FOREVER);
+	if (ret == 0 && pr->arg_len > 0)
+		ret = psend(w, pr->arg_data, pr->arg_len, NULL, 0, CGR_FOREVER);
 	if (ret == 0)
 		ret = await(w, &m, CGR__PMSG_READY, CGR_FOREVER);
 	if (ret == CGR_EPEERDEAD)
-		cgr__err(&w->ctx->log, "%s before its init returned",
-			 w->proc->why);
+		cgr__err(&w->ctx->log, "%s before its init returned", pr->why);
 	if (ret == 0 && m.code != 0) {
 		if (m.text[0])
 			cgr__err(&w->ctx->log, "worker %s: %s", w->name,
@@ -527,39 +598,40 @@ static int start(cgr_worker *w, int cpu)
 	return ret;
 }
 
-/* A process started by something else joins at w->join_addr: one of this
+/* A process started by something else joins at its join_addr: one of this
  * user's, by the join deadline; its pid from the connection. */
 static int join(cgr_worker *w, char *why, size_t len)
 {
+	struct cgr__proc *pr = proc_of(w);
 	struct cgr__boot b;
 	struct ucred cr;
 	socklen_t cl = sizeof(cr);
-	int ret = cgr__boot_listen_at(&b, 1, w->join_addr);
+	int ret = cgr__boot_listen_at(&b, 1, pr->join_addr);
 
 	if (ret < 0)
 		return snprintf(why, len, "cannot listen at %s: %s",
-				w->join_addr, strerror(-ret)),
+				pr->join_addr, strerror(-ret)),
 		       ret;
-	ret = cgr__boot_accept(&b, cgr__deadline(w->join_timeout_ns), why,
+	ret = cgr__boot_accept(&b, cgr__deadline(pr->join_timeout_ns), why,
 			       len);
 	if (ret == 0 &&
 	    (getsockopt(b.socks[0], SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 ||
 	     cr.uid != geteuid())) {
 		snprintf(why, len, "a process of another user joined at %s",
-			 w->join_addr);
+			 pr->join_addr);
 		ret = -EPERM;
 	}
 	if (ret == 0) {
-		w->proc->external = true;
-		w->proc->pid = (int)cr.pid;
-		w->proc->pidfd = (int)syscall(SYS_pidfd_open, cr.pid, 0);
-		if (w->proc->pidfd < 0)
+		pr->external = true;
+		pr->pid = (int)cr.pid;
+		pr->pidfd = (int)syscall(SYS_pidfd_open, cr.pid, 0);
+		if (pr->pidfd < 0)
 			ret = -errno;
 		else
-			fcntl(w->proc->pidfd, F_SETFD, FD_CLOEXEC);
+			fcntl(pr->pidfd, F_SETFD, FD_CLOEXEC);
 	}
 	if (ret == 0)
-		w->proc->sock = b.socks[0], b.socks[0] = -1;
+		pr->sock = b.socks[0], b.socks[0] = -1;
 	cgr__boot_close(&b);
 	return ret;
 }
@@ -567,6 +639,7 @@ static int join(cgr_worker *w, char *why, size_t len)
 /* This program started again as w's process, met at a fresh address. */
 static int start_child(cgr_worker *w, char *why, size_t len)
 {
+	struct cgr__proc *pr = proc_of(w);
 	struct cgr__boot b;
 	int ret = cgr__boot_listen(&b, 1);
 
@@ -574,61 +647,120 @@ static int start_child(cgr_worker *w, char *why, size_t len)
 		return ret;
 	ret = spawn(w, b.addr);
 	if (ret == 0)
-		ret = cgr__boot_accept_child(&b, w->proc->pidfd, w->proc->pid,
+		ret = cgr__boot_accept_child(&b, pr->pidfd, pr->pid,
 					     cgr__deadline(BOOT_TIMEOUT_NS),
 					     why, len);
 	if (ret == 0)
-		w->proc->sock = b.socks[0], b.socks[0] = -1;
+		pr->sock = b.socks[0], b.socks[0] = -1;
 	cgr__boot_close(&b);
 	return ret;
 }
 
-int cgr__proc_start(cgr_worker *w, int cpu)
+/* ---- the worker (ops) ----------------------------------------------- */
+
+/* A process worker's exports: its init/fini by name, its arg bytes. */
+static int proc_params(cgr_worker *w, const cgr_worker_params *p)
 {
-	struct cgr__procs *ps;
+	cgr_ctx *ctx = w->ctx;
+	struct cgr__proc *pr = proc_of(w);
+	const cgr_export *e = ctx->exports;
+
+	if (p->arg != NULL || p->arg_len > CGR__PMSG_MAX_ARG ||
+	    (p->arg_len > 0 && p->arg_data == NULL) ||
+	    (p->device != CGR_DEVICE_NONE && p->device != CGR_DEVICE_SIM)) {
+		cgr__err(&ctx->log,
+			 "worker %s: a process worker takes arg_data (at most "
+			 "%u bytes), not arg, and no CUDA device (yet)",
+			 w->name, CGR__PMSG_MAX_ARG);
+		return -EINVAL;
+	}
+	while (e != NULL && e->name != NULL &&
+	       (p->init != NULL || p->fini != NULL) &&
+	       (e->init != p->init || e->fini != p->fini))
+		e++;
+	if (p->init == NULL && p->fini == NULL)
+		e = NULL;
+	else if (e == NULL || e->name == NULL) {
+		cgr__err(&ctx->log,
+			 "worker %s: its init/fini are not in "
+			 "cgr_ctx_params.exports (a process worker finds them "
+			 "by name)",
+			 w->name);
+		return -EINVAL;
+	}
+	if (p->join_addr != NULL &&
+	    (p->join_addr[0] == 0 || strlen(p->join_addr) >= 64 ||
+	     p->join_timeout_ns < 0)) {
+		cgr__err(&ctx->log, "worker %s: join_addr must be a name of 1 "
+				    "to 63 bytes",
+			 w->name);
+		return -EINVAL;
+	}
+	if (p->join_addr != NULL &&
+	    (pr->join_addr = cgr__strdup(&ctx->arena, p->join_addr)) == NULL)
+		return -ENOMEM;
+	pr->join_timeout_ns = p->join_timeout_ns > 0 ? p->join_timeout_ns :
+						       30 * 1000000000ll;
+	pr->init_name = cgr__strdup(&ctx->arena, e != NULL ? e->name : "");
+	pr->arg_len = p->arg_len;
+	if (p->arg_len > 0 &&
+	    (pr->arg_data = cgr__alloc(&ctx->arena, p->arg_len, 16)) != NULL)
+		memcpy(pr->arg_data, p->arg_data, p->arg_len);
+	return pr->init_name == NULL || (p->arg_len && pr->arg_data == NULL) ?
+		       -ENOMEM :
+		       0;
+}
+
+/* Starts w's process (or takes the one that joins) and runs its init
+ * there. */
+static int proc_create(cgr_worker *w, const cgr_worker_params *p)
+{
+	struct cgr__proc *pr = cgr__alloc(&w->ctx->arena, sizeof(*pr), 64);
 	char why[256] = "";
 	int ret;
 
-	w->proc = cgr__alloc(&w->ctx->arena, sizeof(*w->proc), 64);
-	if (w->proc == NULL)
+	if (pr == NULL)
 		return -ENOMEM;
-	memset(w->proc, 0, sizeof(*w->proc));
-	w->proc->sock = w->proc->pidfd = -1;
-	ret = procs_get(w->ctx, &ps);
+	memset(pr, 0, sizeof(*pr));
+	pr->sock = pr->pidfd = -1;
+	w->impl = pr;
+	ret = proc_params(w, p);
+	if (ret == 0)
+		ret = procs_get(w->ctx, true, &pr->ps);
 	if (ret < 0)
 		return ret;
-	ret = w->join_addr != NULL ? join(w, why, sizeof(why)) :
-				     start_child(w, why, sizeof(why));
+	ret = pr->join_addr != NULL ? join(w, why, sizeof(why)) :
+				      start_child(w, why, sizeof(why));
 	if (ret < 0 && why[0])
 		cgr__err(&w->ctx->log, "worker %s: %s", w->name, why);
 	if (ret == 0)
-		ret = start(w, cpu);
+		ret = start(w);
 	if (ret == 0)
 		ret = procs_list(w, true);
 	if (ret < 0) {
 		/* Ours is killed and reaped; one started by something else
 		 * sees its socket close and exits. */
-		w->proc->stopping = true;
-		if (!w->proc->external && w->proc->pid > 0 &&
-		    w->proc->pidfd >= 0)
-			syscall(SYS_pidfd_send_signal, w->proc->pidfd,
-				SIGKILL, NULL, 0);
-		if (!w->proc->external)
+		pr->stopping = true;
+		if (!pr->external && pr->pid > 0 && pr->pidfd >= 0)
+			syscall(SYS_pidfd_send_signal, pr->pidfd, SIGKILL,
+				NULL, 0);
+		if (!pr->external)
 			reap(w, CGR_FOREVER);
 		proc_close(w);
 	}
 	return ret;
 }
 
-int cgr__proc_stop(cgr_worker *w, int64_t deadline)
+/* Stops it (fini, exit) by the deadline, else kills it; reaps it. */
+static int proc_destroy(cgr_worker *w, int64_t deadline)
 {
-	struct cgr__proc *pr = w->proc;
+	struct cgr__proc *pr = proc_of(w);
 	struct cgr__pmsg m;
 	int ret = 0;
 
-	pthread_mutex_lock(&w->ctx->procs->lock);
+	pthread_mutex_lock(&pr->ps->lock);
 	pr->stopping = true;
-	pthread_mutex_unlock(&w->ctx->procs->lock);
+	pthread_mutex_unlock(&pr->ps->lock);
 	if (atomic_load(&pr->dead)) {
 		ret = CGR_EPEERDEAD;
 	} else {
@@ -651,29 +783,58 @@ int cgr__proc_stop(cgr_worker *w, int64_t deadline)
 	return ret;
 }
 
-void cgr__proc_free(cgr_worker *w)
+static void proc_free(cgr_worker *w)
 {
-	if (w->proc == NULL)
+	struct cgr__proc *pr = proc_of(w);
+	struct cgr__arena *a = &w->ctx->arena;
+
+	if (pr == NULL)
 		return;
 	proc_close(w);
-	cgr__free(&w->ctx->arena, w->proc, sizeof(*w->proc), 64);
-	w->proc = NULL;
+	cgr__strfree(a, pr->init_name);
+	cgr__strfree(a, pr->join_addr);
+	cgr__free(a, pr->arg_data, pr->arg_len, 16);
+	cgr__free(a, pr, sizeof(*pr), 64);
+	w->impl = NULL;
 }
 
-bool cgr__proc_dead(const cgr_worker *w, const char **why)
+/* Its process ended (the monitor saw it, or a reply that never came). */
+static bool proc_dead(const cgr_worker *w, const char **why)
 {
-	if (w->proc == NULL) {
-		/* A thread worker whose thread ended (thread/thread.c). */
-		if (!atomic_load_explicit(&w->lost, memory_order_acquire))
-			return false;
-		*why = w->lost_msg;
-		return true;
-	}
+	struct cgr__proc *pr = proc_of(w);
+
 	/* D1: pairs with saw_death's release. */
-	if (!atomic_load_explicit(&w->proc->dead, memory_order_acquire))
+	if (!atomic_load_explicit(&pr->dead, memory_order_acquire))
 		return false;
-	*why = w->proc->why;
+	*why = pr->why;
 	return true;
+}
+
+static int proc_pid(const cgr_worker *w)
+{
+	return proc_of(w) != NULL ? proc_of(w)->pid : 0;
+}
+
+/* What cannot cross to a worker process (yet). */
+static int proc_check_task(cgr_graph *g, const struct cgr__task *t,
+			   const cgr_worker *w, bool eager)
+{
+	if (eager)
+		return cgr__graph_fail(g, -ENOTSUP,
+				       "%s: eager execution runs on thread "
+				       "workers only (%s is a process)",
+				       t->name, w->name);
+	if ((t->flags & CGR_TASK_DEVICE) ||
+	    (t->coll &&
+	     (t->cp.comm != NULL || t->cp.backend == CGR_BACKEND_NCCL)))
+		return cgr__graph_fail(g, -ENOTSUP,
+				       "%s %s on process worker %s: device "
+				       "tasks, NCCL and communicators of the "
+				       "caller's are not supported on process "
+				       "workers yet",
+				       cgr__coll_name(t->coll), t->name,
+				       w->name);
+	return 0;
 }
 
 /* ---- graphs --------------------------------------------------------- */
@@ -684,18 +845,19 @@ static size_t graph_procs(const cgr_compiled *c, cgr_worker **out)
 	size_t n = 0;
 
 	for (size_t i = 0; i < c->nprogs; i++)
-		if (c->progs[i].w->remote)
+		if (c->progs[i].w->ops == &cgr__proc_ops)
 			out[n++] = c->progs[i].w;
 	return n;
 }
 
 static void pgraph_off(cgr_compiled *c)
 {
-	struct cgr__procs *ps = c->ctx->procs;
 	struct cgr__pgraph *pg = c->pg, **pp;
+	struct cgr__procs *ps;
 
 	if (pg == NULL)
 		return;
+	ps = pg->ps;
 	pthread_mutex_lock(&ps->lock);
 	for (pp = &ps->graphs; *pp != NULL; pp = &(*pp)->next)
 		if (*pp == pg) {
@@ -708,11 +870,11 @@ static void pgraph_off(cgr_compiled *c)
 	c->pg = NULL;
 }
 
-/* c on the monitor's list, with its process workers. */
+/* c on the monitor's list, with its process workers (at least one). */
 static int pgraph_on(cgr_compiled *c)
 {
-	struct cgr__procs *ps = c->ctx->procs;
 	struct cgr__pgraph *pg = cgr__alloc(&c->ctx->arena, sizeof(*pg), 64);
+	struct cgr__procs *ps;
 
 	if (pg == NULL)
 		return -ENOMEM;
@@ -724,6 +886,7 @@ static int pgraph_on(cgr_compiled *c)
 		return -ENOMEM;
 	}
 	pg->nws = graph_procs(c, pg->ws);
+	pg->ps = ps = proc_of(pg->ws[0])->ps;
 	pg->c = c;
 	pg->ctl = c->ctl;
 	pg->nbells = c->ctl->nbells; /* made here, by the driver */
@@ -747,7 +910,7 @@ static void send_all(cgr_compiled *c, int type, int64_t deadline,
 	cgr__pmsg_init(&m, type, c->gid);
 	m.timeout_ns = worker_timeout(deadline);
 	for (size_t i = 0; i < upto && i < pg->nws; i++)
-		if (!atomic_load(&pg->ws[i]->proc->dead))
+		if (!atomic_load(&proc_of(pg->ws[i])->dead))
 			psend(pg->ws[i], &m, sizeof(m), NULL, 0, deadline);
 }
 
@@ -759,18 +922,23 @@ static int compile_failed(cgr_graph *g, cgr_worker *w, int r,
 	return cgr__graph_fail(g, r,
 			       "worker %s could not compile the graph: %s",
 			       w->name,
-			       r == CGR_EPEERDEAD ? w->proc->why :
+			       r == CGR_EPEERDEAD ? proc_of(w)->why :
 			       text[0]		  ? text :
 						    cgr_strerror(r));
 }
 
-int cgr__pgraph_compile(cgr_compiled *c, cgr_graph *g)
+/* Each worker process is handed the graph's segment and compiles its
+ * share: 0, or the first failure (g's errmsg says whose and why; every
+ * process that compiled is told to drop it). */
+static int proc_graph_prepare(cgr_compiled *c, cgr_graph *g)
 {
 	struct cgr__pmsg m;
 	size_t i, sent = 0;
-	int ret = pgraph_on(c);
+	int ret;
 
-	if (ret < 0)
+	if (c->seg == NULL)
+		return 0; /* cannot be: the compiler makes one for them */
+	if ((ret = pgraph_on(c)) < 0)
 		return cgr__graph_fail(g, ret, "out of memory");
 	cgr__pmsg_init(&m, CGR__PMSG_COMPILE, c->gid);
 	for (; ret == 0 && sent < c->pg->nws; sent++) {
@@ -798,43 +966,72 @@ int cgr__pgraph_compile(cgr_compiled *c, cgr_graph *g)
 	return ret;
 }
 
-void cgr__pgraph_run(cgr_compiled *c)
+/* A prepared graph given up (another kind's prepare failed). */
+static void proc_graph_drop(cgr_compiled *c)
 {
+	if (c->pg == NULL)
+		return;
+	send_all(c, CGR__PMSG_DROP, CGR_FOREVER, SIZE_MAX);
+	pgraph_off(c);
+}
+
+/* The driver's handles of its worker processes serve c (a worker
+ * process's stand-ins do not: nothing there clears them); each starts
+ * its program. */
+static void proc_graph_start(cgr_compiled *c)
+{
+	if (c->pg == NULL)
+		return;
+	for (size_t i = 0; i < c->pg->nws; i++)
+		c->pg->ws[i]->busy_with = c;
 	send_all(c, CGR__PMSG_RUN, CGR_FOREVER, SIZE_MAX);
 }
 
 /* w did not leave graph c in time: it is killed. */
 static void kill_stuck(cgr_compiled *c, cgr_worker *w, const char *text)
 {
+	struct cgr__proc *pr = proc_of(w);
+
 	cgr__err(&c->ctx->log,
 		 "teardown: worker %s (pid %d) did not leave the graph by the "
 		 "deadline%s%s; killed",
-		 w->name, w->proc->pid, text[0] ? ": " : "", text);
+		 w->name, pr->pid, text[0] ? ": " : "", text);
 	/* Under the lock: the monitor reads why once it sees the end. */
-	pthread_mutex_lock(&c->ctx->procs->lock);
-	if (!atomic_load_explicit(&w->proc->dead, memory_order_relaxed))
-		snprintf(w->proc->why, sizeof(w->proc->why),
+	pthread_mutex_lock(&pr->ps->lock);
+	if (!atomic_load_explicit(&pr->dead, memory_order_relaxed))
+		snprintf(pr->why, sizeof(pr->why),
 			 "worker %s (pid %d) was killed: stuck past a "
 			 "teardown deadline",
-			 w->name, w->proc->pid);
-	pthread_mutex_unlock(&c->ctx->procs->lock);
-	syscall(SYS_pidfd_send_signal, w->proc->pidfd, SIGKILL, NULL, 0);
+			 w->name, pr->pid);
+	pthread_mutex_unlock(&pr->ps->lock);
+	syscall(SYS_pidfd_send_signal, pr->pidfd, SIGKILL, NULL, 0);
 }
 
-int cgr__pgraph_teardown(cgr_compiled *c, int64_t deadline)
+/* Teardown: each worker process is told to leave c, given a little less
+ * than the deadline. */
+static void proc_graph_stop(cgr_compiled *c, int64_t deadline)
+{
+	if (c->pg != NULL)
+		send_all(c, CGR__PMSG_TEARDOWN, deadline, SIZE_MAX);
+}
+
+/* Each one's answer by the deadline; one that has not left by then is
+ * killed (CGR_ESTUCK); c is taken off the monitor. */
+static int proc_graph_wait(cgr_compiled *c, int64_t deadline,
+			   uint32_t *held)
 {
 	struct cgr__pgraph *pg = c->pg;
 	struct cgr__pmsg m;
 	int result = 0;
 
+	(void)held; /* a killed process holds nothing of c here */
 	if (pg == NULL)
 		return 0;
-	send_all(c, CGR__PMSG_TEARDOWN, deadline, SIZE_MAX);
 	for (size_t i = 0; i < pg->nws; i++) {
 		cgr_worker *w = pg->ws[i];
 		int r;
 		w->busy_with = NULL;
-		if (atomic_load(&w->proc->dead))
+		if (atomic_load(&proc_of(w)->dead))
 			continue;
 		/* By the deadline (each worker was given a little less);
 		 * one that has not answered then (stuck, stopped) is
@@ -848,3 +1045,20 @@ int cgr__pgraph_teardown(cgr_compiled *c, int64_t deadline)
 	pgraph_off(c);
 	return result;
 }
+
+const struct cgr__worker_ops cgr__proc_ops = {
+	.name = "process",
+	.shared = false,
+	.create = proc_create,
+	.destroy = proc_destroy,
+	.free = proc_free,
+	.dead = proc_dead,
+	.pid = proc_pid,
+	.check_task = proc_check_task,
+	.graph_prepare = proc_graph_prepare,
+	.graph_drop = proc_graph_drop,
+	.graph_start = proc_graph_start,
+	.graph_stop = proc_graph_stop,
+	.graph_wait = proc_graph_wait,
+	.ctx_release = proc_ctx_release,
+};

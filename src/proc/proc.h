@@ -1,8 +1,9 @@
 /*
  * proc/proc.h: process workers (see cgr.h, "Process workers"): the
- * driver's side (proc.c: start, stop, the death monitor, and a graph's
- * compile, run and teardown in its worker processes) and the
- * worker process's (agent.c: cgr_worker_main), and the control messages
+ * driver's side (proc.c: cgr__proc_ops, see graph/worker.h: start, stop,
+ * the death monitor, and a graph's compile, run and teardown in its worker
+ * processes), the worker process's (agent.c: cgr_worker_main, and its
+ * stand-ins for the driver's other workers), and the control messages
  * between them.
  */
 #ifndef CGR_EXEC_PROC_H
@@ -12,16 +13,6 @@
 
 #define CGR__WORKER_ENV "CGR_WORKER"
 #define CGR__PROC_MAX 1024 /* process workers per context */
-
-/* A process worker's process (driver). */
-struct cgr__proc {
-	int pid;
-	int pidfd, sock;
-	_Atomic uint32_t dead; /* it ended (seen by the monitor or a reply) */
-	bool stopping;	       /* told to stop: no failure to report */
-	bool external;	       /* started by something else: not reaped */
-	char why[160];	       /* how it ended */
-};
 
 /* ---- control messages ---------------------------------------------- */
 
@@ -62,28 +53,5 @@ void cgr__pmsg_init(struct cgr__pmsg *m, int type, uint64_t gid);
  * checked (its strings terminated): 0, -EPROTO, -ECONNRESET (hung up),
  * -ETIMEDOUT. */
 int cgr__pmsg_recv(int sock, struct cgr__pmsg *m, int *fd, int64_t deadline);
-
-/* ---- the driver ----------------------------------------------------- */
-
-/* Starts w's process and runs its init there (w's identity set, kind
- * PROCESS): 0, init's code, or a negative errno (the log says why). */
-int cgr__proc_start(cgr_worker *w, int cpu);
-/* Stops it (fini, exit) by the deadline, else kills it; reaps it.
- * Returns 0, CGR_EPEERDEAD (it had died) or CGR_ESTUCK. */
-int cgr__proc_stop(cgr_worker *w, int64_t deadline);
-void cgr__proc_free(cgr_worker *w);
-/* Whether w died (*why: how): its process, or, for a thread worker, its
- * thread ended inside a task (thread/thread.c). */
-bool cgr__proc_dead(const cgr_worker *w, const char **why);
-
-/* A compiled graph with process workers (proc.c): compile hands each
- * worker process the segment and waits for its compile (0, or the first
- * failure: g's errmsg says whose and why; every process that compiled is
- * told to drop it); run starts their programs; teardown stops them by the
- * deadline (a worker process that does not leave in time is killed:
- * CGR_ESTUCK) and takes the graph off the monitor. */
-int cgr__pgraph_compile(cgr_compiled *c, cgr_graph *g);
-void cgr__pgraph_run(cgr_compiled *c);
-int cgr__pgraph_teardown(cgr_compiled *c, int64_t deadline);
 
 #endif

@@ -1,13 +1,20 @@
 /*
- * thread/thread.c: worker threads.
+ * thread/thread.c: thread workers (cgr__thread_ops, see graph/worker.h).
  *
  * A worker is a thread with its own reactor that runs the user's init, then
- * waits on its mailbox for a program (a compiled graph's share of work) or
- * for the order to stop.  The driver never joins a thread without a
- * deadline: a worker that does not answer in time is abandoned, keeping the
- * context alive (a reference) until it exits by itself.  A thread that
- * ends inside a task (pthread_exit) is seen as it ends (thread_lost): its
- * graph stops with CGR_EPEERDEAD and what it held is released.
+ * waits on its mailbox for a program (a compiled graph's share of work), an
+ * eager step, or the order to stop.  The driver never joins a thread
+ * without a deadline: a worker that does not answer in time is abandoned,
+ * keeping the context alive (a reference) until it exits by itself; so is
+ * one stuck in a task past a teardown's deadline.  A thread that ends
+ * inside a task (pthread_exit) is seen as it ends (thread_lost): its graph
+ * stops with CGR_EPEERDEAD and what it held is released.
+ *
+ * Its programs run in this address space (shared): a graph starts them by
+ * posting each to its worker's mailbox, and its teardown waits for each to
+ * leave.  The worker thread of a worker process is one of these too; its
+ * context says so (struct cgr__worker_host), and the process ends where
+ * its thread does.
  */
 #include <errno.h>
 #include <sched.h>
@@ -15,25 +22,20 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "proc/proc.h"
+#include "run/run.h"
 
-static void worker_free(cgr_ctx *ctx, cgr_worker *w);
+/* This file's ops table (at its end); the registry (drive/worker.c) names
+ * it for CGR_WORKER_THREAD. */
+extern const struct cgr__worker_ops cgr__thread_ops;
 
-/* The context's hook: workers live as long as the context (an abandoned
- * thread uses its struct until it exits). */
-static void release_workers(cgr_ctx *ctx)
+/* The key of struct cgr__worker_host (graph/worker.h). */
+const char cgr__worker_host_key = 0;
+
+/* A lookup that makes nothing: the host's state, if it said so. */
+static int no_host(cgr_ctx *ctx, void **p)
 {
-	cgr_worker *w, *next;
-
-	for (w = ctx->workers; w != NULL; w = next) {
-		next = w->next;
-		worker_free(ctx, w);
-	}
-}
-
-static int worker_device(const struct cgr_worker *w)
-{
-	return w->device;
+	(void)ctx, (void)p;
+	return -ENOENT;
 }
 
 /* ---- worker threads ----------------------------------------------- */
@@ -99,9 +101,9 @@ static void lost_describe(cgr_worker *w)
 		snprintf(where, sizeof(where), "%s",
 			 w->phase == CGR__WPH_RUN ? "while running a graph" :
 						     "while idle");
-	/* In a worker process (which ends then: worker_lost) the message
-	 * goes to the driver, where the pid says which process. */
-	if (w->ctx->worker_lost != NULL)
+	/* In a worker process (which ends then: its host's lost) the
+	 * message goes to the driver, where the pid says which process. */
+	if (w->impl != NULL)
 		snprintf(w->lost_msg, sizeof(w->lost_msg),
 			 "worker %s (pid %d) died: its thread exited %s",
 			 w->name, (int)getpid(), where);
@@ -136,6 +138,7 @@ static void thread_lost(void *arg)
 {
 	cgr_worker *w = arg;
 	cgr_ctx *ctx = w->ctx;
+	const struct cgr__worker_host *host = w->impl;
 	int phase = w->phase;
 
 	lost_describe(w);
@@ -155,8 +158,8 @@ static void thread_lost(void *arg)
 	}
 	if (phase == CGR__WPH_RUN)
 		cgr__graph_dead(w->running->c, w->index, w->lost_msg);
-	if (phase != CGR__WPH_FINI && ctx->worker_lost != NULL)
-		ctx->worker_lost(ctx, w); /* a worker process ends here */
+	if (phase != CGR__WPH_FINI && host != NULL)
+		host->lost(w); /* a worker process ends here */
 	if (phase == CGR__WPH_RUN) {
 		cgr__prog_leave(w->running, w->reactor);
 	} else if (phase == CGR__WPH_STEP) {
@@ -279,63 +282,29 @@ static void *cgr__worker_main(void *arg)
 	return NULL;
 }
 
-/* A process worker's exports: its init/fini by name, its arg bytes. */
-static int proc_params(cgr_ctx *ctx, cgr_worker *w,
-		       const cgr_worker_params *p)
-{
-	const cgr_export *e = ctx->exports;
-
-	if (p->arg != NULL || p->arg_len > CGR__PMSG_MAX_ARG ||
-	    (p->arg_len > 0 && p->arg_data == NULL) ||
-	    (p->device != CGR_DEVICE_NONE && p->device != CGR_DEVICE_SIM)) {
-		cgr__err(&ctx->log,
-			 "worker %s: a process worker takes arg_data (at most "
-			 "%u bytes), not arg, and no CUDA device (yet)",
-			 w->name, CGR__PMSG_MAX_ARG);
-		return -EINVAL;
-	}
-	while (e != NULL && e->name != NULL &&
-	       (p->init != NULL || p->fini != NULL) &&
-	       (e->init != p->init || e->fini != p->fini))
-		e++;
-	if (p->init == NULL && p->fini == NULL)
-		e = NULL;
-	else if (e == NULL || e->name == NULL) {
-		cgr__err(&ctx->log,
-			 "worker %s: its init/fini are not in "
-			 "cgr_ctx_params.exports (a process worker finds them "
-			 "by name)",
-			 w->name);
-		return -EINVAL;
-	}
-	if (p->join_addr != NULL &&
-	    (p->join_addr[0] == 0 || strlen(p->join_addr) >= 64 ||
-	     p->join_timeout_ns < 0)) {
-		cgr__err(&ctx->log, "worker %s: join_addr must be a name of 1 "
-				    "to 63 bytes",
-			 w->name);
-		return -EINVAL;
-	}
-	if (p->join_addr != NULL &&
-	    (w->join_addr = cgr__strdup(&ctx->arena, p->join_addr)) == NULL)
-		return -ENOMEM;
-	w->join_timeout_ns = p->join_timeout_ns > 0 ? p->join_timeout_ns :
-						      30 * 1000000000ll;
-	w->init_name = cgr__strdup(&ctx->arena, e != NULL ? e->name : "");
-	w->arg_len = p->arg_len;
-	if (p->arg_len > 0 &&
-	    (w->arg_data = cgr__alloc(&ctx->arena, p->arg_len, 16)) != NULL)
-		memcpy(w->arg_data, p->arg_data, p->arg_len);
-	return w->init_name == NULL || (p->arg_len && w->arg_data == NULL) ?
-		       -ENOMEM :
-		       0;
-}
+/* ---- the worker (ops) ------------------------------------------------ */
 
 /* Starts w's thread and waits for its init. */
-static int thread_start(cgr_ctx *ctx, cgr_worker *w)
+static int thread_create(cgr_worker *w, const cgr_worker_params *p)
 {
+	cgr_ctx *ctx = w->ctx;
+	void *host = NULL;
 	int ret;
 
+	(void)p;
+	/* A worker process's context hosts it (proc/agent.c). */
+	if (cgr__ctx_state(ctx, &cgr__worker_host_key, no_host, NULL,
+			   &host) == 0)
+		w->impl = host;
+	atomic_init(&w->cmd, CGR__WCMD_IDLE);
+	atomic_init(&w->prog, NULL);
+	atomic_init(&w->lost, 0);
+	cgr__bell_init(&w->bell);
+	cgr__future_init(&w->life);
+	w->life_gen = cgr__future_arm(&w->life);
+	cgr__future_init(&w->exited);
+	w->exit_gen = cgr__future_arm(&w->exited);
+	cgr__future_init(&w->step_done);
 	pthread_once(&lost_once, lost_key_make);
 	if (lost_key_err != 0)
 		return -lost_key_err;
@@ -353,120 +322,11 @@ static int thread_start(cgr_ctx *ctx, cgr_worker *w)
 	return ret;
 }
 
-static void worker_free(cgr_ctx *ctx, cgr_worker *w)
+/* STOP, then its thread's end by the deadline (else it is abandoned). */
+static int thread_destroy(cgr_worker *w, int64_t deadline)
 {
-	cgr__proc_free(w);
-	cgr__strfree(&ctx->arena, w->init_name);
-	cgr__strfree(&ctx->arena, w->join_addr);
-	cgr__free(&ctx->arena, w->arg_data, w->arg_len, 16);
-	cgr__strfree(&ctx->arena, w->name);
-	cgr__free(&ctx->arena, w, sizeof(*w), 64);
-}
-
-static cgr_worker *worker_new(cgr_ctx *ctx, const cgr_worker_params *prm)
-{
-	cgr_worker *w = cgr__alloc(&ctx->arena, sizeof(*w), 64);
-	char buf[32];
-
-	if (w == NULL)
-		return NULL;
-	snprintf(buf, sizeof(buf), "worker%u", ctx->nworkers);
-	w->name = cgr__strdup(&ctx->arena, prm->name ? prm->name : buf);
-	if (w->name == NULL) {
-		cgr__free(&ctx->arena, w, sizeof(*w), 64);
-		return NULL;
-	}
-	w->ctx = ctx;
-	w->kind = prm->kind;
-	w->remote = prm->kind == CGR_WORKER_PROCESS;
-	w->cpu = prm->cpu;
-	w->device = prm->device;
-	w->init = prm->init;
-	w->fini = prm->fini;
-	w->arg = prm->arg;
-	w->index = ctx->nworkers;
-	atomic_init(&w->cmd, CGR__WCMD_IDLE);
-	atomic_init(&w->prog, NULL);
-	atomic_init(&w->current_task, NULL);
-	atomic_init(&w->current_seq, 0);
-	atomic_init(&w->lost, 0);
-	cgr__bell_init(&w->bell);
-	cgr__future_init(&w->life);
-	w->life_gen = cgr__future_arm(&w->life);
-	cgr__future_init(&w->exited);
-	w->exit_gen = cgr__future_arm(&w->exited);
-	cgr__future_init(&w->step_done);
-	return w;
-}
-
-int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
-		      cgr_worker **out)
-{
-	cgr_worker_params prm;
-	cgr_worker *w;
 	int ret;
 
-	if (ctx == NULL || out == NULL || ctx->destroyed ||
-	    (p != NULL && p->size < sizeof(size_t)))
-		return -EINVAL;
-	CGR__PARAMS_COPY(prm, p, ((cgr_worker_params)CGR_WORKER_PARAMS_INIT));
-	if ((prm.kind != CGR_WORKER_THREAD && prm.kind != CGR_WORKER_PROCESS) ||
-	    prm.cpu < -1 ||
-	    (prm.device < 0 && prm.device != CGR_DEVICE_NONE &&
-	     prm.device != CGR_DEVICE_SIM))
-		return -EINVAL;
-	if (prm.device >= 0) {
-		/* The device must exist (-ENODEV; the log says why). */
-		cgr_stream *probe;
-		ret = cgr_stream_create(ctx, prm.device, 0, &probe);
-		if (ret < 0)
-			return ret;
-		cgr_stream_destroy(probe);
-	}
-	if ((w = worker_new(ctx, &prm)) == NULL)
-		return -ENOMEM;
-	if (w->remote) {
-		ret = proc_params(ctx, w, &prm);
-		if (ret == 0)
-			ret = cgr__proc_start(w, prm.cpu);
-	} else {
-		ret = thread_start(ctx, w);
-	}
-	if (ret != 0) {
-		worker_free(ctx, w);
-		return ret;
-	}
-	w->next = ctx->workers;
-	ctx->workers = w;
-	ctx->release_workers = release_workers;
-	ctx->worker_device = worker_device;
-	ctx->nworkers++;
-	*out = w;
-	return 0;
-}
-
-int cgr_worker_destroy(cgr_worker *w, int64_t timeout_ns)
-{
-	int64_t deadline;
-	int ret;
-
-	if (w == NULL)
-		return -EINVAL;
-	if (w->destroyed)
-		return 0;
-	if (w->abandoned) {
-		/* Already told to stop and detached: it exits by itself. */
-		w->destroyed = true;
-		return 0;
-	}
-	if (w->busy_with != NULL && !cgr__torn_down(w->busy_with))
-		return -EBUSY;
-	w->destroyed = true;
-	if (timeout_ns < 0)
-		timeout_ns = 1000000000;
-	deadline = cgr__deadline(timeout_ns);
-	if (w->kind == CGR_WORKER_PROCESS)
-		return cgr__proc_stop(w, deadline);
 	atomic_store_explicit(&w->cmd, CGR__WCMD_STOP, memory_order_release);
 	cgr__bell_ring_force(&w->bell);
 	ret = cgr__future_wait(&w->exited, w->exit_gen, deadline, NULL,
@@ -488,12 +348,112 @@ int cgr_worker_destroy(cgr_worker *w, int64_t timeout_ns)
 		       0;
 }
 
-const char *cgr_worker_name(const cgr_worker *w)
+/* Its thread ended inside a task, init or fini. */
+static bool thread_dead(const cgr_worker *w, const char **why)
 {
-	return w != NULL ? w->name : NULL;
+	/* L3: pairs with thread_lost's release. */
+	if (!atomic_load_explicit(&w->lost, memory_order_acquire))
+		return false;
+	*why = w->lost_msg;
+	return true;
 }
 
-int cgr_worker_pid(const cgr_worker *w)
+/* ---- graphs (ops) ---------------------------------------------------- */
+
+/* Hands program p to idle worker w and wakes it. */
+static void worker_post(cgr_worker *w, struct cgr__prog *p)
 {
-	return w != NULL && w->proc != NULL ? w->proc->pid : 0;
+	atomic_store_explicit(&w->prog, p, memory_order_relaxed);
+	/* P1: publishes the program; pairs with the worker's acquire of
+	 * cmd. */
+	atomic_store_explicit(&w->cmd, CGR__WCMD_RUN, memory_order_release);
+	cgr__bell_ring_force(&w->bell);
 }
+
+/* Each thread worker's program posted; each holds a reference on c while
+ * it runs it. */
+static void thread_graph_start(cgr_compiled *c)
+{
+	for (size_t i = 0; i < c->nprogs; i++) {
+		cgr_worker *w = c->progs[i].w;
+		if (w->ops != &cgr__thread_ops)
+			continue;
+		atomic_fetch_add(&c->refs, 1);
+		w->busy_with = c;
+		worker_post(w, &c->progs[i]);
+	}
+}
+
+/* Every thread worker's program left (W1), by the deadline; a worker
+ * stuck in a task then is abandoned. */
+static int thread_graph_wait(cgr_compiled *c, int64_t deadline,
+			     uint32_t *held)
+{
+	int result = 0;
+
+	for (size_t i = 0; i < c->nprogs; i++) {
+		struct cgr__prog *p = &c->progs[i];
+		cgr_worker *w = p->w;
+		int ret;
+		if (w->ops != &cgr__thread_ops)
+			continue;
+		ret = cgr__future_wait(&p->left, p->left_gen, deadline, NULL,
+				       CGR_WAIT_BLOCK, 0);
+		if (ret == -ETIMEDOUT) {
+			const char *t = atomic_load(&w->current_task);
+			cgr__err(&c->ctx->log,
+				 "teardown: worker %s is stuck in task %s "
+				 "(execution %llu) past the deadline; it is "
+				 "abandoned and can no longer be used",
+				 w->name, t != NULL ? t : "(none)",
+				 (unsigned long long)atomic_load(
+					 &w->current_seq));
+			/* It exits by itself when the task returns: the
+			 * program's reference keeps what it touches. */
+			w->abandoned = true;
+			atomic_store_explicit(&w->cmd, CGR__WCMD_STOP,
+					      memory_order_release);
+			pthread_detach(w->thread);
+			result = CGR_ESTUCK;
+			(*held)++;
+			continue;
+		}
+		w->busy_with = NULL;
+	}
+	return result;
+}
+
+/* An eager step (drive/eager.c): operation op of p for execution seq. */
+static void thread_step_post(struct cgr__prog *p, const void *op,
+			     uint64_t seq)
+{
+	cgr_worker *w = p->w;
+
+	w->step_prog = p;
+	w->step_op = op;
+	w->step_seq = seq;
+	w->step_gen = cgr__future_arm(&w->step_done);
+	/* E0: the step's fields; pairs with the worker's acquire of cmd. */
+	atomic_store_explicit(&w->cmd, CGR__WCMD_STEP, memory_order_release);
+	cgr__bell_ring_force(&w->bell);
+}
+
+static int thread_step_wait(struct cgr__prog *p, int64_t deadline)
+{
+	cgr_worker *w = p->w;
+
+	return cgr__future_wait(&w->step_done, w->step_gen, deadline, NULL,
+				CGR_WAIT_BLOCK, 0);
+}
+
+const struct cgr__worker_ops cgr__thread_ops = {
+	.name = "thread",
+	.shared = true,
+	.create = thread_create,
+	.destroy = thread_destroy,
+	.dead = thread_dead,
+	.graph_start = thread_graph_start,
+	.graph_wait = thread_graph_wait,
+	.step_post = thread_step_post,
+	.step_wait = thread_step_wait,
+};
