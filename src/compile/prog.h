@@ -426,13 +426,18 @@ struct cgr_compiled {
 	struct cgr__task **order;
 	size_t norder;
 
-	/* Process workers: the shared segment (NULL: none), the graph's id
-	 * among the context's, and the driver's copy of why a worker
-	 * process died (the error value of executions it left). */
+	/* Workers whose programs run elsewhere: the shared segment (NULL:
+	 * none), and the driver's copy of why one died (the error value of
+	 * executions it left). */
 	struct cgr__gseg *seg;
-	struct cgr__pgraph *pg; /* proc/proc.c: on the death monitor */
-	uint64_t gid;
 	char dead_msg[200];
+	/* What a kind of worker keeps of this graph (proc/proc.c: the
+	 * graph's id and its worker processes), under the address of its
+	 * ops table; NULL keys: free.  Driver thread only. */
+	struct cgr__kind_state {
+		const void *key;
+		void *p;
+	} kind_state[2];
 
 	/* Memory this graph allocated, freed in one place. */
 	void **allocs;
@@ -443,6 +448,36 @@ struct cgr_compiled {
 	struct cgr__device **ddevs;
 	size_t ndallocs, dallocs_cap;
 };
+
+/* The state kind key keeps of c, or NULL. */
+static inline void *cgr__c_kind_state(const struct cgr_compiled *c,
+				      const void *key)
+{
+	for (size_t i = 0; i < CGR__ARRAY_SIZE(c->kind_state); i++)
+		if (c->kind_state[i].key == key)
+			return c->kind_state[i].p;
+	return NULL;
+}
+
+/* Keeps p as kind key's state of c (NULL: drops it): 0, or -ENOSPC. */
+static inline int cgr__c_set_kind_state(struct cgr_compiled *c,
+					const void *key, void *p)
+{
+	struct cgr__kind_state *free_slot = NULL;
+
+	for (size_t i = 0; i < CGR__ARRAY_SIZE(c->kind_state); i++) {
+		struct cgr__kind_state *k = &c->kind_state[i];
+		if (k->key == key || (k->key == NULL && free_slot == NULL))
+			free_slot = k;
+		if (k->key == key)
+			break;
+	}
+	if (free_slot == NULL)
+		return -ENOSPC;
+	free_slot->key = p != NULL ? key : NULL;
+	free_slot->p = p;
+	return 0;
+}
 
 /* Whether c was torn down (a driver call racing teardown sees it). */
 static inline bool cgr__torn_down(const struct cgr_compiled *c)

@@ -90,8 +90,16 @@ struct cgr__pgraph {
 	uint32_t nbells; /* the driver's count, not the shared one */
 	cgr_worker **ws; /* its process workers */
 	size_t nws;
+	uint64_t gid; /* its id among the context's graphs */
 	struct cgr__pgraph *next;
 };
+
+/* What this kind keeps of compiled graph c (its kind state under
+ * cgr__proc_ops), or NULL. */
+static struct cgr__pgraph *pgraph_of(const cgr_compiled *c)
+{
+	return cgr__c_kind_state(c, &cgr__proc_ops);
+}
 
 /* The context's state of process workers (cgr__ctx_state under
  * procs_key): made with the first one, its monitor stopped by
@@ -852,7 +860,7 @@ static size_t graph_procs(const cgr_compiled *c, cgr_worker **out)
 
 static void pgraph_off(cgr_compiled *c)
 {
-	struct cgr__pgraph *pg = c->pg, **pp;
+	struct cgr__pgraph *pg = pgraph_of(c), **pp;
 	struct cgr__procs *ps;
 
 	if (pg == NULL)
@@ -867,7 +875,7 @@ static void pgraph_off(cgr_compiled *c)
 	pthread_mutex_unlock(&ps->lock);
 	cgr__free(&c->ctx->arena, pg->ws, (pg->nws + 1) * sizeof(*pg->ws), 16);
 	cgr__free(&c->ctx->arena, pg, sizeof(*pg), 64);
-	c->pg = NULL;
+	cgr__c_set_kind_state(c, &cgr__proc_ops, NULL);
 }
 
 /* c on the monitor's list, with its process workers (at least one). */
@@ -890,9 +898,14 @@ static int pgraph_on(cgr_compiled *c)
 	pg->c = c;
 	pg->ctl = c->ctl;
 	pg->nbells = c->ctl->nbells; /* made here, by the driver */
-	c->pg = pg;
+	if (cgr__c_set_kind_state(c, &cgr__proc_ops, pg) < 0) {
+		cgr__free(&c->ctx->arena, pg->ws,
+			  (c->nprogs + 1) * sizeof(*pg->ws), 16);
+		cgr__free(&c->ctx->arena, pg, sizeof(*pg), 64);
+		return -ENOSPC;
+	}
 	pthread_mutex_lock(&ps->lock);
-	c->gid = ++ps->next_gid;
+	pg->gid = ++ps->next_gid;
 	pg->next = ps->graphs;
 	ps->graphs = pg;
 	pthread_mutex_unlock(&ps->lock);
@@ -904,10 +917,10 @@ static int pgraph_on(cgr_compiled *c)
 static void send_all(cgr_compiled *c, int type, int64_t deadline,
 		     size_t upto)
 {
-	struct cgr__pgraph *pg = c->pg;
+	struct cgr__pgraph *pg = pgraph_of(c);
 	struct cgr__pmsg m;
 
-	cgr__pmsg_init(&m, type, c->gid);
+	cgr__pmsg_init(&m, type, pg->gid);
 	m.timeout_ns = worker_timeout(deadline);
 	for (size_t i = 0; i < upto && i < pg->nws; i++)
 		if (!atomic_load(&proc_of(pg->ws[i])->dead))
@@ -940,9 +953,9 @@ static int proc_graph_prepare(cgr_compiled *c, cgr_graph *g)
 		return 0; /* cannot be: the compiler makes one for them */
 	if ((ret = pgraph_on(c)) < 0)
 		return cgr__graph_fail(g, ret, "out of memory");
-	cgr__pmsg_init(&m, CGR__PMSG_COMPILE, c->gid);
-	for (; ret == 0 && sent < c->pg->nws; sent++) {
-		cgr_worker *w = c->pg->ws[sent];
+	cgr__pmsg_init(&m, CGR__PMSG_COMPILE, pgraph_of(c)->gid);
+	for (; ret == 0 && sent < pgraph_of(c)->nws; sent++) {
+		cgr_worker *w = pgraph_of(c)->ws[sent];
 		int r = psend(w, &m, sizeof(m), &c->seg->shm.fd, 1,
 			      CGR_FOREVER);
 		if (r < 0) {
@@ -951,7 +964,7 @@ static int proc_graph_prepare(cgr_compiled *c, cgr_graph *g)
 		}
 	}
 	for (i = 0; i < sent; i++) {
-		cgr_worker *w = c->pg->ws[i];
+		cgr_worker *w = pgraph_of(c)->ws[i];
 		int r = await(w, &m, CGR__PMSG_COMPILED, CGR_FOREVER);
 		const char *text = "";
 		if (r == 0 && m.code != 0)
@@ -969,7 +982,7 @@ static int proc_graph_prepare(cgr_compiled *c, cgr_graph *g)
 /* A prepared graph given up (another kind's prepare failed). */
 static void proc_graph_drop(cgr_compiled *c)
 {
-	if (c->pg == NULL)
+	if (pgraph_of(c) == NULL)
 		return;
 	send_all(c, CGR__PMSG_DROP, CGR_FOREVER, SIZE_MAX);
 	pgraph_off(c);
@@ -980,10 +993,10 @@ static void proc_graph_drop(cgr_compiled *c)
  * its program. */
 static void proc_graph_start(cgr_compiled *c)
 {
-	if (c->pg == NULL)
+	if (pgraph_of(c) == NULL)
 		return;
-	for (size_t i = 0; i < c->pg->nws; i++)
-		c->pg->ws[i]->busy_with = c;
+	for (size_t i = 0; i < pgraph_of(c)->nws; i++)
+		pgraph_of(c)->ws[i]->busy_with = c;
 	send_all(c, CGR__PMSG_RUN, CGR_FOREVER, SIZE_MAX);
 }
 
@@ -1011,7 +1024,7 @@ static void kill_stuck(cgr_compiled *c, cgr_worker *w, const char *text)
  * than the deadline. */
 static void proc_graph_stop(cgr_compiled *c, int64_t deadline)
 {
-	if (c->pg != NULL)
+	if (pgraph_of(c) != NULL)
 		send_all(c, CGR__PMSG_TEARDOWN, deadline, SIZE_MAX);
 }
 
@@ -1020,7 +1033,7 @@ static void proc_graph_stop(cgr_compiled *c, int64_t deadline)
 static int proc_graph_wait(cgr_compiled *c, int64_t deadline,
 			   uint32_t *held)
 {
-	struct cgr__pgraph *pg = c->pg;
+	struct cgr__pgraph *pg = pgraph_of(c);
 	struct cgr__pmsg m;
 	int result = 0;
 
