@@ -1,9 +1,11 @@
 /*
  * chan/board.h: an agreement board: the members of one collective post a
  * fixed-size record each per execution (a description of their input) and
- * every member reads all of them once everybody has posted.  run/coll.c
- * uses it so that every member reaches the same verdict from the same
- * records before any data moves.
+ * every member reads all of them once everybody has posted.  The records
+ * are the agreement's (struct cgr__agree, comm/agree.h): the board is
+ * only their transport between a collective node's members; run/coll.c
+ * builds them and judges them with comm/agree.h, so that every member
+ * reaches the same verdict from the same records before any data moves.
  *
  * Layout: a header, each member's doorbell, a "done" line per member, then
  * nslots rows of n * k records (k per member).  Row seq % nslots is reused
@@ -21,21 +23,8 @@
 
 #include "base/base.h"
 #include "base/futex.h"
+#include "comm/agree.h"
 #include "reactor/reactor.h"
-
-/* One member's description of one input for one execution. */
-#define CGR__AGREE_SIZE 256
-struct cgr__agree {
-	_Atomic uint64_t seq; /* execution + 1 once posted */
-	int32_t kind;	      /* value kind; CGR_VALUE_NONE: no input here */
-	int32_t code;	      /* error value: its code */
-	int32_t dtype;	      /* cgr_dtype, -1 if none */
-	int32_t ndim;
-	int64_t shape[CGR_MAX_NDIM];
-	char msg[CGR__AGREE_SIZE - 24 - 8 * CGR_MAX_NDIM];
-};
-_Static_assert(sizeof(struct cgr__agree) == CGR__AGREE_SIZE,
-	       "agreement record size");
 
 struct cgr__board;
 

@@ -14,20 +14,27 @@
  * Collectives.  The k-th collective of every rank is collective #k.  A
  * rank writes its descriptor into pub[rank].d[k % 2] and publishes stage
  * 4k+1; once every rank reached 4k+1 each rank reads all descriptors and
- * reaches the same verdict on its own (poison, then mismatch).  Data then
- * moves, and stage 4k+2 says "done with everybody's buffers"; a rank
- * returns only when nobody will touch its buffers again.  Two descriptor
- * slots suffice: a rank writes d[(k+1) % 2] only after everybody posted
- * #k, hence after everybody read the descriptors of #k-1.
+ * reaches the same verdict on its own (poison, then mismatch): the
+ * descriptors are agreement records and the verdict is comm/agree.h's, the
+ * one every path uses.  An operation agreed already (the graph's
+ * collective nodes agree on their board first and say so in d->agreed)
+ * is not compared again: its records still travel, since the data move
+ * needs the peers' buffers and that barrier anyway, but only a poison
+ * that arose since (a device failure) can fail it.  Data then moves, and stage
+ * 4k+2 says "done with everybody's buffers"; a rank returns only when nobody
+ * will touch its buffers again.  Two descriptor slots suffice: a rank writes
+ * d[(k+1) % 2] only after everybody posted #k, hence after everybody read the
+ * descriptors of #k-1.
  *
  * Tiny operations (what a rank stages fits CGR__FAST bytes) take the
  * latency path first: each rank writes a compact descriptor and its data
  * into its own latency line (c->fast, double-buffered by k % 2) and posts
  * seq = k; it reads every peer's line of #k, and if all agree it computes
  * its result from the lines: one cache-line transfer per peer, no barrier,
- * no stage.  Any difference (or a poisoned or larger operation on some
- * rank) sends every rank down the full path below, which reports it in
- * detail (see cgr__coll).
+ * no stage.  The line's head is the agreement's compact key
+ * (struct cgr__agree_key): agreed operations compare its flags only.  Any
+ * difference (or a poisoned or larger operation on some rank) sends every rank
+ * down the full path below, which reports it in detail (see cgr__coll).
  *
  * Small operations (what a rank contributes fits CGR__EAGER bytes) are
  * eager: each rank copies its contribution into its own staging slot of
@@ -89,6 +96,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "comm/agree.h"
 #include "comm/comm.h"
 #include "comm/reduce.h"
 #include "reactor/reactor.h"
@@ -104,14 +112,12 @@
 
 /* ---- shared state -------------------------------------------------- */
 
-/* A rank's descriptor for one collective, as its peers read it. */
+/* A rank's descriptor for one collective, as its peers read it: its
+ * agreement record (comm/agree.h) and its buffers (published). */
 struct cgr__cdesc {
-	int32_t kind, dtype, op, root;
-	int32_t poison;
-	size_t count;
+	struct cgr__agree a;
 	const void *send;
 	void *recv;
-	char msg[CGR__MSG];
 };
 
 struct cgr__rpub {
@@ -127,7 +133,7 @@ struct cgr__rpub {
  * written before `seq` = k (release).  For a small payload the
  * whole line is one cache line: one transfer per peer.
  */
-#define CGR__FAST_SLOW 2u /* this rank takes the full path */
+#define CGR__FAST_SLOW CGR__AGREE_PATH /* this rank takes the full path */
 #define CGR__FAST_HEAD 24
 #define CGR__FAST_SIZE                                                         \
 	((CGR__FAST_HEAD + CGR__FAST + CGR__CACHELINE - 1) / CGR__CACHELINE *  \
@@ -135,11 +141,8 @@ struct cgr__rpub {
 
 struct cgr__fast {
 	_Atomic uint64_t seq;
-	/* The agreed fields: op and root are 0 where they are not compared,
-	 * so equal heads mean agreement. */
-	uint64_t count;
-	uint8_t kind, dtype, op, flags;
-	int32_t root;
+	/* The agreement's key (comm/agree.h): equal keys mean agreement. */
+	struct cgr__agree_key key;
 	unsigned char data[CGR__FAST_SIZE - CGR__FAST_HEAD];
 } cgr__aligned;
 
@@ -477,97 +480,20 @@ static int cgr__stage_wait(struct cgr__wctx *w, uint64_t target, int only,
 
 /* ---- collectives --------------------------------------------------- */
 
-/* Appends ", rank j <field>" for every rank whose field differs from
- * rank 0's, after "rank 0 <field>". */
-#define CGR__DIFF(field, fmtv)                                              \
-	do {                                                                \
-		bool differ = false;                                        \
-		for (int j = 1; j < n; j++)                                 \
-			if (D(j)->field != D(0)->field)                     \
-				differ = true;                              \
-		if (!differ)                                                \
-			break;                                              \
-		o = snprintf(m, sizeof(m), "rank 0 " #field " ");           \
-		o += snprintf(m + o, sizeof(m) - (size_t)o, "%s",           \
-			      fmtv(D(0)->field, v0, sizeof(v0)));           \
-		for (int j = 1; j < n && o < (int)sizeof(m) - 32; j++)      \
-			if (D(j)->field != D(0)->field)                     \
-				o += snprintf(m + o, sizeof(m) - (size_t)o,  \
-					      ", rank %d " #field " %s", j, \
-					      fmtv(D(j)->field, v0,         \
-						   sizeof(v0)));            \
-		return cgr__fail(w, CGR_EMISMATCH, "%s #%llu: %s", name,    \
-				 (unsigned long long)k, m);                 \
-	} while (0)
-
-static const char *cgr__fmt_u(size_t v, char *b, size_t l)
-{
-	snprintf(b, l, "%zu", v);
-	return b;
-}
-
-static const char *cgr__fmt_i(int v, char *b, size_t l)
-{
-	snprintf(b, l, "%d", v);
-	return b;
-}
-
-static const char *cgr__fmt_dt(int v, char *b, size_t l)
-{
-	(void)b;
-	(void)l;
-	return cgr__dtype_name(v);
-}
-
-static const char *cgr__fmt_op(int v, char *b, size_t l)
-{
-	(void)b;
-	(void)l;
-	return cgr__redop_name(v);
-}
-
 /* Every rank runs this on the same descriptors and reaches the same
- * verdict: 0, the poison of the lowest poisoned rank, or CGR_EMISMATCH. */
+ * verdict (comm/agree.h): 0, the poison of the lowest poisoned rank, or
+ * CGR_EMISMATCH; with every rank's descriptor agreed already, only the
+ * poison. */
 static int cgr__agree(struct cgr__wctx *w, uint64_t k)
 {
 	struct cgr__cpu *c = w->c;
-	int n = c->base.n;
-	const char *name;
-	char m[200], v0[32];
-	int o;
+	char m[256];
+	int ret;
 
-#define D(j) (&c->pub[(j)].d[k & 1])
-	for (int j = 0; j < n; j++)
-		if (D(j)->poison != 0)
-			return cgr__fail(w, D(j)->poison,
-					 "%s #%llu: rank %d failed before the "
-					 "operation (%s)%s%s",
-					 cgr__coll_kind_name(D(j)->kind),
-					 (unsigned long long)k, j,
-					 cgr_err_name(D(j)->poison),
-					 D(j)->msg[0] ? ": " : "", D(j)->msg);
-	for (int j = 1; j < n; j++)
-		if (D(j)->kind != D(0)->kind) {
-			o = snprintf(m, sizeof(m), "rank 0 %s",
-				     cgr__coll_kind_name(D(0)->kind));
-			for (int i = 1; i < n && o < (int)sizeof(m) - 32; i++)
-				if (D(i)->kind != D(0)->kind)
-					o += snprintf(
-						m + o, sizeof(m) - (size_t)o,
-						", rank %d %s", i,
-						cgr__coll_kind_name(D(i)->kind));
-			return cgr__fail(w, CGR_EMISMATCH,
-					 "collective #%llu: %s",
-					 (unsigned long long)k, m);
-		}
-	name = cgr__coll_kind_name(D(0)->kind);
-	CGR__DIFF(count, cgr__fmt_u);
-	CGR__DIFF(dtype, cgr__fmt_dt);
-	if (cgr__coll_reduces(D(0)->kind))
-		CGR__DIFF(op, cgr__fmt_op);
-	if (cgr__coll_rooted(D(0)->kind))
-		CGR__DIFF(root, cgr__fmt_i);
-#undef D
+	ret = cgr__agree_ops(&c->pub[0].d[k & 1].a, sizeof(*c->pub), c->base.n,
+			     k, m, sizeof(m));
+	if (ret)
+		return cgr__fail(w, ret, "%s", m);
 	return 0;
 }
 
@@ -700,8 +626,8 @@ static void cgr__move_eager(struct cgr__wctx *w, uint64_t k)
 
 	for (int j = 0; j < n; j++)
 		e[j] = c->pub[j].eager[k & 1];
-	cgr__move_staged(me->kind, n, w->rank, me->root, me->count,
-			 (cgr_dtype)me->dtype, (cgr_redop)me->op,
+	cgr__move_staged(me->a.coll, n, w->rank, me->a.root, me->a.count,
+			 (cgr_dtype)me->a.dtype, (cgr_redop)me->a.op,
 			 cgr__xin(c, me->send), cgr__xin(c, me->recv), e);
 }
 
@@ -711,13 +637,14 @@ static int move_data(struct cgr__cpu *c, const struct cgr__cdesc *me,
 		     uint64_t k, int r)
 {
 	const void *srcs[CGR_MAX_RANKS];
-	int n = c->base.n, root = me->root, ns = 0;
-	size_t es = cgr_dtype_size(me->dtype), cnt = me->count, b = cnt * es;
+	int n = c->base.n, root = me->a.root, ns = 0;
+	size_t es = cgr_dtype_size(me->a.dtype), cnt = me->a.count,
+	       b = cnt * es;
 	size_t off, len;
 
 #define S(j) ((const char *)cgr__xin(c, c->pub[(j)].d[k & 1].send))
 #define R(j) ((char *)cgr__xin(c, c->pub[(j)].d[k & 1].recv))
-	switch (me->kind) {
+	switch (me->a.coll) {
 	case CGR_COLL_ALLREDUCE:
 		/* Block by block, so that each reduced block is pushed to
 		 * the peers while it is still in cache. */
@@ -731,8 +658,8 @@ static int move_data(struct cgr__cpu *c, const struct cgr__cdesc *me,
 			for (int j = 0; j < n; j++)
 				if (j != r)
 					srcs[ns++] = S(j) + o * es;
-			cgr__reduce(R(r) + o * es, srcs, ns, m, me->dtype,
-				    me->op, n);
+			cgr__reduce(R(r) + o * es, srcs, ns, m, me->a.dtype,
+				    me->a.op, n);
 			for (int j = 0; j < n; j++)
 				if (j != r)
 					cgr__copy(R(j) + o * es, R(r) + o * es,
@@ -744,7 +671,7 @@ static int move_data(struct cgr__cpu *c, const struct cgr__cdesc *me,
 		for (int j = 0; j < n; j++)
 			if (j != r)
 				srcs[ns++] = S(j) + (size_t)r * b;
-		cgr__reduce(R(r), srcs, ns, cnt, me->dtype, me->op, n);
+		cgr__reduce(R(r), srcs, ns, cnt, me->a.dtype, me->a.op, n);
 		return -1;
 	case CGR_COLL_REDUCE:
 		cgr__chunk(cnt, es, n, r, &off, &len);
@@ -754,8 +681,8 @@ static int move_data(struct cgr__cpu *c, const struct cgr__cdesc *me,
 		for (int j = 0; j < n; j++)
 			if (j != root)
 				srcs[ns++] = S(j) + off * es;
-		cgr__reduce(R(root) + off * es, srcs, ns, len, me->dtype,
-			    me->op, n);
+		cgr__reduce(R(root) + off * es, srcs, ns, len, me->a.dtype,
+			    me->a.op, n);
 		return -1;
 	case CGR_COLL_ALLGATHER:
 		for (int j = 0; j < n; j++)
@@ -787,11 +714,11 @@ static int cgr__move(struct cgr__wctx *w, uint64_t k)
 {
 	struct cgr__cpu *c = w->c;
 	const struct cgr__cdesc *me = &c->pub[w->rank].d[k & 1];
-	const char *name = cgr__coll_kind_name(me->kind);
+	const char *name = cgr__coll_kind_name(me->a.coll);
 	uint64_t done = 4 * k + 2;
 	int wait_for;
 
-	if (me->count == 0)
+	if (me->a.count == 0)
 		return 0;
 	if (!cgr__move_begin(c))
 		return cgr__fail(w, cgr__bail(w, -ECANCELED),
@@ -872,12 +799,7 @@ static bool cgr__fast_post(struct cgr__cpu *c, int r, uint64_t k,
 				      1) <=
 		     CGR__FAST &&
 	     len <= CGR__FAST;
-	f->count = d->count;
-	f->kind = (uint8_t)d->kind;
-	f->dtype = (uint8_t)d->dtype;
-	f->op = cgr__coll_reduces(d->kind) ? (uint8_t)d->op : 0;
-	f->root = cgr__coll_rooted(d->kind) ? d->root : 0;
-	f->flags = ok ? 0 : CGR__FAST_SLOW;
+	cgr__agree_key_of(&f->key, d, ok ? 0 : CGR__FAST_SLOW);
 	if (ok && len)
 		memcpy(f->data, src, len);
 	/* F0: release: the line; pairs with F1.  The caller rings the bell
@@ -887,8 +809,9 @@ static bool cgr__fast_post(struct cgr__cpu *c, int r, uint64_t k,
 }
 
 /*
- * Whether every rank's line of #k says what ours says (hence agreement),
- * with nobody on the full path.  The same on every rank.
+ * Whether every rank's line of #k says what ours says (hence agreement,
+ * or, for operations agreed already, nobody poisoned), with nobody on the
+ * full path.  The same on every rank (cgr__agree_key_eq).
  */
 static bool cgr__fast_agree(struct cgr__cpu *c, int r, uint64_t k)
 {
@@ -897,9 +820,7 @@ static bool cgr__fast_agree(struct cgr__cpu *c, int r, uint64_t k)
 	for (int j = 0; j < c->base.n; j++) {
 		const struct cgr__fast *f = cgr__fast_of(c, j, k);
 
-		if (f->count != me->count || f->kind != me->kind ||
-		    f->dtype != me->dtype || f->op != me->op ||
-		    f->root != me->root || f->flags != me->flags)
+		if (!cgr__agree_key_eq(&me->key, &f->key))
 			return false;
 	}
 	return true;
@@ -995,16 +916,9 @@ static int cgr__coll(struct cgr__wctx *w, const struct cgr__coll_desc *d0)
 			return 0;
 		}
 	}
-	me->kind = d->kind;
-	me->dtype = (int32_t)d->dtype;
-	me->op = (int32_t)d->op;
-	me->root = d->root;
-	me->count = d->count;
+	cgr__agree_op(&me->a, d);
 	me->send = cgr__xout(c, d->send);
 	me->recv = (void *)cgr__xout(c, d->recv);
-	me->poison = d->poison;
-	snprintf(me->msg, sizeof(me->msg), "%s",
-		 d->poison && d->poison_msg ? d->poison_msg : "");
 	if (d->poison == 0 && d->count != 0 &&
 	    cgr__eager(d, c->base.n, w->rank, &src, &len)) {
 		eager = true;

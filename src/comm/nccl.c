@@ -57,6 +57,7 @@
 
 #include <nccl.h>
 
+#include "comm/agree.h"
 #include "comm/comm.h"
 #include "comm/nccl_abi.h"
 #include "device/lib.h"
@@ -803,120 +804,42 @@ static void polled_by(struct cgr__dfuture *df, struct nev *p,
 
 /* ---- agreement on the host ----------------------------------------- */
 
-/* What a rank says of one operation. */
-struct adesc {
-	int32_t kind, dtype, op, root, poison, pad;
-	uint64_t count;
-	char msg[96];
-};
+/* The records and verdicts are the agreement's (comm/agree.h), as on
+ * every path; only their transport is NCCL's own: CPU communicators. */
 
-static void adesc_of(struct adesc *a, const struct cgr__coll_desc *d)
+/* The verdict of collective #k from every rank's record (all): the same
+ * on every rank.  0, a poison, or CGR_EMISMATCH (rank r's message says
+ * which field). */
+static int judge(struct ncomm *c, int r, uint64_t k,
+		 const struct cgr__agree *all)
 {
-	memset(a, 0, sizeof(*a));
-	a->kind = d->kind;
-	a->dtype = (int32_t)d->dtype;
-	a->op = cgr__coll_reduces(d->kind) ? (int32_t)d->op : 0;
-	a->root = cgr__coll_rooted(d->kind) ? d->root : 0;
-	a->poison = d->poison;
-	a->count = d->count;
-	if (d->poison != 0 && d->poison_msg != NULL)
-		snprintf(a->msg, sizeof(a->msg), "%s", d->poison_msg);
+	char m[256];
+	int ret;
+
+	ret = cgr__agree_ops(all, sizeof(*all), c->base.n, k, m, sizeof(m));
+	return ret ? rank_fail(c, r, ret, "%s", m) : 0;
 }
 
-/* The verdict of collective #k from every rank's descriptor (all): the
- * same on every rank.  0, a poison, or CGR_EMISMATCH (rank r's message
- * says which field). */
-static int judge(struct ncomm *c, int r, uint64_t k, const struct adesc *all)
-{
-	const char *name = cgr__coll_kind_name(all[0].kind);
-	int n = c->base.n;
-
-	for (int j = 0; j < n; j++)
-		if (all[j].poison != 0)
-			return rank_fail(c, r, all[j].poison,
-					 "%s #%llu: rank %d failed before the "
-					 "operation (%s)%s%s",
-					 cgr__coll_kind_name(all[j].kind),
-					 (unsigned long long)k, j,
-					 cgr_err_name(all[j].poison),
-					 all[j].msg[0] ? ": " : "", all[j].msg);
-	for (int j = 1; j < n; j++) {
-		const struct adesc *a = &all[0], *b = &all[j];
-		if (a->kind != b->kind)
-			return rank_fail(c, r, CGR_EMISMATCH,
-					 "collective #%llu: rank 0 %s, rank %d "
-					 "%s",
-					 (unsigned long long)k, name, j,
-					 cgr__coll_kind_name(b->kind));
-		if (a->count != b->count)
-			return rank_fail(c, r, CGR_EMISMATCH,
-					 "%s #%llu: rank 0 count %llu, rank %d "
-					 "count %llu",
-					 name, (unsigned long long)k,
-					 (unsigned long long)a->count, j,
-					 (unsigned long long)b->count);
-		if (a->dtype != b->dtype)
-			return rank_fail(c, r, CGR_EMISMATCH,
-					 "%s #%llu: rank 0 dtype %s, rank %d "
-					 "dtype %s",
-					 name, (unsigned long long)k,
-					 cgr__dtype_name(a->dtype), j,
-					 cgr__dtype_name(b->dtype));
-		if (a->op != b->op)
-			return rank_fail(c, r, CGR_EMISMATCH,
-					 "%s #%llu: rank 0 op %s, rank %d op %s",
-					 name, (unsigned long long)k,
-					 cgr__redop_name(a->op), j,
-					 cgr__redop_name(b->op));
-		if (a->root != b->root)
-			return rank_fail(c, r, CGR_EMISMATCH,
-					 "%s #%llu: rank 0 root %d, rank %d "
-					 "root %d",
-					 name, (unsigned long long)k, a->root, j,
-					 b->root);
-	}
-	return 0;
-}
-
-/* A send's or receive's verdict from both ends' descriptors. */
+/* A send's or receive's verdict from both ends' records. */
 static int judge_p2p(struct ncomm *c, int r, const struct cgr__coll_desc *d,
-		     const struct adesc *theirs)
+		     const struct cgr__agree *theirs)
 {
-	int peer = d->root;
-	bool snd = d->kind == CGR__COLL_SEND;
-	const char *what = snd ? "send" : "recv";
+	struct cgr__agree mine;
+	char what[48], m[256];
+	int ret;
 
-	if (d->poison != 0)
-		return rank_fail(c, r, d->poison, "%s with rank %d: %s", what,
-				 peer, d->poison_msg ? d->poison_msg : "");
-	if (theirs->poison != 0)
-		return rank_fail(c, r, theirs->poison,
-				 "%s with rank %d: rank %d failed before the "
-				 "operation (%s)%s%s",
-				 what, peer, peer, cgr_err_name(theirs->poison),
-				 theirs->msg[0] ? ": " : "", theirs->msg);
-	if (theirs->count != d->count || theirs->dtype != (int32_t)d->dtype)
-		return rank_fail(c, r, CGR_EMISMATCH,
-				 "%s with rank %d: rank %d sends %llu %s, rank "
-				 "%d receives %llu %s",
-				 what, peer, snd ? r : peer,
-				 (unsigned long long)(snd ? d->count :
-							    theirs->count),
-				 cgr__dtype_name(snd ? (int)d->dtype :
-						       theirs->dtype),
-				 snd ? peer : r,
-				 (unsigned long long)(snd ? theirs->count :
-							    d->count),
-				 cgr__dtype_name(snd ? theirs->dtype :
-						       (int)d->dtype));
-	return 0;
+	cgr__agree_op(&mine, d);
+	snprintf(what, sizeof(what), "%s with rank %d",
+		 d->kind == CGR__COLL_SEND ? "send" : "recv", d->root);
+	ret = cgr__agree_p2p(&mine, theirs, r, what, m, sizeof(m));
+	return ret ? rank_fail(c, r, ret, "%s", m) : 0;
 }
 
 /* The sends' and receives' descriptors of g[0..n) with their peers: a
  * send's goes out on sd and its receiver's answer comes back on rd; so
  * each direction pairs in order.  theirs[i] gets op i's peer's. */
 static int exchange_p2p(struct ncomm *c, int r, struct gop *g, size_t n,
-			struct adesc *mine, struct adesc *theirs)
+			struct cgr__agree *mine, struct cgr__agree *theirs)
 {
 	int ret;
 
@@ -927,7 +850,7 @@ static int exchange_p2p(struct ncomm *c, int r, struct gop *g, size_t n,
 		if ((d->kind != CGR__COLL_SEND && d->kind != CGR__COLL_RECV) ||
 		    d->agreed)
 			continue;
-		adesc_of(&mine[i], d);
+		cgr__agree_op(&mine[i], d);
 		if (d->kind == CGR__COLL_SEND) {
 			cgr_send(c->sd, r, &mine[i], sizeof(*mine), CGR_UINT8,
 				 d->root, NULL, NULL);
@@ -955,8 +878,8 @@ static int exchange_p2p(struct ncomm *c, int r, struct gop *g, size_t n,
 static int agree(struct ncomm *c, int r, struct gop *g, size_t n)
 {
 	struct nrank *rk = &c->rk[r];
-	struct adesc *mine = NULL, *theirs = NULL, *all = NULL;
-	size_t size = (2 * n + (size_t)c->base.n) * sizeof(struct adesc);
+	struct cgr__agree *mine = NULL, *theirs = NULL, *all = NULL;
+	size_t size = (2 * n + (size_t)c->base.n) * sizeof(struct cgr__agree);
 	bool p2p = false;
 	int ret = 0;
 
@@ -964,6 +887,8 @@ static int agree(struct ncomm *c, int r, struct gop *g, size_t n)
 		g[i].res = 0;
 	if ((mine = cgr__alloc(c->base.arena, size, 16)) == NULL)
 		return -ENOMEM;
+	/* The records travel whole: no byte of them unwritten. */
+	memset(mine, 0, size);
 	theirs = mine + n;
 	all = theirs + n;
 	for (size_t i = 0; i < n && ret == 0; i++) {
@@ -975,7 +900,7 @@ static int agree(struct ncomm *c, int r, struct gop *g, size_t n)
 		rk->nops++;
 		if (d->agreed)
 			continue;
-		adesc_of(&mine[i], d);
+		cgr__agree_op(&mine[i], d);
 		struct cgr__coll_desc ag = {
 			.kind = CGR_COLL_ALLGATHER, .send = &mine[i],
 			.recv = all, .count = sizeof(*mine),

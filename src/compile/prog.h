@@ -120,17 +120,6 @@ struct cgr_task_ctx {
 	bool device;	 /* CGR_TASK_DEVICE: its outputs live on the device */
 };
 
-/* The verdict every member of a collective reaches for one execution
- * from the same agreement records (run/coll.c). */
-struct cgr__verdict {
-	int err;
-	int from; /* the rank whose input is an error value, or -1 */
-	char msg[640];
-	struct cgr__agree out; /* the output's description */
-	size_t count;	       /* elements for the communicator call */
-	size_t in_bytes, out_bytes;
-};
-
 /* A member's share of a collective (run/coll.c runs it). */
 struct cgr__coll_rt {
 	struct cgr_compiled *c;

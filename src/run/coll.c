@@ -36,192 +36,21 @@
 
 #include "run/run.h"
 
-/* ---- describing and comparing ------------------------------------- */
-
-static void describe(struct cgr__agree *a, const cgr_value *v, bool has)
-{
-	a->kind = has ? v->kind : CGR_VALUE_NONE;
-	a->code = 0;
-	a->dtype = -1;
-	a->ndim = 0;
-	a->msg[0] = 0;
-	if (!has)
-		return;
-	switch (v->kind) {
-	case CGR_VALUE_ERROR:
-		a->code = v->code;
-		snprintf(a->msg, sizeof(a->msg), "%s", v->u.error.msg);
-		break;
-	case CGR_VALUE_BYTES:
-		a->dtype = CGR_UINT8;
-		a->ndim = 1;
-		a->shape[0] = (int64_t)v->u.bytes.len;
-		break;
-	case CGR_VALUE_TENSOR:
-		a->dtype = cgr__dtype_of_dl(v->u.tensor.dtype.code,
-					    v->u.tensor.dtype.bits,
-					    v->u.tensor.dtype.lanes);
-		a->ndim = v->u.tensor.ndim;
-		for (int i = 0; i < a->ndim; i++)
-			a->shape[i] = v->u.tensor.shape[i];
-		break;
-	default:
-		break;
-	}
-}
-
-static int fmt_shape(char *buf, size_t len, const struct cgr__agree *a)
-{
-	size_t off = 0;
-
-	if (a->kind == CGR_VALUE_NONE)
-		return snprintf(buf, len, "nothing");
-	off += (size_t)snprintf(buf, len, "%s[", a->kind == CGR_VALUE_BYTES ?
-							 "bytes" :
-							 "");
-	for (int i = 0; i < a->ndim && off < len; i++)
-		off += (size_t)snprintf(buf + off, len - off, "%s%lld",
-					i ? "," : "", (long long)a->shape[i]);
-	if (off < len)
-		off += (size_t)snprintf(buf + off, len - off, "] %s",
-					cgr__dtype_name(a->dtype));
-	return (int)off;
-}
-
-static bool same_shape(const struct cgr__agree *a,
-			    const struct cgr__agree *b)
-{
-	if (a->kind != b->kind || a->dtype != b->dtype || a->ndim != b->ndim)
-		return false;
-	for (int i = 0; i < a->ndim; i++)
-		if (a->shape[i] != b->shape[i])
-			return false;
-	return true;
-}
+/* ---- the agreement (comm/agree.h) -------------------------------- */
 
 static bool has_input(int kind, int rank, int root)
 {
-	return !cgr__coll_in_at_root(kind) || rank == root;
+	return cgr__agree_has_input(kind, rank, root);
 }
 
-#define D(r) (all[(size_t)(r) * stride])
-
-/* The inputs' verdict: an error value at some member (v->from: the
- * lowest such rank), a member without a tensor, or a mismatch (v->err
- * set), else the reference description. */
-static const struct cgr__agree *judge_inputs(const struct cgr__coll_rt *cr,
-					     const struct cgr__agree *all,
-					     size_t stride,
-					     struct cgr__verdict *v)
-{
-	const struct cgr__agree *ref = NULL;
-	char sa[120], sb[120];
-
-	for (int r = 0; r < cr->n; r++)
-		if (D(r).kind == CGR_VALUE_ERROR) {
-			v->err = D(r).code ? D(r).code : CGR_ETASK;
-			v->from = r;
-			snprintf(v->msg, sizeof(v->msg),
-				 "rank %d contributed an error value: %s", r,
-				 D(r).msg);
-			return NULL;
-		}
-	for (int r = 0; r < cr->n; r++) {
-		if (!has_input(cr->kind, r, cr->root))
-			continue;
-		if ((D(r).kind != CGR_VALUE_BYTES &&
-		     D(r).kind != CGR_VALUE_TENSOR) ||
-		    D(r).dtype < 0) {
-			v->err = CGR_EBADVALUE;
-			snprintf(v->msg, sizeof(v->msg),
-				 "rank %d has no tensor of a supported dtype "
-				 "(value kind %d)",
-				 r, D(r).kind);
-			return NULL;
-		}
-		if (ref == NULL) {
-			ref = &D(r);
-			continue;
-		}
-		if (!same_shape(ref, &D(r))) {
-			int r0 = (int)((ref - all) / (ptrdiff_t)stride);
-			fmt_shape(sa, sizeof(sa), ref);
-			fmt_shape(sb, sizeof(sb), &D(r));
-			v->err = CGR_EMISMATCH;
-			snprintf(v->msg, sizeof(v->msg),
-				 "%s mismatch: rank %d has %s, rank %d has %s",
-				 ref->dtype != D(r).dtype ? "dtype" : "shape",
-				 r0, sa, r, sb);
-			return NULL;
-		}
-	}
-	return ref;
-}
-
-#undef D
-
-/* The output's shape, the count of the communicator call and the bytes,
- * from the agreed input ref (v->err set if it cannot be). */
-static void judge_output(const struct cgr__coll_rt *cr,
-			 const struct cgr__agree *ref, size_t cap,
-			 struct cgr__verdict *v)
-{
-	const int n = cr->n, kind = cr->kind;
-	size_t nelem = 1;
-
-	v->out = *ref;
-	for (int i = 0; i < ref->ndim; i++)
-		nelem *= (size_t)ref->shape[i];
-	v->in_bytes = nelem * cgr_dtype_size((cgr_dtype)ref->dtype);
-	v->count = nelem;
-	v->out_bytes = v->in_bytes;
-	if (kind == CGR_COLL_ALLGATHER || kind == CGR_COLL_GATHER) {
-		if (v->out.ndim == 0) {
-			v->out.ndim = 1;
-			v->out.shape[0] = 1;
-		}
-		v->out.shape[0] *= n;
-		v->out_bytes = v->in_bytes * (size_t)n;
-	} else if (kind == CGR_COLL_REDUCESCATTER ||
-		   kind == CGR_COLL_SCATTER || kind == CGR_COLL_ALLTOALL) {
-		if (ref->ndim == 0 || ref->shape[0] % n != 0) {
-			v->err = -EINVAL;
-			snprintf(v->msg, sizeof(v->msg),
-				 "dimension 0 (%lld) does not divide by %d "
-				 "ranks",
-				 ref->ndim ? (long long)ref->shape[0] : 0LL, n);
-			return;
-		}
-		v->count = nelem / (size_t)n;
-		if (kind != CGR_COLL_ALLTOALL) {
-			v->out.shape[0] /= n;
-			v->out_bytes = v->in_bytes / (size_t)n;
-		}
-	}
-	if (v->out_bytes > cap) {
-		v->err = CGR_ETOOBIG;
-		snprintf(v->msg, sizeof(v->msg),
-			 "result of %zu bytes exceeds the %zu-byte output "
-			 "buffer (set max_out_bytes)",
-			 v->out_bytes, cap);
-	}
-}
-
-/*
- * The verdict every member reaches from the same n descriptions (all, one
- * every stride records).  cap is the data capacity of the collective's
- * output buffers.
- */
+/* The verdict every member reaches from the same n records (all, one
+ * every stride records); cap is the data capacity of the collective's
+ * output buffers. */
 static void judge(const struct cgr__coll_rt *cr, const struct cgr__agree *all,
 		  size_t stride, size_t cap, struct cgr__verdict *v)
 {
-	const struct cgr__agree *ref;
-
-	memset(v, 0, sizeof(*v));
-	v->from = -1;
-	ref = judge_inputs(cr, all, stride, v);
-	if (ref != NULL)
-		judge_output(cr, ref, cap, v);
+	cgr__agree_inputs(cr->kind, cr->n, cr->root, all, stride * sizeof(*all),
+			  cap, v);
 }
 
 /* ---- running ------------------------------------------------------ */
@@ -344,9 +173,15 @@ static void sim_comm(struct cgr__coll_rt *cr)
  * Runs this member's communicator operation d: on the CPU communicator at
  * once; on NCCL enqueued on cr->s as agreed (the members agreed on the
  * board), its future in the slot's job (the caller completes the job).
+ * agreed: this execution's board agreement decided d (the same kind,
+ * count, dtype, op and root on every member), so the communicator uses
+ * that verdict and does not compare again.  Static shapes without this
+ * execution's agreement leave it unset on the CPU communicator: its own
+ * comparison is what fails every member when one changed its shape.
+ * NCCL never compares (the late verdict does, after the move).
  */
 static int coll_call(struct cgr__coll_rt *cr, uint64_t seq,
-		     struct cgr__coll_desc *d)
+		     struct cgr__coll_desc *d, bool agreed)
 {
 	struct cgr__coll_job *job = &cr->jobs[seq & (cr->c->nslots - 1)];
 
@@ -354,8 +189,10 @@ static int coll_call(struct cgr__coll_rt *cr, uint64_t seq,
 			      d->count * cgr_dtype_size(d->dtype),
 			      memory_order_relaxed);
 	sim_comm(cr);
-	if (!cr->nccl)
+	if (!cr->nccl) {
+		d->agreed = agreed;
 		return cgr__comm_coll(cr->comm, cr->rank, d, NULL, NULL);
+	}
 	d->agreed = true;
 	return cgr__comm_coll(cr->comm, cr->rank, d, cr->s, &job->f);
 }
@@ -454,7 +291,10 @@ void cgr__coll_describe(struct cgr__coll_rt *cr, uint64_t seq)
 	for (size_t j = 0; j < cr->k; j++) {
 		cgr_value in;
 		load_input(cr, seq, j, &in);
-		describe(&cr->mine[j], &in, cr->in_ports[j] != CGR__NO_PORT);
+		cgr__agree_value(&cr->mine[j], &in,
+				 cr->in_ports[j] != CGR__NO_PORT);
+		if (cr->static_shape)
+			cr->mine[j].flags |= CGR__AGREE_STATIC;
 		/* NCCL moves device tensors only: bytes stay on the host. */
 		if (cr->nccl && in.kind == CGR_VALUE_BYTES) {
 			cr->mine[j].kind = CGR_VALUE_ERROR;
@@ -567,8 +407,9 @@ static int bucket_move(struct cgr__coll_rt *cr, uint64_t seq)
 			  cr->bucket_in :
 			  cr->bucket_out,
 		  total, dt, &d);
+	/* A bucket always agrees (cgr__coll_needs_agree). */
 	if (ret == 0)
-		ret = coll_call(cr, seq, &d);
+		ret = coll_call(cr, seq, &d, true);
 	if (ret == 0)
 		ret = bucket_unpack(cr, seq, total, esz);
 	if (ret < 0)
@@ -720,7 +561,7 @@ static void run_list_nccl(struct cgr__coll_rt *cr, uint64_t seq)
 		return; /* no tensor data: nobody calls */
 	coll_desc(cr, rbase + lo, root ? NULL : obase + lo, hi - lo,
 		  CGR_UINT8, &d);
-	ret = coll_call(cr, seq, &d);
+	ret = coll_call(cr, seq, &d, true);
 	if (ret < 0)
 		comm_fail(cr, seq, ret);
 }
@@ -741,29 +582,6 @@ static size_t changed_count(const struct cgr__coll_rt *cr, size_t agreed)
 	return ne == agreed ? ne : (ne < agreed ? ne : 0);
 }
 
-/* Rank's input a (static shape) differs from the agreed one: every
- * output of this member fails, naming it. */
-static void static_changed(struct cgr__coll_rt *cr, uint64_t seq, int rank,
-			   const struct cgr__agree *a)
-{
-	char msg[500], sa[120], sb[120];
-
-	if (a->kind == CGR_VALUE_ERROR) {
-		snprintf(msg, sizeof(msg),
-			 "rank %d contributed an error value: %s", rank,
-			 a->msg);
-		coll_forward(cr, seq, rank, 0, a->code ? a->code : CGR_ETASK,
-			     msg);
-		return;
-	}
-	fmt_shape(sa, sizeof(sa), &cr->cached[rank]);
-	fmt_shape(sb, sizeof(sb), a);
-	snprintf(msg, sizeof(msg),
-		 "rank %d changed its static shape from %s to %s", rank, sa,
-		 sb);
-	coll_fail(cr, seq, CGR_EMISMATCH, msg);
-}
-
 /* Static shapes on the CPU communicator: a member whose input is an
  * error value poisoned the operation (CGR_ETASK on every member, once
  * every member posted its operation: every input is in).  The lowest
@@ -782,13 +600,10 @@ static bool static_error(struct cgr__coll_rt *cr, uint64_t seq)
 void cgr__coll_late_verdict(struct cgr__coll_rt *cr, uint64_t seq,
 			    const struct cgr__agree *all)
 {
-	for (int r = 0; r < cr->n; r++)
-		if (has_input(cr->kind, r, cr->root) &&
-		    (all[r].kind == CGR_VALUE_ERROR ||
-		     !same_shape(&all[r], &cr->cached[r]))) {
-			static_changed(cr, seq, r, &all[r]);
-			return;
-		}
+	struct cgr__verdict v;
+
+	if (cgr__agree_static(cr->kind, cr->n, cr->root, cr->cached, all, &v))
+		verdict_fail(cr, seq, &v, 0, v.msg);
 }
 
 /* A single tensor's data, after the agreement (agreed: this execution
@@ -798,7 +613,7 @@ static void single_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 	struct cgr_compiled *c = cr->c;
 	const struct cgr__port *op = NULL;
 	struct cgr__coll_desc d;
-	struct cgr__verdict v;
+	struct cgr__verdict v, cv;
 	bool changed = false;
 	const void *src;
 	void *dst = NULL;
@@ -809,8 +624,8 @@ static void single_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 	/* Static shapes: the first agreement that succeeded holds for
 	 * everybody; only this member's own change is visible here. */
 	if (!agreed)
-		changed = !same_shape(cr->mine, &cr->cached[cr->rank]) ||
-			  cr->mine->kind == CGR_VALUE_ERROR;
+		changed = cgr__agree_changed(cr->rank, &cr->cached[cr->rank],
+					     cr->mine, &cv);
 	judge(cr, cr->cached, 1, cr->cap, &v);
 	if (v.err != 0) {
 		verdict_fail(cr, seq, &v, 0, v.msg);
@@ -838,11 +653,11 @@ static void single_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 		d.poison = CGR_ETASK;
 		d.poison_msg = "its input is an error value";
 	}
-	ret = coll_call(cr, seq, &d);
+	ret = coll_call(cr, seq, &d, agreed);
 	if (ret == CGR_ETASK && !agreed && !cr->nccl && static_error(cr, seq))
 		return;
 	if (ret == 0 && changed && !cr->nccl)
-		static_changed(cr, seq, cr->rank, cr->mine);
+		verdict_fail(cr, seq, &cv, 0, cv.msg);
 	else if (ret < 0)
 		comm_fail(cr, seq, ret);
 	else if (op != NULL)
