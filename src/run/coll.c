@@ -4,15 +4,19 @@
  * Agreement first: each member posts a description of its input (value
  * kind, dtype, shape, or its error) on the collective's board for this
  * execution (chan/board.h) and waits until all have posted.  Every member
- * then runs the same comparison over the same descriptions, so all of
+ * then runs the same comparison over the same descriptions (the
+ * agreement's, comm/agree.h, which the communicators use too), so all of
  * them reach the same verdict: either an error value on every output
  * (naming the ranks and what differed), or the communicator call, with
  * counts and output shapes derived identically everywhere.  Nobody can be
  * left waiting inside the communicator for a member that decided
- * otherwise.  With static shapes only the first execution that agrees
- * without an error agrees; later a member that changed its shape still
- * takes part with its real count, so the CPU communicator's own check
- * fails every member, and a member whose input is an error value
+ * otherwise.  The communicator is told that its operation was agreed
+ * (`agreed`), so it uses that verdict instead of comparing again; only a
+ * poison that arises since (a device failure) still fails it everywhere.
+ * With static shapes only the first execution that agrees without an
+ * error agrees; later a member that changed its shape still takes part
+ * with its real count and without `agreed`, so the CPU communicator's own
+ * check fails every member, and a member whose input is an error value
  * poisons the operation (every member fails with CGR_ETASK).  NCCL
  * checks nothing (different counts hang or corrupt), so there every
  * member takes part with the agreed count, one whose input changed
