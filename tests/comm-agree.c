@@ -284,7 +284,7 @@ static void test_ops_agreed(void)
 	t_ok(same, "...the same on every rank");
 }
 
-/* Records laid out in a larger struct (cpu.c's per-rank state): the
+/* Records laid out in a larger struct (the CPU communicator's per-rank state): the
  * verdict reads them at any stride. */
 static void test_ops_stride(void)
 {

@@ -2,7 +2,7 @@
  * comm/agree.h: the agreement of collectives, the one protocol every
  * path uses before data moves: the graph's collective nodes (run/coll.c,
  * over a board in shared memory, chan/board.h), the CPU communicator
- * (comm/cpu.c, over its shared segment) and the NCCL communicator
+ * (comm/cpu_algo.c, over its shared segment) and the NCCL communicator
  * (comm/nccl.c, over CPU communicators).  Each transport only exchanges
  * records; what a rank contributes (struct cgr__agree, built by
  * cgr__agree_op or cgr__agree_value) and the verdict every rank reaches
@@ -19,7 +19,7 @@
  *  - an input (a collective node's, per member and execution): kind (the
  *    value kind), dtype, shape, code and msg (an error value), flags.
  *
- * A latency path (cpu.c's lines) compares a compact key instead
+ * A latency path (the CPU communicator's lines) compares a compact key instead
  * (struct cgr__agree_key): equal keys mean the operation agrees; on any
  * difference the ranks exchange full records and cgr__agree_ops says why.
  */

@@ -121,7 +121,7 @@ struct cgr_comm {
 
 /* Whether a collective of this backend can finish at any rank only after
  * every rank started it.  The CPU backend: yes, every rank reads every
- * peer's latency line or descriptor first (cpu.c).  NCCL: no (a root can
+ * peer's latency line or descriptor first (cpu_algo.c).  NCCL: no (a root can
  * finish a broadcast into peers' buffers).  The overlap pass uses it to
  * drop waits (compile/prune.c, kn_finish). */
 static inline bool cgr__backend_joins_all(int backend)

@@ -22,10 +22,10 @@
  *
  * Agreement.  NCCL hangs on ranks that disagree, so before an operation
  * is enqueued the ranks agree on the host: over two CPU communicators of
- * the same ranks (comm/cpu.c), every rank's descriptor reaches every rank
+ * the same ranks (comm/cpu_*.c), every rank's record reaches every rank
  * of a collective, or the peer of a send or receive, and each reaches the
- * same verdict (poison first, then kind, count, dtype, op, root), as the
- * CPU backend's; a disagreement fails the operation on every rank and
+ * same verdict (poison first, then kind, count, dtype, op, root): the
+ * agreement's (comm/agree.h), as every path's; a disagreement fails the operation on every rank and
  * enqueues nothing.  Descriptors marked agreed (the graph's collective
  * nodes agree on their own board, run/coll.c) skip this.  int16 and
  * uint16 move as bytes; NCCL cannot reduce them (-EINVAL on every rank).
