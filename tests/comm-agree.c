@@ -344,6 +344,24 @@ static void test_p2p(void)
 		 strcmp(mr, "recv with rank 0: rank 0 failed before the "
 			    "operation (CGR_ETASK): no data") == 0,
 	     "...named (%s | %s)", ms, mr);
+	/* Both ends poisoned: the sender's code at both ends. */
+	r.poison = -EINVAL;
+	r.poison_msg = "NULL buffer";
+	cgr__agree_op(&ar, &r);
+	cs = cgr__agree_p2p(&as, &ar, 0, "send with rank 1", ms, sizeof(ms));
+	cr = cgr__agree_p2p(&ar, &as, 1, "recv with rank 0", mr, sizeof(mr));
+	t_ok(cs == CGR_ETASK && cr == CGR_ETASK,
+	     "both ends poisoned: the sender's code at both ends");
+	s.poison = 0;
+	cgr__agree_op(&as, &s);
+	cs = cgr__agree_p2p(&as, &ar, 0, "send with rank 1", ms, sizeof(ms));
+	cr = cgr__agree_p2p(&ar, &as, 1, "recv with rank 0", mr, sizeof(mr));
+	t_ok(cs == -EINVAL && cr == -EINVAL &&
+		 strstr(ms, "rank 1 failed before the operation (") &&
+		 strstr(ms, "NULL buffer") &&
+		 strcmp(mr, "recv with rank 0: NULL buffer") == 0,
+	     "a poisoned receive fails both ends with its code (%s | %s)", ms,
+	     mr);
 }
 
 static void test_key(void)

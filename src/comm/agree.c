@@ -151,28 +151,29 @@ int cgr__agree_p2p(const struct cgr__agree *mine,
 		   const struct cgr__agree *theirs, int r, const char *what,
 		   char *msg, size_t len)
 {
-	const struct cgr__agree *s = mine, *d = theirs;
-	int peer = mine->root, sr = r, dr = mine->root;
+	bool snd = mine->coll == CGR__COLL_SEND;
+	const struct cgr__agree *s = snd ? mine : theirs,
+				*d = snd ? theirs : mine;
+	int peer = mine->root, sr = snd ? r : peer, dr = snd ? peer : r;
 
-	if (mine->code != 0) {
-		snprintf(msg, len, "%s: %s", what, mine->msg);
-		return mine->code;
+	/* The sender's poison first, then the receiver's: both ends reach
+	 * the same code. */
+	for (int i = 0; i < 2; i++) {
+		const struct cgr__agree *a = i == 0 ? s : d;
+		if (a->code == 0)
+			continue;
+		if (a == mine)
+			snprintf(msg, len, "%s: %s", what, mine->msg);
+		else
+			snprintf(msg, len,
+				 "%s: rank %d failed before the operation "
+				 "(%s)%s%s",
+				 what, peer, cgr_err_name(a->code),
+				 a->msg[0] ? ": " : "", a->msg);
+		return a->code;
 	}
-	if (theirs->code != 0) {
-		snprintf(msg, len,
-			 "%s: rank %d failed before the operation (%s)%s%s",
-			 what, peer, cgr_err_name(theirs->code),
-			 theirs->msg[0] ? ": " : "", theirs->msg);
-		return theirs->code;
-	}
-	if (theirs->count == mine->count && theirs->dtype == mine->dtype)
+	if (s->count == d->count && s->dtype == d->dtype)
 		return 0;
-	if (mine->coll == CGR__COLL_RECV) {
-		s = theirs;
-		d = mine;
-		sr = peer;
-		dr = r;
-	}
 	snprintf(msg, len,
 		 "%s: rank %d sends %llu %s, rank %d receives %llu %s", what,
 		 sr, (unsigned long long)s->count, cgr__dtype_name(s->dtype),

@@ -103,9 +103,11 @@ int cgr__agree_ops(const void *all, size_t stride, int n, uint64_t k, char *msg,
  * The verdict of a send or receive of rank r from its own record and its
  * peer's (both made by cgr__agree_op; mine->root is the peer).  what
  * names the operation in the message ("send #3 to rank 1", "recv with
- * rank 0").  0, this rank's poison, the peer's, or CGR_EMISMATCH on a
- * different count or dtype ("rank 0 sends 10 int32, rank 1 receives 12
- * int32").  The receiver and the sender reach the same code.
+ * rank 0").  0; the sender's poison, else the receiver's (this rank's
+ * own: "what: its message"; the peer's: "what: rank 1 failed before the
+ * operation (CGR_ETASK): its message"); or CGR_EMISMATCH on a different
+ * count or dtype ("rank 0 sends 10 int32, rank 1 receives 12 int32").
+ * The sender and the receiver reach the same code.
  */
 int cgr__agree_p2p(const struct cgr__agree *mine,
 		   const struct cgr__agree *theirs, int r, const char *what,

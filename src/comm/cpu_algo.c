@@ -537,6 +537,26 @@ static bool cgr__p2p_ready(void *arg)
 	return false;
 }
 
+/* The verdict of send or receive it (something is off: a poison, a
+ * mismatch) against the other end's descriptor, as the slot tells it:
+ * comm/agree.h's, so both ends reach the same code.  Its code. */
+static int p2p_judge(struct cgr__wctx *w, const struct cgr__item *it,
+		     const struct cgr__coll_desc *other)
+{
+	struct cgr__agree mine, theirs;
+	char what[64], m[256];
+	bool snd = it->d.kind == CGR__COLL_SEND;
+	int ret;
+
+	cgr__agree_op(&mine, &it->d);
+	cgr__agree_op(&theirs, other);
+	snprintf(what, sizeof(what), "%s #%llu %s rank %d",
+		 snd ? "send" : "recv", (unsigned long long)it->idx + 1,
+		 snd ? "to" : "from", it->d.root);
+	ret = cgr__agree_p2p(&mine, &theirs, w->rank, what, m, sizeof(m));
+	return ret ? cgr__cpu_fail(w, ret, "%s", m) : 0;
+}
+
 /* One step of item it, if it can progress.  Returns true if it did. */
 /* A send's step: post the message (phase 0 to 1), then, once taken, its
  * result (phase 2). */
@@ -565,25 +585,16 @@ static bool p2p_send_step(struct cgr__wctx *w, struct cgr__item *it)
 	 * read the slot may take the message CGR__P2P_SLOTS later. */
 	it->phase = 2;
 	*cgr__sfree(c, r, peer, it->idx) = it->idx + CGR__P2P_SLOTS;
-	if (sl->status == CGR_EMISMATCH)
-		it->result = cgr__cpu_fail(
-		    w, CGR_EMISMATCH,
-		    "send #%llu to rank %d: rank %d sends %zu %s, rank %d "
-		    "receives %zu %s",
-		    (unsigned long long)it->idx + 1, peer, r, it->d.count,
-		    cgr__dtype_name(it->d.dtype), peer, sl->rcount,
-		    cgr__dtype_name(sl->rdtype));
-	else if (it->d.poison)
-		it->result = cgr__cpu_fail(
-		    w, it->d.poison, "send #%llu to rank %d: %s",
-		    (unsigned long long)it->idx + 1, peer, it->msg);
-	else if (sl->status)
-		it->result = cgr__cpu_fail(
-		    w, sl->status,
-		    "send #%llu to rank %d: rank %d failed before the "
-		    "operation (%s)",
-		    (unsigned long long)it->idx + 1, peer, peer,
-		    cgr_err_name(sl->status));
+	if (sl->status != 0 || it->d.poison != 0) {
+		/* The receiver's status says what it found; with its count
+		 * and dtype the verdict's message is the one it wrote. */
+		struct cgr__coll_desc rd = {
+			.kind = CGR__COLL_RECV, .count = sl->rcount,
+			.dtype = (cgr_dtype)sl->rdtype, .root = r,
+			.poison = sl->status == CGR_EMISMATCH ? 0 : sl->status,
+		};
+		it->result = p2p_judge(w, it, &rd);
+	}
 	return true;
 }
 
@@ -595,30 +606,16 @@ static bool p2p_recv_step(struct cgr__wctx *w, struct cgr__item *it)
 	int n = c->base.n, r = w->rank, peer = it->d.root;
 	struct cgr__pair *p = &c->pairs[(size_t)peer * n + r];
 	struct cgr__slot *sl = &p->slot[it->idx % CGR__P2P_SLOTS];
-	unsigned long long idx = (unsigned long long)it->idx + 1;
 	int st = 0;
 
-	if (sl->poison) {
-		st = sl->poison;
-		it->result =
-		    cgr__cpu_fail(w, st,
-				  "recv #%llu from rank %d: rank %d "
-				  "failed before the operation (%s)%s%s",
-				  idx, peer, peer, cgr_err_name(st),
-				  sl->msg[0] ? ": " : "", sl->msg);
-	} else if (it->d.poison) {
-		st = it->d.poison;
-		it->result = cgr__cpu_fail(w, st, "recv #%llu from rank %d: %s",
-					   idx, peer, it->msg);
-	} else if (sl->dtype != (int32_t)it->d.dtype ||
-		   sl->count != it->d.count) {
-		st = CGR_EMISMATCH;
-		it->result = cgr__cpu_fail(
-		    w, st,
-		    "recv #%llu from rank %d: rank %d sends %zu %s, rank %d "
-		    "receives %zu %s",
-		    idx, peer, peer, sl->count, cgr__dtype_name(sl->dtype), r,
-		    it->d.count, cgr__dtype_name(it->d.dtype));
+	if (sl->poison != 0 || it->d.poison != 0 ||
+	    sl->dtype != (int32_t)it->d.dtype || sl->count != it->d.count) {
+		struct cgr__coll_desc sd = {
+			.kind = CGR__COLL_SEND, .count = sl->count,
+			.dtype = (cgr_dtype)sl->dtype, .root = r,
+			.poison = sl->poison, .poison_msg = sl->msg,
+		};
+		st = it->result = p2p_judge(w, it, &sd);
 	} else if (it->d.count != 0) {
 		if (!cgr__move_begin(c))
 			return false; /* aborted: the wait reports it */
