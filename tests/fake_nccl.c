@@ -1,6 +1,6 @@
 /*
  * tests/fake_nccl.c: a stand-in for libnccl, for testing cgr's NCCL
- * backend (comm/nccl.c) on machines without a GPU, over the model of the
+ * backend (comm/nccl_*.c) on machines without a GPU, over the model of the
  * CUDA runtime (tests/fake_cudart.c, whose "device memory" is host memory
  * and whose streams are threads).  It really performs every call cgr
  * uses: communicators from a unique id, nonblocking (init, group end and

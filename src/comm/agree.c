@@ -2,7 +2,7 @@
  * comm/agree.c: the agreement of collectives (see agree.h): building a
  * rank's record and the verdicts over everybody's records, with their
  * messages.  Nothing here waits or touches shared memory: the transports
- * (chan/board.c, the CPU communicator's segment, nccl.c's CPU communicators) hand in the
+ * (chan/board.c, the CPU communicator's segment, nccl_ops.c's CPU communicators) hand in the
  * records they exchanged.
  */
 #include <errno.h>

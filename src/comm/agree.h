@@ -3,7 +3,7 @@
  * path uses before data moves: the graph's collective nodes (run/coll.c,
  * over a board in shared memory, chan/board.h), the CPU communicator
  * (comm/cpu_algo.c, over its shared segment) and the NCCL communicator
- * (comm/nccl.c, over CPU communicators).  Each transport only exchanges
+ * (comm/nccl_ops.c, over CPU communicators).  Each transport only exchanges
  * records; what a rank contributes (struct cgr__agree, built by
  * cgr__agree_op or cgr__agree_value) and the verdict every rank reaches
  * from everybody's records (cgr__agree_ops, cgr__agree_p2p,

@@ -154,7 +154,7 @@ int cgr__comm_create_shared(cgr_ctx *ctx, cgr_worker *const *members,
 			    size_t n, const struct cgr__comm_shm *shm,
 			    cgr_comm **out);
 #ifdef HAVE_NCCL
-/* The NCCL backend (nccl.c): the same, over the CUDA devices of members
+/* The NCCL backend (nccl_*.c): the same, over the CUDA devices of members
  * (NULL: rank r on CUDA device r).  -ENODEV (no NCCL, or too old; the log
  * says why), -EINVAL (a member owns no CUDA device), NCCL's failure. */
 int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,

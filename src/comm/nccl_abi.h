@@ -1,10 +1,10 @@
 /*
  * comm/nccl_abi.h: what the NCCL backend takes from libnccl, in one
  * place: the calls it resolves with dlsym (each with the prototype of
- * nccl.h) and the versions it depends on.  nccl.c builds its table of
- * calls from these lists, and tests/cuda-conformance checks every entry
- * against the real header (a prototype that differs does not compile)
- * and the real library (every name resolves).
+ * nccl.h) and the versions it depends on.  comm/nccl.h and nccl_setup.c
+ * build its table of calls from these lists, and tests/cuda-conformance
+ * checks every entry against the real header (a prototype that differs
+ * does not compile) and the real library (every name resolves).
  */
 #ifndef CGR_COMM_NCCL_ABI_H
 #define CGR_COMM_NCCL_ABI_H

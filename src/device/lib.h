@@ -1,9 +1,9 @@
 /*
  * device/lib.h: the one loader of the GPU libraries cgr uses without
  * linking them: the CUDA runtime (device/cuda.c) and libnccl
- * (comm/nccl.c).  Each backend names what it loads (a kind, the sonames
- * to try, its symbol table); this file keeps which file a context asked
- * for (cgr_ctx_params.cudart_path, nccl_path: recorded at context
+ * (comm/nccl_setup.c).  Each backend names what it loads (a kind, the
+ * sonames to try, its symbol table); this file keeps which file a context
+ * asked for (cgr_ctx_params.cudart_path, nccl_path: recorded at context
  * creation as per-context state, so the context itself names neither),
  * opens it or the first soname that loads, resolves the table and says
  * why when it cannot.
