@@ -709,10 +709,13 @@ const char *cgr_graph_errmsg(const cgr_graph *g);
 typedef struct cgr_compile_params {
 	size_t size;
 	uint32_t max_inflight;	   /* executions not yet released; default 8 */
-	size_t max_value_bytes;	   /* per channel buffer; default 64 KiB;
-				      at least 512 (an error value's room),
-				      as each task's max_out_bytes; at most
-				      2^40 (1 TiB; -EINVAL) */
+	size_t max_value_bytes;	   /* the largest value of an output or
+				      argument buffer (a limit: reserved
+				      address space, resident as values use
+				      it); default 64 KiB; at least 512 (an
+				      error value's room), as each task's
+				      max_out_bytes; at most 2^40 (1 TiB;
+				      -EINVAL) */
 	int64_t submit_timeout_ns; /* execute's longest wait; default 10 s */
 	int64_t get_timeout_ns;	   /* ref_get's default; default 10 s */
 	int wait_mode;		   /* enum cgr_wait_mode */
@@ -1268,9 +1271,13 @@ int cgr_graph_eager_value(cgr_graph *g, const cgr_node *n, cgr_value *out);
 /*
  * A buffer of at least `bytes` (64-byte aligned) where the task may build
  * output i directly: an output value whose data points into it is not
- * copied.  NULL if bytes exceeds the output's buffer.  Not for the items
- * of a list: they are copied to their places in the list's layout, which
- * would overlap them.
+ * copied.  NULL if bytes exceeds the output's buffer.  Write no more than
+ * `bytes` into it: up to 512 bytes it is the room right after the slot's
+ * header, next to other slots; above, the slot's big area (address space
+ * reserved for the output's whole capacity, its pages made resident the
+ * first time they are written, then kept).  Not for the items of a list:
+ * they are copied to their places in the list's layout, which would
+ * overlap them.
  */
 void *cgr_task_output_buffer(cgr_task_ctx *tc, size_t i, size_t bytes);
 

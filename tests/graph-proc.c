@@ -1290,7 +1290,8 @@ static void check_join(void)
 /* ---- untrusted slots -------------------------------------------------- */
 
 /* A worker process that garbles its output slots' headers (test builds:
- * CGR_TEST_CORRUPT_SLOTS, 1 the length, 2 the kind, 3 the tensor rank):
+ * CGR_TEST_CORRUPT_SLOTS, 1 the length, 2 the kind, 3 the tensor rank,
+ * 4 the place of its data: in the slot's big area, moved past it):
  * the thread worker reading them and the driver refuse them as
  * CGR_ECORRUPT error values, nothing reads out of bounds (ASan). */
 static void check_bad_slots(int mode)
@@ -1334,7 +1335,11 @@ static void check_bad_slots(int mode)
 	t_is(c != NULL ? bad : -1, 0,
 	     "garbled %s from a worker process: CGR_ECORRUPT error values at "
 	     "the thread that reads them and at the driver, %d executions",
-	     mode == 1 ? "lengths" : mode == 2 ? "kinds" : "tensor ranks", n);
+	     mode == 1 ? "lengths" :
+	     mode == 2 ? "kinds" :
+	     mode == 3 ? "tensor ranks" :
+			 "data places",
+	     n);
 	cgr_compiled_destroy(c);
 	cgr_ctx_destroy(ctx);
 #else
@@ -1575,6 +1580,7 @@ int main(int argc, char **argv)
 	check_bad_slots(1);
 	check_bad_slots(2);
 	check_bad_slots(3);
+	check_bad_slots(4);
 	check_bad_control();
 	check_corrupt();
 	return t_done();

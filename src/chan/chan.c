@@ -8,12 +8,15 @@
 
 #include "chan/chan.h"
 
-/* p's geometry over mem. */
-static void port_layout(struct cgr__port *p, void *mem, size_t want,
-			uint32_t nslots, uint32_t nbufs, const char *name)
+/* p's geometry over mem and big. */
+static void port_layout(struct cgr__port *p, void *mem, size_t stride,
+			void *big, size_t want, uint32_t nslots,
+			uint32_t nbufs, const char *name)
 {
 	p->cap = cgr__port_cap(want);
-	p->slot_bytes = CGR__SLOT_HDR + p->cap;
+	p->slot_bytes = cgr__port_slot_bytes(want, big == NULL);
+	p->stride = stride;
+	p->big = big;
 	p->nslots = nslots;
 	p->mask = nslots - 1;
 	p->nbufs = nbufs;
@@ -22,24 +25,31 @@ static void port_layout(struct cgr__port *p, void *mem, size_t want,
 	p->mem = mem;
 }
 
-void cgr__port_init(struct cgr__port *p, void *mem, size_t want,
-		    uint32_t nslots, uint32_t nbufs, const char *name)
+void cgr__port_init(struct cgr__port *p, void *mem, size_t stride, void *big,
+		    size_t want, uint32_t nslots, uint32_t nbufs,
+		    const char *name)
 {
-	port_layout(p, mem, want, nslots, nbufs, name);
-	memset(p->mem, 0, p->slot_bytes * nbufs);
+	port_layout(p, mem, stride, big, want, nslots, nbufs, name);
+	for (uint32_t b = 0; b < nbufs; b++) {
+		struct cgr__slot_hdr *h = cgr__port_bufhdr(p, b);
+		memset(h, 0, p->slot_bytes);
+		h->big_off = cgr__port_big_off(p, h);
+	}
 }
 
-void cgr__port_attach(struct cgr__port *p, void *mem, size_t want,
-		      uint32_t nslots, uint32_t nbufs, const char *name)
+void cgr__port_attach(struct cgr__port *p, void *mem, size_t stride,
+		      void *big, size_t want, uint32_t nslots, uint32_t nbufs,
+		      const char *name)
 {
-	const volatile unsigned char *m = mem;
-	size_t n;
-
-	port_layout(p, mem, want, nslots, nbufs, name);
+	port_layout(p, mem, stride, big, want, nslots, nbufs, name);
 	/* Map every page now (a read: the memory is another process's). */
-	n = p->slot_bytes * nbufs;
-	for (size_t i = 0; i < n; i += 4096)
-		(void)m[i];
+	for (uint32_t b = 0; b < nbufs; b++) {
+		const volatile unsigned char *m =
+			(const unsigned char *)cgr__port_bufhdr(p, b);
+		for (size_t i = 0; i < p->slot_bytes; i += 4096)
+			(void)m[i];
+		(void)m[p->slot_bytes - 1];
+	}
 }
 
 static uint32_t chan_count(uint32_t nslots)

@@ -2,7 +2,12 @@
  * chan/chan.h: channels between the operation that writes a value and its
  * readers.  A value lives in a port: one buffer slot per execution in
  * flight (slot seq & mask), each a 128-byte header (kind, code, length,
- * dtype, shape) followed by the data.  A channel announces, per execution,
+ * dtype, shape) followed by CGR__INLINE_BYTES of data, where every value
+ * that small (and every error value) lives.  A port whose values may be
+ * larger also has a big area per slot, of its whole capacity, in memory
+ * that is only reserved: a larger value goes there, and its pages become
+ * resident on first use only (once per slot; they stay).  So a port costs
+ * what its values use, not its capacity.  A channel announces, per execution,
  * that a port's slot is ready to one reader (a worker or the driver): an
  * SPSC ring of one-line messages carrying the execution's number, and the
  * reader's doorbell.  The value itself never moves: readers see the
@@ -46,6 +51,7 @@ struct cgr__err_hdr {
 
 /* Header of one buffer slot; the data follows at CGR__SLOT_HDR. */
 struct cgr__slot_hdr {
+	/* The first cache line: all that loading bytes touches. */
 	uint32_t kind; /* enum cgr_value_kind */
 	int32_t code;
 	uint64_t len; /* data bytes */
@@ -53,23 +59,34 @@ struct cgr__slot_hdr {
 	uint8_t dt_code, dt_bits;
 	uint16_t dt_lanes;
 	int32_t dev_type, dev_id;
+	/* From this header to the slot's big area (0: none; set when the
+	 * port is laid out, never after), and whether the value's data is
+	 * there (else it follows the header). */
+	int64_t big_off;
+	uint32_t big;
+	/* A tensor in device memory (dev_type kDLCUDA): where its data is
+	 * (a device port's device slot, or an argument's own memory). */
+	uint64_t ref;
 	union {
 		int64_t shape[CGR_MAX_NDIM];
 		struct cgr__err_hdr err; /* CGR_VALUE_ERROR */
 	};
-	/* A tensor in device memory (dev_type kDLCUDA): where its data is
-	 * (a device port's device slot, or an argument's own memory). */
-	uint64_t ref;
 };
 #define CGR__SLOT_HDR 128
 _Static_assert(sizeof(struct cgr__slot_hdr) <= CGR__SLOT_HDR,
 	       "slot header must fit its reserved space");
+_Static_assert(offsetof(struct cgr__slot_hdr, ref) <= 64 - 8,
+	       "a bytes value's header fits one cache line");
 
 /* Smallest data capacity of a slot: room for an error value (its
  * origin's names, CGR__ERR_NAME bytes each, and a message that starts
  * with them). */
 #define CGR__MIN_VALUE_BYTES 512u
 #define CGR__ERR_NAME 64
+/* Data a slot holds right after its header: a value of at most this
+ * many bytes lives there, a larger one in the slot's big area (if the
+ * port has one: its capacity is larger). */
+#define CGR__INLINE_BYTES CGR__MIN_VALUE_BYTES
 /* Largest: of a channel buffer (max_value_bytes, max_out_bytes) and of a
  * constant (1 TiB).  Sizes derived from it (a port's slots times 4096
  * executions in flight, a collective's buckets) stay far from overflow. */
@@ -93,15 +110,18 @@ struct cgr__device;
  * execution see it through the admission's release.
  */
 struct cgr__port {
+	/* The first cache line: what reading and writing a value use. */
 	unsigned char *mem;
-	size_t slot_bytes; /* header + capacity */
-	size_t cap;	   /* data capacity per slot */
-	uint32_t nslots;   /* 1 for constants */
-	uint32_t mask;
-	uint32_t nbufs;	   /* buffers: nslots, more for graph outputs */
-	uint32_t *map;	   /* slot -> buffer (NULL: the identity) */
-	int dev;	     /* CGR_DEVICE_NONE: a host port */
+	uint32_t *map;	     /* slot -> buffer (NULL: the identity) */
 	unsigned char *dmem; /* device ports: nslots * cap bytes */
+	unsigned char *big;  /* nbufs big areas of cap bytes (NULL: none) */
+	size_t stride;	     /* from one buffer's slot to the next */
+	size_t cap;	     /* data capacity per slot */
+	size_t slot_bytes;   /* header + inline data */
+	uint32_t nslots;     /* 1 for constants */
+	uint32_t mask;
+	uint32_t nbufs;	     /* buffers: nslots, more for graph outputs */
+	int dev;	     /* CGR_DEVICE_NONE: a host port */
 	struct cgr__device *ddev; /* referenced while dmem lives */
 	char name[64];
 };
@@ -115,23 +135,56 @@ static inline size_t cgr__port_cap(size_t want)
 			     64);
 }
 
-/* Bytes of memory a port of capacity cgr__port_cap(want) and nbufs
- * buffers needs. */
-static inline size_t cgr__port_memsize(size_t want, uint32_t nbufs)
+/* Whether a port of capacity cgr__port_cap(want) has big areas (its
+ * values may be larger than a slot holds inline). */
+static inline bool cgr__port_has_big(size_t want)
 {
-	return (CGR__SLOT_HDR + cgr__port_cap(want)) * nbufs;
+	return cgr__port_cap(want) > CGR__INLINE_BYTES;
 }
 
-/* Lays port p out over mem (cgr__port_memsize(want, nbufs) bytes, 64-byte
- * aligned) with nslots slots (a power of two, at most nbufs; the map,
- * when nbufs > nslots, is set by the caller) and touches every page now:
- * a first touch during an execution would be a page fault, the kernel
- * allocating on the hot path. */
-void cgr__port_init(struct cgr__port *p, void *mem, size_t want,
-		    uint32_t nslots, uint32_t nbufs, const char *name);
+/* Bytes of a slot, header and inline data: all of its capacity if it is
+ * `whole` (a constant's single slot) or the port has no big area. */
+static inline size_t cgr__port_slot_bytes(size_t want, bool whole)
+{
+	size_t cap = cgr__port_cap(want);
+	return CGR__SLOT_HDR +
+	       (whole || cap <= CGR__INLINE_BYTES ? cap : CGR__INLINE_BYTES);
+}
+
+/* Bytes of memory a port of capacity cgr__port_cap(want) and nbufs
+ * buffers needs for its slots (touched at init: keep it resident). */
+static inline size_t cgr__port_memsize(size_t want, uint32_t nbufs,
+				       bool whole)
+{
+	return cgr__port_slot_bytes(want, whole) * nbufs;
+}
+
+/* Bytes of its big areas (0: none; reserve them, do not touch them). */
+static inline size_t cgr__port_bigsize(size_t want, uint32_t nbufs,
+				       bool whole)
+{
+	return whole || !cgr__port_has_big(want) ?
+		       0 :
+		       cgr__port_cap(want) * nbufs;
+}
+
+/* Lays port p out with its nbufs buffers' slots at mem, mem + stride,
+ * ... (each cgr__port_slot_bytes(want, big == NULL) bytes, 64-byte
+ * aligned: the ports of a graph interleave, buffer by buffer, so that one
+ * execution's slots lie together) and its big areas at big
+ * (cgr__port_bigsize bytes, 64-byte aligned, or NULL: the slots hold all
+ * of it), with nslots slots (a power of two, at most nbufs; the map, when
+ * nbufs > nslots, is set by the caller).  Writes every slot now: a first
+ * touch during an execution would be a page fault, the kernel allocating
+ * on the hot path.  The big areas are left alone: a page there is faulted
+ * in when a value first needs it. */
+void cgr__port_init(struct cgr__port *p, void *mem, size_t stride, void *big,
+		    size_t want, uint32_t nslots, uint32_t nbufs,
+		    const char *name);
 /* The same over slots another process laid out (read, not written). */
-void cgr__port_attach(struct cgr__port *p, void *mem, size_t want,
-		      uint32_t nslots, uint32_t nbufs, const char *name);
+void cgr__port_attach(struct cgr__port *p, void *mem, size_t stride,
+		      void *big, size_t want, uint32_t nslots, uint32_t nbufs,
+		      const char *name);
 
 /* The buffer execution seq uses in p. */
 static inline uint32_t cgr__port_buf(const struct cgr__port *p, uint64_t seq)
@@ -144,7 +197,7 @@ static inline uint32_t cgr__port_buf(const struct cgr__port *p, uint64_t seq)
 static inline struct cgr__slot_hdr *cgr__port_bufhdr(const struct cgr__port *p,
 						    uint32_t b)
 {
-	return (struct cgr__slot_hdr *)(p->mem + (size_t)b * p->slot_bytes);
+	return (struct cgr__slot_hdr *)(p->mem + (size_t)b * p->stride);
 }
 
 static inline struct cgr__slot_hdr *cgr__port_slot(const struct cgr__port *p,
@@ -153,18 +206,73 @@ static inline struct cgr__slot_hdr *cgr__port_slot(const struct cgr__port *p,
 	return cgr__port_bufhdr(p, cgr__port_buf(p, seq));
 }
 
+/* Where the value in slot h has its data: after the header, or in the
+ * slot's big area. */
 static inline void *cgr__slot_data(struct cgr__slot_hdr *h)
 {
-	return (unsigned char *)h + CGR__SLOT_HDR;
+	return (unsigned char *)h +
+	       (cgr__unlikely(h->big) ? h->big_off : CGR__SLOT_HDR);
 }
 
-/* Where execution seq's tensor data goes: the device slot of a device
- * port, the host slot's data otherwise. */
+/* The data capacity after h's header: all of cap if the slot has no big
+ * area. */
+static inline size_t cgr__slot_icap(const struct cgr__slot_hdr *h, size_t cap)
+{
+	return h->big_off != 0 && cap > CGR__INLINE_BYTES ? CGR__INLINE_BYTES :
+							    cap;
+}
+
+/* Where a value of n data bytes goes in slot h: after the header if it
+ * fits there, else in the big area; h says so from now on (the writer's
+ * choice; its readers follow it).  Returns the data's place. */
+static inline void *cgr__slot_place(struct cgr__slot_hdr *h, size_t n)
+{
+	/* A small value reads nothing of h: the write of a slot whose line
+	 * is cold does not wait for it. */
+	bool big = n > CGR__INLINE_BYTES && h->big_off != 0;
+
+	h->big = big;
+	return (unsigned char *)h + (big ? h->big_off : CGR__SLOT_HDR);
+}
+
+/* Where a value of n bytes would go in slot h, h unchanged. */
+static inline void *cgr__slot_where(struct cgr__slot_hdr *h, size_t n)
+{
+	return (unsigned char *)h + (n > CGR__INLINE_BYTES && h->big_off != 0 ?
+					     h->big_off :
+					     CGR__SLOT_HDR);
+}
+
+/* What slot h's big_off must be by p's layout (h one of p's buffers):
+ * what a reader of another process's slot checks it against. */
+static inline int64_t cgr__port_big_off(const struct cgr__port *p,
+					const struct cgr__slot_hdr *h)
+{
+	size_t b = (size_t)((const unsigned char *)h - p->mem) / p->stride;
+
+	return p->big == NULL ? 0 :
+				(int64_t)((uintptr_t)(p->big + b * p->cap) -
+					  (uintptr_t)h);
+}
+
+/* Where execution seq's tensor data is: the device slot of a device
+ * port, the host slot's data otherwise (where its writer placed it). */
 static inline void *cgr__port_data(const struct cgr__port *p, uint64_t seq)
 {
 	if (p->dmem != NULL)
 		return p->dmem + (size_t)cgr__port_buf(p, seq) * p->cap;
 	return cgr__slot_data(cgr__port_slot(p, seq));
+}
+
+/* Where the writer of execution seq puts n bytes of tensor data: the
+ * device slot of a device port; in the host slot, placed for n bytes
+ * (cgr__slot_place). */
+static inline void *cgr__port_place(const struct cgr__port *p, uint64_t seq,
+				    size_t n)
+{
+	if (p->dmem != NULL)
+		return p->dmem + (size_t)cgr__port_buf(p, seq) * p->cap;
+	return cgr__slot_place(cgr__port_slot(p, seq), n);
 }
 
 /* ---- channels ------------------------------------------------------- */
@@ -298,8 +406,10 @@ struct cgr__list_view {
 void cgr__value_load_view(struct cgr__slot_hdr *h, size_t cap, cgr_value *v,
 			  struct cgr__list_view *view);
 /* Whether slot h (cap data bytes, from another process) holds a value
- * that loads safely: 0 or -EPROTO. */
-int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap);
+ * that loads safely: 0 or -EPROTO.  big_off: what the slot's big_off must
+ * be (cgr__port_big_off; 0: it has no big area). */
+int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap,
+		    int64_t big_off);
 /* The value in slot h, pointing into it (a list laid out elsewhere: an
  * error value saying so). */
 void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v);

@@ -1,8 +1,10 @@
 /*
  * chan/value.c: moving values in and out of buffer slots.  A slot is a
  * 128-byte header (kind, code, length, tensor dtype and shape) followed by
- * the data.  Values handed out point into the slot; values handed in are
- * copied, except when their data already is the slot's data (zero copy).
+ * the data, or by the first CGR__INLINE_BYTES of room, a larger value
+ * going to the slot's big area (chan.h).  Values handed out point into
+ * the slot; values handed in are copied, except when their data already
+ * is the slot's data (zero copy).  Error values always stay inline.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -226,10 +228,16 @@ int cgr__value_check(const cgr_value *v, size_t cap, size_t *bytes)
 static void list_layout(struct cgr__slot_hdr *h, const cgr_value *v,
 			bool copy_tensors, unsigned char *dbase, int dev)
 {
-	unsigned char *d = cgr__slot_data(h);
-	unsigned char *tb = dbase != NULL ? dbase : d;
-	struct cgr__list_hdr *lh = (struct cgr__list_hdr *)d;
-	size_t n = v->u.list.n, off = cgr__list_data_off(n);
+	size_t n = v->u.list.n, off = cgr__list_data_off(n), need = 0;
+	unsigned char *d, *tb;
+	struct cgr__list_hdr *lh;
+
+	/* Its whole size (checked by the caller) picks its place (a device
+	 * port's host slot keeps the tensors' offsets, empty). */
+	(void)cgr__value_check(v, SIZE_MAX, &need);
+	d = cgr__slot_place(h, need);
+	tb = dbase != NULL ? dbase : d;
+	lh = (struct cgr__list_hdr *)d;
 	cgr_value *items = (cgr_value *)(lh + 1);
 	int64_t(*shapes)[CGR_MAX_NDIM] = (void *)(items + n);
 
@@ -301,9 +309,13 @@ static void err_write(struct cgr__slot_hdr *h, size_t cap, int code,
 		      const char *worker, size_t wl, const char *m, size_t ml,
 		      size_t text_off, size_t path_off, uint32_t hops, bool cut)
 {
-	char *d = cgr__slot_data(h);
+	char *d;
 	size_t room;
 
+	/* Error values stay after the header (every slot has room for
+	 * one there). */
+	cap = cgr__slot_icap(h, cap);
+	d = cgr__slot_place(h, 0);
 	if (cap < 3)
 		return; /* never: a slot holds at least an empty error */
 	if (tl + wl + 3 > cap)
@@ -499,7 +511,7 @@ int cgr__value_store(struct cgr__slot_hdr *h, size_t cap, const cgr_value *v)
 int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 			const cgr_value *v, cgr_stream *s)
 {
-	unsigned char *d = cgr__slot_data(h);
+	unsigned char *d;
 	size_t n;
 	int ret = cgr__value_check(v, cap, &n);
 
@@ -533,6 +545,7 @@ int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 		cgr__value_store_error(h, cap, ret, msg);
 		return ret;
 	}
+	d = cgr__slot_place(h, n);
 	h->kind = (uint32_t)v->kind;
 	h->code = 0;
 	h->len = n;
@@ -600,10 +613,18 @@ static uint64_t slot_tensor_len(const struct cgr__slot_hdr *h)
 	return n == 0 ? UINT64_MAX : n;
 }
 
-int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap)
+int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap,
+		    int64_t big_off)
 {
 	const char *d = (const char *)h + CGR__SLOT_HDR;
 
+	/* Its place: the one this process's layout says (else it would
+	 * point anywhere), holding what fits there. */
+	if (h->big_off != big_off || h->big > 1 ||
+	    (h->big && (big_off == 0 || h->kind == CGR_VALUE_ERROR)))
+		return -EPROTO;
+	if (!h->big)
+		cap = cgr__slot_icap(h, cap);
 	if (h->len > cap)
 		return -EPROTO;
 	switch (h->kind) {
@@ -641,7 +662,10 @@ static int item_relocate(const struct cgr__slot_hdr *h, size_t cap,
 			 uint64_t base, const cgr_value *it,
 			 const int64_t *shape, cgr_value *out, int64_t *vshape)
 {
-	uint64_t d0 = base + CGR__SLOT_HDR, p, len;
+	uint64_t d0 = base + (uint64_t)((const unsigned char *)cgr__slot_data(
+						(struct cgr__slot_hdr *)h) -
+					(const unsigned char *)h),
+		 p, len;
 	size_t b = 0;
 
 	*out = *it;
@@ -705,7 +729,8 @@ void cgr__value_load_view(struct cgr__slot_hdr *h, size_t cap, cgr_value *v,
 		cgr__value_load(h, v);
 		return;
 	}
-	if (list_relocate(h, cap, v, view) < 0) {
+	if (list_relocate(h, h->big ? cap : cgr__slot_icap(h, cap), v, view) <
+	    0) {
 		memset(v, 0, sizeof(*v));
 		v->kind = CGR_VALUE_ERROR;
 		v->code = CGR_ECORRUPT;
@@ -775,6 +800,7 @@ void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v)
 static void tensor_header(struct cgr__slot_hdr *h, const DLTensor *t,
 			  size_t n, int dev_type, int dev_id, const void *ref)
 {
+	(void)cgr__slot_place(h, 0); /* nothing in the host slot */
 	h->kind = CGR_VALUE_TENSOR;
 	h->code = 0;
 	h->len = n;
@@ -840,14 +866,15 @@ int cgr__value_store_port(const struct cgr__port *p, uint64_t seq,
 			  const cgr_value *v, cgr_stream *s)
 {
 	struct cgr__slot_hdr *h = cgr__port_slot(p, seq);
-	unsigned char *dst = cgr__port_data(p, seq);
 	const DLTensor *t = &v->u.tensor;
 	const unsigned char *src;
+	unsigned char *dst;
 	size_t n;
 	int ret;
 
 	if (p->dmem == NULL)
 		return cgr__value_store_on(h, p->cap, v, s);
+	dst = cgr__port_data(p, seq);
 	if (v->kind == CGR_VALUE_LIST && s == NULL &&
 	    cgr__value_check(v, p->cap, NULL) == 0)
 		return list_store_dev(p, seq, v);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "compile/compile.h"
 
@@ -80,6 +81,23 @@ int cgr__c_dalloc(struct cgr_compiled *c, int dev, size_t size, void **out)
 	return 0;
 }
 
+void *cgr__c_reserve(struct cgr_compiled *c, size_t size)
+{
+	void *p;
+
+	if (c->seg != NULL)
+		return cgr__c_salloc(c, size); /* the segment is sparse */
+	if (c->big_map != NULL || size == 0)
+		return NULL; /* one reservation per graph */
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	c->big_map = p;
+	c->big_len = size;
+	return p;
+}
+
 char *cgr__c_strdup(struct cgr_compiled *c, const char *s)
 {
 	size_t n = strlen(s) + 1;
@@ -129,6 +147,8 @@ static void compiled_free(struct cgr_compiled *c)
 	for (size_t i = 0; i < c->ncomms; i++)
 		cgr_comm_destroy(c->comms[i]);
 	free_device(c);
+	if (c->big_map != NULL)
+		munmap(c->big_map, c->big_len);
 	for (size_t i = 0; i < c->nallocs; i++)
 		cgr__free(a, c->allocs[i], c->alloc_sizes[i], 64);
 	cgr__free(a, c->allocs, c->allocs_cap * sizeof(void *), 16);
@@ -329,35 +349,61 @@ static int plan(struct cgr__cc *cc)
 	return cgr__plan_load(cc, &pl);
 }
 
-/* The pipeline of compile.h.  *out gets the compiled graph even on
- * failure (the caller frees it). */
+const char *const cgr__pass_names[CGR__NPASSES] = {
+	"validate", "edges", "ports",	"programs",
+	"verify",   "overlap", "plan", "create",
+};
+
+/* Ends pass `pass` of c begun at *t (now the next one's start). */
+static void pass_done(struct cgr_compiled *c, enum cgr__pass pass, int64_t *t)
+{
+	int64_t now = cgr__now_ns();
+
+	c->pass_ns[pass] += now - *t;
+	*t = now;
+}
+
+/* The pipeline of compile.h, each pass timed.  *out gets the compiled
+ * graph even on failure (the caller frees it). */
 static int compile(struct cgr__cc *cc)
 {
+	struct cgr_compiled *c = cc->c;
+	int64_t t = cgr__now_ns();
 	int ret = cgr__validate_tasks(cc->g);
 
-	if (ret == 0)
+	if (ret == 0) {
+		pass_done(c, CGR__PASS_VALIDATE, &t);
 		ret = cgr__lower_edges(cc->g);
+		pass_done(c, CGR__PASS_EDGES, &t);
+	}
 	if (ret == 0)
 		ret = cc_init(cc);
 	if (ret == 0)
 		ret = cgr__validate_graph(cc);
+	pass_done(c, CGR__PASS_VALIDATE, &t);
 	if (ret == 0)
 		ret = cgr__lower_devices(cc);
 	if (ret == 0)
 		ret = cgr__lower_ports(cc);
+	pass_done(c, CGR__PASS_PORTS, &t);
 	if (ret == 0)
 		ret = cgr__lower_progs(cc);
+	pass_done(c, CGR__PASS_PROGRAMS, &t);
 	if (ret == 0)
 		ret = verify(cc, NULL);
+	pass_done(c, CGR__PASS_VERIFY, &t);
 	if (ret == 0 && (ret = cgr__overlap(cc)) > 0) {
 		ret = cgr__prune_waits(cc->c, cc->ntasks);
 		if (ret == 0)
 			ret = verify(cc, "after the overlap rewrite");
 	}
+	pass_done(c, CGR__PASS_OVERLAP, &t);
 	if (ret == 0)
 		ret = plan(cc);
+	pass_done(c, CGR__PASS_PLAN, &t);
 	if (ret == 0 && !cc->plan_only)
 		ret = cgr__create(cc);
+	pass_done(c, CGR__PASS_CREATE, &t);
 	if (ret == 0) {
 		/* For eager execution: compile-time memory of c. */
 		cc->c->node_port = cc->node_port;

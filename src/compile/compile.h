@@ -45,6 +45,10 @@ static inline bool cgr__c_attached(const struct cgr_compiled *c)
 /* Memory every process running c shares (its segment, when it has
  * process workers; else as cgr__c_alloc); NULL when out of it. */
 void *cgr__c_salloc(struct cgr_compiled *c, size_t size);
+/* Address space for the ports' big areas (once per graph), shared as
+ * cgr__c_salloc but never touched: its pages are allocated where a value
+ * first uses them.  NULL when the system refuses the reservation. */
+void *cgr__c_reserve(struct cgr_compiled *c, size_t size);
 /* A trace buffer of cap records, shared with every process running c. */
 static inline struct cgr__tbuf *cgr__tbuf_new(struct cgr_compiled *c,
 					      uint32_t cap)
@@ -74,6 +78,8 @@ const void *cgr__seg_blob(const struct cgr_compiled *c, size_t *len);
 int cgr__seg_check(const struct cgr_compiled *c, char *why, size_t len);
 void cgr__seg_free(struct cgr_compiled *c);
 
+#define CGR__NO_CHAN UINT32_MAX
+
 /* One compilation. */
 struct cgr__cc {
 	cgr_graph *g;
@@ -88,10 +94,14 @@ struct cgr__cc {
 	unsigned *node_port;	/* node id -> port (inputs: arg port) */
 	int *node_dev;		/* node id -> its data's device (NONE: host) */
 	bool *nccl;		/* per task id: a collective on NCCL */
-	/* The channel table under construction: (port, reader). */
+	/* The channel table under construction: (port, reader), and each
+	 * port's channels in creation order (a list: ch_head by port, then
+	 * ch_next; CGR__NO_CHAN ends it). */
 	unsigned *ch_port;
 	cgr_worker **ch_w;	/* NULL: the driver */
+	unsigned *ch_head, *ch_next;
 	size_t nch, chcap;
+	uint32_t *wprog; /* worker index -> its program (CGR__NO_CHAN) */
 	/* Communicators made for collectives: the collective each was made
 	 * for (c->comms[i] for comm_owner[i]). */
 	struct cgr__task **comm_owner;

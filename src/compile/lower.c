@@ -19,6 +19,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "compile/compile.h"
@@ -136,26 +137,109 @@ int cgr__lower_devices(struct cgr__cc *cc)
 
 /* ---- ports and channels --------------------------------------------- */
 
-/* A port; its slots in shared memory unless it is a constant (which
- * every process running the graph keeps for itself).  A graph output's
- * port gets the spare buffers and the slot map (chan.h). */
-static int port_init(struct cgr_compiled *c, struct cgr__port *p,
-		     size_t want, uint32_t nslots, const char *name,
-		     bool shared, bool output)
-{
-	uint32_t nbufs = output ? c->nbufs : nslots;
-	size_t size = cgr__port_memsize(want, nbufs);
-	void *mem = shared ? cgr__c_salloc(c, size) : cgr__c_alloc(c, size);
+/*
+ * Where the ports go.  Their slots lie in two regions of rows, a row per
+ * buffer: the ports of nslots buffers side by side in one, the graph
+ * outputs' ports (nbufs buffers) in the other, so that the slots one
+ * execution uses lie together (a few pages for thousands of tasks, not a
+ * page each).  Their big areas lie in one reservation (chan.h).
+ * Constants keep a slot of their own (every process running the graph
+ * keeps them for itself).  Laid out in two passes over the same ports:
+ * measure (the rows' and the reservation's sizes), then place.
+ */
+struct lay {
+	struct cgr_compiled *c;
+	bool place;
+	bool over;	       /* the big areas' sum overflows */
+	size_t row[2];	       /* bytes of a row: [output] */
+	size_t at[2];	       /* placing: the next port's offset in it */
+	unsigned char *mem[2]; /* the regions */
+	size_t big_total;
+	unsigned char *big; /* placing: the next big area */
+};
 
-	if (mem == NULL)
-		return -ENOMEM;
-	if (shared && cgr__c_attached(c))
-		cgr__port_attach(p, mem, want, nslots, nbufs, name);
-	else
-		cgr__port_init(p, mem, want, nslots, nbufs, name);
+/* Port p (placing; else measured): want data bytes, a constant's single
+ * slot if !shared, the spare buffers and the slot map if output. */
+static int lay_port(struct lay *L, struct cgr__port *p, size_t want,
+		    uint32_t nslots, const char *name, bool shared,
+		    bool output)
+{
+	struct cgr_compiled *c = L->c;
+	uint32_t nbufs = output ? c->nbufs : nslots;
+	size_t sb = cgr__port_slot_bytes(want, !shared);
+	size_t bsize = cgr__port_bigsize(want, nbufs, !shared);
+	unsigned char *mem, *big = bsize != 0 ? L->big : NULL;
+
+	if (!L->place) {
+		if (shared)
+			L->row[output] += sb;
+		L->over |= __builtin_add_overflow(L->big_total, bsize,
+						  &L->big_total);
+		return 0;
+	}
+	L->big += bsize;
+	if (!shared) {
+		mem = cgr__c_alloc(c, sb);
+		if (mem == NULL)
+			return -ENOMEM;
+		cgr__port_init(p, mem, sb, NULL, want, nslots, nbufs, name);
+	} else {
+		mem = L->mem[output] + L->at[output];
+		L->at[output] += sb;
+		if (cgr__c_attached(c))
+			cgr__port_attach(p, mem, L->row[output], big, want,
+					 nslots, nbufs, name);
+		else
+			cgr__port_init(p, mem, L->row[output], big, want,
+				       nslots, nbufs, name);
+	}
 	if (output)
 		p->map = c->omap;
 	p->dev = CGR_DEVICE_NONE;
+	return 0;
+}
+
+/* The capacity the port of task output n asks for. */
+static size_t out_want(const struct cgr_compiled *c, const cgr_node *n)
+{
+	return n->task->max_out_bytes ? n->task->max_out_bytes :
+					c->p.max_value_bytes;
+}
+
+/* After measuring: the regions, and the big areas reserved at once (a
+ * sum that overflows, or that the system will not reserve, fails the
+ * compile, saying how much it asked for).  Rows hold at most
+ * CGR__SLOT_HDR + CGR__INLINE_BYTES per port: no overflow. */
+static int lay_alloc(struct cgr__cc *cc, struct lay *L)
+{
+	struct cgr_compiled *c = cc->c;
+	uint32_t rows[2] = { c->nslots, c->nbufs };
+
+	for (int k = 0; k < 2; k++)
+		if (L->row[k] != 0 &&
+		    (L->mem[k] = cgr__c_salloc(c, L->row[k] * rows[k])) ==
+			    NULL)
+			return cgr__c_attached(c) ?
+				       cgr__graph_fail(cc->g, -EPROTO,
+						       "the ports' slots lie "
+						       "outside the driver's "
+						       "segment") :
+				       -ENOMEM;
+	if (L->over)
+		return cgr__graph_fail(cc->g, -ENOMEM,
+				       "the outputs' buffers take more "
+				       "address space than there is");
+	if (L->big_total != 0 &&
+	    (L->big = cgr__c_reserve(c, L->big_total)) == NULL)
+		return cgr__graph_fail(
+			cc->g, -ENOMEM,
+			"cannot reserve %zu bytes of address space for the "
+			"values' buffers (%zu ports, max_value_bytes %zu, "
+			"%u slots)%s",
+			L->big_total, c->nports, c->p.max_value_bytes,
+			c->nslots,
+			c->seg != NULL ? " in the graph's shared segment" : "");
+	L->place = true;
 	return 0;
 }
 
@@ -196,17 +280,21 @@ static int output_map(struct cgr__cc *cc, bool *out_node, bool *out_arg)
 	return 0;
 }
 
-/* Finds or adds the channel (port -> reader w; NULL: the driver).
- * Returns its index. */
+/* Finds or adds the channel (port -> reader w; NULL: the driver): a
+ * walk of the port's channels, one per reader.  Returns its index. */
 static int chan_get(struct cgr__cc *cc, unsigned port, cgr_worker *w)
 {
-	for (size_t i = 0; i < cc->nch; i++)
-		if (cc->ch_port[i] == port && cc->ch_w[i] == w)
-			return (int)i;
+	unsigned *at = &cc->ch_head[port];
+
+	for (; *at != CGR__NO_CHAN; at = &cc->ch_next[*at])
+		if (cc->ch_w[*at] == w)
+			return (int)*at;
 	if (cc->nch == cc->chcap)
 		return -ENOSPC;
 	cc->ch_port[cc->nch] = port;
 	cc->ch_w[cc->nch] = w;
+	cc->ch_next[cc->nch] = CGR__NO_CHAN;
+	*at = (unsigned)cc->nch;
 	return (int)cc->nch++;
 }
 
@@ -233,14 +321,67 @@ static size_t nin_expanded(const struct cgr_compiled *c,
 	return n;
 }
 
-/* Ports: arguments first, then constants and task outputs. */
+/* The ports of one pass of L: arguments first, then constants and task
+ * outputs. */
+static int lay_ports(struct cgr__cc *cc, struct lay *L, const bool *out_node,
+		     const bool *out_arg)
+{
+	cgr_graph *g = cc->g;
+	struct cgr_compiled *c = cc->c;
+	unsigned pi;
+	int ret;
+
+	for (pi = 0; pi < c->nargs; pi++) {
+		char name[32];
+		snprintf(name, sizeof(name), "input[%u]", pi);
+		ret = lay_port(L, &c->ports[pi], c->p.max_value_bytes,
+			       c->nslots, name, true, out_arg[pi]);
+		if (ret < 0)
+			return ret;
+		c->arg_port[pi] = pi;
+	}
+	for (cgr_node *n = g->nodes; n != NULL; n = n->next) {
+		if (n->kind == CGR__NODE_INPUT) {
+			cc->node_port[n->id] =
+				n->index == CGR_INPUT_ALL ? 0 : (unsigned)n->index;
+			continue;
+		}
+		if (n->kind == CGR__NODE_CONST) {
+			struct cgr__slot_hdr *h = n->cdata;
+			ret = lay_port(L, &c->ports[pi],
+				       n->cdata_len - CGR__SLOT_HDR, 1, n->name,
+				       false, false);
+			/* Stored again (not copied): a list's tables
+			 * point into the slot that holds it. */
+			if (ret == 0 && L->place) {
+				cgr_value v;
+				cgr__value_load(h, &v);
+				cgr__value_store(
+					cgr__port_slot(&c->ports[pi], 0),
+					c->ports[pi].cap, &v);
+			}
+		} else {
+			ret = lay_port(L, &c->ports[pi], out_want(c, n),
+				       c->nslots, n->name, true,
+				       out_node[n->id]);
+			/* Its device slots come at create (not when only
+			 * planning). */
+			c->ports[pi].dev = cc->node_dev[n->id];
+		}
+		if (ret < 0)
+			return ret;
+		cc->node_port[n->id] = pi++;
+	}
+	return 0;
+}
+
 static int make_ports(struct cgr__cc *cc)
 {
 	cgr_graph *g = cc->g;
 	struct cgr_compiled *c = cc->c;
 	size_t nports = c->nargs;
+	struct lay L;
 	bool *out_node, *out_arg;
-	unsigned pi;
 	int ret;
 
 	for (cgr_node *n = g->nodes; n != NULL; n = n->next)
@@ -257,50 +398,14 @@ static int make_ports(struct cgr__cc *cc)
 	if ((ret = output_map(cc, out_node, out_arg)) < 0)
 		return ret;
 	c->nports = nports;
-	for (pi = 0; pi < c->nargs; pi++) {
-		char name[32];
-		snprintf(name, sizeof(name), "input[%u]", pi);
-		ret = port_init(c, &c->ports[pi], c->p.max_value_bytes,
-				c->nslots, name, true, out_arg[pi]);
-		if (ret < 0)
-			return ret;
-		c->arg_port[pi] = pi;
-	}
-	for (cgr_node *n = g->nodes; n != NULL; n = n->next) {
-		if (n->kind == CGR__NODE_INPUT) {
-			cc->node_port[n->id] =
-				n->index == CGR_INPUT_ALL ? 0 : (unsigned)n->index;
-			continue;
-		}
-		if (n->kind == CGR__NODE_CONST) {
-			struct cgr__slot_hdr *h = n->cdata;
-			ret = port_init(c, &c->ports[pi],
-					n->cdata_len - CGR__SLOT_HDR, 1, n->name,
-					false, false);
-			/* Stored again (not copied): a list's tables
-			 * point into the slot that holds it. */
-			if (ret == 0) {
-				cgr_value v;
-				cgr__value_load(h, &v);
-				cgr__value_store(
-					cgr__port_slot(&c->ports[pi], 0),
-					c->ports[pi].cap, &v);
-			}
-		} else {
-			size_t cap = n->task->max_out_bytes ?
-					     n->task->max_out_bytes :
-					     c->p.max_value_bytes;
-			ret = port_init(c, &c->ports[pi], cap, c->nslots,
-					n->name, true, out_node[n->id]);
-			/* Its device slots come at create (not when only
-			 * planning). */
-			c->ports[pi].dev = cc->node_dev[n->id];
-		}
-		if (ret < 0)
-			return ret;
-		cc->node_port[n->id] = pi++;
-	}
-	return 0;
+	memset(&L, 0, sizeof(L));
+	L.c = c;
+	ret = lay_ports(cc, &L, out_node, out_arg);
+	if (ret == 0)
+		ret = lay_alloc(cc, &L);
+	if (ret == 0)
+		ret = lay_ports(cc, &L, out_node, out_arg);
+	return ret;
 }
 
 /* The channel table: at most one per (port, reader), in the order of
@@ -316,8 +421,13 @@ static int make_chan_table(struct cgr__cc *cc)
 	cc->chcap = maxch + 1;
 	cc->ch_port = cgr__c_alloc(c, cc->chcap * sizeof(unsigned));
 	cc->ch_w = cgr__c_alloc(c, cc->chcap * sizeof(cgr_worker *));
-	if (cc->ch_port == NULL || cc->ch_w == NULL)
+	cc->ch_next = cgr__c_alloc(c, cc->chcap * sizeof(unsigned));
+	cc->ch_head = cgr__c_alloc(c, (c->nports + 1) * sizeof(unsigned));
+	if (cc->ch_port == NULL || cc->ch_w == NULL || cc->ch_next == NULL ||
+	    cc->ch_head == NULL)
 		return -ENOMEM;
+	for (size_t i = 0; i < c->nports; i++)
+		cc->ch_head[i] = CGR__NO_CHAN;
 	for (size_t k = 0; k < cc->ntasks; k++) {
 		struct cgr__task *t = cc->order[k];
 		for (size_t i = 0; i < t->nin; i++) {
@@ -376,13 +486,16 @@ static int make_driver(struct cgr__cc *cc)
 		return -ENOMEM;
 	for (unsigned a = 0; a < c->nargs; a++) {
 		size_t k = 0;
-		c->arg_chans[a] =
-			cgr__c_alloc(c, (cc->nch + 1) * sizeof(unsigned));
+		unsigned i;
+		for (i = cc->ch_head[a]; i != CGR__NO_CHAN; i = cc->ch_next[i])
+			k++;
+		c->arg_chans[a] = cgr__c_alloc(c, (k + 1) * sizeof(unsigned));
 		if (c->arg_chans[a] == NULL)
 			return -ENOMEM;
-		for (size_t i = 0; i < cc->nch; i++)
-			if (cc->ch_port[i] == a && cc->ch_w[i] != NULL)
-				c->arg_chans[a][k++] = (unsigned)i;
+		k = 0;
+		for (i = cc->ch_head[a]; i != CGR__NO_CHAN; i = cc->ch_next[i])
+			if (cc->ch_w[i] != NULL)
+				c->arg_chans[a][k++] = i;
 		c->arg_nchans[a] = k;
 	}
 	c->nout = g->noutputs;
@@ -434,7 +547,10 @@ struct pl {
 	struct cgr__cc *cc;
 	struct cgr__prog *p;
 	cgr_worker *w;
-	bool *read; /* per channel: this program reads it already */
+	/* Per channel: its reader's program reads it already (one array
+	 * for all programs: a channel has one reader). */
+	bool *read;
+	unsigned *wch; /* scratch: the channels of one WRITE */
 };
 
 /* Adds a READ for (port -> w) unless this program already reads it. */
@@ -474,35 +590,38 @@ static int add_reads(struct pl *pl, const struct cgr__task *t, size_t a)
 	return ret;
 }
 
-/* Adds a WRITE to every channel fed by an output of t that w produces. */
+static int cmp_unsigned(const void *a, const void *b)
+{
+	unsigned x = *(const unsigned *)a, y = *(const unsigned *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Adds a WRITE to every channel fed by an output of t that w produces,
+ * in channel order: the channels of each such output's port. */
 static int add_write(struct pl *pl, const struct cgr__task *t)
 {
-	struct cgr_compiled *c = pl->cc->c;
+	struct cgr__cc *cc = pl->cc;
 	size_t nw = 0;
-	struct cgr__op *op = NULL;
+	struct cgr__op *op;
 
-	for (int pass = 0; pass < 2; pass++) {
-		for (size_t ch = 0; ch < c->nchans; ch++)
-			for (size_t o = 0; o < t->nout; o++) {
-				if (cgr__out_worker(t, o) != pl->w ||
-				    c->chans[ch].port !=
-					    pl->cc->node_port[t->out[o]->id])
-					continue;
-				if (pass == 0)
-					nw++;
-				else
-					op->chans[op->nchans++] = (unsigned)ch;
-			}
-		if (pass == 0) {
-			if (nw == 0)
-				return 0;
-			op = &pl->p->ops[pl->p->nops++];
-			op->kind = CGR__OP_WRITE;
-			op->chans = cgr__c_alloc(c, nw * sizeof(unsigned));
-			if (op->chans == NULL)
-				return -ENOMEM;
-		}
+	for (size_t o = 0; o < t->nout; o++) {
+		if (cgr__out_worker(t, o) != pl->w)
+			continue;
+		for (unsigned ch = cc->ch_head[cc->node_port[t->out[o]->id]];
+		     ch != CGR__NO_CHAN; ch = cc->ch_next[ch])
+			pl->wch[nw++] = ch;
 	}
+	if (nw == 0)
+		return 0;
+	qsort(pl->wch, nw, sizeof(*pl->wch), cmp_unsigned);
+	op = &pl->p->ops[pl->p->nops++];
+	op->kind = CGR__OP_WRITE;
+	op->chans = cgr__c_alloc(cc->c, nw * sizeof(unsigned));
+	if (op->chans == NULL)
+		return -ENOMEM;
+	memcpy(op->chans, pl->wch, nw * sizeof(unsigned));
+	op->nchans = nw;
 	return 0;
 }
 
@@ -614,23 +733,19 @@ static int lower_task(struct pl *pl, struct cgr__task *t)
 }
 
 /* Builds the program of worker w: its share of every task, in the global
- * order. */
-static int lower_prog(struct pl *pl)
+ * order (ntasks of them, reading nreads channels). */
+static int lower_prog(struct pl *pl, size_t ntasks, size_t nreads)
 {
 	struct cgr__cc *cc = pl->cc;
 	struct cgr_compiled *c = cc->c;
 	struct cgr__prog *p = pl->p;
-	size_t ntasks = 0;
 	int ret;
 
-	for (size_t i = 0; i < cc->ntasks; i++)
-		ntasks += cgr__task_rank(cc->order[i], pl->w) >= 0;
-	/* At most: every channel read once, plus one COMPUTE or COLL and
+	/* Every channel it reads read once, plus one COMPUTE or COLL and
 	 * one WRITE per task. */
-	p->ops = cgr__c_alloc(c, (c->nchans + 2 * ntasks + 1) * sizeof(*p->ops));
+	p->ops = cgr__c_alloc(c, (nreads + 2 * ntasks + 1) * sizeof(*p->ops));
 	p->tcs = cgr__c_alloc(c, (ntasks + 1) * sizeof(*p->tcs));
-	pl->read = cgr__c_alloc(c, c->nchans + 1);
-	if (p->ops == NULL || p->tcs == NULL || pl->read == NULL)
+	if (p->ops == NULL || p->tcs == NULL)
 		return -ENOMEM;
 	p->c = c;
 	p->w = pl->w;
@@ -660,16 +775,20 @@ static int lower_members(struct cgr__cc *cc)
 	struct cgr_compiled *c = cc->c;
 	struct cgr__bell *bells[CGR_MAX_RANKS];
 
+	cc->wprog = cgr__c_alloc(c, (c->ctx->nworkers + 1) * sizeof(uint32_t));
+	if (cc->wprog == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < c->ctx->nworkers; i++)
+		cc->wprog[i] = CGR__NO_CHAN;
 	for (size_t i = 0; i < cc->ntasks; i++) {
 		struct cgr__task *t = cc->order[i];
 		size_t nm = t->coll ? t->nmembers : 1, bs;
 		for (size_t m = 0; m < nm; m++) {
 			cgr_worker *w = t->coll ? t->members[m] : t->w;
-			size_t j;
-			for (j = 0; j < cc->nw && cc->ws[j] != w; j++)
-				;
-			if (j == cc->nw)
+			if (cc->wprog[w->index] == CGR__NO_CHAN) {
+				cc->wprog[w->index] = (uint32_t)cc->nw;
 				cc->ws[cc->nw++] = w;
+			}
 			bells[m] = cgr__wbell(c, w);
 		}
 		if (!t->coll)
@@ -700,15 +819,43 @@ int cgr__lower_progs(struct cgr__cc *cc)
 
 	if (ret < 0)
 		return ret;
+	struct cgr__arena *a = &c->ctx->arena;
+	size_t *ntasks, *nreads, maxw = 1, sz;
+	bool *read;
+	unsigned *wch;
+
 	c->progs = cgr__c_alloc(c, (cc->nw + 1) * sizeof(*c->progs));
-	if (c->progs == NULL)
+	ntasks = cgr__c_alloc(c, 2 * (cc->nw + 1) * sizeof(size_t));
+	read = cgr__c_alloc(c, cc->nch + 1);
+	if (c->progs == NULL || ntasks == NULL || read == NULL)
 		return -ENOMEM;
+	nreads = ntasks + cc->nw + 1;
 	c->nprogs = cc->nw;
-	for (size_t i = 0; i < cc->nw; i++) {
-		struct pl pl = { cc, &c->progs[i], cc->ws[i], NULL };
-		ret = lower_prog(&pl);
-		if (ret < 0)
-			return ret;
+	/* What each program holds, and the most channels one WRITE has. */
+	for (size_t i = 0; i < cc->ntasks; i++) {
+		const struct cgr__task *t = cc->order[i];
+		size_t nm = t->coll ? t->nmembers : 1, nw = 0;
+		for (size_t m = 0; m < nm; m++)
+			ntasks[cc->wprog[(t->coll ? t->members[m] : t->w)
+						 ->index]]++;
+		for (size_t o = 0; o < t->nout; o++)
+			for (unsigned ch = cc->ch_head[cc->node_port
+							       [t->out[o]->id]];
+			     ch != CGR__NO_CHAN; ch = cc->ch_next[ch])
+				nw++;
+		maxw = nw > maxw ? nw : maxw;
 	}
-	return 0;
+	for (size_t i = 0; i < cc->nch; i++)
+		if (cc->ch_w[i] != NULL)
+			nreads[cc->wprog[cc->ch_w[i]->index]]++;
+	sz = maxw * sizeof(unsigned);
+	wch = cgr__alloc(a, sz, 16);
+	if (wch == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < cc->nw && ret == 0; i++) {
+		struct pl pl = { cc, &c->progs[i], cc->ws[i], read, wch };
+		ret = lower_prog(&pl, ntasks[i], nreads[i]);
+	}
+	cgr__free(a, wch, sz, 16);
+	return ret;
 }

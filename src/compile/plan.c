@@ -674,8 +674,32 @@ static size_t nin_expanded(const struct cgr_compiled *c,
 	return n;
 }
 
+/* What a run of a task touches besides its context, contiguous for all
+ * of a program's tasks in program order (one stream through memory for
+ * a long program): its ports' lists, then its values' scratch; and its
+ * arg_data copy (64-byte aligned, as cgr.h promises) in another. */
+struct ld_blk {
+	unsigned char *run, *arg;
+};
+
+static size_t ld_run_bytes(uint32_t nin, uint32_t nout)
+{
+	return CGR__ALIGN_UP(((size_t)nin + nout) * sizeof(unsigned), 8) +
+	       ((size_t)nin + nout) * sizeof(cgr_value);
+}
+
+static size_t ld_arg_bytes(const struct cgr__cc *cc, uint32_t task_id)
+{
+	const struct cgr__task *t =
+		task_id < cc->ntasks ? cc->by_id[task_id] : NULL;
+
+	return t != NULL && t->arg_data != NULL ?
+		       CGR__ALIGN_UP(t->arg_len, 64) :
+		       0;
+}
+
 static int ld_task(struct cgr__cc *cc, const struct cgr__plan *pl, size_t pi,
-		   struct cgr__prog *p, size_t ti)
+		   struct cgr__prog *p, size_t ti, struct ld_blk *b)
 {
 	struct cgr_compiled *c = cc->c;
 	const struct cgr__plan_task *e = &pl->tcs[pl->progs[pi].tc0 + ti];
@@ -695,13 +719,17 @@ static int ld_task(struct cgr__cc *cc, const struct cgr__plan *pl, size_t pi,
 	tc->name = cgr__c_strdup(c, pl->str + e->name);
 	tc->nin = e->nin;
 	tc->nout = e->nout;
-	tc->in_ports = ld_list(c, pl, e->in, e->nin);
-	tc->out_ports = ld_list(c, pl, e->out, e->nout);
-	tc->inv = cgr__c_alloc(c, (tc->nin + 1) * sizeof(cgr_value));
-	tc->outv = cgr__c_alloc(c, (tc->nout + 1) * sizeof(cgr_value));
-	if (tc->name == NULL || tc->in_ports == NULL || tc->out_ports == NULL ||
-	    tc->inv == NULL || tc->outv == NULL)
+	if (tc->name == NULL)
 		return -ENOMEM;
+	tc->in_ports = (unsigned *)b->run;
+	tc->out_ports = tc->in_ports + tc->nin;
+	tc->inv = (cgr_value *)(b->run + CGR__ALIGN_UP((tc->nin + tc->nout) *
+							       sizeof(unsigned),
+						       8));
+	tc->outv = tc->inv + tc->nin;
+	b->run += ld_run_bytes(e->nin, e->nout);
+	memcpy(tc->in_ports, pl->pool + e->in, tc->nin * sizeof(unsigned));
+	memcpy(tc->out_ports, pl->pool + e->out, tc->nout * sizeof(unsigned));
 	if (c->seg != NULL &&
 	    (tc->views = cgr__c_alloc(c, tc->nin * sizeof(*tc->views) + 1)) ==
 		NULL)
@@ -710,9 +738,8 @@ static int ld_task(struct cgr__cc *cc, const struct cgr__plan *pl, size_t pi,
 	tc->arg = t->arg;
 	if (t->arg_data != NULL) {
 		/* The graph may go once compiled: the copy's copy. */
-		tc->arg = cgr__c_alloc(c, t->arg_len);
-		if (tc->arg == NULL)
-			return -ENOMEM;
+		tc->arg = b->arg;
+		b->arg += ld_arg_bytes(cc, e->task_id);
 		memcpy(tc->arg, t->arg_data, t->arg_len);
 	}
 	tc->prog = p;
@@ -838,6 +865,8 @@ static int ld_prog(struct cgr__cc *cc, const struct cgr__plan *pl, size_t pi,
 	struct cgr_compiled *c = cc->c;
 	const struct cgr__plan_prog *e = &pl->progs[pi];
 	struct cgr__coll_rt *colls;
+	size_t nrun = 0, narg = 0;
+	struct ld_blk b;
 	int ret;
 
 	for (size_t j = 0; j < cc->nw && p->w == NULL; j++)
@@ -852,14 +881,22 @@ static int ld_prog(struct cgr__cc *cc, const struct cgr__plan *pl, size_t pi,
 	p->ops = cgr__c_alloc(c, (e->nops + 1) * sizeof(*p->ops));
 	p->tcs = cgr__c_alloc(c, (e->ntcs + 1) * sizeof(*p->tcs));
 	colls = cgr__c_alloc(c, (e->ncolls + 1) * sizeof(*colls));
-	if (p->ops == NULL || p->tcs == NULL || colls == NULL)
+	for (size_t i = 0; i < e->ntcs; i++) {
+		const struct cgr__plan_task *t = &pl->tcs[e->tc0 + i];
+		nrun += ld_run_bytes(t->nin, t->nout);
+		narg += ld_arg_bytes(cc, t->task_id);
+	}
+	b.run = cgr__c_alloc(c, nrun);
+	b.arg = cgr__c_alloc(c, narg);
+	if (p->ops == NULL || p->tcs == NULL || colls == NULL ||
+	    b.run == NULL || b.arg == NULL)
 		return -ENOMEM;
 	p->nops = e->nops;
 	p->ntcs = e->ntcs;
 	p->bell = cgr__wbell(c, p->w);
 	p->gate = (e->flags & CGR__PLAN_GATE) != 0;
 	for (size_t i = 0; i < e->ntcs; i++)
-		if ((ret = ld_task(cc, pl, pi, p, i)) < 0)
+		if ((ret = ld_task(cc, pl, pi, p, i, &b)) < 0)
 			return ret;
 	for (size_t i = 0; i < e->ncolls; i++)
 		if ((ret = ld_coll(cc, pl, pi, p, i, &colls[i])) < 0)

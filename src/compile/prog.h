@@ -84,29 +84,33 @@ struct cgr__task_job {
 /* A plain task's share of a program (struct cgr_task_ctx behind cgr.h's
  * cgr_task_ctx: what a task function is handed). */
 struct cgr_task_ctx {
+	/* What every run of the task touches first: two cache lines (the
+	 * ports' lists and the values' scratch follow in one block,
+	 * plan.c). */
 	struct cgr_compiled *c;
-	unsigned task_id; /* the graph's task (compile time: the graph may be
-			     gone later) */
-	cgr_worker *w;
 	uint64_t seq;
 	unsigned *in_ports; /* nin: CGR_INPUT_ALL expanded */
 	size_t nin;
 	unsigned *out_ports; /* nout */
 	size_t nout;
 	cgr_value *inv, *outv; /* scratch, sized at compile */
+	cgr_task_fn fn;
+	void *arg;
+	char *name;
+	cgr_worker *w;
 	/* With process workers: per input, where a list another process
 	 * laid out is relocated (NULL: none). */
 	struct cgr__list_view *views;
 	int err_code;
-	char errmsg[256];
-	char *name;
-	void *arg;
-	cgr_task_fn fn;
+	bool err_set; /* errmsg holds cgr_task_set_error's text */
+	unsigned task_id; /* the graph's task (compile time: the graph may be
+			     gone later) */
 	/* CGR_TASK_STREAM: the work runs on the compute stream s; then the
 	 * stream runs jobs[slot] (the fused WRITE of the outputs, done
 	 * published as execution + 1), and ev[slot] is recorded after it. */
 	bool stream;
 	bool async;    /* overlap: the thread does not wait for the stream */
+	bool device;   /* CGR_TASK_DEVICE: its outputs live on the device */
 	uint32_t tidx; /* overlap: its place among the stream tasks */
 	cgr_stream *s;
 	struct cgr__task_job *jobs;
@@ -117,7 +121,7 @@ struct cgr_task_ctx {
 	uint64_t issued; /* stream tasks: last job enqueued + 1 (thread) */
 	struct cgr__adapt ad; /* its work, on a sim compute stream */
 	uint64_t inline_runs; /* executions whose work the thread ran */
-	bool device;	 /* CGR_TASK_DEVICE: its outputs live on the device */
+	char errmsg[256]; /* cgr_task_set_error's text (a failing run) */
 };
 
 /* A member's share of a collective (run/coll.c runs it). */
@@ -326,6 +330,25 @@ struct cgr__gseg {
 	bool attach;  /* worker process: the layout is the driver's */
 };
 
+/* The compiler's passes, timed (cgr_compiled.pass_ns): validate (the
+ * tasks, the order, reach and arguments), edges (device edges become
+ * broadcasts), ports (placement, ports, channels, the driver's side),
+ * programs, verify (the deadlock proof), overlap (the rewrite, pruning,
+ * the proof again), plan (encode, check, load) and create (what runs:
+ * streams, communicators, events, device memory). */
+enum cgr__pass {
+	CGR__PASS_VALIDATE,
+	CGR__PASS_EDGES,
+	CGR__PASS_PORTS,
+	CGR__PASS_PROGRAMS,
+	CGR__PASS_VERIFY,
+	CGR__PASS_OVERLAP,
+	CGR__PASS_PLAN,
+	CGR__PASS_CREATE,
+	CGR__NPASSES
+};
+extern const char *const cgr__pass_names[CGR__NPASSES];
+
 struct cgr_compiled {
 	cgr_ctx *ctx;
 	_Atomic uint32_t refs; /* driver + each worker running a program */
@@ -391,7 +414,8 @@ struct cgr_compiled {
 	_Atomic int64_t debug_coll_delay_ns;
 	/* Tests only: a worker process garbles the header of every output
 	 * slot its plain tasks write (1: the length, 2: the kind, 3: the
-	 * tensor rank), from CGR_TEST_CORRUPT_SLOTS in its environment:
+	 * tensor rank, 4: where its data is), from CGR_TEST_CORRUPT_SLOTS in
+	 * its environment:
 	 * its readers must refuse, never trust, what they read. */
 	int debug_corrupt;
 #endif
@@ -399,6 +423,8 @@ struct cgr_compiled {
 	 * in another thread) read it. */
 	_Atomic bool torn_down;
 	int teardown_result;
+	/* What each compiler pass took (compile.c; perf/scale reports it). */
+	int64_t pass_ns[CGR__NPASSES];
 	struct cgr_compiled *next; /* ctx's list */
 
 	/* Communicators created for collectives, freed with the graph. */
@@ -428,6 +454,11 @@ struct cgr_compiled {
 		void *p;
 	} kind_state[2];
 
+	/* The ports' big areas (chan.h) when the graph has no segment:
+	 * address space reserved (mmap, MAP_NORESERVE), resident only where
+	 * a value used it. */
+	void *big_map;
+	size_t big_len;
 	/* Memory this graph allocated, freed in one place. */
 	void **allocs;
 	size_t *alloc_sizes;

@@ -161,34 +161,95 @@ static int name_cycle(cgr_graph *g, struct vt *v)
 	return cgr__graph_fail(g, CGR_ECYCLE, "cycle: %s", buf);
 }
 
-/* Kahn's algorithm, always taking the ready task bound first. */
-static int topo_order(cgr_graph *g, struct vt *v, struct cgr__task **order)
-{
-	struct cgr__task *t;
-	unsigned n = 0;
+/* The ready tasks by id, smallest first (a binary heap). */
+struct ready {
+	unsigned *h;
+	size_t n;
+};
 
+static void ready_push(struct ready *r, unsigned id)
+{
+	size_t i = r->n++;
+
+	while (i > 0 && r->h[(i - 1) / 2] > id) {
+		r->h[i] = r->h[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	r->h[i] = id;
+}
+
+static unsigned ready_pop(struct ready *r)
+{
+	unsigned top = r->h[0], last = r->h[--r->n];
+	size_t i = 0, k;
+
+	while ((k = 2 * i + 1) < r->n) {
+		if (k + 1 < r->n && r->h[k + 1] < r->h[k])
+			k++;
+		if (r->h[k] >= last)
+			break;
+		r->h[i] = r->h[k];
+		i = k;
+	}
+	if (r->n > 0)
+		r->h[i] = last;
+	return top;
+}
+
+/*
+ * Kahn's algorithm, always taking the ready task bound first: ids follow
+ * bind order, so the smallest ready id (a heap).  Each task's consumers,
+ * one entry per input that reads it, sit in one array (first[id] to
+ * first[id + 1]): O((tasks + edges) log tasks) in all.
+ */
+static int topo_order(struct cgr__cc *cc, struct vt *v, unsigned *mem)
+{
+	cgr_graph *g = cc->g;
+	size_t nt = g->ntasks, ne = 0, n = 0;
+	unsigned *first = mem, *cons = mem + nt + 1, *fill;
+	struct ready r;
+	struct cgr__task *t;
+
+	memset(first, 0, (nt + 1) * sizeof(*first));
+	for (t = g->tasks; t != NULL; t = t->next)
+		for (size_t i = 0; i < t->nin; i++)
+			if (t->in[i]->kind == CGR__NODE_TASK) {
+				v[t->id].indeg++;
+				first[t->in[i]->task->id + 1]++;
+				ne++;
+			}
+	for (size_t i = 0; i < nt; i++)
+		first[i + 1] += first[i];
+	r.h = cons + ne;
+	r.n = 0;
+	fill = r.h + nt;
+	memcpy(fill, first, nt * sizeof(*fill));
 	for (t = g->tasks; t != NULL; t = t->next)
 		for (size_t i = 0; i < t->nin; i++)
 			if (t->in[i]->kind == CGR__NODE_TASK)
-				v[t->id].indeg++;
-	while (n < g->ntasks) {
-		struct cgr__task *best = NULL;
-		for (t = g->tasks; t != NULL; t = t->next)
-			if (!v[t->id].placed && v[t->id].indeg == 0) {
-				best = t; /* list is in bind order */
-				break;
-			}
-		if (best == NULL)
-			return name_cycle(g, v);
-		v[best->id].placed = true;
-		order[n++] = best;
-		for (t = g->tasks; t != NULL; t = t->next)
-			for (size_t i = 0; i < t->nin; i++)
-				if (t->in[i]->kind == CGR__NODE_TASK &&
-				    t->in[i]->task == best)
-					v[t->id].indeg--;
+				cons[fill[t->in[i]->task->id]++] = t->id;
+	for (t = g->tasks; t != NULL; t = t->next)
+		if (v[t->id].indeg == 0)
+			ready_push(&r, t->id);
+	while (r.n > 0) {
+		unsigned id = ready_pop(&r);
+		v[id].placed = true;
+		cc->order[n++] = cc->by_id[id];
+		for (unsigned k = first[id]; k < first[id + 1]; k++)
+			if (--v[cons[k]].indeg == 0)
+				ready_push(&r, cons[k]);
 	}
-	return 0;
+	return n < nt ? name_cycle(g, v) : 0;
+}
+
+/* Words topo_order works in: first, consumers, heap, fill. */
+static size_t topo_words(const cgr_graph *g)
+{
+	size_t ne = 0;
+
+	for (const struct cgr__task *t = g->tasks; t != NULL; t = t->next)
+		ne += t->nin;
+	return 3 * g->ntasks + 1 + ne;
 }
 
 static int check_reach(cgr_graph *g, struct vt *v, struct cgr__task **order)
@@ -263,16 +324,18 @@ int cgr__validate_graph(struct cgr__cc *cc)
 	cgr_graph *g = cc->g;
 	struct cgr__arena *a = &g->ctx->arena;
 	size_t size = (g->ntasks + 1) * sizeof(struct vt);
+	size_t wsize = topo_words(g) * sizeof(unsigned);
 	struct vt *v = cgr__alloc(a, size, 16);
-	int ret;
+	unsigned *w = cgr__alloc(a, wsize, 16);
+	int ret = -ENOMEM;
 
-	if (v == NULL)
-		return -ENOMEM;
-	ret = topo_order(g, v, cc->order);
+	if (v != NULL && w != NULL)
+		ret = topo_order(cc, v, w);
 	if (ret == 0)
 		ret = check_reach(g, v, cc->order);
 	if (ret == 0)
 		ret = check_args(g, &cc->c->nargs);
+	cgr__free(a, w, wsize, 16);
 	cgr__free(a, v, size, 16);
 	return ret;
 }

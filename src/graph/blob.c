@@ -338,7 +338,8 @@ static int read_nodes(struct unpack *u)
 		u->cdata[id] = get(r, bn->clen, "a constant");
 		if (u->cdata[id] == NULL)
 			return r->err;
-		if (cgr__slot_check(u->cdata[id], bn->clen - CGR__SLOT_HDR) < 0)
+		if (cgr__slot_check(u->cdata[id], bn->clen - CGR__SLOT_HDR,
+				    0) < 0)
 			return bad(r, "constant %u is malformed", id);
 	}
 	return 0;

@@ -142,6 +142,7 @@ int cgr_graph_const(cgr_graph *g, const cgr_value *v, cgr_node **out)
 	n->cdata = cgr__alloc(&g->ctx->arena, n->cdata_len, 64);
 	if (n->cdata == NULL)
 		return -ENOMEM; /* the node stays, inert; freed with g */
+	memset(n->cdata, 0, CGR__SLOT_HDR); /* no big area */
 	cgr__value_store(n->cdata, bytes, v);
 	*out = n;
 	return 0;

@@ -92,7 +92,8 @@ static struct cgr__slot_hdr *error_input(const struct cgr__coll_rt *cr,
 	p = &cr->c->ports[pi];
 	h = cgr__port_slot(p, seq);
 	if (h->kind != CGR_VALUE_ERROR ||
-	    (cr->c->seg != NULL && cgr__slot_check(h, p->cap) < 0))
+	    (cr->c->seg != NULL &&
+	     cgr__slot_check(h, p->cap, cgr__port_big_off(p, h)) < 0))
 		return NULL;
 	return h;
 }
@@ -368,7 +369,7 @@ static int bucket_unpack(struct cgr__coll_rt *cr, uint64_t seq, size_t total,
 		if (cr->out_ports[j] == CGR__NO_PORT)
 			continue; /* a device edge's root keeps no copy */
 		const struct cgr__port *p = &c->ports[cr->out_ports[j]];
-		unsigned char *dst = cgr__port_data(p, seq);
+		unsigned char *dst = cgr__port_place(p, seq, v[j].out_bytes);
 		size_t bytes = v[j].count * esz;
 		if (cr->kind != CGR_COLL_ALLGATHER)
 			ret |= coll_copy(cr, dst, cr->bucket_out + off * esz,
@@ -647,7 +648,7 @@ static void single_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 		src = cr->dscratch; /* the late verdict fails it */
 	if (cr->out_ports[0] != CGR__NO_PORT) {
 		op = &c->ports[cr->out_ports[0]];
-		dst = cgr__port_data(op, seq);
+		dst = cgr__port_place(op, seq, v.out_bytes);
 	}
 	coll_desc(cr, src, dst, count, (cgr_dtype)v.out.dtype, &d);
 	if (changed && !cr->nccl && cr->mine->kind == CGR_VALUE_ERROR) {

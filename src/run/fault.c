@@ -120,6 +120,8 @@ void cgr__fault_slot_after(struct cgr_task_ctx *tc, uint64_t seq)
 			h->len = (uint64_t)1 << 40;
 		else if (c->debug_corrupt == 2)
 			h->kind = 77;
+		else if (c->debug_corrupt == 4)
+			h->big = 1, h->big_off += 4096; /* data elsewhere */
 		else
 			h->kind = CGR_VALUE_TENSOR, h->ndim = 1000;
 	}

@@ -75,7 +75,8 @@ static void task_fail(struct cgr_task_ctx *tc, int ret)
 	if (code == 0)
 		code = ret < 0 ? ret : CGR_ETASK;
 	task_outputs_error(tc, tc->seq, code,
-			   tc->errmsg[0] ? tc->errmsg : cgr_strerror(code));
+			   tc->err_set && tc->errmsg[0] ? tc->errmsg :
+							  cgr_strerror(code));
 }
 
 /* Stores the outputs the task function filled in (a stream task's data
@@ -109,6 +110,28 @@ static void task_store(struct cgr_task_ctx *tc, uint64_t seq)
 	}
 }
 
+/*
+ * Asks for the slot the next task of this program writes first, for
+ * writing: in a long program the slots of an execution are far apart
+ * from the last one that used them (max_inflight executions ago), and a
+ * write to a line not in the cache waits for memory.  The next task's
+ * context and ports lie next to this one's.
+ */
+static inline void cgr__task_prefetch(const struct cgr_task_ctx *tc,
+				      uint64_t seq)
+{
+	const struct cgr__prog *p = tc->prog;
+	const struct cgr_task_ctx *nt = tc + 1;
+	const unsigned char *h;
+
+	if (nt >= p->tcs + p->ntcs || nt->nout == 0)
+		return;
+	h = (const unsigned char *)cgr__port_slot(
+		&tc->c->ports[nt->out_ports[0]], seq);
+	__builtin_prefetch(h, 1, 3);
+	__builtin_prefetch(h + CGR__SLOT_HDR, 1, 3);
+}
+
 void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 {
 	struct cgr_compiled *c = tc->c;
@@ -117,11 +140,12 @@ void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 	int ret;
 
 	tc->seq = seq;
+	cgr__task_prefetch(tc, seq);
 	for (size_t i = 0; i < tc->nin; i++) {
 		const struct cgr__port *p = &c->ports[tc->in_ports[i]];
 		struct cgr__slot_hdr *h = cgr__port_slot(p, seq);
 		if (cgr__unlikely(c->seg != NULL) &&
-		    cgr__slot_check(h, p->cap) < 0) {
+		    cgr__slot_check(h, p->cap, cgr__port_big_off(p, h)) < 0) {
 			/* Written by another process, and not right. */
 			task_outputs_error(tc, seq, CGR_ECORRUPT,
 					   "an input's slot holds no valid "
@@ -154,7 +178,7 @@ void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 	for (size_t o = 0; o < tc->nout; o++)
 		memset(&tc->outv[o], 0, sizeof(tc->outv[o]));
 	tc->err_code = 0;
-	tc->errmsg[0] = 0;
+	tc->err_set = false; /* errmsg is cold: not touched unless set */
 	atomic_store_explicit(&w->current_task, tc->name, memory_order_relaxed);
 	atomic_store_explicit(&w->current_seq, seq, memory_order_relaxed);
 	ret = tc->fn(tc, w->state, tc->inv, tc->nin, tc->outv, tc->nout);
@@ -370,7 +394,9 @@ void *cgr_task_output_buffer(cgr_task_ctx *tc, size_t i, size_t bytes)
 	p = &tc->c->ports[tc->out_ports[i]];
 	if (bytes > p->cap)
 		return NULL;
-	return cgr__slot_data(cgr__port_slot(p, tc->seq));
+	if (p->dmem != NULL) /* a device output's: device memory */
+		return cgr__port_data(p, tc->seq);
+	return cgr__slot_where(cgr__port_slot(p, tc->seq), bytes);
 }
 
 cgr_stream *cgr_task_stream(cgr_task_ctx *tc)
@@ -385,6 +411,7 @@ void cgr_task_set_error(cgr_task_ctx *tc, int code, const char *fmt, ...)
 	if (tc == NULL)
 		return;
 	tc->err_code = code;
+	tc->err_set = true;
 	va_start(ap, fmt);
 	vsnprintf(tc->errmsg, sizeof(tc->errmsg), fmt, ap);
 	va_end(ap);
