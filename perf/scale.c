@@ -34,7 +34,7 @@
  *
  * Options: --quick (N up to 10,000, fewer workers and windows), --json
  * (JSON lines only), --case NAME (chain, chain2, fan, tp, threads, procs,
- * flat), -w windows for flat.
+ * sizing, flat), -w windows for flat.
  */
 #include "perf.h"
 
@@ -558,6 +558,82 @@ static void report(const struct perf_opts *o, const struct conf *cf,
 		  r->worker_ms, r->worker_rss_mb);
 }
 
+/* ---- sizing: what each part of a graph costs ---- */
+
+/* The bytes cgr keeps for compiled graph `shape` of n (on nw workers,
+ * max_inflight inflight), the graph itself destroyed: its arena's growth
+ * (slots, programs, plan, rings, boards). */
+static double sized(cgr_ctx *ctx, cgr_worker **w, enum shape shape, size_t n,
+		    size_t nw, uint32_t inflight)
+{
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	struct built b = { NULL, 0, NULL, n };
+	cgr_compiled *c = NULL;
+	size_t a0 = atomic_load(&ctx->arena.live_bytes), a1;
+	int ret;
+
+	cgr_graph_create(ctx, &b.g);
+	ret = shape == TP	 ? build_tp(&b, w, nw, n) :
+	      shape == FAN	 ? build_fan(&b, w, nw, n) :
+				   build_chain(&b, w, nw, n, shape == CHAIN_ALT);
+	pp.max_inflight = inflight;
+	if (ret == 0)
+		ret = cgr_graph_compile(b.g, &pp, &c);
+	cgr_graph_destroy(b.g);
+	if (ret != 0) {
+		fprintf(stderr, "sizing: %s\n", cgr_strerror(ret));
+		return -1;
+	}
+	a1 = atomic_load(&ctx->arena.live_bytes);
+	cgr_compiled_destroy(c);
+	return (double)(a1 - a0);
+}
+
+static int sizing(const struct perf_opts *o)
+{
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	cgr_worker *w[4];
+	cgr_ctx *ctx;
+	double task, slot, edge, coll, base;
+
+	cp.exports = exports;
+	if (cgr_ctx_create(&cp, &ctx) != 0)
+		return 1;
+	for (int i = 0; i < 4; i++) {
+		cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+		if (cgr_worker_create(ctx, &wp, &w[i]) != 0)
+			return 1;
+	}
+	/* A task (its output's 8 slots included), then a slot more per
+	 * output, a value crossing between workers (a channel), an
+	 * allreduce of 4 members (its 4 outputs' slots included). */
+	base = sized(ctx, w, CHAIN, 1000, 1, 8);
+	task = (sized(ctx, w, CHAIN, 2000, 1, 8) - base) / 1000;
+	slot = (sized(ctx, w, CHAIN, 1000, 1, 16) - base) / 1000 / 8;
+	edge = (sized(ctx, w, CHAIN_ALT, 1000, 2, 8) -
+		sized(ctx, w, CHAIN, 1000, 2, 8)) /
+	       998;
+	coll = (sized(ctx, w, TP, 400, 4, 8) - sized(ctx, w, TP, 200, 4, 8)) /
+		       200 -
+	       4 * task;
+	if (!o->json)
+		printf("\nsizing (bytes cgr allocates when compiling, 8-byte "
+		       "values, default max_inflight 8):\n"
+		       "  per task, with its output's 8 slots   %8.0f\n"
+		       "  per slot more (max_inflight)          %8.0f\n"
+		       "  per value crossing workers (channel)  %8.0f\n"
+		       "  per allreduce of 4 (its 4 outputs)    %8.0f\n",
+		       task, slot, edge, coll);
+	perf_json(BENCH, "sizing", "cgr", "bytes_per_task", task, "B",
+		  "\"slot\":%.0f,\"crossing_edge\":%.0f,"
+		  "\"allreduce4\":%.0f",
+		  slot, edge, coll);
+	for (int i = 0; i < 4; i++)
+		cgr_worker_destroy(w[i], -1);
+	cgr_ctx_destroy(ctx);
+	return 0;
+}
+
 /* ---- flat: 100 and 10,000 tasks side by side ---- */
 
 static int flat_chain(cgr_ctx *ctx, cgr_worker *w, size_t n,
@@ -750,7 +826,7 @@ int main(int argc, char **argv)
 	if (perf_parse(nargs, args, &o,
 		       "compile time, memory and per-task latency against graph "
 		       "size and worker count; --case chain|chain2|fan|tp|threads|"
-		       "procs|flat"))
+		       "procs|sizing|flat"))
 		return 2;
 	maxn = o.quick ? 10000 : 100000;
 	signal(SIGPIPE, SIG_IGN);
@@ -810,6 +886,8 @@ int main(int argc, char **argv)
 		report(&o, &cf, &r, peak);
 		bad |= r.err != 0;
 	}
+	if (want(only, "sizing"))
+		bad |= sizing(&o);
 	if (want(only, "flat"))
 		bad |= flat(&o);
 	return bad ? 1 : 0;

@@ -14,38 +14,61 @@
 
 #include "compile/compile.h"
 
-void *cgr__c_alloc(struct cgr_compiled *c, size_t size)
+/* Keeps p (size bytes) on list l: 0 or -ENOMEM. */
+static int alist_add(struct cgr__arena *a, struct cgr__alist *l, void *p,
+		     size_t size)
 {
-	struct cgr__arena *a = &c->ctx->arena;
-	void *p;
-
-	if (c->nallocs == c->allocs_cap) {
-		size_t ncap = c->allocs_cap ? c->allocs_cap * 2 : 64;
+	if (l->n == l->cap) {
+		size_t ncap = l->cap ? l->cap * 2 : 64;
 		void **na = cgr__alloc(a, ncap * sizeof(void *), 16);
 		size_t *ns = cgr__alloc(a, ncap * sizeof(size_t), 16);
 		if (na == NULL || ns == NULL) {
 			cgr__free(a, na, ncap * sizeof(void *), 16);
 			cgr__free(a, ns, ncap * sizeof(size_t), 16);
-			return NULL;
+			return -ENOMEM;
 		}
-		if (c->nallocs) {
-			memcpy(na, c->allocs, c->nallocs * sizeof(void *));
-			memcpy(ns, c->alloc_sizes, c->nallocs * sizeof(size_t));
+		if (l->n) {
+			memcpy(na, l->p, l->n * sizeof(void *));
+			memcpy(ns, l->sizes, l->n * sizeof(size_t));
 		}
-		cgr__free(a, c->allocs, c->allocs_cap * sizeof(void *), 16);
-		cgr__free(a, c->alloc_sizes, c->allocs_cap * sizeof(size_t),
-			  16);
-		c->allocs = na;
-		c->alloc_sizes = ns;
-		c->allocs_cap = ncap;
+		cgr__free(a, l->p, l->cap * sizeof(void *), 16);
+		cgr__free(a, l->sizes, l->cap * sizeof(size_t), 16);
+		l->p = na;
+		l->sizes = ns;
+		l->cap = ncap;
 	}
-	p = cgr__alloc(a, size, 64);
-	if (p == NULL)
+	l->p[l->n] = p;
+	l->sizes[l->n++] = size;
+	return 0;
+}
+
+/* Frees everything on l, and l's own arrays. */
+static void alist_free(struct cgr__arena *a, struct cgr__alist *l)
+{
+	for (size_t i = 0; i < l->n; i++)
+		cgr__free(a, l->p[i], l->sizes[i], 64);
+	cgr__free(a, l->p, l->cap * sizeof(void *), 16);
+	cgr__free(a, l->sizes, l->cap * sizeof(size_t), 16);
+	memset(l, 0, sizeof(*l));
+}
+
+void *cgr__c_alloc(struct cgr_compiled *c, size_t size)
+{
+	struct cgr__arena *a = &c->ctx->arena;
+	void *p = cgr__alloc(a, size, 64);
+
+	if (p != NULL &&
+	    alist_add(a, c->scratch ? &c->scratch_allocs : &c->allocs, p,
+		      size) < 0) {
+		cgr__free(a, p, size, 64);
 		return NULL;
-	c->allocs[c->nallocs] = p;
-	c->alloc_sizes[c->nallocs] = size;
-	c->nallocs++;
+	}
 	return p;
+}
+
+void cgr__c_scratch(struct cgr_compiled *c, bool on)
+{
+	c->scratch = on;
 }
 
 int cgr__c_dalloc(struct cgr_compiled *c, int dev, size_t size, void **out)
@@ -149,10 +172,8 @@ static void compiled_free(struct cgr_compiled *c)
 	free_device(c);
 	if (c->big_map != NULL)
 		munmap(c->big_map, c->big_len);
-	for (size_t i = 0; i < c->nallocs; i++)
-		cgr__free(a, c->allocs[i], c->alloc_sizes[i], 64);
-	cgr__free(a, c->allocs, c->allocs_cap * sizeof(void *), 16);
-	cgr__free(a, c->alloc_sizes, c->allocs_cap * sizeof(size_t), 16);
+	alist_free(a, &c->scratch_allocs);
+	alist_free(a, &c->allocs);
 	cgr__seg_free(c);
 	cgr__free(a, c, sizeof(*c), 64);
 	cgr__ctx_put(ctx);
@@ -398,8 +419,12 @@ static int compile(struct cgr__cc *cc)
 			ret = verify(cc, "after the overlap rewrite");
 	}
 	pass_done(c, CGR__PASS_OVERLAP, &t);
+	/* The plan is written from the working programs and the runtime
+	 * built from it: they are scratch no more. */
+	cgr__c_scratch(c, false);
 	if (ret == 0)
 		ret = plan(cc);
+	alist_free(&c->ctx->arena, &c->scratch_allocs);
 	pass_done(c, CGR__PASS_PLAN, &t);
 	if (ret == 0 && !cc->plan_only)
 		ret = cgr__create(cc);

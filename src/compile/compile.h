@@ -42,6 +42,11 @@ static inline bool cgr__c_attached(const struct cgr_compiled *c)
 	return c->seg != NULL && c->seg->attach;
 }
 
+/* Scratch mode on: what cgr__c_alloc hands out until it is turned off
+ * is the compiler's working state (the programs its passes rewrite),
+ * freed once the plan is loaded (salloc'd memory with a segment is never
+ * scratch). */
+void cgr__c_scratch(struct cgr_compiled *c, bool on);
 /* Memory every process running c shares (its segment, when it has
  * process workers; else as cgr__c_alloc); NULL when out of it. */
 void *cgr__c_salloc(struct cgr_compiled *c, size_t size);

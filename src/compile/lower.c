@@ -824,6 +824,8 @@ int cgr__lower_progs(struct cgr__cc *cc)
 	bool *read;
 	unsigned *wch;
 
+	/* The working programs: what runs is loaded from the plan. */
+	cgr__c_scratch(c, true);
 	c->progs = cgr__c_alloc(c, (cc->nw + 1) * sizeof(*c->progs));
 	ntasks = cgr__c_alloc(c, 2 * (cc->nw + 1) * sizeof(size_t));
 	read = cgr__c_alloc(c, cc->nch + 1);

@@ -104,21 +104,24 @@ static uint32_t pw_str(struct pw *w, const char *s)
 	return at;
 }
 
-/* The index of collective cr among p's COLL operations. */
-static uint32_t coll_index(const struct cgr__prog *p,
-			   const struct cgr__coll_rt *cr)
+/* Numbers p's collectives by their place among its COLL operations
+ * (cr->pidx; NONE for one no COLL of p runs). */
+static void coll_number(const struct cgr__prog *p)
 {
 	uint32_t n = 0;
 
-	if (cr == NULL)
-		return CGR__PLAN_NONE;
 	for (size_t k = 0; k < p->nops; k++)
-		if (p->ops[k].kind == CGR__OP_COLL) {
-			if (p->ops[k].coll == cr)
-				return n;
-			n++;
-		}
-	return CGR__PLAN_NONE;
+		if (p->ops[k].coll != NULL)
+			p->ops[k].coll->pidx = CGR__PLAN_NONE;
+	for (size_t k = 0; k < p->nops; k++)
+		if (p->ops[k].kind == CGR__OP_COLL)
+			p->ops[k].coll->pidx = n++;
+}
+
+/* The index of collective cr among p's COLL operations (coll_number). */
+static uint32_t coll_index(const struct cgr__coll_rt *cr)
+{
+	return cr == NULL ? CGR__PLAN_NONE : cr->pidx;
 }
 
 static uint32_t tc_index(const struct cgr__prog *p,
@@ -204,7 +207,7 @@ static void put_op(struct pw *w, const struct cgr__prog *p,
 	    (op->order ? CGR__PLAN_ORDER : 0) | (op->prev ? CGR__PLAN_PREV : 0);
 	e.chan = op->kind == CGR__OP_READ ? op->chan : CGR__PLAN_NONE;
 	e.tc = tc_index(p, op->tc);
-	e.coll = coll_index(p, op->coll);
+	e.coll = coll_index(op->coll);
 	e.chans = e.nchans = 0;
 	if (op->kind == CGR__OP_WRITE) {
 		e.nchans = (uint32_t)op->nchans;
@@ -229,6 +232,7 @@ static void pw_pass(struct pw *w, const struct cgr_compiled *c)
 		e.op0 = w->nops;
 		e.tc0 = w->ntcs;
 		e.coll0 = w->ncolls;
+		coll_number(p);
 		for (size_t k = 0; k < p->nops; k++)
 			put_op(w, p, &p->ops[k]);
 		for (size_t k = 0; k < p->ntcs; k++)

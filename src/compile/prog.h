@@ -147,6 +147,8 @@ struct cgr__coll_rt {
 			      on the thread, among the thread's) */
 	int overlap;	   /* enum cgr_overlap_mode of the node */
 	int32_t opi;	   /* its COLL's index in the program (trace) */
+	uint32_t pidx;	   /* its place among the program's COLLs (plan.c,
+			      while encoding) */
 	/* overlap: the stream task its stream joins first (an SWAIT, kept
 	 * or found redundant), or NULL */
 	struct cgr_task_ctx *swait;
@@ -459,10 +461,15 @@ struct cgr_compiled {
 	 * a value used it. */
 	void *big_map;
 	size_t big_len;
-	/* Memory this graph allocated, freed in one place. */
-	void **allocs;
-	size_t *alloc_sizes;
-	size_t nallocs, allocs_cap;
+	/* Memory this graph allocated, freed in one place; and (while
+	 * `scratch` is set: the compiler's working programs) memory freed
+	 * once the plan is loaded. */
+	struct cgr__alist {
+		void **p;
+		size_t *sizes;
+		size_t n, cap;
+	} allocs, scratch_allocs;
+	bool scratch;
 	/* Device memory (cudaMalloc) and the devices it is on. */
 	void **dallocs;
 	struct cgr__device **ddevs;
