@@ -295,12 +295,30 @@ struct result {
 	double p50_ns, p99_ns, floor_ns; /* per task */
 	double exec_p50_us;
 	double worker_rss_mb; /* process workers: their peak RSS, summed */
+	double worker_pss_mb, worker_anon_mb; /* now: Pss, private anon */
 	long iters;
 };
 
 static int64_t now_ns(void)
 {
 	return perf_now_ns();
+}
+
+/* A line's kB value from a /proc file ("VmHWM:", "Pss:", ...), in MB. */
+static double proc_mb(const char *path, const char *key)
+{
+	FILE *f = fopen(path, "r");
+	char line[128];
+	size_t kl = strlen(key);
+	double kb = 0;
+
+	if (f == NULL)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, kl))
+			kb = atof(line + kl);
+	fclose(f);
+	return kb / 1024;
 }
 
 static double rss_mb(const char *status)
@@ -454,9 +472,14 @@ static void run_conf(const struct conf *cf, struct result *r)
 	free(lat);
 	for (size_t i = 0; cf->kind == CGR_WORKER_PROCESS && i < cf->nw; i++) {
 		char path[64];
-		snprintf(path, sizeof(path), "/proc/%d/status",
-			 cgr_worker_pid(w[i]));
+		int pid = cgr_worker_pid(w[i]);
+		snprintf(path, sizeof(path), "/proc/%d/status", pid);
 		r->worker_rss_mb += rss_mb(path);
+		/* Its own share: pages shared with the driver and the other
+		 * workers (the segment, libraries) divided among them. */
+		snprintf(path, sizeof(path), "/proc/%d/smaps_rollup", pid);
+		r->worker_pss_mb += proc_mb(path, "Pss:");
+		r->worker_anon_mb += proc_mb(path, "Anonymous:");
 	}
 	cgr_compiled_destroy(c);
 	for (size_t i = 0; i < cf->nw; i++)
@@ -540,6 +563,10 @@ static void report(const struct perf_opts *o, const struct conf *cf,
 		for (int k = 0; k < CGR__NPASSES; k++)
 			printf(" %s %.1f", cgr__pass_names[k], r->pass_ms[k]);
 		printf("\n");
+		if (cf->kind == CGR_WORKER_PROCESS)
+			printf("        worker processes: Pss %.1f MB, private "
+			       "anonymous %.1f MB (in all)\n",
+			       r->worker_pss_mb, r->worker_anon_mb);
 	}
 	perf_json(BENCH, cf->name, "cgr", "exec_p50_per_task", r->p50_ns, "ns",
 		  "\"n\":%zu,\"workers\":%zu,\"kind\":\"%s\",\"wait\":\"%s\","
@@ -549,13 +576,16 @@ static void report(const struct perf_opts *o, const struct conf *cf,
 		  "\"compile_us_per_task\":%.3f,\"passes_ms\":{%s},"
 		  "\"peak_rss_mb\":%.1f,\"rss_after_compile_mb\":%.1f,"
 		  "\"arena_mb\":%.2f,\"reserved_mb\":%.1f,\"segment_mb\":%.2f,"
-		  "\"workers_ms\":%.2f,\"worker_processes_rss_mb\":%.1f",
+		  "\"workers_ms\":%.2f,\"worker_processes_rss_mb\":%.1f,"
+		  "\"worker_processes_pss_mb\":%.1f,"
+		  "\"worker_processes_anon_mb\":%.1f",
 		  cf->n, cf->nw, kind_name(cf), mode_name(cf->wait_mode),
 		  r->ntasks, r->p99_ns, r->floor_ns, r->exec_p50_us, r->iters,
 		  r->build_ms, r->compile_ms,
 		  r->compile_ms * 1e3 / (double)r->ntasks, passes, peak_mb,
 		  r->rss_compiled_mb, r->arena_mb, r->reserved_mb, r->seg_mb,
-		  r->worker_ms, r->worker_rss_mb);
+		  r->worker_ms, r->worker_rss_mb, r->worker_pss_mb,
+		  r->worker_anon_mb);
 }
 
 /* ---- sizing: what each part of a graph costs ---- */
