@@ -566,6 +566,44 @@ static void check_rss(void)
 #endif
 }
 
+/* Buffers whose address space the system will not reserve (200 tasks of
+ * 1 TiB, 8 slots each: 1.6 PiB): the compile fails with -ENOMEM, saying
+ * how much it asked for; a graph of 1 GiB buffers (1.6 TiB reserved)
+ * compiles and runs. */
+static void check_reserve(void)
+{
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *w = new_worker(ctx, CGR_WORKER_THREAD);
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	cgr_compiled *c = NULL;
+	cgr_graph *g = chain(ctx, &w, 1, 200, false);
+	int ret;
+
+	pp.max_value_bytes = (size_t)1 << 40;
+	ret = g != NULL ? cgr_graph_compile(g, &pp, &c) : -1;
+	t_ok(ret == -ENOMEM &&
+		     strstr(cgr_graph_errmsg(g), "cannot reserve") != NULL,
+	     "200 outputs of 1 TiB buffers: -ENOMEM (%d), %s", ret,
+	     cgr_graph_errmsg(g));
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+#if defined(CGR_SANITIZE)
+	t_skip("1.6 TiB of address space: not with sanitizers");
+#else
+	c = NULL;
+	g = chain(ctx, &w, 1, 200, false);
+	pp.max_value_bytes = (size_t)1 << 30;
+	ret = g != NULL ? cgr_graph_compile(g, &pp, &c) : -1;
+	cgr_graph_destroy(g);
+	t_ok(ret == 0 && run_u64(c, 4, chain_want, 200) == 4,
+	     "200 outputs of 1 GiB buffers (1.6 TiB reserved) compile and run "
+	     "(%d)",
+	     ret);
+	cgr_compiled_destroy(c);
+#endif
+	cgr_ctx_destroy(ctx);
+}
+
 int main(int argc, char **argv)
 {
 	cgr_worker_main(argc, argv, exports);
@@ -579,5 +617,6 @@ int main(int argc, char **argv)
 	check_sizes(true);
 	check_lists();
 	check_rss();
+	check_reserve();
 	return t_done();
 }

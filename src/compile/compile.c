@@ -436,7 +436,7 @@ static int compile(struct cgr__cc *cc)
 		cc->c->order = cc->order;
 		cc->c->norder = cc->ntasks;
 	}
-	if (ret == -ENOMEM)
+	if (ret == -ENOMEM && cc->g->errmsg[0] == 0)
 		cgr__graph_fail(cc->g, ret, "out of memory compiling the graph");
 	return ret;
 }
