@@ -21,7 +21,9 @@
  *             (64 inputs each), the partial sums by one task on worker 0;
  *   tp        N / 5 tensor-parallel layers on 4 workers: each worker adds
  *             its index to its copy, an allreduce sums the copies (a
- *             one-element uint64 tensor), layer after layer.
+ *             one-element uint64 tensor), layer after layer; tp-ovl the
+ *             same compiled with overlap on (the collectives on their
+ *             streams: the overlap rewrite and its pruning run).
  * Sweeps: chains of N = 100 .. 100,000; fan-out/fan-in of N = 100 ..
  * 100,000 leaves on 2 workers; fan-out/fan-in of 4 leaves per worker on
  * 1 .. 256 thread workers (block mode) and 1 .. 64 process workers (this
@@ -33,8 +35,8 @@
  * windows of the per-window ratio).
  *
  * Options: --quick (N up to 10,000, fewer workers and windows), --json
- * (JSON lines only), --case NAME (chain, chain2, fan, tp, threads, procs,
- * sizing, flat), -w windows for flat.
+ * (JSON lines only), --case NAME (chain, chain2, fan, tp, tp-ovl, threads,
+ * procs, sizing, flat), -w windows for flat.
  */
 #include "perf.h"
 
@@ -284,6 +286,7 @@ struct conf {
 	size_t nw; /* workers */
 	int kind;  /* enum cgr_worker_kind */
 	int wait_mode;
+	int overlap; /* cgr_compile_params.overlap */
 };
 
 struct result {
@@ -414,6 +417,7 @@ static void run_conf(const struct conf *cf, struct result *r)
 	}
 	r->ntasks = b.ntasks;
 	pp.wait_mode = cf->wait_mode;
+	pp.overlap = cf->overlap;
 	t0 = now_ns();
 	ret = cgr_graph_compile(b.g, &pp, &c);
 	r->compile_ms = (double)(now_ns() - t0) / 1e6;
@@ -855,8 +859,8 @@ int main(int argc, char **argv)
 	args[nargs] = NULL;
 	if (perf_parse(nargs, args, &o,
 		       "compile time, memory and per-task latency against graph "
-		       "size and worker count; --case chain|chain2|fan|tp|threads|"
-		       "procs|sizing|flat"))
+		       "size and worker count; --case chain|chain2|fan|tp|tp-ovl|"
+		       "threads|procs|sizing|flat"))
 		return 2;
 	maxn = o.quick ? 10000 : 100000;
 	signal(SIGPIPE, SIG_IGN);
@@ -871,9 +875,9 @@ int main(int argc, char **argv)
 		       "%8s %8s %7s %9s %8s\n",
 		       "", "", "", "", "", "ms", "ms", "compile", "MB", "MB",
 		       "MB", "MB", "ns", "ns", "ns", "ms", "MB");
-	for (int s = 0; s < 4; s++) {
+	for (int s = 0; s < 5; s++) {
 		static const char *const names[] = { "chain", "chain2", "fan",
-						     "tp" };
+						     "tp", "tp-ovl" };
 		const char *nm = names[s];
 		if (!want(only, nm))
 			continue;
@@ -881,11 +885,11 @@ int main(int argc, char **argv)
 		     i++) {
 			/* tp: layers of 4 tasks and an allreduce (N / 5
 			 * layers: N nodes). */
-			struct conf cf = { nm, (enum shape)s,
-					   s == 3 ? ns[i] / 5 : ns[i],
-					   s == 0 ? 1 : s == 3 ? 4 : 2,
+			struct conf cf = { nm, s == 4 ? TP : (enum shape)s,
+					   s >= 3 ? ns[i] / 5 : ns[i],
+					   s == 0 ? 1 : s >= 3 ? 4 : 2,
 					   CGR_WORKER_THREAD,
-					   CGR_WAIT_ADAPTIVE };
+					   CGR_WAIT_ADAPTIVE, s == 4 };
 			struct result r;
 			double peak = run_child(&cf, &r);
 			report(&o, &cf, &r, peak);
@@ -895,7 +899,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; want(only, "threads") && i < CGR__ARRAY_SIZE(tws);
 	     i++) {
 		struct conf cf = { "threads", FAN, 4 * tws[i], tws[i],
-				   CGR_WORKER_THREAD, CGR_WAIT_BLOCK };
+				   CGR_WORKER_THREAD, CGR_WAIT_BLOCK, 0 };
 		struct result r;
 		double peak;
 		if (o.quick && tws[i] == 16)
@@ -907,7 +911,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; want(only, "procs") && i < CGR__ARRAY_SIZE(pws);
 	     i++) {
 		struct conf cf = { "procs", FAN, 4 * pws[i], pws[i],
-				   CGR_WORKER_PROCESS, CGR_WAIT_BLOCK };
+				   CGR_WORKER_PROCESS, CGR_WAIT_BLOCK, 0 };
 		struct result r;
 		double peak;
 		if (o.quick && pws[i] == 8)

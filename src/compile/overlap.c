@@ -35,41 +35,25 @@
 
 #include "compile/compile.h"
 
-static bool has_port(const unsigned *ports, size_t n, unsigned port)
-{
-	for (size_t i = 0; i < n; i++)
-		if (ports[i] == port)
-			return true;
-	return false;
-}
-
-/* Whether op (on this worker) produces port. */
-static bool op_makes(const struct cgr_compiled *c, const struct cgr__op *op,
-		     unsigned port)
+/* The ports op (on this worker) produces: *n of them at the result
+ * (NO_PORT entries skipped by the caller); none for other kinds. */
+static const unsigned *op_made(const struct cgr_compiled *c,
+			       const struct cgr__op *op, size_t *n)
 {
 	switch (op->kind) {
 	case CGR__OP_READ:
-		return c->chans[op->chan].port == port;
+		*n = 1;
+		return &c->chans[op->chan].port;
 	case CGR__OP_COMPUTE:
-		return has_port(op->tc->out_ports, op->tc->nout, port);
+		*n = op->tc->nout;
+		return op->tc->out_ports;
 	case CGR__OP_COLL:
-		return has_port(op->coll->out_ports, op->coll->k, port);
+		*n = op->coll->k;
+		return op->coll->out_ports;
 	default:
-		return false;
+		*n = 0;
+		return NULL;
 	}
-}
-
-/* Whether op reads port (COLL inputs excluded: the stream orders them). */
-static bool op_uses(const struct cgr_compiled *c, const struct cgr__op *op,
-		    unsigned port)
-{
-	if (op->kind == CGR__OP_COMPUTE)
-		return has_port(op->tc->in_ports, op->tc->nin, port);
-	if (op->kind == CGR__OP_WRITE)
-		for (size_t j = 0; j < op->nchans; j++)
-			if (c->chans[op->chans[j]].port == port)
-				return true;
-	return false;
 }
 
 /* Makes *op a WAIT for collective cr or (tc set) stream task tc; or,
@@ -84,12 +68,22 @@ static void put_wait(struct cgr__op *op, int kind, struct cgr__coll_rt *cr,
 	op->order = order;
 }
 
-/* One program being rewritten: out[0..m) so far. */
+/*
+ * One program being rewritten: out[0..m) so far.  What the placement
+ * asks of the operations placed so far it finds by port, not by a scan
+ * (which made the pass quadratic in a program's length): mk[port] is
+ * where in out the operation that makes port sits (kept right when
+ * operations move), atask[port] the asynchronous stream task that made
+ * it, lastc[s] the last asynchronous collective of stream class s.
+ */
 struct ov {
 	struct cgr_compiled *c;
 	struct cgr__prog *p;
 	struct cgr__op *out;
 	size_t m;
+	size_t *mk;			/* per port; SIZE_MAX: none */
+	struct cgr_task_ctx **atask;	/* per port; NULL: none */
+	struct cgr__coll_rt *lastc[CGR__NSTREAMS];
 	/* Per stream: where its last COLL is in out (+1); COLLs placed, and
 	 * how many of them are known done (waited for). */
 	size_t last_coll[CGR__NSTREAMS];
@@ -98,40 +92,69 @@ struct ov {
 	uint32_t tplaced, tdone, tsdone[CGR__NSTREAMS];
 };
 
+/* Notes what out[j] makes (it sits at j now). */
+static void note_made(struct ov *o, size_t j)
+{
+	const struct cgr__op *op = &o->out[j];
+	size_t n;
+	const unsigned *ports = op_made(o->c, op, &n);
+
+	for (size_t q = 0; q < n; q++) {
+		if (ports[q] == CGR__NO_PORT)
+			continue;
+		o->mk[ports[q]] = j;
+		if (op->kind == CGR__OP_COMPUTE && op->tc->async)
+			o->atask[ports[q]] = op->tc;
+	}
+}
+
+/* Moves out[at..m) d places on (room made for d operations at at). */
+static void shift(struct ov *o, size_t at, size_t d)
+{
+	memmove(&o->out[at + d], &o->out[at], (o->m - at) * sizeof(*o->out));
+	for (size_t j = at + d; j < o->m + d; j++)
+		note_made(o, j);
+}
+
+/* The input ports of op: each reported by calling f(o, port, arg). */
+static void op_inputs(struct ov *o, const struct cgr__op *op,
+		      void (*f)(struct ov *, unsigned, void *), void *arg)
+{
+	if (op->kind == CGR__OP_COMPUTE)
+		for (size_t i = 0; i < op->tc->nin; i++)
+			f(o, op->tc->in_ports[i], arg);
+	else if (op->kind == CGR__OP_WRITE)
+		for (size_t j = 0; j < op->nchans; j++)
+			f(o, o->c->chans[op->chans[j]].port, arg);
+	else if (op->kind == CGR__OP_COLL)
+		for (size_t q = 0; q < op->coll->k; q++)
+			if (op->coll->in_ports[q] != CGR__NO_PORT)
+				f(o, op->coll->in_ports[q], arg);
+}
+
+static void latest_task(struct ov *o, unsigned port, void *arg)
+{
+	struct cgr_task_ctx **last = arg, *tc = o->atask[port];
+
+	if (tc != NULL && (*last == NULL || (*last)->tidx < tc->tidx))
+		*last = tc;
+}
+
 /* The latest asynchronous stream task placed whose outputs op reads (a
- * COLL: its inputs), or NULL. */
-static struct cgr_task_ctx *task_used(const struct ov *o,
-				      const struct cgr__op *op)
+ * COLL: its inputs), or NULL.  Those tasks sit in out in tidx order. */
+static struct cgr_task_ctx *task_used(struct ov *o, const struct cgr__op *op)
 {
 	struct cgr_task_ctx *last = NULL;
 
-	for (size_t j = 0; j < o->m; j++) {
-		struct cgr_task_ctx *tc = o->out[j].tc;
-		if (o->out[j].kind != CGR__OP_COMPUTE || !tc->async)
-			continue;
-		for (size_t q = 0; q < tc->nout; q++) {
-			unsigned port = tc->out_ports[q];
-			if (op->kind == CGR__OP_COLL ?
-				    has_port(op->coll->in_ports, op->coll->k,
-					     port) :
-				    op_uses(o->c, op, port)) {
-				last = tc;
-				break;
-			}
-		}
-	}
+	op_inputs(o, op, latest_task, &last);
 	return last;
 }
 
-/* The last asynchronous COLL of stream class s placed, or NULL. */
+/* The last asynchronous COLL of stream class s placed, or NULL (a
+ * stream's collectives sit in out in the order they were placed). */
 static struct cgr__coll_rt *last_of(const struct ov *o, int s)
 {
-	struct cgr__coll_rt *last = NULL;
-	for (size_t j = 0; j < o->m; j++)
-		if (o->out[j].kind == CGR__OP_COLL && o->out[j].coll->async &&
-		    o->out[j].coll->sclass == s)
-			last = o->out[j].coll;
-	return last;
+	return o->lastc[s];
 }
 
 /* Whether op + 1 (of n) is a WRITE that can be fused into op's job. */
@@ -154,6 +177,7 @@ static void place_sync_coll(struct ov *o, const struct cgr__op *op)
 		o->done[s] = o->placed[s];
 	}
 	o->out[o->m++] = *op;
+	note_made(o, o->m - 1);
 	for (int s = 0; s < CGR__NSTREAMS; s++)
 		o->last_coll[s] = o->m;
 }
@@ -173,29 +197,29 @@ static int place_async_coll(struct ov *o, size_t i,
 	struct cgr__coll_rt *need[CGR__NSTREAMS] = { NULL };
 	size_t at = o->last_coll[sc], w;
 
-	for (size_t j = 0; j < o->m; j++)
-		for (size_t q = 0; q < cr->k; q++)
-			if (cr->in_ports[q] != CGR__NO_PORT &&
-			    op_makes(o->c, &o->out[j], cr->in_ports[q])) {
-				struct cgr__coll_rt *p = o->out[j].coll;
-				if (j + 1 > at)
-					at = j + 1;
-				/* Made by a collective on the collective
-				 * stream (an edge sends its output): the
-				 * thread waits for it before it issues this
-				 * one on another stream. */
-				if (o->out[j].kind == CGR__OP_COLL &&
-				    p->async && p->sclass == CGR__S_COLL &&
-				    sc != CGR__S_COLL &&
-				    p->sidx >= o->done[p->sclass] &&
-				    (need[p->sclass] == NULL ||
-				     need[p->sclass]->sidx < p->sidx))
-					need[p->sclass] = p;
-			}
+	for (size_t q = 0; q < cr->k; q++) {
+		size_t j = cr->in_ports[q] != CGR__NO_PORT ?
+				   o->mk[cr->in_ports[q]] :
+				   SIZE_MAX;
+		struct cgr__coll_rt *p;
+		if (j == SIZE_MAX)
+			continue;
+		p = o->out[j].coll;
+		if (j + 1 > at)
+			at = j + 1;
+		/* Made by a collective on the collective stream (an edge
+		 * sends its output): the thread waits for it before it
+		 * issues this one on another stream. */
+		if (o->out[j].kind == CGR__OP_COLL && p->async &&
+		    p->sclass == CGR__S_COLL && sc != CGR__S_COLL &&
+		    p->sidx >= o->done[p->sclass] &&
+		    (need[p->sclass] == NULL ||
+		     need[p->sclass]->sidx < p->sidx))
+			need[p->sclass] = p;
+	}
 	for (int s = 0; s < CGR__NSTREAMS; s++)
 		if (need[s] != NULL) {
-			memmove(&o->out[at + 1], &o->out[at],
-				(o->m - at) * sizeof(*o->out));
+			shift(o, at, 1);
 			put_wait(&o->out[at++], CGR__OP_WAIT, need[s], NULL,
 				 false);
 			o->m++;
@@ -205,8 +229,7 @@ static int place_async_coll(struct ov *o, size_t i,
 					o->last_coll[t]++;
 		}
 	w = tneed != NULL && tneed->tidx >= o->tsdone[sc];
-	memmove(&o->out[at + 1 + w], &o->out[at],
-		(o->m - at) * sizeof(*o->out));
+	shift(o, at, 1 + w);
 	if (w) {
 		put_wait(&o->out[at], CGR__OP_SWAIT, cr, tneed, false);
 		o->tsdone[sc] = tneed->tidx + 1;
@@ -214,6 +237,8 @@ static int place_async_coll(struct ov *o, size_t i,
 	cr->swait = tneed;
 	o->out[at + w] = *op;
 	o->m += 1 + w;
+	note_made(o, at + w);
+	o->lastc[sc] = cr;
 	for (int s = 0; s < CGR__NSTREAMS; s++)
 		if (o->last_coll[s] > at)
 			o->last_coll[s] += 1 + w;
@@ -224,6 +249,22 @@ static int place_async_coll(struct ov *o, size_t i,
 	return cr->fused_write != NULL;
 }
 
+/* An input of an operation: if an asynchronous collective not yet known
+ * done made it, the latest such per stream class goes to need[]. */
+static void latest_coll(struct ov *o, unsigned port, void *arg)
+{
+	struct cgr__coll_rt **need = arg, *cr;
+	size_t j = o->mk[port];
+
+	if (j == SIZE_MAX || o->out[j].kind != CGR__OP_COLL)
+		return;
+	cr = o->out[j].coll;
+	if (!cr->async || cr->sidx < o->done[cr->sclass])
+		return;
+	if (need[cr->sclass] == NULL || need[cr->sclass]->sidx < cr->sidx)
+		need[cr->sclass] = cr;
+}
+
 /* Any other operation: per stream, a WAIT for the last collective whose
  * output it reads (unless one already covers it).  Returns 1 if it is a
  * stream task whose WRITE (op i + 1) was fused into its job, else 0. */
@@ -232,20 +273,8 @@ static int place_other(struct ov *o, size_t i)
 	struct cgr__op *op = &o->p->ops[i];
 	struct cgr__coll_rt *need[CGR__NSTREAMS] = { NULL };
 
-	for (size_t j = 0; j < o->m; j++) {
-		struct cgr__coll_rt *cr = o->out[j].coll;
-		if (o->out[j].kind != CGR__OP_COLL || !cr->async ||
-		    cr->sidx < o->done[cr->sclass])
-			continue;
-		for (size_t q = 0; q < cr->k; q++)
-			if (cr->out_ports[q] != CGR__NO_PORT &&
-			    op_uses(o->c, op, cr->out_ports[q])) {
-				if (need[cr->sclass] == NULL ||
-				    need[cr->sclass]->sidx < cr->sidx)
-					need[cr->sclass] = cr;
-				break;
-			}
-	}
+	if (op->kind == CGR__OP_COMPUTE || op->kind == CGR__OP_WRITE)
+		op_inputs(o, op, latest_coll, need);
 	for (int s = 0; s < CGR__NSTREAMS; s++)
 		if (need[s] != NULL) {
 			put_wait(&o->out[o->m++], CGR__OP_WAIT, need[s], NULL,
@@ -253,6 +282,7 @@ static int place_other(struct ov *o, size_t i)
 			o->done[s] = need[s]->sidx + 1;
 		}
 	o->out[o->m++] = *op;
+	note_made(o, o->m - 1);
 	if (op->kind != CGR__OP_COMPUTE || !op->tc->async)
 		return 0;
 	op->tc->tidx = o->tplaced++;
@@ -312,10 +342,11 @@ static struct cgr_task_ctx *join_tasks(struct ov *o, const struct cgr__op *op)
 	return NULL;
 }
 
-static int overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
+static int overlap_prog(struct cgr_compiled *c, struct cgr__prog *p,
+			size_t *mk, struct cgr_task_ctx **atask)
 {
 	size_t n = p->nops;
-	struct ov o = { .c = c, .p = p };
+	struct ov o = { .c = c, .p = p, .mk = mk, .atask = atask };
 	int ret;
 
 	o.out = cgr__c_alloc(c, (CGR__NSTREAMS + 3) * (n + 1) * sizeof(*o.out));
@@ -340,6 +371,16 @@ static int overlap_prog(struct cgr_compiled *c, struct cgr__prog *p)
 	add_prev_waits(&o);
 	p->ops = o.out;
 	p->nops = o.m;
+	/* The maps back to empty for the next program. */
+	for (size_t j = 0; j < o.m; j++) {
+		size_t k;
+		const unsigned *ports = op_made(c, &o.out[j], &k);
+		for (size_t q = 0; q < k; q++)
+			if (ports[q] != CGR__NO_PORT) {
+				mk[ports[q]] = SIZE_MAX;
+				atask[ports[q]] = NULL;
+			}
+	}
 	return 0;
 }
 
@@ -370,16 +411,28 @@ static bool choose_streams(struct cgr_compiled *c, struct cgr__prog *p)
 int cgr__overlap(struct cgr__cc *cc)
 {
 	struct cgr_compiled *c = cc->c;
+	struct cgr__arena *a = &c->ctx->arena;
+	size_t sz = (c->nports + 1) * (sizeof(size_t) + sizeof(void *));
+	unsigned char *mem = NULL;
+	size_t *mk = NULL;
+	struct cgr_task_ctx **atask = NULL;
+	int ret = 0;
 	bool overlapped = false;
-	int ret;
 
-	for (size_t i = 0; i < c->nprogs; i++) {
+	for (size_t i = 0; i < c->nprogs && ret == 0; i++) {
 		if (!choose_streams(c, &c->progs[i]))
 			continue;
-		ret = overlap_prog(c, &c->progs[i]);
-		if (ret < 0)
-			return ret;
+		if (mem == NULL) {
+			if ((mem = cgr__alloc(a, sz, 16)) == NULL)
+				return -ENOMEM;
+			mk = (size_t *)mem;
+			atask = (struct cgr_task_ctx **)(mk + c->nports + 1);
+			for (size_t q = 0; q <= c->nports; q++)
+				mk[q] = SIZE_MAX;
+		}
+		ret = overlap_prog(c, &c->progs[i], mk, atask);
 		overlapped = true;
 	}
-	return overlapped;
+	cgr__free(a, mem, sz, 16);
+	return ret < 0 ? ret : overlapped;
 }
