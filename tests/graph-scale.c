@@ -3,7 +3,10 @@
  * validation, the order, the deadlock proof and the plan included) and
  * executed with every result checked: a chain on one worker, a chain
  * whose every edge crosses between two workers, a fan-out/fan-in over
- * four workers, a chain over a thread and a process worker; a cycle and
+ * four workers, 2,000 tensor-parallel layers (a task per worker and an
+ * allreduce) with overlap off and on (the overlap rewrite and its
+ * pruning at that size), a chain over a thread and a process worker; a
+ * cycle and
  * an unreachable task among 10,000 named.  Then memory that follows the
  * values: values on both sides of what a slot holds inline (the same
  * slot switching between its inline room and its big area execution by
@@ -148,10 +151,32 @@ static int t_list(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	return 0;
 }
 
+/* A tensor-parallel layer's share: in (bytes, or a one-element uint64
+ * tensor) + the u64 of its arg_data, as a one-element uint64 tensor. */
+static int t_tp(cgr_task_ctx *tc, void *st, const cgr_value *in, size_t nin,
+		cgr_value *out, size_t nout)
+{
+	static const int64_t one[1] = { 1 };
+	uint64_t k, x = 0, *o = cgr_task_output_buffer(tc, 0, 8);
+
+	(void)st, (void)nin, (void)nout;
+	if (in[0].kind == CGR_VALUE_TENSOR)
+		memcpy(&x, in[0].u.tensor.data, 8);
+	else
+		x = u64_of(&in[0]);
+	memcpy(&k, cgr_task_arg(tc), 8);
+	if (o == NULL)
+		return -ENOSPC;
+	*o = x + k;
+	out[0] = cgr_value_tensor(o, kDLUInt, 64, 1, (int64_t *)one);
+	return 0;
+}
+
 static const cgr_export exports[] = { { "addk", t_addk, NULL, NULL },
 				      { "sum", t_sum, NULL, NULL },
 				      { "sized", t_sized, NULL, NULL },
 				      { "check", t_check, NULL, NULL },
+				      { "tp", t_tp, NULL, NULL },
 				      { NULL, NULL, NULL, NULL } };
 
 /* ---- helpers ---- */
@@ -335,6 +360,65 @@ static void check_fan(size_t n, int nw)
 	cgr_compiled_destroy(c);
 	cgr_ctx_destroy(ctx);
 	free(grp);
+}
+
+/* layers tensor-parallel layers on 4 workers (worker j adds j to its
+ * copy, an allreduce sums the copies), overlap on or off: 5 nodes a
+ * layer. */
+static void check_tp(size_t layers, int overlap)
+{
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *ws[4];
+	cgr_node *x, *cur[4], *part[4];
+	cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+	cgr_graph *g;
+	cgr_compiled *c = NULL;
+	char name[32];
+	int ret = 0, runs = (int)t_scale(4) + 1, good = 0;
+
+	for (int j = 0; j < 4; j++)
+		ws[j] = new_worker(ctx, CGR_WORKER_THREAD);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	for (int j = 0; j < 4; j++)
+		cur[j] = x;
+	for (size_t l = 0; l < layers && ret == 0; l++) {
+		for (int j = 0; j < 4; j++) {
+			snprintf(name, sizeof(name), "l%zu.w%d", l, j);
+			part[j] = task_k(g, ws[j], t_tp, name, (uint64_t)j,
+					 &cur[j], 1);
+		}
+		ret = cgr_graph_allreduce(g, part, 4, CGR_SUM, NULL, cur);
+	}
+	if (ret == 0)
+		ret = cgr_graph_output(g, &cur[0], 1);
+	pp.overlap = overlap;
+	if (ret == 0)
+		ret = cgr_graph_compile(g, &pp, &c);
+	t_is(ret, 0, "%zu tensor-parallel layers on 4 workers (%zu nodes), "
+		     "overlap %s, compile%s%s",
+	     layers, 5 * layers, overlap ? "on" : "off", ret ? ": " : "",
+	     ret ? cgr_graph_errmsg(g) : "");
+	cgr_graph_destroy(g);
+	for (int i = 0; c != NULL && i < runs; i++) {
+		uint64_t xv = 11 + (uint64_t)i, want = xv;
+		cgr_value a = cgr_value_bytes(&xv, 8), o;
+		cgr_ref r;
+		for (size_t l = 0; l < layers; l++)
+			want = 4 * want + 6;
+		if (cgr_execute(c, &a, 1, &r) != 0 ||
+		    cgr_ref_get(c, r, 60 * SEC, &o, 1) != 0)
+			break;
+		good += o.kind == CGR_VALUE_TENSOR &&
+			*(const uint64_t *)o.u.tensor.data == want;
+		cgr_ref_release(c, r);
+	}
+	t_is(good, c != NULL ? runs : 0,
+	     "... and each of %d executions gives the sum of sums, layer "
+	     "after layer",
+	     runs);
+	cgr_compiled_destroy(c);
+	cgr_ctx_destroy(ctx);
 }
 
 /* A cycle closed at the end of a 10,000-task chain, and an unreachable
@@ -612,6 +696,8 @@ int main(int argc, char **argv)
 	check_chain(10000, 2, true, CGR_WORKER_THREAD);
 	check_chain(2000, 2, true, CGR_WORKER_PROCESS);
 	check_fan(10000, 4);
+	check_tp(2000, 0);
+	check_tp(2000, 1);
 	check_errors_at_scale();
 	check_sizes(false);
 	check_sizes(true);
