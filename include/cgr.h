@@ -769,7 +769,9 @@ typedef uint64_t cgr_ref;
  * failed (the log names it; the executions already in flight still
  * complete, their device work as CGR_EDEVICE error values on every
  * member).  Never
- * allocates.  A CUDA tensor argument (kDLCUDA) is passed by reference:
+ * allocates (an argument over 512 bytes makes the pages it writes of its
+ * slot's reserved big area resident, the first time only: see "Values"
+ * in the README).  A CUDA tensor argument (kDLCUDA) is passed by reference:
  * it must stay valid until the execution's outputs were got.
  */
 int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
