@@ -424,6 +424,12 @@ static int compile(struct cgr__cc *cc)
 	cgr__c_scratch(c, false);
 	if (ret == 0)
 		ret = plan(cc);
+	if (ret != 0) {
+		/* The working programs (no plan loaded over them) go with
+		 * the scratch: nothing may free them again. */
+		c->progs = NULL;
+		c->nprogs = 0;
+	}
 	alist_free(&c->ctx->arena, &c->scratch_allocs);
 	pass_done(c, CGR__PASS_PLAN, &t);
 	if (ret == 0 && !cc->plan_only)
