@@ -61,37 +61,50 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct fz f = { data, size };
 	struct cgr__slot_hdr *h, *h2;
 	size_t cap = cgr__port_cap(fz_u16(&f) % 4096), n;
+	/* Laid out as a port's slot: header and inline room, then (cap over
+	 * the inline room) the big area.  Whether the input's big_off stands
+	 * or the layout's: an input byte. */
+	size_t sb = cgr__port_slot_bytes(cap, false);
+	size_t room = sb + cgr__port_bigsize(cap, 1, false);
+	int64_t boff = cgr__port_has_big(cap) ? (int64_t)sb : 0;
+	bool keep = fz_u8(&f) & 1;
 	unsigned char *d;
 	cgr_value v;
 	int ret;
 
-	h = aligned_alloc(64, CGR__SLOT_HDR + cap);
-	h2 = aligned_alloc(64, CGR__SLOT_HDR + cap);
+	h = aligned_alloc(64, room);
+	h2 = aligned_alloc(64, room);
 	fz_assert(h != NULL && h2 != NULL);
-	memset(h, 0, CGR__SLOT_HDR + cap);
-	n = f.n < CGR__SLOT_HDR + cap ? f.n : CGR__SLOT_HDR + cap;
+	memset(h, 0, room);
+	memset(h2, 0, room);
+	h2->big_off = boff;
+	n = f.n < room ? f.n : room;
 	memcpy(h, f.p, n);
-	d = cgr__slot_data(h);
-	/* A list whose tables say they were laid out at this very address
-	 * is this process's own, loaded as it is (trusted, unchecked): not
-	 * what another process can be expected to write. */
-	if (h->kind == CGR_VALUE_LIST &&
-	    ((const uint64_t *)(const void *)d)[1] == (uintptr_t)h)
-		goto out;
-	if (cgr__slot_check(h, cap) == 0) {
-		fz_assert(h->len <= cap);
+	if (!keep)
+		h->big_off = boff;
+	if (cgr__slot_check(h, cap, boff) == 0) {
+		size_t ecap = h->big ? cap : cgr__slot_icap(h, cap);
+		d = cgr__slot_data(h);
+		fz_assert(h->len <= ecap && d + ecap <= (unsigned char *)h + room);
+		/* A list whose tables say they were laid out at this very
+		 * address is this process's own, loaded as it is (trusted,
+		 * unchecked): not what another process can be expected to
+		 * write. */
+		if (h->kind == CGR_VALUE_LIST &&
+		    ((const uint64_t *)(const void *)d)[1] == (uintptr_t)h)
+			goto out;
 		cgr__value_load_view(h, cap, &v, &view);
 		if (v.kind == CGR_VALUE_TENSOR)
 			fz_assert(cgr_tensor_nbytes(&v.u.tensor) == h->len &&
 				  v.u.tensor.data == d);
 		if (v.kind == CGR_VALUE_BYTES)
 			fz_assert(v.u.bytes.len == h->len);
-		sink += touch(&v, d, cap);
+		sink += touch(&v, d, ecap);
 		ret = cgr__value_store(h2, cap, &v);
 		fz_assert(ret == 0 || ret == CGR_ETOOBIG ||
 			  ret == CGR_EBADVALUE);
 		if (ret == 0)
-			fz_assert(cgr__slot_check(h2, cap) == 0);
+			fz_assert(cgr__slot_check(h2, cap, boff) == 0);
 	}
 out:
 	free(h);
@@ -109,8 +122,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	struct cgr__slot_hdr *h;
 	cgr_value v, items[3];
 	char name[64];
-	uint8_t buf[2 + CGR__SLOT_HDR + 1024];
-	size_t cap = 1024;
+	uint8_t buf[3 + CGR__SLOT_HDR + 512];
+	size_t cap = 512; /* no big area: the whole value after the header */
 
 	(void)argc, (void)argv;
 	if (dir == NULL || !*dir)
@@ -148,7 +161,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 			((cgr_value *)((unsigned char *)cgr__slot_data(h) +
 				       64))[0].u.bytes.len = (size_t)1 << 30;
 		buf[0] = (uint8_t)cap, buf[1] = (uint8_t)(cap >> 8);
-		memcpy(buf + 2, h, CGR__SLOT_HDR + cap);
+		buf[2] = 0; /* the layout's big_off (none) */
+		memcpy(buf + 3, h, CGR__SLOT_HDR + cap);
 		snprintf(name, sizeof(name), "slot-%02d", k);
 		fz_seed_write(dir, name, buf, sizeof(buf));
 	}

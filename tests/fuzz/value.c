@@ -4,7 +4,8 @@
  * cgr_tensor_nbytes agrees with a 128-bit product; cgr__value_check
  * returns 0, CGR_ETOOBIG or CGR_EBADVALUE, never accepts a value whose
  * data is not real memory or that is larger than the capacity; what it
- * accepts stores into a slot of that capacity, passes cgr__slot_check,
+ * accepts stores into a slot of that capacity (laid out as a port's: a
+ * value over the inline room in its big area), passes cgr__slot_check,
  * and loads back equal (data inside the slot), from the slot itself and
  * from a copy at another address (a list relocated through a view, as a
  * reader in another process does).
@@ -33,14 +34,34 @@ static void check_nbytes(const cgr_value *v)
 	fz_assert(got == (want == UINT64_MAX ? 0 : want));
 }
 
-/* A slot of cap data bytes, 64-byte aligned. */
+/* Bytes of a slot of cap data bytes laid out as a port does it: the
+ * header and what it holds inline, then (cap over the inline room) its
+ * big area. */
+static size_t slot_bytes(size_t cap)
+{
+	size_t sb = cgr__port_slot_bytes(cap, false);
+
+	return sb + cgr__port_bigsize(cap, 1, false);
+}
+
+/* Such a slot, 64-byte aligned, its data garbage and its header as a
+ * port's is at init (its big area's place set). */
 static struct cgr__slot_hdr *slot_new(size_t cap)
 {
-	void *p = aligned_alloc(64, CGR__SLOT_HDR + cap);
+	struct cgr__slot_hdr *h = aligned_alloc(64, slot_bytes(cap));
 
-	fz_assert(p != NULL);
-	memset(p, 0xa5, CGR__SLOT_HDR + cap);
-	return p;
+	fz_assert(h != NULL);
+	memset(h, 0xa5, slot_bytes(cap));
+	memset(h, 0, CGR__SLOT_HDR);
+	if (cgr__port_has_big(cap))
+		h->big_off = (int64_t)cgr__port_slot_bytes(cap, false);
+	return h;
+}
+
+/* The capacity where h's value lies (inline or its big area). */
+static size_t where_cap(const struct cgr__slot_hdr *h, size_t cap)
+{
+	return h->big ? cap : cgr__slot_icap(h, cap);
 }
 
 static void check_store(const struct fz_value *fv, size_t cap, size_t bytes)
@@ -57,14 +78,16 @@ static void check_store(const struct fz_value *fv, size_t cap, size_t bytes)
 	}
 	fz_assert(ret == 0);
 	fz_assert(h->len == bytes);
-	fz_assert(cgr__slot_check(h, cap) == 0);
+	fz_assert(cgr__slot_check(h, cap, h->big_off) == 0);
+	fz_assert(h->big == (bytes > CGR__INLINE_BYTES));
 	cgr__value_load(h, &got);
-	fz_assert(fz_same(&fv->v, &got, cgr__slot_data(h), cap));
+	fz_assert(fz_same(&fv->v, &got, cgr__slot_data(h), where_cap(h, cap)));
 	/* The same slot at another address: a list is relocated. */
-	memcpy(h2, h, CGR__SLOT_HDR + cap);
-	fz_assert(cgr__slot_check(h2, cap) == 0);
+	memcpy(h2, h, slot_bytes(cap));
+	fz_assert(cgr__slot_check(h2, cap, h2->big_off) == 0);
 	cgr__value_load_view(h2, cap, &got, &view);
-	fz_assert(fz_same(&fv->v, &got, cgr__slot_data(h2), cap));
+	fz_assert(
+		fz_same(&fv->v, &got, cgr__slot_data(h2), where_cap(h2, cap)));
 out:
 	free(h);
 	free(h2);
