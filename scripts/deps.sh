@@ -3,7 +3,8 @@
 # test, if any is missing (run as root, or with sudo available).
 set -eu
 pkgs="autoconf automake libtool pkg-config make gcc g++ liburing-dev
-libjemalloc-dev libdlpack-dev libck-dev dpdk-dev libopenmpi-dev openmpi-bin libgloo-dev"
+libjemalloc-dev libdlpack-dev libck-dev dpdk-dev libopenmpi-dev openmpi-bin libgloo-dev
+libpmix-dev iproute2"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

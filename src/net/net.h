@@ -1,0 +1,59 @@
+/*
+ * net/net.h: peers on other hosts.  This layer knows nothing of graphs.
+ * So far: the bootstrap through PMIx (what a PMIx launcher such as Open
+ * MPI's mpirun or Slurm's srun --mpi=pmix gives a process): its rank and
+ * the job's size, each rank's host, and a key-value exchange (Put,
+ * Commit, Fence with the data collected, Get) for what ranks must learn of
+ * each other before they talk: transport addresses, NCCL unique ids.
+ *
+ * libpmix is loaded at run time (dlopen of libpmix.so.2, the Debian
+ * package libpmix2): cgr never links it, nor libmpi.  Built only where
+ * pmix.h was found at configure (HAVE_PMIX); elsewhere every call returns
+ * -ENOSYS.
+ *
+ * Threads: one bootstrap per process (PMIx is initialised once); its
+ * calls from one thread at a time.
+ */
+#ifndef CGR_NET_H
+#define CGR_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CGR__BOOT_KEY_MAX 64
+
+struct cgr__boot {
+	uint32_t rank, size;	 /* this process's rank, the job's size */
+	char nspace[512];	 /* the job's PMIx namespace */
+	void *lib;		 /* libpmix (dlopen) */
+	const void *api;	 /* its functions */
+	unsigned char me[512];	 /* pmix_proc_t of this process */
+};
+
+/*
+ * Joins the job this process was launched in: 0, -ENOSYS (a build
+ * without PMIx), -ENOENT (libpmix.so.2 cannot be loaded), -ENODEV (not
+ * started by a PMIx launcher: PMIx_Init refused), why says which.
+ */
+int cgr__boot_init(struct cgr__boot *b, char *why, size_t len);
+/* Publishes len bytes under key (at most CGR__BOOT_KEY_MAX - 1 bytes)
+ * for every rank: 0 or -EIO (why says PMIx's error). */
+int cgr__boot_put(struct cgr__boot *b, const char *key, const void *data,
+		  size_t len, char *why, size_t wlen);
+/* Commits what was put and waits, at most timeout_s seconds, until every
+ * rank did (a fence collecting the data): 0, -ETIMEDOUT or -EIO. */
+int cgr__boot_fence(struct cgr__boot *b, int timeout_s, char *why,
+		    size_t wlen);
+/* What rank published under key (after the fence), copied into buf (cap
+ * bytes); *len gets its length.  0, -ENOENT (nothing under key),
+ * -EMSGSIZE (more than cap), -EIO. */
+int cgr__boot_get(struct cgr__boot *b, uint32_t rank, const char *key,
+		  void *buf, size_t cap, size_t *len, char *why, size_t wlen);
+/* The host rank runs on, as the launcher knows it: 0 or -EIO. */
+int cgr__boot_host(struct cgr__boot *b, uint32_t rank, char *buf, size_t cap,
+		   char *why, size_t wlen);
+/* Leaves the job (PMIx_Finalize); libpmix stays loaded (its threads are
+ * gone, but a library that was initialised once is not unloaded). */
+void cgr__boot_fini(struct cgr__boot *b);
+
+#endif

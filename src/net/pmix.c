@@ -1,0 +1,257 @@
+/*
+ * net/pmix.c: the bootstrap through PMIx (net.h), libpmix loaded at run
+ * time.  Values travel as PMIx byte objects under the caller's keys.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net/net.h"
+
+#ifndef HAVE_PMIX
+
+int cgr__boot_init(struct cgr__boot *b, char *why, size_t len)
+{
+	(void)b;
+	snprintf(why, len, "this build has no PMIx support (pmix.h)");
+	return -ENOSYS;
+}
+
+int cgr__boot_put(struct cgr__boot *b, const char *key, const void *data,
+		  size_t len, char *why, size_t wlen)
+{
+	(void)b, (void)key, (void)data, (void)len, (void)why, (void)wlen;
+	return -ENOSYS;
+}
+
+int cgr__boot_fence(struct cgr__boot *b, int timeout_s, char *why,
+		    size_t wlen)
+{
+	(void)b, (void)timeout_s, (void)why, (void)wlen;
+	return -ENOSYS;
+}
+
+int cgr__boot_get(struct cgr__boot *b, uint32_t rank, const char *key,
+		  void *buf, size_t cap, size_t *len, char *why, size_t wlen)
+{
+	(void)b, (void)rank, (void)key, (void)buf, (void)cap, (void)len;
+	(void)why, (void)wlen;
+	return -ENOSYS;
+}
+
+int cgr__boot_host(struct cgr__boot *b, uint32_t rank, char *buf, size_t cap,
+		   char *why, size_t wlen)
+{
+	(void)b, (void)rank, (void)buf, (void)cap, (void)why, (void)wlen;
+	return -ENOSYS;
+}
+
+void cgr__boot_fini(struct cgr__boot *b)
+{
+	(void)b;
+}
+
+#else
+
+#include <pmix.h>
+
+/* The functions of libpmix used here (pmix.h's prototypes). */
+struct api {
+	pmix_status_t (*init)(pmix_proc_t *, pmix_info_t *, size_t);
+	pmix_status_t (*finalize)(const pmix_info_t *, size_t);
+	pmix_status_t (*put)(pmix_scope_t, const pmix_key_t, pmix_value_t *);
+	pmix_status_t (*commit)(void);
+	pmix_status_t (*fence)(const pmix_proc_t *, size_t,
+			       const pmix_info_t *, size_t);
+	pmix_status_t (*get)(const pmix_proc_t *, const pmix_key_t,
+			     const pmix_info_t *, size_t, pmix_value_t **);
+	const char *(*error_string)(pmix_status_t);
+	void (*value_destruct)(pmix_value_t *);
+	pmix_status_t (*info_load)(pmix_info_t *, const char *, const void *,
+				   pmix_data_type_t);
+};
+
+static const char *const names[] = { "PMIx_Init",	  "PMIx_Finalize",
+				     "PMIx_Put",	  "PMIx_Commit",
+				     "PMIx_Fence",	  "PMIx_Get",
+				     "PMIx_Error_string", "PMIx_Value_destruct",
+				     "PMIx_Info_load" };
+
+_Static_assert(sizeof(struct api) == sizeof(names) / sizeof(names[0]) *
+					       sizeof(void (*)(void)),
+	       "one name per function of struct api");
+_Static_assert(sizeof(pmix_proc_t) <= sizeof(((struct cgr__boot *)0)->me),
+	       "pmix_proc_t fits struct cgr__boot");
+_Static_assert(sizeof(pmix_nspace_t) <= sizeof(((struct cgr__boot *)0)->nspace),
+	       "a PMIx namespace fits struct cgr__boot");
+
+static const struct api *api(const struct cgr__boot *b)
+{
+	return b->api;
+}
+
+static pmix_proc_t *self(struct cgr__boot *b)
+{
+	return (pmix_proc_t *)(void *)b->me;
+}
+
+/* rank's name in this job. */
+static void peer(struct cgr__boot *b, uint32_t rank, pmix_proc_t *p)
+{
+	memset(p, 0, sizeof(*p));
+	memcpy(p->nspace, self(b)->nspace, sizeof(p->nspace));
+	p->rank = rank;
+}
+
+static int fail(struct cgr__boot *b, int err, pmix_status_t rc,
+		const char *what, char *why, size_t len)
+{
+	snprintf(why, len, "%s: %s (%d)", what, api(b)->error_string(rc), rc);
+	return err;
+}
+
+int cgr__boot_init(struct cgr__boot *b, char *why, size_t len)
+{
+	static struct api fns; /* read-only once filled: same library */
+	void **slot = (void **)(void *)&fns;
+	pmix_value_t *v = NULL;
+	pmix_proc_t any;
+	pmix_status_t rc;
+
+	memset(b, 0, sizeof(*b));
+	b->lib = dlopen("libpmix.so.2", RTLD_NOW | RTLD_GLOBAL);
+	if (b->lib == NULL) {
+		snprintf(why, len, "cannot load libpmix.so.2: %s", dlerror());
+		return -ENOENT;
+	}
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if ((slot[i] = dlsym(b->lib, names[i])) == NULL) {
+			snprintf(why, len, "libpmix.so.2 has no %s", names[i]);
+			return -ENOENT;
+		}
+	b->api = &fns;
+	rc = fns.init(self(b), NULL, 0);
+	if (rc != PMIX_SUCCESS)
+		return fail(b, -ENODEV, rc,
+			    "PMIx_Init (not started by a PMIx launcher?)", why,
+			    len);
+	b->rank = self(b)->rank;
+	memcpy(b->nspace, self(b)->nspace, sizeof(pmix_nspace_t));
+	peer(b, PMIX_RANK_WILDCARD, &any);
+	rc = fns.get(&any, PMIX_JOB_SIZE, NULL, 0, &v);
+	if (rc != PMIX_SUCCESS || v == NULL || v->type != PMIX_UINT32) {
+		if (v != NULL) {
+			fns.value_destruct(v);
+			free(v);
+		}
+		fns.finalize(NULL, 0);
+		return fail(b, -EIO, rc, "PMIx_Get(PMIX_JOB_SIZE)", why, len);
+	}
+	b->size = v->data.uint32;
+	fns.value_destruct(v);
+	free(v);
+	return 0;
+}
+
+int cgr__boot_put(struct cgr__boot *b, const char *key, const void *data,
+		  size_t len, char *why, size_t wlen)
+{
+	pmix_value_t v;
+	pmix_key_t k;
+	pmix_status_t rc;
+
+	if (strlen(key) >= CGR__BOOT_KEY_MAX || strlen(key) >= sizeof(k))
+		return -EINVAL;
+	snprintf(k, sizeof(k), "%s", key);
+	memset(&v, 0, sizeof(v));
+	v.type = PMIX_BYTE_OBJECT;
+	v.data.bo.bytes = (char *)(uintptr_t)data; /* PMIx_Put copies it */
+	v.data.bo.size = len;
+	rc = api(b)->put(PMIX_GLOBAL, k, &v);
+	return rc == PMIX_SUCCESS ? 0 : fail(b, -EIO, rc, "PMIx_Put", why, wlen);
+}
+
+int cgr__boot_fence(struct cgr__boot *b, int timeout_s, char *why,
+		    size_t wlen)
+{
+	pmix_info_t info[2];
+	bool collect = true;
+	pmix_status_t rc = api(b)->commit();
+
+	if (rc != PMIX_SUCCESS)
+		return fail(b, -EIO, rc, "PMIx_Commit", why, wlen);
+	memset(info, 0, sizeof(info));
+	api(b)->info_load(&info[0], PMIX_COLLECT_DATA, &collect, PMIX_BOOL);
+	api(b)->info_load(&info[1], PMIX_TIMEOUT, &timeout_s, PMIX_INT);
+	rc = api(b)->fence(NULL, 0, info, 2);
+	if (rc == PMIX_ERR_TIMEOUT)
+		return fail(b, -ETIMEDOUT, rc, "PMIx_Fence", why, wlen);
+	return rc == PMIX_SUCCESS ? 0 :
+				    fail(b, -EIO, rc, "PMIx_Fence", why, wlen);
+}
+
+int cgr__boot_get(struct cgr__boot *b, uint32_t rank, const char *key,
+		  void *buf, size_t cap, size_t *len, char *why, size_t wlen)
+{
+	pmix_value_t *v = NULL;
+	pmix_proc_t p;
+	pmix_key_t k;
+	pmix_status_t rc;
+	int ret = 0;
+
+	if (strlen(key) >= sizeof(k))
+		return -EINVAL;
+	snprintf(k, sizeof(k), "%s", key);
+	peer(b, rank, &p);
+	rc = api(b)->get(&p, k, NULL, 0, &v);
+	if (rc == PMIX_ERR_NOT_FOUND)
+		ret = -ENOENT;
+	else if (rc != PMIX_SUCCESS || v == NULL)
+		ret = fail(b, -EIO, rc, "PMIx_Get", why, wlen);
+	else if (v->type != PMIX_BYTE_OBJECT)
+		ret = -EIO;
+	else if (v->data.bo.size > cap)
+		ret = -EMSGSIZE;
+	if (ret == 0) {
+		memcpy(buf, v->data.bo.bytes, v->data.bo.size);
+		*len = v->data.bo.size;
+	}
+	if (v != NULL) {
+		api(b)->value_destruct(v);
+		free(v);
+	}
+	return ret;
+}
+
+int cgr__boot_host(struct cgr__boot *b, uint32_t rank, char *buf, size_t cap,
+		   char *why, size_t wlen)
+{
+	pmix_value_t *v = NULL;
+	pmix_proc_t p;
+	pmix_status_t rc;
+	int ret = 0;
+
+	peer(b, rank, &p);
+	rc = api(b)->get(&p, PMIX_HOSTNAME, NULL, 0, &v);
+	if (rc != PMIX_SUCCESS || v == NULL || v->type != PMIX_STRING)
+		ret = fail(b, -EIO, rc, "PMIx_Get(PMIX_HOSTNAME)", why, wlen);
+	else
+		snprintf(buf, cap, "%s", v->data.string);
+	if (v != NULL) {
+		api(b)->value_destruct(v);
+		free(v);
+	}
+	return ret;
+}
+
+void cgr__boot_fini(struct cgr__boot *b)
+{
+	if (b->api != NULL)
+		api(b)->finalize(NULL, 0);
+	b->api = NULL;
+}
+
+#endif

@@ -1,0 +1,131 @@
+#!/bin/sh
+# tests/net-hosts.sh: three "hosts" on one machine, and the bootstrap
+# across them.  Three network namespaces joined by a bridge (mpirun, in
+# the root namespace, reaches them from the bridge's address .254; every
+# address lives on the test's own bridge and namespaces), each with its
+# own address, host name (unshare --uts) and TMPDIR;
+# mpirun (used as a launcher only) starts tests/net-boot in each through
+# an rsh agent that enters the namespace.  Checks: the fixture comes up;
+# three ranks on three distinct hosts, each seeing every rank's host
+# through PMIx; rank 0's 128-byte id byte-identical at every rank; nothing
+# of libmpi linked; and nothing left behind (namespaces, links) after.
+# Every step is bounded with timeout -k.  Skipped without root, ip,
+# unshare, mpirun, or a build with PMIx; and under TSan (PMIx's own
+# threads are not instrumented).  TAP.
+set -u
+echo "1..5"
+bin=${abs_top_builddir:?run from make check}/tests/net-boot
+skip_all() {
+	for i in 1 2 3 4 5; do echo "ok $i # SKIP $1"; done
+	exit 0
+}
+[ "$(id -u)" = 0 ] || skip_all "needs root (network namespaces)"
+for t in ip unshare mpirun timeout; do
+	command -v "$t" >/dev/null 2>&1 || skip_all "no $t"
+done
+out=$(ASAN_OPTIONS=detect_leaks=0 "$bin" 2>&1)
+case "$out" in no-pmix:*) skip_all "${out#no-pmix: }";; esac
+if nm "$bin" 2>/dev/null | grep -q __tsan_init; then
+	skip_all "a TSan build (PMIx's own threads are not instrumented)"
+fi
+
+tag=$$
+br=cgrb$tag
+net=10.77.$((tag % 250 + 1))
+tmp=$(mktemp -d)
+ns() { echo "cgr${tag}h$1"; }
+t() { timeout -k 2 10 "$@"; }
+cleanup() {
+	for i in 1 2 3; do
+		t ip netns del "$(ns $i)" 2>/dev/null
+		t ip link del "cgrv${tag}$i" 2>/dev/null
+	done
+	t ip link del "$br" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM HUP
+
+up() {
+	t ip link add "$br" type bridge &&
+	t ip addr add "$net.254/24" dev "$br" &&
+	t ip link set "$br" up || return 1
+	for i in 1 2 3; do
+		t ip netns add "$(ns $i)" &&
+		t ip link add "cgrv${tag}$i" type veth peer name eth0 \
+			netns "$(ns $i)" &&
+		t ip link set "cgrv${tag}$i" master "$br" &&
+		t ip link set "cgrv${tag}$i" up &&
+		t ip -n "$(ns $i)" addr add "$net.$i/24" dev eth0 &&
+		t ip -n "$(ns $i)" link set eth0 up &&
+		t ip -n "$(ns $i)" link set lo up || return 1
+	done
+}
+if up 2>"$tmp/up.err"; then
+	echo "ok 1 - three namespaces on a bridge ($net.1-3, tag $tag)"
+else
+	echo "not ok 1 - the fixture: $(head -3 "$tmp/up.err")"
+	for i in 2 3 4 5; do echo "not ok $i # the fixture failed"; done
+	exit 0
+fi
+
+# The rsh agent: "host" $net.N -> namespace N, its own host name and
+# TMPDIR (Open MPI's session directories must not collide).
+cat >"$tmp/agent" <<AGENT
+#!/bin/sh
+while [ \$# -gt 0 ]; do case "\$1" in -*) shift;; *) break;; esac; done
+host=\$1; shift; n=\${host##*.}; mkdir -p "$tmp/h\$n"
+exec ip netns exec cgr${tag}h\$n unshare --uts /bin/sh -c "hostname h\$n; export TMPDIR=$tmp/h\$n; \$*"
+AGENT
+chmod +x "$tmp/agent"
+
+# Leak checks (ASan builds) stay on for cgr's code; libpmix keeps a few
+# bytes past PMIx_Finalize.
+echo "leak:libpmix.so" >"$tmp/lsan.supp"
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+	timeout -k 5 60 mpirun --bind-to none --oversubscribe \
+	--mca plm_rsh_agent "$tmp/agent" --mca oob_tcp_if_include "$net.0/24" \
+	--mca btl self,tcp --mca btl_tcp_if_include "$net.0/24" \
+	--host "$net.1,$net.2,$net.3" -np 3 \
+	-x LSAN_OPTIONS="suppressions=$tmp/lsan.supp:print_suppressions=0" \
+	"$bin" >"$tmp/out" 2>"$tmp/err"
+rc=$?
+lines=$(grep -c '^rank [0-9]* size' "$tmp/out")
+hosts=$(sed -n 's/^rank [0-9]* size 3 host \(h[0-9]\) .*/\1/p' "$tmp/out" |
+	sort -u | tr '\n' ' ')
+views=$(sed -n 's/.* hosts \([^ ]*\) id .*/\1/p' "$tmp/out" | sort -u |
+	wc -l)
+if [ $rc -eq 0 ] && [ "$lines" = 3 ] && [ "$hosts" = "h1 h2 h3 " ] &&
+   [ "$views" = 1 ]; then
+	echo "ok 2 - three ranks on hosts $hosts(launched by mpirun), each" \
+	     "sees every rank's host: $(sed -n 's/.* hosts \([^ ]*\) .*/\1/p' \
+	     "$tmp/out" | head -1)"
+else
+	echo "not ok 2 - three ranks on three hosts (mpirun exit $rc," \
+	     "$lines ranks, hosts '$hosts', $views views)"
+	sed 's/^/# /' "$tmp/out" "$tmp/err" | head -30
+fi
+ids=$(sed -n 's/.* id \([0-9a-f]*\) len 128 .*/\1/p' "$tmp/out" | sort -u)
+nid=$(sed -n 's/.* id \([0-9a-f]*\) len 128 .*/\1/p' "$tmp/out" | wc -l)
+if [ "$nid" = 3 ] && [ "$(echo "$ids" | wc -l)" = 1 ]; then
+	echo "ok 3 - rank 0's 128-byte id is byte-identical at every rank" \
+	     "(fence: $(sed -n 's/.* fence_us \([0-9]*\)$/\1/p' "$tmp/out" |
+	     tr '\n' ' ')us)"
+else
+	echo "not ok 3 - the 128-byte id at every rank ($nid copies: $ids)"
+fi
+if ldd "$bin" | grep -q libmpi; then
+	echo "not ok 4 - libmpi linked: $(ldd "$bin" | grep libmpi)"
+elif nm "${abs_top_builddir}/libcgr.a" 2>/dev/null | grep -q ' U MPI_'; then
+	echo "not ok 4 - libcgr.a refers to MPI"
+else
+	echo "ok 4 - nothing of libmpi linked (libpmix loaded at run time)"
+fi
+cleanup
+trap - EXIT INT TERM HUP
+left=$(ip netns list | grep -c "cgr${tag}h"; ip link show | grep -c "cgr[bv]$tag")
+left=$(echo "$left" | awk '{s += $1} END {print s}')
+if [ "$left" = 0 ]; then
+	echo "ok 5 - nothing left behind (namespaces, veths, bridge)"
+else
+	echo "not ok 5 - $left namespaces or links left behind"
+fi
