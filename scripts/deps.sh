@@ -4,7 +4,7 @@
 set -eu
 pkgs="autoconf automake libtool pkg-config make gcc g++ liburing-dev
 libjemalloc-dev libdlpack-dev libck-dev dpdk-dev libopenmpi-dev openmpi-bin libgloo-dev
-libpmix-dev iproute2"
+libpmix-dev libucx-dev iproute2"
 missing=""
 for p in $pkgs; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||

@@ -6,6 +6,12 @@
  * rank's host and rank 0's id and prints one line for the script to
  * judge:
  *   rank R size S host H hosts A,B,C id HASH len N fence_us T
+ * Then over UCX (the workers' addresses exchanged the same way): each
+ * rank sends MSGS messages of varied sizes and one of 4 MiB (UCX's
+ * rendezvous) to the next rank and checks, byte by byte and in order,
+ * what the previous one sent it; ranks 0 and 1 then time a ping-pong:
+ *   ucx R msgs N big OK rtt_p50_us X
+ * (or "ucx R skipped: why" in a build without UCX).
  * Run alone (no launcher) it prints "no-launcher: <why>" and exits 3;
  * in a build without PMIx, "no-pmix: <why>" and exits 4.
  */
@@ -15,7 +21,129 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <stdlib.h>
+
 #include "net/net.h"
+
+#define MSGS 500
+#define BIG (4u << 20)
+#define SEC 1000000000ll
+
+/* Byte i of message k from rank r (a deterministic pattern). */
+static unsigned char pat(uint32_t r, uint32_t k, size_t i)
+{
+	return (unsigned char)(r * 131 + k * 17 + i * 7 + (i >> 8));
+}
+
+/* Size of message k (0 .. ~70 KiB: eager and rendezvous both). */
+static size_t msg_len(uint32_t k)
+{
+	return k % 50 == 49 ? 65536 + k : (size_t)(k * 37) % 3000;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* The UCX part: 0, or a line saying what failed. */
+static int ucx_part(struct cgr__boot *b, char *line, size_t ll)
+{
+	struct cgr__ucx *u = NULL;
+	char why[256] = "";
+	unsigned char *buf = malloc(BIG), *addr = malloc(4096);
+	const void *mine;
+	size_t mlen, len, bad = 0;
+	uint32_t next = (b->rank + 1) % b->size, prev, from;
+	double rtt[200];
+	int ret;
+
+	prev = (b->rank + b->size - 1) % b->size;
+	ret = cgr__ucx_open(&u, b->size, why, sizeof(why));
+	if (ret == -ENOSYS) {
+		snprintf(line, ll, "ucx %u skipped: %s", b->rank, why);
+		free(buf), free(addr);
+		return 0;
+	}
+	if (ret == 0)
+		ret = cgr__ucx_address(u, &mine, &mlen);
+	if (ret == 0)
+		ret = cgr__boot_put(b, "cgr.ucx", mine, mlen, why, sizeof(why));
+	if (ret == 0)
+		ret = cgr__boot_fence(b, 20, why, sizeof(why));
+	for (uint32_t r = 0; ret == 0 && r < b->size; r++) {
+		if (r == b->rank)
+			continue;
+		ret = cgr__boot_get(b, r, "cgr.ucx", addr, 4096, &len, why,
+				    sizeof(why));
+		if (ret == 0)
+			ret = cgr__ucx_connect(u, r, addr, len, why,
+					       sizeof(why));
+	}
+	/* Sends interleaved with receives: every rank sends and receives
+	 * at once, and a send of a rendezvous message needs its peer's
+	 * progress. */
+	for (uint32_t k = 0; ret == 0 && k <= MSGS; k++) {
+		size_t n = k == MSGS ? BIG : msg_len(k);
+		for (size_t i = 0; i < n; i++)
+			buf[i] = pat(b->rank, k, i);
+		ret = cgr__ucx_send(u, next, b->rank, buf, n, 30 * SEC);
+		if (ret == 0)
+			ret = cgr__ucx_recv(u, &from, buf, BIG, &len,
+					    30 * SEC);
+		if (ret == 0 && (from != prev ||
+				 len != (k == MSGS ? BIG : msg_len(k))))
+			bad++;
+		for (size_t i = 0; ret == 0 && i < len; i++)
+			if (buf[i] != pat(prev, k, i)) {
+				bad++;
+				break;
+			}
+	}
+	if (ret == 0)
+		snprintf(why, sizeof(why), "%zu bad", bad);
+	/* Ping-pong between ranks 0 and 1 (64 bytes). */
+	for (int i = 0; ret == 0 && b->rank < 2 && b->size > 1 && i < 200;
+	     i++) {
+		int64_t t0;
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		t0 = (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
+		if (b->rank == 0) {
+			ret = cgr__ucx_send(u, 1, 0, buf, 64, 10 * SEC);
+			if (ret == 0)
+				ret = cgr__ucx_recv(u, &from, buf, BIG, &len,
+						    10 * SEC);
+		} else {
+			ret = cgr__ucx_recv(u, &from, buf, BIG, &len,
+					    10 * SEC);
+			if (ret == 0)
+				ret = cgr__ucx_send(u, 0, 1, buf, 64, 10 * SEC);
+		}
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		rtt[i] = (double)((int64_t)ts.tv_sec * SEC + ts.tv_nsec - t0) /
+			 1e3;
+	}
+	/* Nobody closes before everybody is done with everybody. */
+	if (ret == 0)
+		ret = cgr__boot_fence(b, 20, why, sizeof(why));
+	if (ret == 0) {
+		double p50 = 0;
+		if (b->rank < 2 && b->size > 1) {
+			qsort(rtt, 200, sizeof(rtt[0]), cmp_d);
+			p50 = rtt[100];
+		}
+		snprintf(line, ll, "ucx %u msgs %u big %s rtt_p50_us %.1f",
+			 b->rank, MSGS, bad ? "BAD" : "OK", p50);
+		ret = bad ? -EPROTO : 0;
+	} else {
+		snprintf(line, ll, "ucx %u error %d: %s", b->rank, ret, why);
+	}
+	cgr__ucx_close(u);
+	free(buf), free(addr);
+	return ret;
+}
 
 static long long now_us(void)
 {
@@ -87,6 +215,9 @@ int main(void)
 	       "%lld\n",
 	       b.rank, b.size, host, hosts, fnv(got, len), len, t0);
 	fflush(stdout);
+	ret = ucx_part(&b, why, sizeof(why));
+	printf("%s\n", why);
+	fflush(stdout);
 	cgr__boot_fini(&b);
-	return 0;
+	return ret == 0 ? 0 : 1;
 }

@@ -8,15 +8,17 @@
 # an rsh agent that enters the namespace.  Checks: the fixture comes up;
 # three ranks on three distinct hosts, each seeing every rank's host
 # through PMIx; rank 0's 128-byte id byte-identical at every rank; nothing
-# of libmpi linked; and nothing left behind (namespaces, links) after.
+# of libmpi linked; nothing left behind (namespaces, links) after; and
+# messages over UCX active messages between the hosts (UCX_TLS=tcp,self:
+# shared memory would cross the "hosts"), every byte checked.
 # Every step is bounded with timeout -k.  Skipped without root, ip,
 # unshare, mpirun, or a build with PMIx; and under TSan (PMIx's own
 # threads are not instrumented).  TAP.
 set -u
-echo "1..5"
+echo "1..6"
 bin=${abs_top_builddir:?run from make check}/tests/net-boot
 skip_all() {
-	for i in 1 2 3 4 5; do echo "ok $i # SKIP $1"; done
+	for i in 1 2 3 4 5 6; do echo "ok $i # SKIP $1"; done
 	exit 0
 }
 [ "$(id -u)" = 0 ] || skip_all "needs root (network namespaces)"
@@ -64,7 +66,7 @@ if up 2>"$tmp/up.err"; then
 	echo "ok 1 - three namespaces on a bridge ($net.1-3, tag $tag)"
 else
 	echo "not ok 1 - the fixture: $(head -3 "$tmp/up.err")"
-	for i in 2 3 4 5; do echo "not ok $i # the fixture failed"; done
+	for i in 2 3 4 5 6; do echo "not ok $i # the fixture failed"; done
 	exit 0
 fi
 
@@ -80,13 +82,14 @@ chmod +x "$tmp/agent"
 
 # Leak checks (ASan builds) stay on for cgr's code; libpmix keeps a few
 # bytes past PMIx_Finalize.
-echo "leak:libpmix.so" >"$tmp/lsan.supp"
+printf "leak:libpmix.so\nleak:libuc\n" >"$tmp/lsan.supp"
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
 	timeout -k 5 60 mpirun --bind-to none --oversubscribe \
 	--mca plm_rsh_agent "$tmp/agent" --mca oob_tcp_if_include "$net.0/24" \
 	--mca btl self,tcp --mca btl_tcp_if_include "$net.0/24" \
 	--host "$net.1,$net.2,$net.3" -np 3 \
 	-x LSAN_OPTIONS="suppressions=$tmp/lsan.supp:print_suppressions=0" \
+	-x UCX_TLS=tcp,self -x UCX_NET_DEVICES=eth0 \
 	"$bin" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 lines=$(grep -c '^rank [0-9]* size' "$tmp/out")
@@ -113,19 +116,33 @@ if [ "$nid" = 3 ] && [ "$(echo "$ids" | wc -l)" = 1 ]; then
 else
 	echo "not ok 3 - the 128-byte id at every rank ($nid copies: $ids)"
 fi
-if ldd "$bin" | grep -q libmpi; then
-	echo "not ok 4 - libmpi linked: $(ldd "$bin" | grep libmpi)"
-elif nm "${abs_top_builddir}/libcgr.a" 2>/dev/null | grep -q ' U MPI_'; then
-	echo "not ok 4 - libcgr.a refers to MPI"
+ucx=$(grep -c '^ucx [0-9] msgs 500 big OK' "$tmp/out")
+if grep -q '^ucx [0-9] skipped' "$tmp/out"; then
+	echo "ok 4 # SKIP $(grep -m1 '^ucx [0-9] skipped' "$tmp/out" |
+		sed 's/^ucx [0-9] skipped: //')"
+elif [ "$ucx" = 3 ]; then
+	echo "ok 4 - over UCX (tcp between the hosts): 500 messages of 0 to" \
+	     "68 KiB and one of 4 MiB (rendezvous) from each rank to the next," \
+	     "every byte right, in order; ping-pong p50" \
+	     "$(sed -n 's/^ucx 0 .* rtt_p50_us \([0-9.]*\)$/\1/p' "$tmp/out") us"
 else
-	echo "ok 4 - nothing of libmpi linked (libpmix loaded at run time)"
+	echo "not ok 4 - messages over UCX ($ucx ranks right)"
+	grep '^ucx' "$tmp/out" | sed 's/^/# /'
+	sed 's/^/# /' "$tmp/err" | head -20
+fi
+if ldd "$bin" | grep -q libmpi; then
+	echo "not ok 5 - libmpi linked: $(ldd "$bin" | grep libmpi)"
+elif nm "${abs_top_builddir}/libcgr.a" 2>/dev/null | grep -q ' U MPI_'; then
+	echo "not ok 5 - libcgr.a refers to MPI"
+else
+	echo "ok 5 - nothing of libmpi linked (libpmix loaded at run time)"
 fi
 cleanup
 trap - EXIT INT TERM HUP
 left=$(ip netns list | grep -c "cgr${tag}h"; ip link show | grep -c "cgr[bv]$tag")
 left=$(echo "$left" | awk '{s += $1} END {print s}')
 if [ "$left" = 0 ]; then
-	echo "ok 5 - nothing left behind (namespaces, veths, bridge)"
+	echo "ok 6 - nothing left behind (namespaces, veths, bridge)"
 else
-	echo "not ok 5 - $left namespaces or links left behind"
+	echo "not ok 6 - $left namespaces or links left behind"
 fi

@@ -52,6 +52,38 @@ int cgr__boot_get(struct cgr__boot *b, uint32_t rank, const char *key,
 /* The host rank runs on, as the launcher knows it: 0 or -EIO. */
 int cgr__boot_host(struct cgr__boot *b, uint32_t rank, char *buf, size_t cap,
 		   char *why, size_t wlen);
+/*
+ * Messages to peers on other hosts over UCX active messages: a UCP worker
+ * (host transports: what UCX_TLS allows), its address (what peers connect
+ * to; publish it through the bootstrap), an endpoint per peer (index <
+ * npeers) with peer error handling, and a queue of what arrived, in
+ * order per sender.  Large messages go by UCX's rendezvous (no copy
+ * through a bounce buffer on the way).  Blocking calls that progress the
+ * worker themselves (a reactor's event fd comes later).  libucp.so.0 is
+ * loaded at run time; -ENOSYS in a build without ucp/api/ucp.h.
+ */
+struct cgr__ucx;
+/* 0, -ENOSYS, -ENOENT (no libucp.so.0), -EIO, -ENOMEM; why says. */
+int cgr__ucx_open(struct cgr__ucx **out, uint32_t npeers, char *why,
+		  size_t len);
+/* The worker's address (valid until close). */
+int cgr__ucx_address(struct cgr__ucx *u, const void **addr, size_t *len);
+/* An endpoint to peer at addr (its cgr__ucx_address): 0, -EINVAL, -EIO. */
+int cgr__ucx_connect(struct cgr__ucx *u, uint32_t peer, const void *addr,
+		     size_t len, char *why, size_t wlen);
+/* Sends len bytes to peer, `from` (the sender's index) in the header;
+ * returns when the data left (0), -ETIMEDOUT, -ECONNRESET (the peer was
+ * lost), -EIO. */
+int cgr__ucx_send(struct cgr__ucx *u, uint32_t peer, uint32_t from,
+		  const void *data, size_t len, int64_t timeout_ns);
+/* The next message that arrived (waits up to timeout_ns): its sender and
+ * bytes (copied into buf, cap bytes).  0, -ETIMEDOUT, -EMSGSIZE (*len
+ * says how many; the message is dropped), -EIO. */
+int cgr__ucx_recv(struct cgr__ucx *u, uint32_t *from, void *buf, size_t cap,
+		  size_t *len, int64_t timeout_ns);
+/* Closes the endpoints (forced for a lost peer), the worker, the context. */
+void cgr__ucx_close(struct cgr__ucx *u);
+
 /* Leaves the job (PMIx_Finalize); libpmix stays loaded (its threads are
  * gone, but a library that was initialised once is not unloaded). */
 void cgr__boot_fini(struct cgr__boot *b);

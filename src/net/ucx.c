@@ -1,0 +1,428 @@
+/*
+ * net/ucx.c: messages between hosts over UCX active messages (net.h).
+ * One UCP context and worker, host transports only (what UCX_TLS allows,
+ * the CUDA ones left out by the caller's configuration), an endpoint per
+ * peer with peer error handling, one AM handler queueing what arrives
+ * (eager messages copied at once, rendezvous ones received into their
+ * own buffer).  libucp.so.0 is loaded at run time.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "net/net.h"
+
+#ifndef HAVE_UCX
+
+int cgr__ucx_open(struct cgr__ucx **out, uint32_t npeers, char *why,
+		  size_t len)
+{
+	(void)out, (void)npeers;
+	snprintf(why, len, "this build has no UCX support (ucp/api/ucp.h)");
+	return -ENOSYS;
+}
+
+int cgr__ucx_address(struct cgr__ucx *u, const void **addr, size_t *len)
+{
+	(void)u, (void)addr, (void)len;
+	return -ENOSYS;
+}
+
+int cgr__ucx_connect(struct cgr__ucx *u, uint32_t peer, const void *addr,
+		     size_t len, char *why, size_t wlen)
+{
+	(void)u, (void)peer, (void)addr, (void)len, (void)why, (void)wlen;
+	return -ENOSYS;
+}
+
+int cgr__ucx_send(struct cgr__ucx *u, uint32_t peer, uint32_t from,
+		  const void *data, size_t len, int64_t timeout_ns)
+{
+	(void)u, (void)peer, (void)from, (void)data, (void)len;
+	(void)timeout_ns;
+	return -ENOSYS;
+}
+
+int cgr__ucx_recv(struct cgr__ucx *u, uint32_t *from, void *buf, size_t cap,
+		  size_t *len, int64_t timeout_ns)
+{
+	(void)u, (void)from, (void)buf, (void)cap, (void)len, (void)timeout_ns;
+	return -ENOSYS;
+}
+
+void cgr__ucx_close(struct cgr__ucx *u)
+{
+	(void)u;
+}
+
+#else
+
+#include <ucp/api/ucp.h>
+
+#define AM_ID 7
+
+struct api {
+	ucs_status_t (*config_read)(const char *, const char *,
+				    ucp_config_t **);
+	void (*config_release)(ucp_config_t *);
+	ucs_status_t (*init_version)(unsigned, unsigned,
+				     const ucp_params_t *, const ucp_config_t *,
+				     ucp_context_h *);
+	void (*cleanup)(ucp_context_h);
+	ucs_status_t (*worker_create)(ucp_context_h,
+				      const ucp_worker_params_t *,
+				      ucp_worker_h *);
+	void (*worker_destroy)(ucp_worker_h);
+	ucs_status_t (*worker_get_address)(ucp_worker_h, ucp_address_t **,
+					   size_t *);
+	void (*worker_release_address)(ucp_worker_h, ucp_address_t *);
+	ucs_status_t (*ep_create)(ucp_worker_h, const ucp_ep_params_t *,
+				  ucp_ep_h *);
+	ucs_status_ptr_t (*ep_close_nbx)(ucp_ep_h, const ucp_request_param_t *);
+	ucs_status_t (*set_am_recv_handler)(ucp_worker_h,
+					    const ucp_am_handler_param_t *);
+	ucs_status_ptr_t (*am_send_nbx)(ucp_ep_h, unsigned, const void *,
+					size_t, const void *, size_t,
+					const ucp_request_param_t *);
+	ucs_status_ptr_t (*am_recv_data_nbx)(ucp_worker_h, void *, void *,
+					     size_t,
+					     const ucp_request_param_t *);
+	void (*am_data_release)(ucp_worker_h, void *);
+	unsigned (*worker_progress)(ucp_worker_h);
+	ucs_status_t (*request_check_status)(void *);
+	void (*request_free)(void *);
+	const char *(*status_string)(ucs_status_t);
+};
+
+static const char *const names[] = {
+	"ucp_config_read",	     "ucp_config_release",
+	"ucp_init_version",	     "ucp_cleanup",
+	"ucp_worker_create",	     "ucp_worker_destroy",
+	"ucp_worker_get_address",    "ucp_worker_release_address",
+	"ucp_ep_create",	     "ucp_ep_close_nbx",
+	"ucp_worker_set_am_recv_handler", "ucp_am_send_nbx",
+	"ucp_am_recv_data_nbx",	     "ucp_am_data_release",
+	"ucp_worker_progress",	     "ucp_request_check_status",
+	"ucp_request_free",	     "ucs_status_string",
+};
+
+_Static_assert(sizeof(struct api) == sizeof(names) / sizeof(names[0]) *
+					       sizeof(void (*)(void)),
+	       "one name per function of struct api");
+
+/* A message that arrived (or, rendezvous, is arriving: done false). */
+struct msg {
+	struct msg *next;
+	struct cgr__ucx *u;
+	uint32_t from;
+	bool done;
+	ucs_status_t status;
+	size_t len;
+	unsigned char data[];
+};
+
+struct cgr__ucx {
+	struct api f;
+	void *lib;
+	ucp_context_h ctx;
+	ucp_worker_h w;
+	ucp_address_t *addr;
+	size_t addr_len;
+	ucp_ep_h *eps;
+	bool *lost; /* per peer: its endpoint failed */
+	uint32_t npeers;
+	struct msg *head, **tail;
+};
+
+static int64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int fail(struct cgr__ucx *u, int err, ucs_status_t st,
+		const char *what, char *why, size_t len)
+{
+	snprintf(why, len, "%s: %s", what, u->f.status_string(st));
+	return err;
+}
+
+static void queue(struct cgr__ucx *u, struct msg *m)
+{
+	m->next = NULL;
+	*u->tail = m;
+	u->tail = &m->next;
+}
+
+/* A rendezvous message's data is in (its request freed here: one freed
+ * before it completes would never call back). */
+static void rndv_done(void *req, ucs_status_t st, size_t len, void *arg)
+{
+	struct msg *m = arg;
+
+	(void)len;
+	m->status = st;
+	m->done = true;
+	m->u->f.request_free(req);
+}
+
+/* The AM handler: eager data copied now; rendezvous data received into
+ * the message's own buffer. */
+static ucs_status_t on_am(void *arg, const void *hdr, size_t hlen, void *data,
+			  size_t len, const ucp_am_recv_param_t *p)
+{
+	struct cgr__ucx *u = arg;
+	struct msg *m = malloc(sizeof(*m) + (len ? len : 1));
+	ucp_request_param_t rp;
+	ucs_status_ptr_t r;
+
+	if (m == NULL || hlen != sizeof(uint32_t)) {
+		free(m);
+		return UCS_OK; /* dropped: the sender sees its data lost */
+	}
+	memcpy(&m->from, hdr, sizeof(m->from));
+	m->u = u;
+	m->len = len;
+	m->status = UCS_OK;
+	m->done = true;
+	queue(u, m);
+	if (!(p->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+		memcpy(m->data, data, len);
+		return UCS_OK;
+	}
+	m->done = false;
+	memset(&rp, 0, sizeof(rp));
+	rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+			  UCP_OP_ATTR_FIELD_USER_DATA;
+	rp.cb.recv_am = rndv_done;
+	rp.user_data = m;
+	r = u->f.am_recv_data_nbx(u->w, data, m->data, len, &rp);
+	if (UCS_PTR_IS_ERR(r)) {
+		m->status = UCS_PTR_STATUS(r);
+		m->done = true;
+	} else if (r == NULL) {
+		m->done = true; /* completed in place: no callback */
+	}
+	return UCS_OK;
+}
+
+static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t st)
+{
+	struct cgr__ucx *u = arg;
+
+	(void)st;
+	for (uint32_t i = 0; i < u->npeers; i++)
+		if (u->eps[i] == ep)
+			u->lost[i] = true;
+}
+
+int cgr__ucx_open(struct cgr__ucx **out, uint32_t npeers, char *why,
+		  size_t len)
+{
+	struct cgr__ucx *u = calloc(1, sizeof(*u));
+	void **slot;
+	ucp_config_t *cfg = NULL;
+	ucp_params_t pp;
+	ucp_worker_params_t wp;
+	ucp_am_handler_param_t ap;
+	ucs_status_t st;
+
+	if (u == NULL)
+		return -ENOMEM;
+	u->tail = &u->head;
+	u->npeers = npeers;
+	u->eps = calloc(npeers + 1, sizeof(*u->eps));
+	u->lost = calloc(npeers + 1, sizeof(*u->lost));
+	if (u->eps == NULL || u->lost == NULL) {
+		cgr__ucx_close(u);
+		return -ENOMEM;
+	}
+	u->lib = dlopen("libucp.so.0", RTLD_NOW | RTLD_GLOBAL);
+	if (u->lib == NULL) {
+		snprintf(why, len, "cannot load libucp.so.0: %s", dlerror());
+		cgr__ucx_close(u);
+		return -ENOENT;
+	}
+	slot = (void **)(void *)&u->f;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if ((slot[i] = dlsym(u->lib, names[i])) == NULL) {
+			snprintf(why, len, "libucp.so.0 has no %s", names[i]);
+			u->f.cleanup = NULL;
+			cgr__ucx_close(u);
+			return -ENOENT;
+		}
+	st = u->f.config_read(NULL, NULL, &cfg);
+	if (st != UCS_OK) {
+		int ret = fail(u, -EIO, st, "ucp_config_read", why, len);
+		cgr__ucx_close(u);
+		return ret;
+	}
+	memset(&pp, 0, sizeof(pp));
+	pp.field_mask = UCP_PARAM_FIELD_FEATURES;
+	pp.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+	st = u->f.init_version(UCP_API_MAJOR, UCP_API_MINOR, &pp, cfg,
+			       &u->ctx);
+	u->f.config_release(cfg);
+	if (st == UCS_OK) {
+		memset(&wp, 0, sizeof(wp));
+		wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+		wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+		st = u->f.worker_create(u->ctx, &wp, &u->w);
+	}
+	if (st == UCS_OK)
+		st = u->f.worker_get_address(u->w, &u->addr, &u->addr_len);
+	if (st == UCS_OK) {
+		memset(&ap, 0, sizeof(ap));
+		ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+				UCP_AM_HANDLER_PARAM_FIELD_CB |
+				UCP_AM_HANDLER_PARAM_FIELD_ARG;
+		ap.id = AM_ID;
+		ap.cb = on_am;
+		ap.arg = u;
+		st = u->f.set_am_recv_handler(u->w, &ap);
+	}
+	if (st != UCS_OK) {
+		int ret = fail(u, -EIO, st, "creating the UCP worker", why,
+			       len);
+		cgr__ucx_close(u);
+		return ret;
+	}
+	*out = u;
+	return 0;
+}
+
+int cgr__ucx_address(struct cgr__ucx *u, const void **addr, size_t *len)
+{
+	*addr = u->addr;
+	*len = u->addr_len;
+	return 0;
+}
+
+int cgr__ucx_connect(struct cgr__ucx *u, uint32_t peer, const void *addr,
+		     size_t len, char *why, size_t wlen)
+{
+	ucp_ep_params_t ep;
+	ucs_status_t st;
+
+	(void)len;
+	if (peer >= u->npeers || u->eps[peer] != NULL)
+		return -EINVAL;
+	memset(&ep, 0, sizeof(ep));
+	ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS |
+			UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+			UCP_EP_PARAM_FIELD_ERR_HANDLER;
+	ep.address = addr;
+	ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+	ep.err_handler.cb = on_ep_error;
+	ep.err_handler.arg = u;
+	st = u->f.ep_create(u->w, &ep, &u->eps[peer]);
+	return st == UCS_OK ? 0 :
+			      fail(u, -EIO, st, "ucp_ep_create", why, wlen);
+}
+
+/* Progresses r (a request, NULL or an error) to its end: its status;
+ * UCS_ERR_TIMED_OUT past deadline. */
+static ucs_status_t wait_req(struct cgr__ucx *u, ucs_status_ptr_t r,
+			     int64_t deadline)
+{
+	ucs_status_t st;
+
+	if (r == NULL)
+		return UCS_OK;
+	if (UCS_PTR_IS_ERR(r))
+		return UCS_PTR_STATUS(r);
+	while ((st = u->f.request_check_status(r)) == UCS_INPROGRESS) {
+		u->f.worker_progress(u->w);
+		if (now_ns() > deadline) {
+			st = UCS_ERR_TIMED_OUT;
+			break;
+		}
+	}
+	u->f.request_free(r);
+	return st;
+}
+
+int cgr__ucx_send(struct cgr__ucx *u, uint32_t peer, uint32_t from,
+		  const void *data, size_t len, int64_t timeout_ns)
+{
+	ucp_request_param_t rp;
+	ucs_status_t st;
+
+	if (peer >= u->npeers || u->eps[peer] == NULL)
+		return -EINVAL;
+	if (u->lost[peer])
+		return -ECONNRESET;
+	memset(&rp, 0, sizeof(rp));
+	st = wait_req(u,
+		      u->f.am_send_nbx(u->eps[peer], AM_ID, &from,
+				       sizeof(from), data, len, &rp),
+		      now_ns() + timeout_ns);
+	if (st == UCS_ERR_TIMED_OUT)
+		return -ETIMEDOUT;
+	return st == UCS_OK ? 0 : -EIO;
+}
+
+int cgr__ucx_recv(struct cgr__ucx *u, uint32_t *from, void *buf, size_t cap,
+		  size_t *len, int64_t timeout_ns)
+{
+	int64_t deadline = now_ns() + timeout_ns;
+	struct msg *m;
+	int ret = 0;
+
+	while (u->head == NULL || !u->head->done) {
+		u->f.worker_progress(u->w);
+		if (now_ns() > deadline)
+			return -ETIMEDOUT;
+	}
+	m = u->head;
+	u->head = m->next;
+	if (u->head == NULL)
+		u->tail = &u->head;
+	if (m->status != UCS_OK)
+		ret = -EIO;
+	else if (m->len > cap)
+		ret = -EMSGSIZE;
+	else
+		memcpy(buf, m->data, m->len);
+	*from = m->from;
+	*len = m->len;
+	free(m);
+	return ret;
+}
+
+void cgr__ucx_close(struct cgr__ucx *u)
+{
+	if (u == NULL)
+		return;
+	for (uint32_t i = 0; u->ctx != NULL && i < u->npeers; i++)
+		if (u->eps[i] != NULL) {
+			ucp_request_param_t rp;
+			memset(&rp, 0, sizeof(rp));
+			rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+			rp.flags = u->lost[i] ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+			(void)wait_req(u, u->f.ep_close_nbx(u->eps[i], &rp),
+				       now_ns() + 1000000000);
+		}
+	while (u->head != NULL) {
+		struct msg *m = u->head;
+		u->head = m->next;
+		free(m);
+	}
+	if (u->addr != NULL)
+		u->f.worker_release_address(u->w, u->addr);
+	if (u->w != NULL)
+		u->f.worker_destroy(u->w);
+	if (u->ctx != NULL)
+		u->f.cleanup(u->ctx);
+	free(u->eps);
+	free(u->lost);
+	free(u);
+}
+
+#endif
