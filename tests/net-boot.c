@@ -10,6 +10,7 @@
  * rank sends MSGS messages of varied sizes and one of 4 MiB (UCX's
  * rendezvous) to the next rank and checks, byte by byte and in order,
  * what the previous one sent it; ranks 0 and 1 then time a ping-pong:
+ *   tls R UCX_TLS=... (left out: ...); resources: ...
  *   ucx R msgs N big OK rtt_p50_us X
  * (or "ucx R skipped: why" in a build without UCX).
  * Run alone (no launcher) it prints "no-launcher: <why>" and exits 3;
@@ -65,6 +66,10 @@ static int ucx_part(struct cgr__boot *b, char *line, size_t ll)
 		snprintf(line, ll, "ucx %u skipped: %s", b->rank, why);
 		free(buf), free(addr);
 		return 0;
+	}
+	if (ret == 0) {
+		printf("tls %u %s\n", b->rank, cgr__ucx_transports(u));
+		fflush(stdout);
 	}
 	if (ret == 0)
 		ret = cgr__ucx_address(u, &mine, &mlen);

@@ -10,15 +10,17 @@
 # through PMIx; rank 0's 128-byte id byte-identical at every rank; nothing
 # of libmpi linked; nothing left behind (namespaces, links) after; and
 # messages over UCX active messages between the hosts (UCX_TLS=tcp,self:
-# shared memory would cross the "hosts"), every byte checked.
+# shared memory would cross the "hosts"), every byte checked; and a
+# device transport named in UCX_TLS (cuda_copy) left out of the control
+# context, which says what it uses.
 # Every step is bounded with timeout -k.  Skipped without root, ip,
 # unshare, mpirun, or a build with PMIx; and under TSan (PMIx's own
 # threads are not instrumented).  TAP.
 set -u
-echo "1..6"
+echo "1..7"
 bin=${abs_top_builddir:?run from make check}/tests/net-boot
 skip_all() {
-	for i in 1 2 3 4 5 6; do echo "ok $i # SKIP $1"; done
+	for i in 1 2 3 4 5 6 7; do echo "ok $i # SKIP $1"; done
 	exit 0
 }
 [ "$(id -u)" = 0 ] || skip_all "needs root (network namespaces)"
@@ -66,7 +68,7 @@ if up 2>"$tmp/up.err"; then
 	echo "ok 1 - three namespaces on a bridge ($net.1-3, tag $tag)"
 else
 	echo "not ok 1 - the fixture: $(head -3 "$tmp/up.err")"
-	for i in 2 3 4 5 6; do echo "not ok $i # the fixture failed"; done
+	for i in 2 3 4 5 6 7; do echo "not ok $i # the fixture failed"; done
 	exit 0
 fi
 
@@ -89,7 +91,7 @@ OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
 	--mca btl self,tcp --mca btl_tcp_if_include "$net.0/24" \
 	--host "$net.1,$net.2,$net.3" -np 3 \
 	-x LSAN_OPTIONS="suppressions=$tmp/lsan.supp:print_suppressions=0" \
-	-x UCX_TLS=tcp,self -x UCX_NET_DEVICES=eth0 \
+	-x UCX_TLS=tcp,self,cuda_copy -x UCX_NET_DEVICES=eth0 \
 	"$bin" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 lines=$(grep -c '^rank [0-9]* size' "$tmp/out")
@@ -130,19 +132,31 @@ else
 	grep '^ucx' "$tmp/out" | sed 's/^/# /'
 	sed 's/^/# /' "$tmp/err" | head -20
 fi
-if ldd "$bin" | grep -q libmpi; then
-	echo "not ok 5 - libmpi linked: $(ldd "$bin" | grep libmpi)"
-elif nm "${abs_top_builddir}/libcgr.a" 2>/dev/null | grep -q ' U MPI_'; then
-	echo "not ok 5 - libcgr.a refers to MPI"
+tls=$(grep -c '^tls [0-9] UCX_TLS=tcp,self (left out: cuda_copy); resources:.* tcp/eth0' "$tmp/out")
+if grep -q '^ucx [0-9] skipped' "$tmp/out"; then
+	echo "ok 5 # SKIP no UCX in this build"
+elif [ "$tls" = 3 ]; then
+	echo "ok 5 - UCX_TLS=tcp,self,cuda_copy: the control context leaves" \
+	     "cuda_copy out and says what it uses:" \
+	     "$(grep -m1 '^tls 0 ' "$tmp/out" | cut -d' ' -f3-)"
 else
-	echo "ok 5 - nothing of libmpi linked (libpmix loaded at run time)"
+	echo "not ok 5 - device transports left out of the control context" \
+	     "($tls ranks say so)"
+	grep '^tls' "$tmp/out" | sed 's/^/# /'
+fi
+if ldd "$bin" | grep -q libmpi; then
+	echo "not ok 6 - libmpi linked: $(ldd "$bin" | grep libmpi)"
+elif nm "${abs_top_builddir}/libcgr.a" 2>/dev/null | grep -q ' U MPI_'; then
+	echo "not ok 6 - libcgr.a refers to MPI"
+else
+	echo "ok 6 - nothing of libmpi linked (libpmix loaded at run time)"
 fi
 cleanup
 trap - EXIT INT TERM HUP
 left=$(ip netns list | grep -c "cgr${tag}h"; ip link show | grep -c "cgr[bv]$tag")
 left=$(echo "$left" | awk '{s += $1} END {print s}')
 if [ "$left" = 0 ]; then
-	echo "ok 6 - nothing left behind (namespaces, veths, bridge)"
+	echo "ok 7 - nothing left behind (namespaces, veths, bridge)"
 else
-	echo "not ok 6 - $left namespaces or links left behind"
+	echo "not ok 7 - $left namespaces or links left behind"
 fi

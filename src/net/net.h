@@ -66,6 +66,11 @@ struct cgr__ucx;
 /* 0, -ENOSYS, -ENOENT (no libucp.so.0), -EIO, -ENOMEM; why says. */
 int cgr__ucx_open(struct cgr__ucx **out, uint32_t npeers, char *why,
 		  size_t len);
+/* What the control context uses: "UCX_TLS=tcp,self (left out:
+ * cuda_copy); resources: self/memory0 tcp/eth0".  Device transports
+ * named in UCX_TLS are left out (the context moves host memory only; one
+ * naming nothing else fails the open). */
+const char *cgr__ucx_transports(const struct cgr__ucx *u);
 /* The worker's address (valid until close). */
 int cgr__ucx_address(struct cgr__ucx *u, const void **addr, size_t *len);
 /* An endpoint to peer at addr (its cgr__ucx_address): 0, -EINVAL, -EIO. */

@@ -32,6 +32,12 @@ int cgr__ucx_address(struct cgr__ucx *u, const void **addr, size_t *len)
 	return -ENOSYS;
 }
 
+const char *cgr__ucx_transports(const struct cgr__ucx *u)
+{
+	(void)u;
+	return "";
+}
+
 int cgr__ucx_connect(struct cgr__ucx *u, uint32_t peer, const void *addr,
 		     size_t len, char *why, size_t wlen)
 {
@@ -96,6 +102,11 @@ struct api {
 	ucs_status_t (*request_check_status)(void *);
 	void (*request_free)(void *);
 	const char *(*status_string)(ucs_status_t);
+	void (*config_print)(const ucp_config_t *, FILE *, const char *,
+			     ucs_config_print_flags_t);
+	ucs_status_t (*config_modify)(ucp_config_t *, const char *,
+				      const char *);
+	void (*context_print_info)(const ucp_context_h, FILE *);
 };
 
 static const char *const names[] = {
@@ -108,6 +119,8 @@ static const char *const names[] = {
 	"ucp_am_recv_data_nbx",	     "ucp_am_data_release",
 	"ucp_worker_progress",	     "ucp_request_check_status",
 	"ucp_request_free",	     "ucs_status_string",
+	"ucp_config_print",	     "ucp_config_modify",
+	"ucp_context_print_info",
 };
 
 _Static_assert(sizeof(struct api) == sizeof(names) / sizeof(names[0]) *
@@ -136,6 +149,7 @@ struct cgr__ucx {
 	bool *lost; /* per peer: its endpoint failed */
 	uint32_t npeers;
 	struct msg *head, **tail;
+	char transports[512]; /* what was chosen and left out (net.h) */
 };
 
 static int64_t now_ns(void)
@@ -212,6 +226,153 @@ static ucs_status_t on_am(void *arg, const void *hdr, size_t hlen, void *data,
 	return UCS_OK;
 }
 
+/* What f prints into a string (malloc'd; NULL if out of memory). */
+static char *print_to(void (*f)(struct cgr__ucx *, const void *, FILE *),
+		      struct cgr__ucx *u, const void *arg)
+{
+	char *buf = NULL;
+	size_t n = 0;
+	FILE *m = open_memstream(&buf, &n);
+
+	if (m == NULL)
+		return NULL;
+	f(u, arg, m);
+	fclose(m);
+	return buf;
+}
+
+static void print_config(struct cgr__ucx *u, const void *cfg, FILE *m)
+{
+	u->f.config_print(cfg, m, NULL, UCS_CONFIG_PRINT_CONFIG);
+}
+
+static void print_context(struct cgr__ucx *u, const void *ctx, FILE *m)
+{
+	(void)ctx;
+	u->f.context_print_info(u->ctx, m);
+}
+
+/* Whether transport name t (n bytes) moves device memory. */
+static bool device_tl(const char *t, size_t n)
+{
+	static const char *const dev[] = { "cuda", "gdr", "rocm" };
+
+	for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+		if (n >= strlen(dev[i]) && !strncmp(t, dev[i], strlen(dev[i])))
+			return true;
+	return false;
+}
+
+/*
+ * The control context moves host memory only: the transports UCX_TLS
+ * names (cfg's TLS) without the device ones (cuda_copy, cuda_ipc,
+ * gdr_copy, rocm_*), set back into cfg.  An exclusion list ("^...") or
+ * "all" is left as it is unless `strict` (then the device transports are
+ * added to what it excludes; UCX warns about excluding what it does not
+ * have, so only once the context showed one).  u->transports says what
+ * was asked and left out.  0, or -EINVAL when nothing would be left.
+ */
+static int host_tls(struct cgr__ucx *u, ucp_config_t *cfg, bool strict,
+		    char *why, size_t len)
+{
+	char *all = print_to(print_config, u, cfg), *v, *e;
+	char keep[320] = "", out[320] = "", want[256];
+	size_t kn = 0, on = 0;
+
+	if (all == NULL)
+		return -ENOMEM;
+	v = strstr(all, "UCX_TLS=");
+	snprintf(want, sizeof(want), "%s", v != NULL ? v + 8 : "all");
+	free(all);
+	if ((e = strchr(want, '\n')) != NULL)
+		*e = 0;
+	if ((want[0] == '^' || !strcmp(want, "all")) && !strict) {
+		snprintf(u->transports, sizeof(u->transports), "UCX_TLS=%s",
+			 want);
+		return 0;
+	}
+	if (want[0] == '^' || !strcmp(want, "all")) {
+		snprintf(keep, sizeof(keep), "^%s%scuda,gdr_copy,rocm",
+			 want[0] == '^' ? want + 1 : "",
+			 want[0] == '^' && want[1] ? "," : "");
+		snprintf(out, sizeof(out), "cuda, gdr_copy, rocm");
+	} else {
+		for (char *t = strtok_r(want, ",", &e); t != NULL;
+		     t = strtok_r(NULL, ",", &e)) {
+			bool dev = device_tl(t, strlen(t));
+			char *d = dev ? out : keep;
+			size_t *dn = dev ? &on : &kn;
+			*dn += (size_t)snprintf(d + *dn, sizeof(keep) - *dn,
+						"%s%s", *dn ? "," : "", t);
+			if (*dn >= sizeof(keep))
+				*dn = sizeof(keep) - 1;
+		}
+	}
+	if (keep[0] == 0) {
+		snprintf(why, len,
+			 "UCX_TLS names only device transports (%s): the "
+			 "control context moves host memory",
+			 out);
+		return -EINVAL;
+	}
+	if (u->f.config_modify(cfg, "TLS", keep) != UCS_OK) {
+		snprintf(why, len, "UCX refuses TLS=%s", keep);
+		return -EINVAL;
+	}
+	snprintf(u->transports, sizeof(u->transports), "UCX_TLS=%s%s%s%s",
+		 keep, out[0] ? " (left out: " : "", out, out[0] ? ")" : "");
+	return 0;
+}
+
+/* The resources the context chose ("tcp/eth0 self/memory0 ..."), added
+ * to u->transports: whether one of them is a device transport. */
+static bool chosen(struct cgr__ucx *u)
+{
+	char *info = print_to(print_context, u, NULL), *p;
+	size_t n = strlen(u->transports);
+	bool dev = false;
+
+	n += (size_t)snprintf(u->transports + n, sizeof(u->transports) - n,
+			      "; resources:");
+	for (p = info; p != NULL && (p = strstr(p, "flags -- ")) != NULL;) {
+		char *e = strchr(p += 9, '\n');
+		size_t l = e != NULL ? (size_t)(e - p) : strlen(p);
+		dev |= device_tl(p, l);
+		if (n < sizeof(u->transports))
+			n += (size_t)snprintf(u->transports + n,
+					      sizeof(u->transports) - n, " %.*s",
+					      (int)l, p);
+	}
+	free(info);
+	return dev;
+}
+
+/* The context and worker over cfg, host transports only (see host_tls):
+ * UCS_OK or why not. */
+static ucs_status_t make_context(struct cgr__ucx *u, ucp_config_t *cfg,
+				 int *err, char *why, size_t len)
+{
+	ucp_params_t pp;
+	ucs_status_t st;
+
+	memset(&pp, 0, sizeof(pp));
+	pp.field_mask = UCP_PARAM_FIELD_FEATURES;
+	pp.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+	for (int strict = 0; strict < 2; strict++) {
+		if ((*err = host_tls(u, cfg, strict, why, len)) < 0)
+			return UCS_ERR_INVALID_PARAM;
+		st = u->f.init_version(UCP_API_MAJOR, UCP_API_MINOR, &pp, cfg,
+				       &u->ctx);
+		if (st != UCS_OK || !chosen(u))
+			return st;
+		/* A device transport came with "all" or "^...": again,
+		 * excluding them. */
+		u->f.cleanup(u->ctx);
+		u->ctx = NULL;
+	}
+	return UCS_ERR_INVALID_PARAM;
+}
+
 static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t st)
 {
 	struct cgr__ucx *u = arg;
@@ -228,10 +389,10 @@ int cgr__ucx_open(struct cgr__ucx **out, uint32_t npeers, char *why,
 	struct cgr__ucx *u = calloc(1, sizeof(*u));
 	void **slot;
 	ucp_config_t *cfg = NULL;
-	ucp_params_t pp;
 	ucp_worker_params_t wp;
 	ucp_am_handler_param_t ap;
 	ucs_status_t st;
+	int ret;
 
 	if (u == NULL)
 		return -ENOMEM;
@@ -259,16 +420,17 @@ int cgr__ucx_open(struct cgr__ucx **out, uint32_t npeers, char *why,
 		}
 	st = u->f.config_read(NULL, NULL, &cfg);
 	if (st != UCS_OK) {
-		int ret = fail(u, -EIO, st, "ucp_config_read", why, len);
+		ret = fail(u, -EIO, st, "ucp_config_read", why, len);
 		cgr__ucx_close(u);
 		return ret;
 	}
-	memset(&pp, 0, sizeof(pp));
-	pp.field_mask = UCP_PARAM_FIELD_FEATURES;
-	pp.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
-	st = u->f.init_version(UCP_API_MAJOR, UCP_API_MINOR, &pp, cfg,
-			       &u->ctx);
+	ret = 0;
+	st = make_context(u, cfg, &ret, why, len);
 	u->f.config_release(cfg);
+	if (ret < 0) {
+		cgr__ucx_close(u);
+		return ret;
+	}
 	if (st == UCS_OK) {
 		memset(&wp, 0, sizeof(wp));
 		wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -288,8 +450,7 @@ int cgr__ucx_open(struct cgr__ucx **out, uint32_t npeers, char *why,
 		st = u->f.set_am_recv_handler(u->w, &ap);
 	}
 	if (st != UCS_OK) {
-		int ret = fail(u, -EIO, st, "creating the UCP worker", why,
-			       len);
+		ret = fail(u, -EIO, st, "creating the UCP worker", why, len);
 		cgr__ucx_close(u);
 		return ret;
 	}
@@ -302,6 +463,11 @@ int cgr__ucx_address(struct cgr__ucx *u, const void **addr, size_t *len)
 	*addr = u->addr;
 	*len = u->addr_len;
 	return 0;
+}
+
+const char *cgr__ucx_transports(const struct cgr__ucx *u)
+{
+	return u->transports;
 }
 
 int cgr__ucx_connect(struct cgr__ucx *u, uint32_t peer, const void *addr,
