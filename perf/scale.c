@@ -326,17 +326,7 @@ static double proc_mb(const char *path, const char *key)
 
 static double rss_mb(const char *status)
 {
-	FILE *f = fopen(status, "r");
-	char line[128];
-	double kb = 0;
-
-	if (f == NULL)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		if (!strncmp(line, "VmHWM:", 6))
-			kb = atof(line + 6);
-	fclose(f);
-	return kb / 1024;
+	return proc_mb(status, "VmHWM:");
 }
 
 /* The same work as plain calls: n loads, adds and stores through a

@@ -151,14 +151,6 @@ static inline size_t cgr__port_slot_bytes(size_t want, bool whole)
 	       (whole || cap <= CGR__INLINE_BYTES ? cap : CGR__INLINE_BYTES);
 }
 
-/* Bytes of memory a port of capacity cgr__port_cap(want) and nbufs
- * buffers needs for its slots (touched at init: keep it resident). */
-static inline size_t cgr__port_memsize(size_t want, uint32_t nbufs,
-				       bool whole)
-{
-	return cgr__port_slot_bytes(want, whole) * nbufs;
-}
-
 /* Bytes of its big areas (0: none; reserve them, do not touch them). */
 static inline size_t cgr__port_bigsize(size_t want, uint32_t nbufs,
 				       bool whole)
@@ -218,8 +210,17 @@ static inline void *cgr__slot_data(struct cgr__slot_hdr *h)
  * area. */
 static inline size_t cgr__slot_icap(const struct cgr__slot_hdr *h, size_t cap)
 {
-	return h->big_off != 0 && cap > CGR__INLINE_BYTES ? CGR__INLINE_BYTES :
-							    cap;
+	return h->big_off != 0 ? CGR__INLINE_BYTES : cap;
+}
+
+/* Where a value of n bytes would go in slot h, h unchanged.  A small
+ * value reads nothing of h: the write of a slot whose line is cold does
+ * not wait for it. */
+static inline void *cgr__slot_where(struct cgr__slot_hdr *h, size_t n)
+{
+	return (unsigned char *)h + (n > CGR__INLINE_BYTES && h->big_off != 0 ?
+					     h->big_off :
+					     CGR__SLOT_HDR);
 }
 
 /* Where a value of n data bytes goes in slot h: after the header if it
@@ -227,20 +228,10 @@ static inline size_t cgr__slot_icap(const struct cgr__slot_hdr *h, size_t cap)
  * choice; its readers follow it).  Returns the data's place. */
 static inline void *cgr__slot_place(struct cgr__slot_hdr *h, size_t n)
 {
-	/* A small value reads nothing of h: the write of a slot whose line
-	 * is cold does not wait for it. */
-	bool big = n > CGR__INLINE_BYTES && h->big_off != 0;
+	void *d = cgr__slot_where(h, n);
 
-	h->big = big;
-	return (unsigned char *)h + (big ? h->big_off : CGR__SLOT_HDR);
-}
-
-/* Where a value of n bytes would go in slot h, h unchanged. */
-static inline void *cgr__slot_where(struct cgr__slot_hdr *h, size_t n)
-{
-	return (unsigned char *)h + (n > CGR__INLINE_BYTES && h->big_off != 0 ?
-					     h->big_off :
-					     CGR__SLOT_HDR);
+	h->big = d != (unsigned char *)h + CGR__SLOT_HDR;
+	return d;
 }
 
 /* What slot h's big_off must be by p's layout (h one of p's buffers):

@@ -20,6 +20,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "base/dl.h"
 #include "ctx/ctx.h"
 
 enum cgr__lib_kind {
@@ -28,13 +29,6 @@ enum cgr__lib_kind {
 	CGR__LIB_N
 };
 
-/* A symbol of a backend's table: its name, where its pointer goes in the
- * table, and whether the table may go without it (left NULL). */
-struct cgr__lib_sym {
-	const char *name;
-	size_t off;
-	bool optional;
-};
 
 /* Records the library files ctx is to load (paths[kind], NULL: by
  * soname; copied): 0 or -ENOMEM. */
@@ -54,13 +48,6 @@ void *cgr__lib_open(cgr_ctx *ctx, int kind, const char *what,
 		    const char *const *names, size_t n, const char *sonames,
 		    char *path, size_t plen, char *why, size_t wlen);
 
-/*
- * Resolves syms[0..n) of handle h into table: 0, or -ENODEV with why =
- * "<lib> lacks <symbol>" for the first required one missing (optional
- * ones are left NULL).
- */
-int cgr__lib_resolve(void *h, const char *lib, void *table,
-		     const struct cgr__lib_sym *syms, size_t n, char *why,
-		     size_t wlen);
+/* cgr__lib_resolve (base/dl.h) fills a table from an opened library. */
 
 #endif

@@ -17,6 +17,7 @@
 #ifndef CGR_NET_H
 #define CGR_NET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,7 +27,8 @@ struct cgr__boot {
 	uint32_t rank, size;	 /* this process's rank, the job's size */
 	char nspace[512];	 /* the job's PMIx namespace */
 	void *lib;		 /* libpmix (dlopen) */
-	const void *api;	 /* its functions */
+	void *fns[16];		 /* its functions (pmix.c's table) */
+	bool ready;		 /* PMIx initialised: fini finalizes */
 	unsigned char me[512];	 /* pmix_proc_t of this process */
 };
 

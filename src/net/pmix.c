@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/dl.h"
 #include "net/net.h"
 
 #ifndef HAVE_PMIX
@@ -74,15 +75,19 @@ struct api {
 				   pmix_data_type_t);
 };
 
-static const char *const names[] = { "PMIx_Init",	  "PMIx_Finalize",
-				     "PMIx_Put",	  "PMIx_Commit",
-				     "PMIx_Fence",	  "PMIx_Get",
-				     "PMIx_Error_string", "PMIx_Value_destruct",
-				     "PMIx_Info_load" };
+#define SYM(field, name) { #name, offsetof(struct api, field), false }
+static const struct cgr__lib_sym syms[] = {
+	SYM(init, PMIx_Init),		  SYM(finalize, PMIx_Finalize),
+	SYM(put, PMIx_Put),		  SYM(commit, PMIx_Commit),
+	SYM(fence, PMIx_Fence),		  SYM(get, PMIx_Get),
+	SYM(error_string, PMIx_Error_string),
+	SYM(value_destruct, PMIx_Value_destruct),
+	SYM(info_load, PMIx_Info_load),
+};
+#undef SYM
 
-_Static_assert(sizeof(struct api) == sizeof(names) / sizeof(names[0]) *
-					       sizeof(void (*)(void)),
-	       "one name per function of struct api");
+_Static_assert(sizeof(struct api) <= sizeof(((struct cgr__boot *)0)->fns),
+	       "the table fits struct cgr__boot");
 _Static_assert(sizeof(pmix_proc_t) <= sizeof(((struct cgr__boot *)0)->me),
 	       "pmix_proc_t fits struct cgr__boot");
 _Static_assert(sizeof(pmix_nspace_t) <= sizeof(((struct cgr__boot *)0)->nspace),
@@ -90,7 +95,7 @@ _Static_assert(sizeof(pmix_nspace_t) <= sizeof(((struct cgr__boot *)0)->nspace),
 
 static const struct api *api(const struct cgr__boot *b)
 {
-	return b->api;
+	return (const struct api *)(const void *)b->fns;
 }
 
 static pmix_proc_t *self(struct cgr__boot *b)
@@ -115,8 +120,7 @@ static int fail(struct cgr__boot *b, int err, pmix_status_t rc,
 
 int cgr__boot_init(struct cgr__boot *b, char *why, size_t len)
 {
-	static struct api fns; /* read-only once filled: same library */
-	void **slot = (void **)(void *)&fns;
+	struct api *fns = (struct api *)(void *)b->fns;
 	pmix_value_t *v = NULL;
 	pmix_proc_t any;
 	pmix_status_t rc;
@@ -127,31 +131,32 @@ int cgr__boot_init(struct cgr__boot *b, char *why, size_t len)
 		snprintf(why, len, "cannot load libpmix.so.2: %s", dlerror());
 		return -ENOENT;
 	}
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if ((slot[i] = dlsym(b->lib, names[i])) == NULL) {
-			snprintf(why, len, "libpmix.so.2 has no %s", names[i]);
-			return -ENOENT;
-		}
-	b->api = &fns;
-	rc = fns.init(self(b), NULL, 0);
-	if (rc != PMIX_SUCCESS)
+	if (cgr__lib_resolve(b->lib, "libpmix.so.2", fns, syms,
+			     sizeof(syms) / sizeof(syms[0]), why, len) < 0)
+		return -ENOENT;
+	b->ready = true;
+	rc = fns->init(self(b), NULL, 0);
+	if (rc != PMIX_SUCCESS) {
+		b->ready = false;
 		return fail(b, -ENODEV, rc,
 			    "PMIx_Init (not started by a PMIx launcher?)", why,
 			    len);
+	}
 	b->rank = self(b)->rank;
 	memcpy(b->nspace, self(b)->nspace, sizeof(pmix_nspace_t));
 	peer(b, PMIX_RANK_WILDCARD, &any);
-	rc = fns.get(&any, PMIX_JOB_SIZE, NULL, 0, &v);
+	rc = fns->get(&any, PMIX_JOB_SIZE, NULL, 0, &v);
 	if (rc != PMIX_SUCCESS || v == NULL || v->type != PMIX_UINT32) {
 		if (v != NULL) {
-			fns.value_destruct(v);
+			fns->value_destruct(v);
 			free(v);
 		}
-		fns.finalize(NULL, 0);
+		fns->finalize(NULL, 0);
+		b->ready = false;
 		return fail(b, -EIO, rc, "PMIx_Get(PMIX_JOB_SIZE)", why, len);
 	}
 	b->size = v->data.uint32;
-	fns.value_destruct(v);
+	fns->value_destruct(v);
 	free(v);
 	return 0;
 }
@@ -249,9 +254,9 @@ int cgr__boot_host(struct cgr__boot *b, uint32_t rank, char *buf, size_t cap,
 
 void cgr__boot_fini(struct cgr__boot *b)
 {
-	if (b->api != NULL)
+	if (b->ready)
 		api(b)->finalize(NULL, 0);
-	b->api = NULL;
+	b->ready = false;
 }
 
 #endif

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/dl.h"
 #include "net/net.h"
 
 #ifndef HAVE_UCX
@@ -109,23 +110,31 @@ struct api {
 	void (*context_print_info)(const ucp_context_h, FILE *);
 };
 
-static const char *const names[] = {
-	"ucp_config_read",	     "ucp_config_release",
-	"ucp_init_version",	     "ucp_cleanup",
-	"ucp_worker_create",	     "ucp_worker_destroy",
-	"ucp_worker_get_address",    "ucp_worker_release_address",
-	"ucp_ep_create",	     "ucp_ep_close_nbx",
-	"ucp_worker_set_am_recv_handler", "ucp_am_send_nbx",
-	"ucp_am_recv_data_nbx",	     "ucp_am_data_release",
-	"ucp_worker_progress",	     "ucp_request_check_status",
-	"ucp_request_free",	     "ucs_status_string",
-	"ucp_config_print",	     "ucp_config_modify",
-	"ucp_context_print_info",
+#define SYM(field, name) { #name, offsetof(struct api, field), false }
+static const struct cgr__lib_sym syms[] = {
+	SYM(config_read, ucp_config_read),
+	SYM(config_release, ucp_config_release),
+	SYM(init_version, ucp_init_version),
+	SYM(cleanup, ucp_cleanup),
+	SYM(worker_create, ucp_worker_create),
+	SYM(worker_destroy, ucp_worker_destroy),
+	SYM(worker_get_address, ucp_worker_get_address),
+	SYM(worker_release_address, ucp_worker_release_address),
+	SYM(ep_create, ucp_ep_create),
+	SYM(ep_close_nbx, ucp_ep_close_nbx),
+	SYM(set_am_recv_handler, ucp_worker_set_am_recv_handler),
+	SYM(am_send_nbx, ucp_am_send_nbx),
+	SYM(am_recv_data_nbx, ucp_am_recv_data_nbx),
+	SYM(am_data_release, ucp_am_data_release),
+	SYM(worker_progress, ucp_worker_progress),
+	SYM(request_check_status, ucp_request_check_status),
+	SYM(request_free, ucp_request_free),
+	SYM(status_string, ucs_status_string),
+	SYM(config_print, ucp_config_print),
+	SYM(config_modify, ucp_config_modify),
+	SYM(context_print_info, ucp_context_print_info),
 };
-
-_Static_assert(sizeof(struct api) == sizeof(names) / sizeof(names[0]) *
-					       sizeof(void (*)(void)),
-	       "one name per function of struct api");
+#undef SYM
 
 /* A message that arrived (or, rendezvous, is arriving: done false). */
 struct msg {
@@ -383,54 +392,36 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t st)
 			u->lost[i] = true;
 }
 
-int cgr__ucx_open(struct cgr__ucx **out, uint32_t npeers, char *why,
-		  size_t len)
+/* libucp loaded and its functions in u->f: 0 or -ENOENT. */
+static int load(struct cgr__ucx *u, char *why, size_t len)
 {
-	struct cgr__ucx *u = calloc(1, sizeof(*u));
-	void **slot;
-	ucp_config_t *cfg = NULL;
-	ucp_worker_params_t wp;
-	ucp_am_handler_param_t ap;
-	ucs_status_t st;
-	int ret;
-
-	if (u == NULL)
-		return -ENOMEM;
-	u->tail = &u->head;
-	u->npeers = npeers;
-	u->eps = calloc(npeers + 1, sizeof(*u->eps));
-	u->lost = calloc(npeers + 1, sizeof(*u->lost));
-	if (u->eps == NULL || u->lost == NULL) {
-		cgr__ucx_close(u);
-		return -ENOMEM;
-	}
 	u->lib = dlopen("libucp.so.0", RTLD_NOW | RTLD_GLOBAL);
 	if (u->lib == NULL) {
 		snprintf(why, len, "cannot load libucp.so.0: %s", dlerror());
-		cgr__ucx_close(u);
 		return -ENOENT;
 	}
-	slot = (void **)(void *)&u->f;
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-		if ((slot[i] = dlsym(u->lib, names[i])) == NULL) {
-			snprintf(why, len, "libucp.so.0 has no %s", names[i]);
-			u->f.cleanup = NULL;
-			cgr__ucx_close(u);
-			return -ENOENT;
-		}
-	st = u->f.config_read(NULL, NULL, &cfg);
-	if (st != UCS_OK) {
-		ret = fail(u, -EIO, st, "ucp_config_read", why, len);
-		cgr__ucx_close(u);
-		return ret;
-	}
-	ret = 0;
+	return cgr__lib_resolve(u->lib, "libucp.so.0", &u->f, syms,
+				sizeof(syms) / sizeof(syms[0]), why, len) < 0 ?
+		       -ENOENT :
+		       0;
+}
+
+/* The context (host transports), the worker, its address and the AM
+ * handler: 0, -EINVAL (make_context) or -EIO. */
+static int start(struct cgr__ucx *u, char *why, size_t len)
+{
+	ucp_config_t *cfg = NULL;
+	ucp_worker_params_t wp;
+	ucp_am_handler_param_t ap;
+	int ret = 0;
+	ucs_status_t st = u->f.config_read(NULL, NULL, &cfg);
+
+	if (st != UCS_OK)
+		return fail(u, -EIO, st, "ucp_config_read", why, len);
 	st = make_context(u, cfg, &ret, why, len);
 	u->f.config_release(cfg);
-	if (ret < 0) {
-		cgr__ucx_close(u);
+	if (ret < 0)
 		return ret;
-	}
 	if (st == UCS_OK) {
 		memset(&wp, 0, sizeof(wp));
 		wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -449,8 +440,26 @@ int cgr__ucx_open(struct cgr__ucx **out, uint32_t npeers, char *why,
 		ap.arg = u;
 		st = u->f.set_am_recv_handler(u->w, &ap);
 	}
-	if (st != UCS_OK) {
-		ret = fail(u, -EIO, st, "creating the UCP worker", why, len);
+	return st == UCS_OK ? 0 :
+			      fail(u, -EIO, st, "creating the UCP worker", why,
+				   len);
+}
+
+int cgr__ucx_open(struct cgr__ucx **out, uint32_t npeers, char *why,
+		  size_t len)
+{
+	struct cgr__ucx *u = calloc(1, sizeof(*u));
+	int ret = -ENOMEM;
+
+	if (u == NULL)
+		return -ENOMEM;
+	u->tail = &u->head;
+	u->npeers = npeers;
+	u->eps = calloc(npeers + 1, sizeof(*u->eps));
+	u->lost = calloc(npeers + 1, sizeof(*u->lost));
+	if (u->eps != NULL && u->lost != NULL && (ret = load(u, why, len)) == 0)
+		ret = start(u, why, len);
+	if (ret < 0) {
 		cgr__ucx_close(u);
 		return ret;
 	}
