@@ -29,7 +29,7 @@ struct cgr__boot {
 	void *lib;		 /* libpmix (dlopen) */
 	void *fns[16];		 /* its functions (pmix.c's table) */
 	bool ready;		 /* PMIx initialised: fini finalizes */
-	unsigned char me[512];	 /* pmix_proc_t of this process */
+	_Alignas(16) unsigned char me[512]; /* pmix_proc_t of this process */
 };
 
 /*
