@@ -59,7 +59,8 @@ extern "C" {
 	X(CGR_EMISMATCH, -10016, "collective members disagree (count, dtype, op, root or shape)") \
 	X(CGR_EDEADLOCK, -10017, "graph schedule would deadlock") \
 	X(CGR_EDEVICE, -10018, "device error (sticky)") \
-	X(CGR_EPEERDEAD, -10019, "a worker died (its process ended, or its thread exited)")
+	X(CGR_EPEERDEAD, -10019, "a worker died (its process ended, or its thread exited)") \
+	X(CGR_EHOSTLOST, -10020, "a host of the job was lost (its process ended, or it was not heard from within the deadline)")
 
 enum cgr_error {
 #define CGR__ERR_ENUM(name, value, msg) name = value,
@@ -80,6 +81,7 @@ const char *cgr_err_name(int err);
 
 typedef struct cgr_ctx cgr_ctx;
 typedef struct cgr_worker cgr_worker;
+typedef struct cgr_job cgr_job;
 
 enum cgr_log_level {
 	CGR_LOG_ERROR = 0,
@@ -131,10 +133,14 @@ typedef struct cgr_ctx_params {
 	 * same table the program hands cgr_worker_main.  Not copied: it
 	 * must outlive the context (a static table). */
 	const struct cgr_export *exports;
+	/* The job this process drives (cgr_job_join; NULL: none): workers
+	 * of the context may then live on its other ranks
+	 * (cgr_worker_params.rank).  The job must outlive the context. */
+	cgr_job *job;
 } cgr_ctx_params;
 #define CGR_CTX_PARAMS_INIT                                              \
 	{ sizeof(cgr_ctx_params), NULL, NULL, CGR_LOG_WARN, 0, NULL, NULL, \
-	  NULL }
+	  NULL, NULL }
 
 /*
  * Creates a context: the owner of workers, graphs and cgr's jemalloc arena.
@@ -285,10 +291,17 @@ typedef struct cgr_worker_params {
 	 * layout is checked).  Not reaped when it ends: not our child. */
 	const char *join_addr;
 	int64_t join_timeout_ns;
+	/* Where the worker runs: -1 (the default) or this process's rank in
+	 * the context's job: here; another rank of the job
+	 * (cgr_ctx_params.job): a thread of the process serving that rank
+	 * (cgr_job_serve), kind CGR_WORKER_THREAD only, its init and fini
+	 * found there by name in the exports (as a process worker's), arg
+	 * NULL (arg_data is copied there).  See "Across hosts". */
+	int rank;
 } cgr_worker_params;
 #define CGR_WORKER_PARAMS_INIT                                             \
 	{ sizeof(cgr_worker_params), NULL, CGR_WORKER_THREAD, -1, NULL, NULL, \
-	  NULL, -1, NULL, 0, NULL, 0 }
+	  NULL, -1, NULL, 0, NULL, 0, -1 }
 
 /*
  * Starts a worker thread and runs init on it.  Blocks until init returned.
@@ -555,6 +568,115 @@ int cgr_worker_main(int argc, char **argv, const cgr_export *exports);
  * not join or start, or the context died (stderr says why).
  */
 int cgr_worker_join(const char *join_addr, const cgr_export *exports);
+
+/*
+ * Across hosts.  A graph may span hosts: start the program once per host
+ * (or per GPU) with a PMIx launcher (Open MPI's mpirun, which cgr uses as
+ * a launcher only, never linking libmpi, or Slurm's srun --mpi=pmix).
+ * Every process joins the job (cgr_job_join).  One of them, the driver
+ * (rank 0, or cgr_job_params.driver), creates a context with the job
+ * (cgr_ctx_params.job) and workers on any rank (cgr_worker_params.rank),
+ * builds, compiles and executes graphs as on one host; every other
+ * process calls cgr_job_serve, which hosts the workers the driver creates
+ * there and runs their share of each graph, until the driver leaves the
+ * job.  The graph API does not change: a task or an edge does not know on
+ * which host its peer is.
+ *
+ * Between hosts, values cross by value: bytes, CPU tensors, lists of
+ * them and error values, copied into the reader host's slot (the data
+ * straight from the writer's slot into the reader's, by UCX rendezvous
+ * when large).  Pointers and file descriptors inside a value mean nothing
+ * on the other host.  Not across hosts yet: device tasks and device
+ * tensors, collective nodes with a member on another host, process
+ * workers in a graph that has workers on other hosts, eager execution
+ * (each refused at compile, saying so).  Within a host, rings and shared
+ * memory as always: only values whose reader is on another host travel.
+ *
+ * Transport: UCX active messages between one thread per process (its
+ * link: it waits on io_uring like a worker's reactor, and carries every
+ * message of the process to and from other hosts), on what UCX_TLS allows
+ * among host-memory transports: device transports named there
+ * (cuda_copy, cuda_ipc, gdr_copy, rocm_*) are left out, and
+ * cgr_job_transports says what was used.  UCX_NET_DEVICES picks the
+ * interfaces.  The job's processes find each other through PMIx (each
+ * publishes its UCX address and host with Put, Commit and a Fence).
+ *
+ * Failures: UCX reports a peer process that ended (in milliseconds), not
+ * a host that went silent (a cut cable, a frozen host).  So every link
+ * sends each peer it talks to a heartbeat when it has sent it nothing for
+ * heartbeat_ns, and declares a peer lost once nothing arrived from it for
+ * deadline_ns (default 3 s; on a slow link raise it: a link that moves
+ * nothing for that long is taken for lost).  A lost host's endpoints are
+ * closed by force; every graph with a worker there fails at once: each
+ * pending execution completes with error values (CGR_EHOSTLOST, naming
+ * the host and why), further executes fail with CGR_EHOSTLOST, teardown
+ * and cgr_worker_destroy of its workers do not wait for it.  A serving
+ * rank whose driver is lost ends its graphs and returns CGR_EHOSTLOST.
+ * Every message carries the job's epoch and its graph's id: what arrives
+ * for a graph that is gone (a late message of an old graph) is counted
+ * (cgr_job_stats) and dropped.  Deployments on TCP should also know
+ * net.ipv4.tcp_retries2 and UCX_KEEPALIVE_INTERVAL (TCP itself gives up
+ * on a silent peer only after minutes).
+ */
+typedef struct cgr_job_params {
+	size_t size;
+	cgr_log_fn log_fn; /* the job's diagnostics (NULL: dropped) */
+	void *log_arg;
+	int log_level;
+	int driver;	     /* the driver's rank (default 0) */
+	int64_t deadline_ns; /* a peer not heard from this long is lost (3 s) */
+	int64_t heartbeat_ns; /* sent to a peer after this long without
+				 anything for it (deadline / 6) */
+	int fence_timeout_s; /* the bootstrap's fence (60 s) */
+	int wait_mode;	     /* enum cgr_wait_mode: how the link waits */
+	int64_t spin_ns;     /* CGR_WAIT_ADAPTIVE's spin (50 us) */
+} cgr_job_params;
+#define CGR_JOB_PARAMS_INIT                                                  \
+	{ sizeof(cgr_job_params), NULL, NULL, CGR_LOG_WARN, 0, 0, 0, 0,     \
+	  CGR_WAIT_ADAPTIVE, 0 }
+
+/*
+ * Joins the job this process was started in (p may be NULL: defaults).
+ * Not started by a PMIx launcher (or in a build without PMIx and UCX):
+ * a job of one rank, this process, its driver, so that the same program
+ * runs on one host unchanged.  Collective: every rank of the job calls
+ * it.  Blocks until every rank joined (the fence) or fence_timeout_s.
+ * Returns 0, -EINVAL, -ENOMEM, -ETIMEDOUT, -EIO (PMIx or UCX failed: the
+ * log says why), -ENOENT (libucp.so.0 cannot be loaded under a
+ * launcher).  Any thread; the job is then this process's (one per
+ * process).
+ */
+int cgr_job_join(const cgr_job_params *p, cgr_job **out);
+/* This process's rank, the job's size, and its driver's rank. */
+int cgr_job_rank(const cgr_job *j);
+int cgr_job_size(const cgr_job *j);
+int cgr_job_driver(const cgr_job *j);
+/* The host rank runs on, as the launcher named it ("" if unknown);
+ * valid while the job lives. */
+const char *cgr_job_host(const cgr_job *j, int rank);
+/* What UCX uses between hosts, e.g. "UCX_TLS=tcp,self (left out:
+ * cuda_copy); resources: self/memory0 tcp/eth0" ("" in a job of one). */
+const char *cgr_job_transports(const cgr_job *j);
+/*
+ * On every rank but the driver's: hosts the workers the driver creates
+ * here and runs their share of the driver's graphs, their tasks and
+ * init/fini found by name in exports (as for process workers), until the
+ * driver leaves the job (0), or is lost (CGR_EHOSTLOST).  -EINVAL on the
+ * driver's rank.  Blocks; the calling thread serves.
+ */
+int cgr_job_serve(cgr_job *j, const cgr_export *exports);
+typedef struct cgr_job_stats {
+	uint64_t data_sent, data_received; /* values to and from hosts */
+	uint64_t control;		   /* control messages sent */
+	uint64_t heartbeats;		   /* heartbeats sent */
+	uint64_t late;	   /* dropped: of a graph that is gone, or garbled */
+	uint64_t lost;	   /* peers declared lost */
+} cgr_job_stats;
+void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out);
+/* Leaves the job: the driver first tells every serving rank to return;
+ * then the link stops, UCX and PMIx end.  Contexts using the job must
+ * be destroyed first.  Never waits on a lost host. */
+void cgr_job_leave(cgr_job *j);
 
 typedef struct cgr_task_desc {
 	size_t size;

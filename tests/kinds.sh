@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/kinds.sh: where a worker lives is one interface (graph/worker.h,
 # struct cgr__worker_ops).  Only the implementations (src/thread/,
-# src/proc/) and the registry (src/drive/worker.c) may tell one kind of
+# src/proc/, src/remote/) and the registry (src/drive/worker.c) may tell one kind of
 # worker from another; no other code of src/ names a kind, a kind's ops
 # table or state, or the process workers' internals.  Comments may.  TAP.
 set -u
@@ -36,16 +36,17 @@ code() {
 	}' "$@"
 }
 cd "$src" || exit 1
-files=$(find src -name '*.[ch]' | grep -v '^src/thread/\|^src/proc/' |
+files=$(find src -name '*.[ch]' |
+	grep -v '^src/thread/\|^src/proc/\|^src/remote/' |
 	grep -vx 'src/drive/worker.c' | sort)
 code $files | grep -E "$pat" >"$tmp/found"
 n=$(echo "$files" | wc -l)
 if [ -s "$tmp/found" ]; then
-	echo "not ok 1 - outside thread/, proc/ and the registry, code" \
+	echo "not ok 1 - outside thread/, proc/, remote/ and the registry, code" \
 		"asks which kind a worker is:"
 	sed 's/^/# /' "$tmp/found"
 else
-	echo "ok 1 - none of $n files outside thread/, proc/ and" \
+	echo "ok 1 - none of $n files outside thread/, proc/, remote/ and" \
 		"drive/worker.c asks which kind a worker is"
 fi
 # The registry is where the kinds are named (else the check above would

@@ -33,66 +33,16 @@ if nm "$bin" 2>/dev/null | grep -q __tsan_init; then
 	skip_all "a TSan build (PMIx's own threads are not instrumented)"
 fi
 
-tag=$$
-br=cgrb$tag
-net=10.77.$((tag % 250 + 1))
-tmp=$(mktemp -d)
-ns() { echo "cgr${tag}h$1"; }
-t() { timeout -k 2 10 "$@"; }
-cleanup() {
-	for i in 1 2 3; do
-		t ip netns del "$(ns $i)" 2>/dev/null
-		t ip link del "cgrv${tag}$i" 2>/dev/null
-	done
-	t ip link del "$br" 2>/dev/null
-	rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM HUP
-
-up() {
-	t ip link add "$br" type bridge &&
-	t ip addr add "$net.254/24" dev "$br" &&
-	t ip link set "$br" up || return 1
-	for i in 1 2 3; do
-		t ip netns add "$(ns $i)" &&
-		t ip link add "cgrv${tag}$i" type veth peer name eth0 \
-			netns "$(ns $i)" &&
-		t ip link set "cgrv${tag}$i" master "$br" &&
-		t ip link set "cgrv${tag}$i" up &&
-		t ip -n "$(ns $i)" addr add "$net.$i/24" dev eth0 &&
-		t ip -n "$(ns $i)" link set eth0 up &&
-		t ip -n "$(ns $i)" link set lo up || return 1
-	done
-}
-if up 2>"$tmp/up.err"; then
+. "${abs_top_srcdir:?run from make check}/tests/netns.sh"
+netns_init
+if netns_up; then
 	echo "ok 1 - three namespaces on a bridge ($net.1-3, tag $tag)"
 else
 	echo "not ok 1 - the fixture: $(head -3 "$tmp/up.err")"
 	for i in 2 3 4 5 6 7; do echo "not ok $i # the fixture failed"; done
 	exit 0
 fi
-
-# The rsh agent: "host" $net.N -> namespace N, its own host name and
-# TMPDIR (Open MPI's session directories must not collide).
-cat >"$tmp/agent" <<AGENT
-#!/bin/sh
-while [ \$# -gt 0 ]; do case "\$1" in -*) shift;; *) break;; esac; done
-host=\$1; shift; n=\${host##*.}; mkdir -p "$tmp/h\$n"
-exec ip netns exec cgr${tag}h\$n unshare --uts /bin/sh -c "hostname h\$n; export TMPDIR=$tmp/h\$n; \$*"
-AGENT
-chmod +x "$tmp/agent"
-
-# Leak checks (ASan builds) stay on for cgr's code; libpmix keeps a few
-# bytes past PMIx_Finalize.
-printf "leak:libpmix.so\nleak:libuc\n" >"$tmp/lsan.supp"
-OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
-	timeout -k 5 60 mpirun --bind-to none --oversubscribe \
-	--mca plm_rsh_agent "$tmp/agent" --mca oob_tcp_if_include "$net.0/24" \
-	--mca btl self,tcp --mca btl_tcp_if_include "$net.0/24" \
-	--host "$net.1,$net.2,$net.3" -np 3 \
-	-x LSAN_OPTIONS="suppressions=$tmp/lsan.supp:print_suppressions=0" \
-	-x UCX_TLS=tcp,self,cuda_copy -x UCX_NET_DEVICES=eth0 \
-	"$bin" >"$tmp/out" 2>"$tmp/err"
+NETNS_UCX_TLS=tcp,self,cuda_copy netns_mpirun 60 "$tmp/out" "$tmp/err" "$bin"
 rc=$?
 lines=$(grep -c '^rank [0-9]* size' "$tmp/out")
 hosts=$(sed -n 's/^rank [0-9]* size 3 host \(h[0-9]\) .*/\1/p' "$tmp/out" |
@@ -151,10 +101,9 @@ elif nm "${abs_top_builddir}/libcgr.a" 2>/dev/null | grep -q ' U MPI_'; then
 else
 	echo "ok 6 - nothing of libmpi linked (libpmix loaded at run time)"
 fi
-cleanup
+netns_cleanup
 trap - EXIT INT TERM HUP
-left=$(ip netns list | grep -c "cgr${tag}h"; ip link show | grep -c "cgr[bv]$tag")
-left=$(echo "$left" | awk '{s += $1} END {print s}')
+left=$(netns_left)
 if [ "$left" = 0 ]; then
 	echo "ok 7 - nothing left behind (namespaces, veths, bridge)"
 else

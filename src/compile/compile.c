@@ -499,7 +499,10 @@ static int compile_graph(cgr_graph *g, const cgr_compile_params *prm,
 	memset(&cc, 0, sizeof(cc));
 	cc.g = g;
 	cc.plan_only = plan_only;
-	if (!plan_only && seg_fd < 0 && graph_remote(g)) {
+	/* The description the other processes compile: made by the driver
+	 * (a serving rank, remote/, compiles one it was sent). */
+	if (!plan_only && seg_fd < 0 && !g->ctx->driver_far &&
+	    graph_remote(g)) {
 		cgr_compile_params pp;
 		ret = cgr__compile_params(&pp, prm);
 		if (ret < 0)

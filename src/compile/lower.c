@@ -464,8 +464,7 @@ static int make_chans(struct cgr__cc *cc)
 			return -ENOMEM;
 		ret = cgr__chan_init(
 		    &c->chans[i], mem, rsize, c->nslots, cc->ch_port[i],
-		    cc->ch_w[i] != NULL ? cgr__wbell(c, cc->ch_w[i])
-					: cgr__drv_bell(c),
+		    cgr__reader_bell(c, cc->ch_w[i]),
 		    cgr__c_attached(c));
 		if (ret < 0)
 			return ret;

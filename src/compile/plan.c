@@ -897,7 +897,7 @@ static int ld_prog(struct cgr__cc *cc, const struct cgr__plan *pl, size_t pi,
 		return -ENOMEM;
 	p->nops = e->nops;
 	p->ntcs = e->ntcs;
-	p->bell = cgr__wbell(c, p->w);
+	p->bell = cgr__reader_bell(c, p->w);
 	p->gate = (e->flags & CGR__PLAN_GATE) != 0;
 	for (size_t i = 0; i < e->ntcs; i++)
 		if ((ret = ld_task(cc, pl, pi, p, i, &b)) < 0)

@@ -315,7 +315,8 @@ struct cgr__gctl {
 	 * dead_msg, then publishes dead. */
 	_Atomic uint32_t dead_claim;
 	_Atomic uint32_t dead;
-	char dead_msg[200];
+	int32_t dead_code; /* the error values' (written with dead_msg) */
+	char dead_msg[240];
 	struct cgr__lbell drv;
 	uint32_t nbells;
 	struct cgr__lbell bells[];
@@ -447,7 +448,7 @@ struct cgr_compiled {
 	 * none), and the driver's copy of why one died (the error value of
 	 * executions it left). */
 	struct cgr__gseg *seg;
-	char dead_msg[200];
+	char dead_msg[240];
 	/* What a kind of worker keeps of this graph (proc/proc.c: the
 	 * graph's id and its worker processes), under the address of its
 	 * ops table; NULL keys: free.  Driver thread only. */
@@ -536,6 +537,16 @@ static inline struct cgr__bell *cgr__wbell(const struct cgr_compiled *c,
 static inline struct cgr__bell *cgr__drv_bell(const struct cgr_compiled *c)
 {
 	return &c->ctl->drv.b;
+}
+/* The doorbell a channel to reader w (NULL: the driver) rings, and a
+ * gated program's admissions: its own, or, for a reader on another host,
+ * this process's link, which carries the message there (remote/). */
+static inline struct cgr__bell *cgr__reader_bell(const struct cgr_compiled *c,
+						 const cgr_worker *w)
+{
+	if (w != NULL ? w->ops->other_host : c->ctx->driver_far)
+		return c->ctx->link_bell;
+	return w != NULL ? cgr__wbell(c, w) : cgr__drv_bell(c);
 }
 /* Drops a reference (the driver's, or a worker's when it leaves the
  * program); the last one frees c, its streams and communicators. */

@@ -127,7 +127,8 @@ int cgr__seg_seal(struct cgr_compiled *c, const void *blob, size_t blen)
 	if (ftruncate(s->shm.fd, (off_t)size) != 0)
 		return -errno;
 	s->cap = size;
-	memcpy((unsigned char *)s->shm.addr + boff, blob, blen);
+	if (blen > 0)
+		memcpy((unsigned char *)s->shm.addr + boff, blob, blen);
 	h->magic = CGR__SHM_MAGIC;
 	h->version = CGR__SHM_VERSION;
 	h->kind = CGR__SHM_GRAPH;

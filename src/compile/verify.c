@@ -60,7 +60,7 @@ struct vm {
 	size_t admitted; /* executions whose arguments are in */
 	size_t ntask;	/* task ids: 0 .. ntask */
 	size_t *coll_at; /* per (task id, program): its COLL op, or NONE */
-	bool *drv_writes; /* per channel: the driver writes it */
+	bool *drv_writes; /* per channel: the driver writes it, to a worker */
 	struct cgr__arena *arena;
 	size_t size;
 	unsigned char *mem;
@@ -166,6 +166,9 @@ static void vm_index(struct vm *v)
 		v->coll_at[i] = NONE;
 	for (size_t ch = 0; ch < c->nchans; ch++)
 		v->drv_writes[ch] = true;
+	/* What the driver reads it does not hand to a worker. */
+	for (size_t k = 0; k < c->ndrv_chans; k++)
+		v->drv_writes[c->drv_chans[k]] = false;
 	for (size_t p = 0; p < c->nprogs; p++) {
 		struct vp *vp = &v->p[p];
 		size_t base[CGR__NSTREAMS_ALL], n = 0;
@@ -402,8 +405,7 @@ static void admit(struct vm *v)
 					return;
 		}
 		for (size_t ch = 0; ch < c->nchans; ch++)
-			if (v->drv_writes[ch] && c->chans[ch].reader_bell !=
-							 cgr__drv_bell(c))
+			if (v->drv_writes[ch])
 				v->have[ch]++;
 		v->admitted++;
 	}

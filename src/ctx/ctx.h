@@ -71,6 +71,13 @@ struct cgr_ctx {
 	/* A worker's device (cgr_worker_params.device), for communicators
 	 * bound to members (comm/ sees workers as handles only). */
 	int (*worker_device)(const struct cgr_worker *w);
+	/* Across hosts (remote/): the job the context drives (or serves),
+	 * the doorbell of its link (where channels to readers on other hosts
+	 * ring: compile/prog.h, cgr__reader_bell), and whether the driver
+	 * of its graphs is on another host (a serving rank's context). */
+	struct cgr_job *job;
+	struct cgr__bell *link_bell;
+	bool driver_far;
 	bool destroyed;
 };
 

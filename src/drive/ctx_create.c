@@ -1,12 +1,14 @@
 /*
  * drive/ctx_create.c: cgr_ctx_create: a context (ctx/), and what the
  * layers above it are to know of its parameters, each recorded by the
- * layer that uses it (the GPU libraries to load: device/lib.h).
+ * layer that uses it (the GPU libraries to load: device/lib.h; the job
+ * whose other ranks may host workers: remote/).
  */
 #include <errno.h>
 #include <string.h>
 
 #include "device/lib.h"
+#include "remote/remote.h"
 
 int cgr_ctx_create(const cgr_ctx_params *p, cgr_ctx **out)
 {
@@ -21,6 +23,11 @@ int cgr_ctx_create(const cgr_ctx_params *p, cgr_ctx **out)
 	ret = cgr__ctx_new(&prm, &ctx);
 	if (ret < 0)
 		return ret;
+	if (prm.job != NULL) {
+		/* Channels to readers on other hosts ring its link. */
+		ctx->job = prm.job;
+		ctx->link_bell = &prm.job->bell;
+	}
 	libs[CGR__LIB_CUDART] = prm.cudart_path;
 	libs[CGR__LIB_NCCL] = prm.nccl_path;
 	ret = cgr__lib_configure(ctx, libs);

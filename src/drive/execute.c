@@ -52,7 +52,7 @@ static int cgr__hold(cgr_compiled *c, uint64_t prev)
 
 	cgr__drain(c);
 	if (c->arrived[slot] < c->nout)
-		return cgr__dead(c) ? CGR_EPEERDEAD : CGR_ECAPACITY;
+		return cgr__dead(c) ? c->ctl->dead_code : CGR_ECAPACITY;
 	if (c->omap != NULL && c->nfree == 0)
 		return CGR_ECAPACITY; /* cannot be: max_inflight spares */
 	c->held[c->nheld].seq = prev;
@@ -82,7 +82,7 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 	if (atomic_load_explicit(&c->ctl->gone, memory_order_acquire) != 0)
 		return CGR_EWORKERGONE;
 	if (cgr__dead(c))
-		return CGR_EPEERDEAD;
+		return c->ctl->dead_code;
 	if (nargs != c->nargs)
 		return CGR_ENARGS;
 	if (c->unreleased >= c->p.max_inflight)
@@ -204,7 +204,7 @@ static void cgr__dead_values(cgr_compiled *c, cgr_ref ref, cgr_value *outs,
 	for (size_t o = 0; o < nouts; o++) {
 		memset(&outs[o], 0, sizeof(outs[o]));
 		outs[o].kind = CGR_VALUE_ERROR;
-		outs[o].code = CGR_EPEERDEAD;
+		outs[o].code = c->ctl->dead_code;
 		outs[o].u.error.msg = c->dead_msg;
 		outs[o].u.error.task = "";
 		outs[o].u.error.worker = who;

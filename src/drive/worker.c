@@ -15,6 +15,7 @@
 /* Each kind's table, in its own folder; only this file names them. */
 extern const struct cgr__worker_ops cgr__thread_ops; /* thread/thread.c */
 extern const struct cgr__worker_ops cgr__proc_ops;   /* proc/proc.c */
+extern const struct cgr__worker_ops cgr__remote_ops; /* remote/remote.c */
 
 /* The registry: cgr_worker_params.kind -> where the worker lives. */
 static const struct cgr__worker_ops *const kinds[] = {
@@ -22,6 +23,22 @@ static const struct cgr__worker_ops *const kinds[] = {
 	[CGR_WORKER_PROCESS] = &cgr__proc_ops,
 };
 #define NKINDS (sizeof(kinds) / sizeof(kinds[0]))
+
+/* Where a worker of params p lives: a thread worker on another rank of
+ * the context's job is remote (NULL: p makes no sense). */
+static const struct cgr__worker_ops *kind_of(const cgr_ctx *ctx,
+					     const cgr_worker_params *p)
+{
+	int me = ctx->job != NULL ? cgr_job_rank(ctx->job) : 0;
+	int size = ctx->job != NULL ? cgr_job_size(ctx->job) : 1;
+
+	if (p->kind < 0 || (size_t)p->kind >= NKINDS || p->rank < -1 ||
+	    p->rank >= size)
+		return NULL;
+	if (p->rank == -1 || p->rank == me)
+		return kinds[p->kind];
+	return p->kind == CGR_WORKER_THREAD ? &cgr__remote_ops : NULL;
+}
 
 static void worker_free(cgr_ctx *ctx, cgr_worker *w)
 {
@@ -49,7 +66,8 @@ static int worker_device(const struct cgr_worker *w)
 }
 
 /* A worker's identity, where it lives (ops), not started yet. */
-static cgr_worker *worker_new(cgr_ctx *ctx, const cgr_worker_params *prm)
+static cgr_worker *worker_new(cgr_ctx *ctx, const cgr_worker_params *prm,
+			      const struct cgr__worker_ops *ops)
 {
 	cgr_worker *w = cgr__alloc(&ctx->arena, sizeof(*w), 64);
 	char buf[32];
@@ -63,7 +81,7 @@ static cgr_worker *worker_new(cgr_ctx *ctx, const cgr_worker_params *prm)
 		return NULL;
 	}
 	w->ctx = ctx;
-	w->ops = kinds[prm->kind];
+	w->ops = ops;
 	w->cpu = prm->cpu;
 	w->device = prm->device;
 	w->init = prm->init;
@@ -78,6 +96,7 @@ static cgr_worker *worker_new(cgr_ctx *ctx, const cgr_worker_params *prm)
 int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 		      cgr_worker **out)
 {
+	const struct cgr__worker_ops *ops;
 	cgr_worker_params prm;
 	cgr_worker *w;
 	int ret;
@@ -86,12 +105,11 @@ int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 	    (p != NULL && p->size < sizeof(size_t)))
 		return -EINVAL;
 	CGR__PARAMS_COPY(prm, p, ((cgr_worker_params)CGR_WORKER_PARAMS_INIT));
-	if (prm.kind < 0 || (size_t)prm.kind >= NKINDS ||
-	    kinds[prm.kind] == NULL || prm.cpu < -1 ||
+	if ((ops = kind_of(ctx, &prm)) == NULL || prm.cpu < -1 ||
 	    (prm.device < 0 && prm.device != CGR_DEVICE_NONE &&
 	     prm.device != CGR_DEVICE_SIM))
 		return -EINVAL;
-	if (prm.device >= 0) {
+	if (prm.device >= 0 && !ops->other_host) {
 		/* The device must exist (-ENODEV; the log says why). */
 		cgr_stream *probe;
 		ret = cgr_stream_create(ctx, prm.device, 0, &probe);
@@ -99,7 +117,7 @@ int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 			return ret;
 		cgr_stream_destroy(probe);
 	}
-	if ((w = worker_new(ctx, &prm)) == NULL)
+	if ((w = worker_new(ctx, &prm, ops)) == NULL)
 		return -ENOMEM;
 	ret = w->ops->create(w, &prm);
 	if (ret != 0) {

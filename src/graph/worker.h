@@ -130,6 +130,10 @@ struct cgr__worker_ops {
 	 * by export (graph/blob.c), and the compiler here makes only what
 	 * the others reach of them. */
 	bool shared;
+	/* Its programs run on another host (remote/): what its channels
+	 * carry there goes through this process's link (the doorbell a
+	 * channel to it rings is the link's: compile/prog.h). */
+	bool other_host;
 
 	/* ---- the worker ------------------------------------------------ */
 

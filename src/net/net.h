@@ -91,6 +91,59 @@ int cgr__ucx_recv(struct cgr__ucx *u, uint32_t *from, void *buf, size_t cap,
 /* Closes the endpoints (forced for a lost peer), the worker, the context. */
 void cgr__ucx_close(struct cgr__ucx *u);
 
+/*
+ * Handler mode (the reactor of remote/ uses it; the queue above is for
+ * simple programs): every message that arrives is handed to fn, from
+ * cgr__ucx_progress, instead of being queued: its header (what the
+ * sender posted, at most CGR__UCX_HDR_MAX bytes) and its data, valid only
+ * during the call; a rendezvous message's data is not there yet (rndv set):
+ * fn fetches it into its final place (cgr__ucx_fetch) or drops it
+ * (cgr__ucx_drop_data), before it returns.  lost(arg, peer, why) runs,
+ * from progress too, once when a peer's endpoint fails (UCX saw the peer
+ * go); sends to it fail from then on.
+ */
+#define CGR__UCX_HDR_MAX 256
+struct cgr__ucx_msg {
+	const void *hdr;
+	size_t hlen;
+	void *data;
+	size_t len;
+	void *rndv; /* non-NULL: data to fetch */
+};
+typedef void (*cgr__ucx_fn)(void *arg, const struct cgr__ucx_msg *m);
+typedef void (*cgr__ucx_lost_fn)(void *arg, uint32_t peer, const char *why);
+/* A completion: status 0 or a negative errno. */
+typedef void (*cgr__ucx_done_fn)(void *arg, int status);
+void cgr__ucx_set_handler(struct cgr__ucx *u, cgr__ucx_fn fn,
+			  cgr__ucx_lost_fn lost, void *arg);
+/* Receives rendezvous data m->rndv (len bytes) into buf: 0 (in already;
+ * done not called), 1 (done(arg, status) is called from a later
+ * progress), or a negative errno. */
+int cgr__ucx_fetch(struct cgr__ucx *u, void *rndv, void *buf, size_t len,
+		   cgr__ucx_done_fn done, void *arg);
+void cgr__ucx_drop_data(struct cgr__ucx *u, void *rndv);
+/* Posts hdr (hlen <= CGR__UCX_HDR_MAX bytes, copied) and len bytes of data
+ * (not copied: data stays valid until the send completes) to peer: 0
+ * (sent, data may be reused; done not called), 1 (in flight:
+ * done(arg, status) from a later progress; done may be NULL), -ECONNRESET
+ * (the peer was lost), -EINVAL, -ENOMEM, -EIO.  Never blocks. */
+int cgr__ucx_post(struct cgr__ucx *u, uint32_t peer, const void *hdr,
+		  size_t hlen, const void *data, size_t len,
+		  cgr__ucx_done_fn done, void *arg);
+/* Progresses the worker once: how many events it handled. */
+unsigned cgr__ucx_progress(struct cgr__ucx *u);
+/* The worker's event fd (readable when there is something to progress,
+ * once armed) and arming it: 0 (armed: sleep on the fd), -EAGAIN (events
+ * are pending: progress first), -EIO. */
+int cgr__ucx_efd(struct cgr__ucx *u);
+int cgr__ucx_arm(struct cgr__ucx *u);
+/* Whether peer's endpoint failed; closing it now, by force (a peer the
+ * caller declared lost: nothing more is sent to it or awaited from it). */
+bool cgr__ucx_peer_lost(const struct cgr__ucx *u, uint32_t peer);
+void cgr__ucx_peer_close(struct cgr__ucx *u, uint32_t peer, const char *why);
+/* Sends and fetches in flight. */
+size_t cgr__ucx_inflight(const struct cgr__ucx *u);
+
 /* Leaves the job (PMIx_Finalize); libpmix stays loaded (its threads are
  * gone, but a library that was initialised once is not unloaded). */
 void cgr__boot_fini(struct cgr__boot *b);

@@ -66,6 +66,68 @@ void cgr__ucx_close(struct cgr__ucx *u)
 	(void)u;
 }
 
+void cgr__ucx_set_handler(struct cgr__ucx *u, cgr__ucx_fn fn,
+			  cgr__ucx_lost_fn lost, void *arg)
+{
+	(void)u, (void)fn, (void)lost, (void)arg;
+}
+
+int cgr__ucx_fetch(struct cgr__ucx *u, void *rndv, void *buf, size_t len,
+		   cgr__ucx_done_fn done, void *arg)
+{
+	(void)u, (void)rndv, (void)buf, (void)len, (void)done, (void)arg;
+	return -ENOSYS;
+}
+
+void cgr__ucx_drop_data(struct cgr__ucx *u, void *rndv)
+{
+	(void)u, (void)rndv;
+}
+
+int cgr__ucx_post(struct cgr__ucx *u, uint32_t peer, const void *hdr,
+		  size_t hlen, const void *data, size_t len,
+		  cgr__ucx_done_fn done, void *arg)
+{
+	(void)u, (void)peer, (void)hdr, (void)hlen, (void)data, (void)len;
+	(void)done, (void)arg;
+	return -ENOSYS;
+}
+
+unsigned cgr__ucx_progress(struct cgr__ucx *u)
+{
+	(void)u;
+	return 0;
+}
+
+int cgr__ucx_efd(struct cgr__ucx *u)
+{
+	(void)u;
+	return -ENOSYS;
+}
+
+int cgr__ucx_arm(struct cgr__ucx *u)
+{
+	(void)u;
+	return -ENOSYS;
+}
+
+bool cgr__ucx_peer_lost(const struct cgr__ucx *u, uint32_t peer)
+{
+	(void)u, (void)peer;
+	return true;
+}
+
+void cgr__ucx_peer_close(struct cgr__ucx *u, uint32_t peer, const char *why)
+{
+	(void)u, (void)peer, (void)why;
+}
+
+size_t cgr__ucx_inflight(const struct cgr__ucx *u)
+{
+	(void)u;
+	return 0;
+}
+
 #else
 
 #include <ucp/api/ucp.h>
@@ -108,6 +170,8 @@ struct api {
 	ucs_status_t (*config_modify)(ucp_config_t *, const char *,
 				      const char *);
 	void (*context_print_info)(const ucp_context_h, FILE *);
+	ucs_status_t (*worker_get_efd)(ucp_worker_h, int *);
+	ucs_status_t (*worker_arm)(ucp_worker_h);
 };
 
 #define SYM(field, name) { #name, offsetof(struct api, field), false }
@@ -133,6 +197,8 @@ static const struct cgr__lib_sym syms[] = {
 	SYM(config_print, ucp_config_print),
 	SYM(config_modify, ucp_config_modify),
 	SYM(context_print_info, ucp_context_print_info),
+	SYM(worker_get_efd, ucp_worker_get_efd),
+	SYM(worker_arm, ucp_worker_arm),
 };
 #undef SYM
 
@@ -159,6 +225,24 @@ struct cgr__ucx {
 	uint32_t npeers;
 	struct msg *head, **tail;
 	char transports[512]; /* what was chosen and left out (net.h) */
+	/* Handler mode (net.h): the caller's handlers; the records of sends
+	 * in flight (their headers must outlive the call: UCX 1.13 does
+	 * not copy them), free ones kept for the next; what is in flight. */
+	cgr__ucx_fn fn;
+	cgr__ucx_lost_fn lost_fn;
+	void *fn_arg;
+	struct sendrec *free_recs;
+	size_t inflight;
+	int efd;
+};
+
+/* A send in flight (handler mode), or a fetch's completion. */
+struct sendrec {
+	struct sendrec *next;
+	struct cgr__ucx *u;
+	cgr__ucx_done_fn done;
+	void *arg;
+	unsigned char hdr[CGR__UCX_HDR_MAX];
 };
 
 static int64_t now_ns(void)
@@ -201,10 +285,18 @@ static ucs_status_t on_am(void *arg, const void *hdr, size_t hlen, void *data,
 			  size_t len, const ucp_am_recv_param_t *p)
 {
 	struct cgr__ucx *u = arg;
-	struct msg *m = malloc(sizeof(*m) + (len ? len : 1));
+	struct msg *m;
 	ucp_request_param_t rp;
 	ucs_status_ptr_t r;
 
+	if (u->fn != NULL) {
+		struct cgr__ucx_msg um = { hdr, hlen, data, len, NULL };
+		if (p->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)
+			um.rndv = data, um.data = NULL;
+		u->fn(u->fn_arg, &um);
+		return UCS_OK;
+	}
+	m = malloc(sizeof(*m) + (len ? len : 1));
 	if (m == NULL || hlen != sizeof(uint32_t)) {
 		free(m);
 		return UCS_OK; /* dropped: the sender sees its data lost */
@@ -386,10 +478,13 @@ static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t st)
 {
 	struct cgr__ucx *u = arg;
 
-	(void)st;
 	for (uint32_t i = 0; i < u->npeers; i++)
-		if (u->eps[i] == ep)
+		if (u->eps[i] == ep && !u->lost[i]) {
 			u->lost[i] = true;
+			if (u->lost_fn != NULL)
+				u->lost_fn(u->fn_arg, i,
+					   u->f.status_string(st));
+		}
 }
 
 /* libucp loaded and its functions in u->f: 0 or -ENOENT. */
@@ -455,6 +550,7 @@ int cgr__ucx_open(struct cgr__ucx **out, uint32_t npeers, char *why,
 		return -ENOMEM;
 	u->tail = &u->head;
 	u->npeers = npeers;
+	u->efd = -1;
 	u->eps = calloc(npeers + 1, sizeof(*u->eps));
 	u->lost = calloc(npeers + 1, sizeof(*u->lost));
 	if (u->eps != NULL && u->lost != NULL && (ret = load(u, why, len)) == 0)
@@ -589,6 +685,16 @@ void cgr__ucx_close(struct cgr__ucx *u)
 		u->head = m->next;
 		free(m);
 	}
+	/* Sends in flight complete (in error) as their endpoints close;
+	 * progress until they did, a second at most. */
+	for (int64_t end = now_ns() + 1000000000;
+	     u->w != NULL && u->inflight > 0 && now_ns() < end;)
+		u->f.worker_progress(u->w);
+	while (u->free_recs != NULL) {
+		struct sendrec *r = u->free_recs;
+		u->free_recs = r->next;
+		free(r);
+	}
 	if (u->addr != NULL)
 		u->f.worker_release_address(u->w, u->addr);
 	if (u->w != NULL)
@@ -598,6 +704,189 @@ void cgr__ucx_close(struct cgr__ucx *u)
 	free(u->eps);
 	free(u->lost);
 	free(u);
+}
+
+/* ---- handler mode ---------------------------------------------------- */
+
+void cgr__ucx_set_handler(struct cgr__ucx *u, cgr__ucx_fn fn,
+			  cgr__ucx_lost_fn lost, void *arg)
+{
+	u->fn = fn;
+	u->lost_fn = lost;
+	u->fn_arg = arg;
+}
+
+static struct sendrec *rec_get(struct cgr__ucx *u)
+{
+	struct sendrec *r = u->free_recs;
+
+	if (r != NULL)
+		u->free_recs = r->next;
+	else if ((r = malloc(sizeof(*r))) == NULL)
+		return NULL;
+	r->u = u;
+	return r;
+}
+
+static void rec_put(struct sendrec *r)
+{
+	r->next = r->u->free_recs;
+	r->u->free_recs = r;
+}
+
+static int status_errno(ucs_status_t st)
+{
+	return st == UCS_OK		     ? 0 :
+	       st == UCS_ERR_CANCELED	     ? -ECANCELED :
+	       st == UCS_ERR_CONNECTION_RESET ||
+		       st == UCS_ERR_ENDPOINT_TIMEOUT ||
+		       st == UCS_ERR_UNREACHABLE ? -ECONNRESET :
+						   -EIO;
+}
+
+/* A request ended: its record's done, the request and the record freed
+ * (here: one freed before it completes would never call back). */
+static void rec_end(void *req, ucs_status_t st, struct sendrec *r)
+{
+	struct cgr__ucx *u = r->u;
+
+	u->inflight--;
+	u->f.request_free(req);
+	if (r->done != NULL)
+		r->done(r->arg, status_errno(st));
+	rec_put(r);
+}
+
+static void send_done(void *req, ucs_status_t st, void *arg)
+{
+	rec_end(req, st, arg);
+}
+
+static void fetch_done(void *req, ucs_status_t st, size_t len, void *arg)
+{
+	(void)len;
+	rec_end(req, st, arg);
+}
+
+/* What a nonblocking call returned: 0 (done), 1 (in flight: r kept until
+ * its callback) or the error (r back to the pool). */
+static int posted(struct cgr__ucx *u, ucs_status_ptr_t q, struct sendrec *r)
+{
+	if (q == NULL) {
+		rec_put(r);
+		return 0;
+	}
+	if (UCS_PTR_IS_ERR(q)) {
+		rec_put(r);
+		return status_errno(UCS_PTR_STATUS(q));
+	}
+	u->inflight++;
+	return 1;
+}
+
+int cgr__ucx_fetch(struct cgr__ucx *u, void *rndv, void *buf, size_t len,
+		   cgr__ucx_done_fn done, void *arg)
+{
+	struct sendrec *r = rec_get(u);
+	ucp_request_param_t rp;
+
+	if (r == NULL) {
+		u->f.am_data_release(u->w, rndv);
+		return -ENOMEM;
+	}
+	r->done = done;
+	r->arg = arg;
+	memset(&rp, 0, sizeof(rp));
+	rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+			  UCP_OP_ATTR_FIELD_USER_DATA;
+	rp.cb.recv_am = fetch_done;
+	rp.user_data = r;
+	return posted(u, u->f.am_recv_data_nbx(u->w, rndv, buf, len, &rp), r);
+}
+
+void cgr__ucx_drop_data(struct cgr__ucx *u, void *rndv)
+{
+	u->f.am_data_release(u->w, rndv);
+}
+
+int cgr__ucx_post(struct cgr__ucx *u, uint32_t peer, const void *hdr,
+		  size_t hlen, const void *data, size_t len,
+		  cgr__ucx_done_fn done, void *arg)
+{
+	struct sendrec *r;
+	ucp_request_param_t rp;
+
+	if (peer >= u->npeers || hlen > CGR__UCX_HDR_MAX)
+		return -EINVAL;
+	if (u->lost[peer])
+		return -ECONNRESET;
+	if (u->eps[peer] == NULL)
+		return -EINVAL;
+	if ((r = rec_get(u)) == NULL)
+		return -ENOMEM;
+	memcpy(r->hdr, hdr, hlen);
+	r->done = done;
+	r->arg = arg;
+	memset(&rp, 0, sizeof(rp));
+	rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+			  UCP_OP_ATTR_FIELD_USER_DATA;
+	rp.cb.send = send_done;
+	rp.user_data = r;
+	return posted(u,
+		      u->f.am_send_nbx(u->eps[peer], AM_ID, r->hdr, hlen, data,
+				       len, &rp),
+		      r);
+}
+
+unsigned cgr__ucx_progress(struct cgr__ucx *u)
+{
+	return u->f.worker_progress(u->w);
+}
+
+int cgr__ucx_efd(struct cgr__ucx *u)
+{
+	if (u->efd < 0 && u->f.worker_get_efd(u->w, &u->efd) != UCS_OK)
+		u->efd = -1;
+	return u->efd >= 0 ? u->efd : -EIO;
+}
+
+int cgr__ucx_arm(struct cgr__ucx *u)
+{
+	ucs_status_t st = u->f.worker_arm(u->w);
+
+	return st == UCS_OK ? 0 : st == UCS_ERR_BUSY ? -EAGAIN : -EIO;
+}
+
+bool cgr__ucx_peer_lost(const struct cgr__ucx *u, uint32_t peer)
+{
+	return peer >= u->npeers || u->lost[peer];
+}
+
+void cgr__ucx_peer_close(struct cgr__ucx *u, uint32_t peer, const char *why)
+{
+	ucp_request_param_t rp;
+	ucs_status_ptr_t q;
+
+	if (peer >= u->npeers || u->eps[peer] == NULL)
+		return;
+	if (!u->lost[peer]) {
+		u->lost[peer] = true;
+		if (u->lost_fn != NULL)
+			u->lost_fn(u->fn_arg, peer, why);
+	}
+	memset(&rp, 0, sizeof(rp));
+	rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+	rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+	q = u->f.ep_close_nbx(u->eps[peer], &rp);
+	u->eps[peer] = NULL;
+	/* A forced close completes without the peer; progress until it
+	 * did (its sends in flight end in error on the way). */
+	(void)wait_req(u, q, now_ns() + 1000000000);
+}
+
+size_t cgr__ucx_inflight(const struct cgr__ucx *u)
+{
+	return u->inflight;
 }
 
 #endif

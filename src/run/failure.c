@@ -101,12 +101,19 @@ void cgr__task_dead(struct cgr_task_ctx *tc, uint64_t seq)
 
 bool cgr__graph_dead(struct cgr_compiled *c, unsigned index, const char *msg)
 {
+	return cgr__graph_lost(c, index, CGR_EPEERDEAD, msg);
+}
+
+bool cgr__graph_lost(struct cgr_compiled *c, unsigned index, int code,
+		     const char *msg)
+{
 	struct cgr__gctl *ctl = c->ctl;
 	uint32_t none = 0;
 
 	if (!atomic_compare_exchange_strong(&ctl->dead_claim, &none, index + 1))
 		return false; /* somebody died first */
 	snprintf(ctl->dead_msg, sizeof(ctl->dead_msg), "%s", msg);
+	ctl->dead_code = code;
 	/* P1: the message, then who; pairs with the driver's acquire. */
 	atomic_store_explicit(&ctl->dead, index + 1, memory_order_release);
 	atomic_store_explicit(&ctl->stop, 1, memory_order_release);

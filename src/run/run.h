@@ -110,6 +110,10 @@ void cgr__prog_device_failed(struct cgr__prog *p, int err, const char *what);
  * communicators abort.  Any thread, any process mapping c; the first
  * report wins (whether this one did). */
 bool cgr__graph_dead(struct cgr_compiled *c, unsigned index, const char *msg);
+/* The same with the code its executions' error values carry
+ * (CGR_EHOSTLOST: a host of the job was lost, remote/). */
+bool cgr__graph_lost(struct cgr_compiled *c, unsigned index, int code,
+		     const char *msg);
 void cgr__task_dead(struct cgr_task_ctx *tc, uint64_t seq);
 void cgr__prog_check_device(struct cgr__prog *p);
 bool cgr__prog_poll(void *arg);

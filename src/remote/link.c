@@ -1,0 +1,730 @@
+/*
+ * remote/link.c: the job (cgr_job_*) and its link thread (remote.h).
+ *
+ * Joining: PMIx gives the rank, the job's size and each rank's host; each
+ * rank opens a UCX worker over host transports and publishes its address
+ * (and the driver the job's epoch); after the fence every rank makes an
+ * endpoint to every other (UCX connects on first use).  Without a PMIx
+ * launcher the job is this process alone.
+ *
+ * The link thread then owns the UCX worker: each round it progresses it
+ * (handlers run: control messages to the inbox, values into slots),
+ * posts queued control messages, pumps the graphs' outgoing channels
+ * (bridge.c), and every tick sends heartbeats to peers it sent nothing to
+ * for heartbeat_ns and declares lost those it heard nothing from for
+ * deadline_ns.  Idle, it spins (adaptive mode) then arms the UCX worker
+ * and parks on its reactor: its doorbell (rung by whoever queues for it,
+ * and by the writers of channels to other hosts), the worker's event fd,
+ * the next tick.
+ *
+ * Threads: the link thread; any thread queues and awaits under j->lock.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "remote/remote.h"
+
+struct cgr__omsg {
+	struct cgr__omsg *next;
+	uint32_t to;
+	size_t len;
+	unsigned char buf[]; /* struct cgr__rmsg, then its payload */
+};
+
+/* ---- messages --------------------------------------------------------- */
+
+void cgr__lhdr_init(const struct cgr_job *j, struct cgr__lhdr *h, int type,
+		    uint32_t to)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = CGR__LINK_MAGIC;
+	h->version = CGR__LINK_VERSION;
+	h->type = (uint16_t)type;
+	h->from = j->rank;
+	h->epoch = j->epoch;
+	h->ack = j->peers[to].nrecv;
+}
+
+/* Link thread: m went to peer `to` (or failed: lost). */
+static void sent_to(struct cgr_job *j, uint32_t to, int ret)
+{
+	struct cgr__rpeer *pe = &j->peers[to];
+
+	if (ret < 0) {
+		char why[200];
+		snprintf(why, sizeof(why), "sending to it failed: %s",
+			 cgr_strerror(ret));
+		cgr__job_lose(j, to, why);
+		return;
+	}
+	pe->sent = cgr__now_ns();
+	pe->nsent++;
+	if (!pe->engaged) {
+		pe->engaged = true;
+		pe->heard = pe->sent;
+	}
+}
+
+static void free_done(void *arg, int status)
+{
+	(void)status;
+	free(arg);
+}
+
+/* Link thread: posts what was queued. */
+static bool flush_out(struct cgr_job *j)
+{
+	struct cgr__omsg *o;
+	bool did = false;
+
+	for (;;) {
+		struct cgr__lhdr h;
+		int ret;
+		pthread_mutex_lock(&j->lock);
+		if ((o = j->out_head) != NULL) {
+			j->out_head = o->next;
+			if (j->out_head == NULL)
+				j->out_tail = &j->out_head;
+			atomic_fetch_sub_explicit(&j->nout, 1,
+						  memory_order_relaxed);
+		}
+		pthread_mutex_unlock(&j->lock);
+		if (o == NULL)
+			return did;
+		did = true;
+		if (atomic_load_explicit(&j->peers[o->to].lost,
+					 memory_order_acquire)) {
+			free(o);
+			continue;
+		}
+		cgr__lhdr_init(j, &h, CGR__LM_CTRL, o->to);
+		ret = cgr__ucx_post(j->ucx, o->to, &h, sizeof(h), o->buf,
+				    o->len, free_done, o);
+		if (ret != 1)
+			free(o);
+		sent_to(j, o->to, ret < 0 ? ret : 0);
+		atomic_fetch_add_explicit(&j->st_ctrl, 1,
+					  memory_order_relaxed);
+	}
+}
+
+int cgr__job_send(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
+		  const void *payload, size_t len)
+{
+	struct cgr__omsg *o;
+
+	if (to >= j->size || to == j->rank)
+		return -EINVAL;
+	if (cgr__job_lost(j, to, NULL))
+		return CGR_EHOSTLOST;
+	o = malloc(sizeof(*o) + sizeof(*m) + len);
+	if (o == NULL)
+		return -ENOMEM;
+	o->next = NULL;
+	o->to = to;
+	o->len = sizeof(*m) + len;
+	memcpy(o->buf, m, sizeof(*m));
+	((struct cgr__rmsg *)(void *)o->buf)->payload = len;
+	if (len)
+		memcpy(o->buf + sizeof(*m), payload, len);
+	pthread_mutex_lock(&j->lock);
+	*j->out_tail = o;
+	j->out_tail = &o->next;
+	atomic_fetch_add_explicit(&j->nout, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&j->lock);
+	cgr__job_kick(j);
+	return 0;
+}
+
+/* A control message that is in (link thread): to the inbox. */
+static void inbox_put(struct cgr_job *j, struct cgr__cmsg *cm)
+{
+	cm->next = NULL;
+	pthread_mutex_lock(&j->lock);
+	*j->in_tail = cm;
+	j->in_tail = &cm->next;
+	pthread_cond_broadcast(&j->cond);
+	pthread_mutex_unlock(&j->lock);
+}
+
+/* Whether the payload the message announces is the one that came. */
+static bool ctrl_ok(const struct cgr__cmsg *cm)
+{
+	return cm->m.payload == cm->len - sizeof(cm->m);
+}
+
+static void ctrl_fetched(void *arg, int status)
+{
+	struct cgr__cmsg *cm = arg;
+	struct cgr_job *j = (struct cgr_job *)(void *)cm->next;
+
+	if (status < 0 || !ctrl_ok(cm)) {
+		free(cm);
+		return;
+	}
+	inbox_put(j, cm);
+}
+
+/* A control message arrives (link thread). */
+static void ctrl_in(struct cgr_job *j, const struct cgr__lhdr *h,
+		    const struct cgr__ucx_msg *m)
+{
+	struct cgr__cmsg *cm;
+
+	if (m->len < sizeof(struct cgr__rmsg) ||
+	    m->len > sizeof(struct cgr__rmsg) + CGR__RMSG_MAX_PAYLOAD ||
+	    (cm = malloc(sizeof(*cm) + m->len - sizeof(cm->m))) == NULL) {
+		if (m->rndv != NULL)
+			cgr__ucx_drop_data(j->ucx, m->rndv);
+		atomic_fetch_add_explicit(&j->st_late, 1,
+					  memory_order_relaxed);
+		return;
+	}
+	cm->from = h->from;
+	cm->len = m->len;
+	if (m->rndv == NULL) {
+		memcpy(&cm->m, m->data, m->len);
+		if (ctrl_ok(cm))
+			inbox_put(j, cm);
+		else
+			free(cm);
+		return;
+	}
+	/* Until it is in, next carries the job (ctrl_fetched). */
+	cm->next = (void *)j;
+	switch (cgr__ucx_fetch(j->ucx, m->rndv, &cm->m, m->len, ctrl_fetched,
+			       cm)) {
+	case 0:
+		ctrl_fetched(cm, 0);
+		break;
+	case 1:
+		break;
+	default:
+		free(cm);
+	}
+}
+
+
+/* Every message's handler (link thread, from progress). */
+static void on_msg(void *arg, const struct cgr__ucx_msg *m)
+{
+	struct cgr_job *j = arg;
+	struct cgr__lhdr h;
+	struct cgr__rpeer *pe;
+
+	if (m->hlen < sizeof(h)) {
+		if (m->rndv != NULL)
+			cgr__ucx_drop_data(j->ucx, m->rndv);
+		atomic_fetch_add_explicit(&j->st_late, 1,
+					  memory_order_relaxed);
+		return;
+	}
+	memcpy(&h, m->hdr, sizeof(h));
+	if (h.magic != CGR__LINK_MAGIC || h.version != CGR__LINK_VERSION ||
+	    h.epoch != j->epoch || h.from >= j->size || h.from == j->rank) {
+		if (m->rndv != NULL)
+			cgr__ucx_drop_data(j->ucx, m->rndv);
+		atomic_fetch_add_explicit(&j->st_late, 1,
+					  memory_order_relaxed);
+		return;
+	}
+	pe = &j->peers[h.from];
+	pe->heard = cgr__now_ns();
+	pe->nrecv++;
+	pe->acked = h.ack;
+	if (!pe->engaged) {
+		pe->engaged = true;
+		pe->sent = pe->heard;
+	}
+	switch (h.type) {
+	case CGR__LM_HEARTBEAT:
+		break;
+	case CGR__LM_CTRL:
+		ctrl_in(j, &h, m);
+		break;
+	default:
+		cgr__bridge_in(j, &h, m);
+	}
+}
+
+/* ---- losses ------------------------------------------------------------ */
+
+bool cgr__job_lost(struct cgr_job *j, uint32_t rank, const char **why)
+{
+	if (rank >= j->size)
+		return true;
+	/* L1: pairs with cgr__job_lose's release. */
+	if (!atomic_load_explicit(&j->peers[rank].lost, memory_order_acquire))
+		return false;
+	if (why != NULL)
+		*why = j->peers[rank].why;
+	return true;
+}
+
+void cgr__job_lose(struct cgr_job *j, uint32_t rank, const char *why)
+{
+	struct cgr__rpeer *pe;
+
+	if (rank >= j->size || rank == j->rank)
+		return;
+	pe = &j->peers[rank];
+	pthread_mutex_lock(&j->lock);
+	if (!atomic_load_explicit(&pe->lost, memory_order_relaxed)) {
+		snprintf(pe->why, sizeof(pe->why), "host %s (rank %u) lost: %s",
+			 pe->host[0] ? pe->host : "?", rank, why);
+		/* L1: why, then lost. */
+		atomic_store_explicit(&pe->lost, 1, memory_order_release);
+		atomic_fetch_add_explicit(&j->st_lost, 1,
+					  memory_order_relaxed);
+		cgr__log(&j->log,
+			 atomic_load(&j->ending) ? CGR_LOG_INFO : CGR_LOG_ERROR,
+			 "%s", pe->why);
+		cgr__bridge_lost(j, rank, pe->why);
+		pthread_cond_broadcast(&j->cond);
+	}
+	pthread_mutex_unlock(&j->lock);
+	cgr__job_kick(j);
+}
+
+/* UCX saw a peer's endpoint fail (link thread, from progress). */
+static void on_lost(void *arg, uint32_t peer, const char *why)
+{
+	char buf[200];
+
+	snprintf(buf, sizeof(buf), "its process ended or its endpoint "
+				   "failed (UCX: %s)",
+		 why);
+	cgr__job_lose(arg, peer, buf);
+}
+
+/* Link thread: heartbeats and deadlines. */
+static void tick(struct cgr_job *j, int64_t now)
+{
+	for (uint32_t i = 0; i < j->size; i++) {
+		struct cgr__rpeer *pe = &j->peers[i];
+		struct cgr__lhdr h;
+		if (i == j->rank || !pe->engaged ||
+		    atomic_load_explicit(&pe->lost, memory_order_relaxed))
+			continue;
+		if (now - pe->heard > j->deadline_ns) {
+			char why[160];
+			snprintf(why, sizeof(why),
+				 "nothing heard from it for %.1f s (the "
+				 "deadline is %.1f s)",
+				 (double)(now - pe->heard) / 1e9,
+				 (double)j->deadline_ns / 1e9);
+			cgr__job_lose(j, i, why);
+			continue;
+		}
+		if (now - pe->sent < j->heartbeat_ns)
+			continue;
+		cgr__lhdr_init(j, &h, CGR__LM_HEARTBEAT, i);
+		sent_to(j, i,
+			cgr__ucx_post(j->ucx, i, &h, sizeof(h), NULL, 0, NULL,
+				      NULL) < 0 ?
+				-ECONNRESET :
+				0);
+		atomic_fetch_add_explicit(&j->st_heartbeats, 1,
+					  memory_order_relaxed);
+	}
+}
+
+/* Link thread: endpoints of lost peers closed by force (once). */
+static void close_lost(struct cgr_job *j, bool *closed)
+{
+	for (uint32_t i = 0; i < j->size; i++)
+		if (!closed[i] && i != j->rank && cgr__job_lost(j, i, NULL)) {
+			closed[i] = true;
+			cgr__ucx_peer_close(j->ucx, i, j->peers[i].why);
+		}
+}
+
+/* ---- the link thread --------------------------------------------------- */
+
+static void efd_watch_fired(void *arg)
+{
+	struct cgr_job *j = arg;
+
+	j->efd_fired = true;
+	j->watching = false;
+}
+
+static bool link_ready(void *arg)
+{
+	struct cgr_job *j = arg;
+
+	return j->efd_fired ||
+	       atomic_load_explicit(&j->quit, memory_order_acquire) ||
+	       atomic_load_explicit(&j->nout, memory_order_relaxed) != 0 ||
+	       cgr__bridge_ready(j);
+}
+
+/* Idle: parks until something is to do or the next tick (false: the
+ * UCX worker has events: progress again). */
+static bool link_park(struct cgr_job *j, struct cgr__reactor *r,
+		      int64_t until)
+{
+	int efd = cgr__ucx_efd(j->ucx);
+
+	if (cgr__ucx_arm(j->ucx) == -EAGAIN)
+		return false;
+	j->efd_fired = false;
+	if (efd >= 0 && !j->watching &&
+	    cgr__reactor_watch_add(r, efd, efd_watch_fired, j, NULL) == 0)
+		j->watching = true;
+	(void)cgr__reactor_wait(r, &j->bell, link_ready, j, NULL,
+				CGR_WAIT_BLOCK, 0,
+				efd >= 0 ? until :
+					   cgr__now_ns() + 1000000);
+	return true;
+}
+
+static void *link_main(void *arg)
+{
+	struct cgr_job *j = arg;
+	struct cgr__reactor r;
+	int64_t tick_ns = j->heartbeat_ns / 2, next = 0, idle = 0;
+	int64_t quit_by = 0;
+	bool *closed = calloc(j->size, sizeof(*closed));
+
+	pthread_setname_np(pthread_self(), "cgr:link");
+	cgr__reactor_init(&r, 0);
+	cgr__reactor_set_log(&r, &j->log, NULL);
+	if (tick_ns > j->deadline_ns / 8)
+		tick_ns = j->deadline_ns / 8;
+	for (;;) {
+		bool did = cgr__ucx_progress(j->ucx) > 0;
+		int64_t now;
+		did |= flush_out(j);
+		pthread_mutex_lock(&j->lock);
+		did |= cgr__bridge_pump(j);
+		pthread_mutex_unlock(&j->lock);
+		if (closed != NULL)
+			close_lost(j, closed);
+		now = cgr__now_ns();
+		if (now >= next) {
+			tick(j, now);
+			next = now + tick_ns;
+		}
+		if (atomic_load_explicit(&j->quit, memory_order_acquire)) {
+			/* What was queued goes first, a second at most. */
+			if (quit_by == 0)
+				quit_by = now + 1000000000;
+			if ((atomic_load(&j->nout) == 0 &&
+			     cgr__ucx_inflight(j->ucx) == 0) ||
+			    now > quit_by)
+				break;
+			continue;
+		}
+		if (did || j->wait_mode == CGR_WAIT_BUSY) {
+			idle = 0;
+			continue;
+		}
+		if (idle == 0)
+			idle = now;
+		if (j->wait_mode == CGR_WAIT_ADAPTIVE &&
+		    now - idle < j->spin_ns)
+			continue;
+		if (link_park(j, &r, next))
+			idle = 0;
+	}
+	cgr__reactor_fini(&r);
+	free(closed);
+	return NULL;
+}
+
+/* ---- joining and leaving ----------------------------------------------- */
+
+static int job_params(const cgr_job_params *p, cgr_job_params *out)
+{
+	cgr_job_params d = CGR_JOB_PARAMS_INIT;
+
+	if (p != NULL) {
+		if (p->size < sizeof(size_t) || p->size > sizeof(d))
+			return -EINVAL;
+		memcpy(&d, p, p->size);
+		d.size = sizeof(d);
+	}
+	if (d.driver < 0 || d.deadline_ns < 0 || d.heartbeat_ns < 0 ||
+	    d.fence_timeout_s < 0 || d.spin_ns < 0 ||
+	    (d.wait_mode != CGR_WAIT_ADAPTIVE && d.wait_mode != CGR_WAIT_BUSY &&
+	     d.wait_mode != CGR_WAIT_BLOCK))
+		return -EINVAL;
+	if (d.deadline_ns == 0)
+		d.deadline_ns = 3000000000ll;
+	if (d.heartbeat_ns == 0)
+		d.heartbeat_ns = d.deadline_ns / 6;
+	if (d.heartbeat_ns >= d.deadline_ns)
+		return -EINVAL;
+	if (d.fence_timeout_s == 0)
+		d.fence_timeout_s = 60;
+	if (d.spin_ns == 0)
+		d.spin_ns = 50000;
+	*out = d;
+	return 0;
+}
+
+/* The job's ranks meet: addresses (and the driver's epoch) exchanged,
+ * endpoints made, hosts known.  0 or the error (the log says why). */
+static int meet(struct cgr_job *j, int fence_s)
+{
+	char why[400] = "";
+	unsigned char buf[4096];
+	const void *addr;
+	size_t alen, n;
+	int ret;
+
+	if ((ret = cgr__ucx_open(&j->ucx, j->size, why, sizeof(why))) < 0)
+		goto out;
+	cgr__info(&j->log, "rank %u: %s", j->rank,
+		  cgr__ucx_transports(j->ucx));
+	cgr__ucx_address(j->ucx, &addr, &alen);
+	if ((ret = cgr__boot_put(&j->boot, "cgr.ucx", addr, alen, why,
+				 sizeof(why))) < 0)
+		goto out;
+	if (j->rank == j->driver &&
+	    (ret = cgr__boot_put(&j->boot, "cgr.epoch", &j->epoch,
+				 sizeof(j->epoch), why, sizeof(why))) < 0)
+		goto out;
+	if ((ret = cgr__boot_fence(&j->boot, fence_s, why, sizeof(why))) < 0)
+		goto out;
+	if (j->rank != j->driver &&
+	    ((ret = cgr__boot_get(&j->boot, j->driver, "cgr.epoch", &j->epoch,
+				  sizeof(j->epoch), &n, why, sizeof(why))) <
+		     0 ||
+	     n != sizeof(j->epoch))) {
+		if (ret == 0)
+			ret = -EPROTO, snprintf(why, sizeof(why),
+						"the driver's epoch is garbled");
+		goto out;
+	}
+	for (uint32_t i = 0; i < j->size; i++) {
+		if (cgr__boot_host(&j->boot, i, j->peers[i].host,
+				   sizeof(j->peers[i].host), why,
+				   sizeof(why)) < 0)
+			j->peers[i].host[0] = 0;
+		if (i == j->rank)
+			continue;
+		if ((ret = cgr__boot_get(&j->boot, i, "cgr.ucx", buf,
+					 sizeof(buf), &n, why, sizeof(why))) <
+			    0 ||
+		    (ret = cgr__ucx_connect(j->ucx, i, buf, n, why,
+					    sizeof(why))) < 0)
+			goto out;
+	}
+out:
+	if (ret < 0)
+		cgr__err(&j->log, "joining the job (rank %u of %u): %s",
+			 j->rank, j->size, why);
+	return ret;
+}
+
+static void job_free(struct cgr_job *j)
+{
+	while (j->in_head != NULL) {
+		struct cgr__cmsg *cm = j->in_head;
+		j->in_head = cm->next;
+		free(cm);
+	}
+	while (j->out_head != NULL) {
+		struct cgr__omsg *o = j->out_head;
+		j->out_head = o->next;
+		free(o);
+	}
+	cgr__ucx_close(j->ucx);
+	if (j->booted)
+		cgr__boot_fini(&j->boot);
+	pthread_cond_destroy(&j->cond);
+	pthread_mutex_destroy(&j->lock);
+	free(j->peers);
+	free(j);
+}
+
+int cgr_job_join(const cgr_job_params *p, cgr_job **out)
+{
+	cgr_job_params d;
+	struct cgr_job *j;
+	char why[400] = "";
+	int ret;
+
+	if (out == NULL || (ret = job_params(p, &d)) < 0)
+		return -EINVAL;
+	if ((j = calloc(1, sizeof(*j))) == NULL)
+		return -ENOMEM;
+	j->log = (struct cgr__logger){ d.log_fn, d.log_arg, d.log_level };
+	j->deadline_ns = d.deadline_ns;
+	j->heartbeat_ns = d.heartbeat_ns;
+	j->wait_mode = d.wait_mode;
+	j->spin_ns = d.spin_ns;
+	pthread_condattr_t ca;
+
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&j->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	cgr__bell_init(&j->bell);
+	j->in_tail = &j->in_head;
+	j->out_tail = &j->out_head;
+	j->size = 1;
+	ret = cgr__boot_init(&j->boot, why, sizeof(why));
+	if (ret == 0) {
+		j->booted = true;
+		j->rank = j->boot.rank;
+		j->size = j->boot.size;
+	} else if (ret == -ENOSYS || ret == -ENOENT || ret == -ENODEV) {
+		/* No launcher (or no PMIx here): a job of one. */
+		cgr__info(&j->log, "a job of one process: %s", why);
+		ret = 0;
+	}
+	if (ret == 0 && (unsigned)d.driver >= j->size)
+		ret = -EINVAL, cgr__err(&j->log,
+					"the driver's rank %d is not in the "
+					"job (%u ranks)",
+					d.driver, j->size);
+	j->driver = (uint32_t)d.driver;
+	if (ret == 0 &&
+	    (j->peers = calloc(j->size, sizeof(*j->peers))) == NULL)
+		ret = -ENOMEM;
+	if (ret == 0 && j->size > 1) {
+		if (j->rank == j->driver &&
+		    getrandom(&j->epoch, sizeof(j->epoch), 0) !=
+			    sizeof(j->epoch))
+			j->epoch = (uint64_t)cgr__now_ns();
+		ret = meet(j, d.fence_timeout_s);
+	}
+	if (ret == 0 && j->size > 1) {
+		cgr__ucx_set_handler(j->ucx, on_msg, on_lost, j);
+		if (pthread_create(&j->thread, NULL, link_main, j) != 0)
+			ret = -EAGAIN;
+		else
+			j->started = true;
+	}
+	if (ret < 0) {
+		job_free(j);
+		return ret;
+	}
+	*out = j;
+	return 0;
+}
+
+int cgr_job_rank(const cgr_job *j)
+{
+	return j != NULL ? (int)j->rank : -EINVAL;
+}
+
+int cgr_job_size(const cgr_job *j)
+{
+	return j != NULL ? (int)j->size : -EINVAL;
+}
+
+int cgr_job_driver(const cgr_job *j)
+{
+	return j != NULL ? (int)j->driver : -EINVAL;
+}
+
+const char *cgr_job_host(const cgr_job *j, int rank)
+{
+	if (j == NULL || rank < 0 || (unsigned)rank >= j->size)
+		return "";
+	return j->peers[rank].host;
+}
+
+const char *cgr_job_transports(const cgr_job *j)
+{
+	return j != NULL && j->ucx != NULL ? cgr__ucx_transports(j->ucx) : "";
+}
+
+void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out)
+{
+	struct cgr_job *m = (struct cgr_job *)j;
+
+	if (out == NULL)
+		return;
+	memset(out, 0, sizeof(*out));
+	if (j == NULL)
+		return;
+	out->data_sent = atomic_load(&m->st_data_sent);
+	out->data_received = atomic_load(&m->st_data_recv);
+	out->control = atomic_load(&m->st_ctrl);
+	out->heartbeats = atomic_load(&m->st_heartbeats);
+	out->late = atomic_load(&m->st_late);
+	out->lost = atomic_load(&m->st_lost);
+}
+
+void cgr_job_leave(cgr_job *j)
+{
+	if (j == NULL)
+		return;
+	atomic_store(&j->ending, 1);
+	if (j->rank == j->driver && j->size > 1) {
+		struct cgr__rmsg m;
+		memset(&m, 0, sizeof(m));
+		m.type = CGR__RM_END;
+		for (uint32_t i = 0; i < j->size; i++)
+			if (i != j->rank)
+				(void)cgr__job_send(j, i, &m, NULL, 0);
+	}
+	if (j->started) {
+		atomic_store_explicit(&j->quit, 1, memory_order_release);
+		cgr__bell_ring_force(&j->bell);
+		pthread_join(j->thread, NULL);
+	}
+	job_free(j);
+}
+
+/* ---- awaiting control messages ----------------------------------------- */
+
+static bool matches(const struct cgr__cmsg *cm, uint32_t from, uint32_t type,
+		    uint64_t gid)
+{
+	return (from == CGR__RANK_NONE || cm->from == from) &&
+	       (type == 0 || cm->m.type == type) &&
+	       (gid == 0 || cm->m.gid == gid);
+}
+
+int cgr__job_await(struct cgr_job *j, uint32_t from, uint32_t type,
+		   uint64_t gid, int64_t deadline, struct cgr__cmsg **out)
+{
+	int ret = 0;
+
+	pthread_mutex_lock(&j->lock);
+	for (;;) {
+		struct cgr__cmsg **pp;
+		for (pp = &j->in_head; *pp != NULL; pp = &(*pp)->next)
+			if (matches(*pp, from, type, gid))
+				break;
+		if (*pp != NULL) {
+			struct cgr__cmsg *cm = *pp;
+			*pp = cm->next;
+			if (j->in_tail == &cm->next)
+				j->in_tail = pp;
+			*out = cm;
+			break;
+		}
+		if (from != CGR__RANK_NONE && from < j->size &&
+		    atomic_load_explicit(&j->peers[from].lost,
+					 memory_order_relaxed)) {
+			ret = CGR_EHOSTLOST;
+			break;
+		}
+		if (deadline != CGR_FOREVER && cgr__now_ns() >= deadline) {
+			ret = -ETIMEDOUT;
+			break;
+		}
+		if (deadline == CGR_FOREVER) {
+			pthread_cond_wait(&j->cond, &j->lock);
+		} else {
+			/* The condition variable's clock is CLOCK_MONOTONIC
+			 * (cgr_job_join). */
+			struct timespec ts = { deadline / 1000000000,
+					       deadline % 1000000000 };
+			pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+		}
+	}
+	pthread_mutex_unlock(&j->lock);
+	return ret;
+}

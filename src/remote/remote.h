@@ -1,0 +1,217 @@
+/*
+ * remote/remote.h: workers on other hosts (see cgr.h, "Across hosts").
+ *
+ * A job (struct cgr_job behind cgr.h's handle) is every process a PMIx
+ * launcher started: each joins it (link.c: the bootstrap through PMIx, a
+ * UCX worker, every rank's address), and one thread per process, the
+ * link, owns that UCX worker from then on: it sends what others queue
+ * for it, hands on what arrives, carries heartbeats, and declares a peer
+ * lost once nothing was heard from it for the deadline (or UCX saw it
+ * end).  It waits on a reactor: its doorbell, the UCX worker's event fd,
+ * and its next heartbeat.
+ *
+ * Three things travel between ranks:
+ * - control messages (struct cgr__rmsg): the driver's requests to the
+ *   rank that hosts a worker (create it, compile a graph, run it, tear it
+ *   down, stop the worker) and their answers; served by cgr_job_serve
+ *   (serve.c) on every rank but the driver's, asked by the remote
+ *   workers' ops table on the driver's (remote.c);
+ * - a channel's announcements with their values (bridge.c): a channel
+ *   whose writer is on this host and reader on another has no reader
+ *   here: its doorbell is the link's, and the link takes each message
+ *   off its ring and sends it with the value's slot (header and data,
+ *   the data straight from the slot, by rendezvous when large) to the
+ *   reader's host, whose link writes it into its own copy of the slot
+ *   (the data straight into it) and announces it on its own ring, in
+ *   order per channel;
+ * - admissions (a gated program elsewhere waits for them) and
+ *   heartbeats.
+ *
+ * Every message carries the job's epoch; a graph's, its id: what
+ * arrives for a graph this host does not run (any more) is counted and
+ * dropped.
+ *
+ * Threads: the link thread owns the UCX worker and every graph's
+ * registration; other threads reach it under job->lock.
+ */
+#ifndef CGR_REMOTE_H
+#define CGR_REMOTE_H
+
+#include <pthread.h>
+
+#include "net/net.h"
+#include "run/run.h"
+
+#define CGR__LINK_MAGIC 0x48524743u /* "CGRH" */
+#define CGR__LINK_VERSION 1
+#define CGR__RANK_NONE 0xffffffffu
+
+enum cgr__lmsg_type {
+	CGR__LM_HEARTBEAT = 1,
+	CGR__LM_CTRL = 2,  /* a struct cgr__rmsg (and its payload) follows */
+	CGR__LM_DATA = 3,  /* a slot's header in the AM header, its data */
+	CGR__LM_ADMIT = 4, /* seq: executions admitted */
+};
+
+/* The header of every message between links. */
+struct cgr__lhdr {
+	uint32_t magic;
+	uint16_t version, type;
+	uint32_t from; /* the sender's rank */
+	uint32_t chan; /* DATA: the channel */
+	uint64_t epoch;
+	uint64_t gid;  /* DATA, ADMIT: the graph */
+	uint64_t seq;  /* DATA: the execution; ADMIT: admitted */
+	uint64_t ack;  /* messages of the receiver the sender has had */
+};
+
+/* Control messages (CGR__LM_CTRL). */
+enum cgr__rmsg_type {
+	CGR__RM_SPEC = 1,     /* d->h: a worker (arg_len bytes of arg) */
+	CGR__RM_READY = 2,    /* h->d: its init returned code */
+	CGR__RM_COMPILE = 3,  /* d->h: graph gid (blob, then ranks) */
+	CGR__RM_COMPILED = 4, /* h->d: code; text: why not */
+	CGR__RM_RUN = 5,      /* d->h: start graph gid */
+	CGR__RM_TEARDOWN = 6, /* d->h: stop graph gid within timeout */
+	CGR__RM_LEFT = 7,     /* h->d: done with gid (code: teardown's) */
+	CGR__RM_DROP = 8,     /* d->h: forget gid (never ran) */
+	CGR__RM_STOP = 9,     /* d->h: worker index: fini, within timeout */
+	CGR__RM_BYE = 10,     /* h->d: it stopped (code) */
+	CGR__RM_END = 11,     /* d->h: the driver leaves: serve returns */
+};
+
+#define CGR__RMSG_MAX_PAYLOAD ((size_t)1 << 30)
+
+struct cgr__rmsg {
+	uint32_t type;
+	int32_t code;
+	uint32_t index; /* the worker's, in the driver's context */
+	uint32_t flags;
+	uint64_t gid;
+	int64_t timeout_ns;
+	int32_t cpu, device, log_level;
+	uint32_t nranks; /* COMPILE: worker indices the rank table has */
+	uint64_t payload; /* bytes that follow */
+	char name[64];
+	char fn[64];
+	char text[400];
+};
+
+/* A control message that arrived (inbox), with its payload. */
+struct cgr__cmsg {
+	struct cgr__cmsg *next;
+	uint32_t from;
+	size_t len; /* of m and the payload */
+	struct cgr__rmsg m;
+	unsigned char payload[];
+};
+
+struct cgr__rpeer {
+	char host[64];
+	int64_t heard, sent; /* link thread: last message from / to it */
+	uint64_t nrecv, nsent, acked;
+	bool engaged; /* link thread: talked to: heartbeats, deadline */
+	/* Lost: why, then lost (release; under job->lock). */
+	_Atomic uint32_t lost;
+	char why[240];
+};
+
+struct cgr__bgraph;
+struct cgr__omsg;
+
+struct cgr_job {
+	struct cgr__logger log;
+	int64_t deadline_ns, heartbeat_ns, spin_ns;
+	int wait_mode;
+	struct cgr__boot boot;
+	bool booted;
+	struct cgr__ucx *ucx;
+	uint32_t rank, size, driver;
+	uint64_t epoch;
+	struct cgr__rpeer *peers;
+
+	/* The link thread. */
+	pthread_t thread;
+	bool started;
+	struct cgr__bell bell; /* rung for it: queued messages, channels */
+	_Atomic uint32_t quit;
+	/* The job is ending (the driver left, or is leaving): a peer's
+	 * end is no failure then. */
+	_Atomic uint32_t ending;
+	bool efd_fired; /* link thread: the event fd's watch fired */
+	bool watching;
+
+	/* Guards what follows, and every peer's loss. */
+	pthread_mutex_t lock;
+	pthread_cond_t cond; /* inbox arrivals, losses, fetches ended */
+	struct cgr__cmsg *in_head, **in_tail;
+	struct cgr__omsg *out_head, **out_tail;
+	_Atomic uint32_t nout; /* queued in out */
+	struct cgr__bgraph *graphs;
+	uint64_t next_gid;
+
+	/* What happened (cgr_job_stats). */
+	_Atomic uint64_t st_data_sent, st_data_recv, st_ctrl, st_heartbeats;
+	_Atomic uint64_t st_late, st_lost;
+};
+
+/* ---- link.c ---------------------------------------------------------- */
+
+/* Queues control message m (and len bytes of payload, copied) for rank
+ * to: 0, CGR_EHOSTLOST (lost: the log and cgr__job_why say why),
+ * -ENOMEM. */
+int cgr__job_send(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
+		  const void *payload, size_t len);
+/* The next control message from rank `from` (CGR__RANK_NONE: any) of
+ * type (0: any) and gid (type's gid-less ones: any) by the deadline: 0
+ * (*out, the caller frees it), CGR_EHOSTLOST (from was lost),
+ * -ETIMEDOUT.  Other messages stay queued. */
+int cgr__job_await(struct cgr_job *j, uint32_t from, uint32_t type,
+		   uint64_t gid, int64_t deadline, struct cgr__cmsg **out);
+/* Whether rank was lost, and why. */
+bool cgr__job_lost(struct cgr_job *j, uint32_t rank, const char **why);
+/* Rank declared lost now (why), from any thread. */
+void cgr__job_lose(struct cgr_job *j, uint32_t rank, const char *why);
+/* Wakes the link thread. */
+static inline void cgr__job_kick(struct cgr_job *j)
+{
+	cgr__bell_ring(&j->bell);
+}
+/* Bytes after the header of a message of this type. */
+void cgr__lhdr_init(const struct cgr_job *j, struct cgr__lhdr *h, int type,
+		    uint32_t to);
+
+/* ---- bridge.c (the link thread's share of graphs) -------------------- */
+
+/* Graph c runs on this host with workers elsewhere: rank[i] is where
+ * worker index i runs (nranks of them; the driver's reads and writes are
+ * on j->driver).  From now on the link forwards c's channels whose writer
+ * is here and reader elsewhere, and takes in those the other way, under
+ * id gid.  0 or -ENOMEM. */
+int cgr__bridge_add(struct cgr_job *j, cgr_compiled *c, uint64_t gid,
+		    const uint32_t *rank, uint32_t nranks);
+/* Forgets graph c (nothing more is written into its slots once this
+ * returns). */
+void cgr__bridge_remove(struct cgr_job *j, cgr_compiled *c);
+/* Link thread, under j->lock: sends what c's writers here announced for
+ * readers elsewhere, and admissions; true if it sent something. */
+bool cgr__bridge_pump(struct cgr_job *j);
+/* Whether the link has something to send (any thread may look). */
+bool cgr__bridge_ready(struct cgr_job *j);
+/* Link thread: a DATA or ADMIT message m (header h) arrived. */
+void cgr__bridge_in(struct cgr_job *j, const struct cgr__lhdr *h,
+		    const struct cgr__ucx_msg *m);
+/* Link thread, under j->lock: rank was lost: every graph using it fails
+ * with why. */
+void cgr__bridge_lost(struct cgr_job *j, uint32_t rank, const char *why);
+/* The ranks graph c uses other than this one, into out (nout at most):
+ * how many. */
+size_t cgr__bridge_ranks(struct cgr_job *j, cgr_compiled *c, uint32_t *out,
+			 size_t nout);
+
+/* ---- serve.c ---------------------------------------------------------- */
+
+/* What a remote rank's stand-ins for workers on other hosts are. */
+extern const struct cgr__worker_ops cgr__far_stand_in_ops;
+
+#endif

@@ -1,0 +1,462 @@
+/*
+ * tests/net-graph.c: one compiled graph across hosts, a rank of a job a
+ * PMIx launcher started (tests/net-graph.sh runs it on three network
+ * namespaces).  Every rank joins the job; ranks other than 0 serve
+ * (cgr_job_serve); rank 0 drives, in the mode its first argument names:
+ *
+ *  pipeline: a 3-stage pipeline, stage k on rank k (a thread worker
+ *      here, then one on each other rank), against the same graph on
+ *      three thread workers here, in one run: values of 0 B to 1 MiB
+ *      (rendezvous above UCX's eager size), a failing task's error
+ *      value crossing hosts, 4 executions in flight; every output
+ *      byte-identical to the local graph's and to a direct computation,
+ *      in order.  Prints "pipeline OK ..." with both medians.
+ *  gaps N: N small executions at random gaps of 0-2 ms, every worker and
+ *      the link in blocking mode (parked between messages): none lost,
+ *      the slowest reported.
+ *  lose: executions until one fails with CGR_EHOSTLOST (the script kills
+ *      or cuts a host after "steady"), then: every output an error value
+ *      naming the lost host, the next execute refused at once, teardown
+ *      and the workers' destruction timed.  Prints when the loss was
+ *      logged (CLOCK_REALTIME ns) for the script to compare.
+ *  idle: compiles, prints "steady", then waits (no executions) until the
+ *      log says a host was lost, and checks the graph refuses executes.
+ *
+ * The ranks print what the script checks; the driver exits 0 when every
+ * check it made held.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cgr.h>
+
+#define SEC 1000000000ll
+#define MAXV (1u << 20)
+
+static _Atomic int64_t lost_at; /* CLOCK_REALTIME ns of the first loss */
+static char lost_msg[300];
+
+static int64_t now_ns(clockid_t clk)
+{
+	struct timespec ts;
+
+	clock_gettime(clk, &ts);
+	return (int64_t)ts.tv_sec * SEC + ts.tv_nsec;
+}
+
+static void logf_(void *arg, int level, const char *msg)
+{
+	int64_t zero = 0;
+
+	(void)arg;
+	if (strstr(msg, "lost:") != NULL &&
+	    atomic_compare_exchange_strong(&lost_at, &zero,
+					   now_ns(CLOCK_REALTIME)))
+		snprintf(lost_msg, sizeof(lost_msg), "%s", msg);
+	if (level <= CGR_LOG_WARN)
+		fprintf(stderr, "log: %s\n", msg);
+}
+
+/* Stage k's function of a value: every byte mixed with its position and
+ * the stage; a first byte 0xEE at stage 1 fails the task (stage 0 makes
+ * one of an input whose first byte is 0x52: 0x52 * 31 = 0xEE mod 256). */
+static void mix(unsigned char *o, const unsigned char *in, size_t n, int k)
+{
+	for (size_t i = 0; i < n; i++)
+		o[i] = (unsigned char)(in[i] * 31u + (unsigned)k + i * 7u);
+}
+
+static int stage(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		 size_t nin, cgr_value *out, size_t nout)
+{
+	int k = *(const unsigned char *)cgr_task_arg(tc);
+	size_t n;
+	unsigned char *o;
+
+	(void)state, (void)nin, (void)nout;
+	if (in[0].kind != CGR_VALUE_BYTES)
+		return -EINVAL;
+	n = in[0].u.bytes.len;
+	if (k == 1 && n > 0 && ((const unsigned char *)in[0].u.bytes.data)[0] ==
+				       0xEE) {
+		cgr_task_set_error(tc, -EDOM, "stage 1 refuses 0xEE (%zu B)",
+				   n);
+		return -EDOM;
+	}
+	o = cgr_task_output_buffer(tc, 0, n);
+	if (o == NULL && n > 0)
+		return -ENOMEM;
+	mix(o, in[0].u.bytes.data, n, k);
+	out[0] = cgr_value_bytes(o, n);
+	return 0;
+}
+
+static const cgr_export exports[] = {
+	{ "stage", stage, NULL, NULL },
+	{ NULL, NULL, NULL, NULL },
+};
+
+static int64_t env_ns(const char *name, int64_t dflt)
+{
+	const char *v = getenv(name);
+
+	return v != NULL ? strtoll(v, NULL, 10) * 1000000 : dflt;
+}
+
+/* A 3-stage chain over w[0..2]. */
+static int build(cgr_ctx *ctx, cgr_worker **w, int mode, cgr_compiled **out)
+{
+	cgr_graph *g;
+	cgr_node *prev, *n;
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	int ret = cgr_graph_create(ctx, &g);
+
+	if (ret == 0)
+		ret = cgr_graph_input(g, 0, &prev);
+	for (int k = 0; k < 3 && ret == 0; k++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		unsigned char kb = (unsigned char)k;
+		char name[8];
+		snprintf(name, sizeof(name), "s%d", k);
+		d.name = name;
+		d.fn = stage;
+		d.arg_data = &kb; /* copied: crosses hosts */
+		d.arg_len = 1;
+		d.max_out_bytes = MAXV;
+		ret = cgr_graph_task(g, w[k], &d, &prev, 1, &n, 1);
+		prev = n;
+	}
+	if (ret == 0)
+		ret = cgr_graph_output(g, &prev, 1);
+	cp.max_inflight = 4;
+	cp.max_value_bytes = MAXV;
+	cp.wait_mode = mode;
+	cp.get_timeout_ns = 30 * SEC;
+	if (ret == 0)
+		ret = cgr_graph_compile(g, &cp, out);
+	if (ret != 0)
+		fprintf(stderr, "build: %s: %s\n", cgr_strerror(ret),
+			cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	return ret;
+}
+
+static size_t sizes[] = { 0,    1,     64,     511,	 512,
+			  513,  4096,  65536,  300000, 1u << 20 };
+#define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+
+static void input(unsigned char *buf, size_t n, unsigned i)
+{
+	for (size_t b = 0; b < n; b++)
+		buf[b] = (unsigned char)(i * 131u + b * 17u + (b >> 8));
+	if (n > 0 && i % 97 == 13)
+		buf[0] = 0x52; /* stage 0 makes it 0xEE: stage 1 fails it */
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* Runs n executions on c (4 in flight), checking each output against the
+ * direct computation; *p50 the median latency (us).  Returns mismatches. */
+static int drive(cgr_compiled *c, unsigned n, double *p50, unsigned *errs)
+{
+	unsigned char *in = malloc(MAXV), *x = malloc(MAXV), *y = malloc(MAXV);
+	int64_t *lat = calloc(n, sizeof(*lat)), t0[4];
+	cgr_ref refs[4];
+	unsigned bad = 0, bad0 = 0, sub = 0, got = 0;
+
+	*errs = 0;
+	while (got < n) {
+		while (sub < n && sub - got < 4) {
+			size_t len = sizes[sub % NSIZES];
+			cgr_value a;
+			input(in, len, sub);
+			a = cgr_value_bytes(in, len);
+			t0[sub % 4] = now_ns(CLOCK_MONOTONIC);
+			if (cgr_execute(c, &a, 1, &refs[sub % 4]) != 0) {
+				fprintf(stderr, "execute %u failed\n", sub);
+				return (int)n;
+			}
+			sub++;
+		}
+		{
+			cgr_value o;
+			size_t len = sizes[got % NSIZES];
+			int ret = cgr_ref_get(c, refs[got % 4], 30 * SEC, &o,
+					      1);
+			lat[got] = now_ns(CLOCK_MONOTONIC) - t0[got % 4];
+			input(in, len, got);
+			if (ret != 0) {
+				bad++;
+			} else if (len > 0 && (mix(x, in, 1, 0), x[0] == 0xEE)) {
+				(*errs)++;
+				bad += o.kind != CGR_VALUE_ERROR ||
+				       o.code != -EDOM ||
+				       strcmp(o.u.error.task, "s1") != 0 ||
+				       strstr(o.u.error.msg, "refuses 0xEE") ==
+					       NULL;
+			} else {
+				mix(x, in, len, 0);
+				mix(y, x, len, 1);
+				mix(x, y, len, 2);
+				bad += o.kind != CGR_VALUE_BYTES ||
+				       o.u.bytes.len != len ||
+				       (len && memcmp(o.u.bytes.data, x, len));
+			}
+			if (bad > bad0 && bad < 4)
+				fprintf(stderr,
+					"execution %u (%zu B): %s: kind %d "
+					"code %d len %zu msg %s\n",
+					got, len, cgr_strerror(ret), o.kind,
+					o.code,
+					o.kind == CGR_VALUE_BYTES ?
+						o.u.bytes.len :
+						0,
+					o.kind == CGR_VALUE_ERROR ?
+						o.u.error.msg :
+						"");
+			bad0 = bad;
+			cgr_ref_release(c, refs[got % 4]);
+			got++;
+		}
+	}
+	qsort(lat, n, sizeof(*lat), cmp_i64);
+	*p50 = (double)lat[n / 2] / 1e3;
+	free(in), free(x), free(y), free(lat);
+	return (int)bad;
+}
+
+static int mk_worker(cgr_ctx *ctx, const char *name, int rank,
+		     cgr_worker **out)
+{
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	int ret;
+
+	wp.name = name;
+	wp.rank = rank;
+	ret = cgr_worker_create(ctx, &wp, out);
+	if (ret != 0)
+		fprintf(stderr, "worker %s on rank %d: %s\n", name, rank,
+			cgr_strerror(ret));
+	return ret;
+}
+
+static int pipeline(cgr_ctx *ctx, cgr_job *job)
+{
+	cgr_worker *far[3], *near[3];
+	cgr_compiled *cf = NULL, *cn = NULL;
+	double pf = 0, pn = 0;
+	unsigned ef = 0, en = 0;
+	unsigned n = getenv("NET_N") ? (unsigned)atoi(getenv("NET_N")) : 300;
+	int bf = -1, bn = -1;
+	bool ok;
+	cgr_job_stats st;
+
+	if (mk_worker(ctx, "w0", 0, &far[0]) || mk_worker(ctx, "w1", 1, &far[1]) ||
+	    mk_worker(ctx, "w2", 2, &far[2]) || mk_worker(ctx, "l0", -1, &near[0]) ||
+	    mk_worker(ctx, "l1", -1, &near[1]) ||
+	    mk_worker(ctx, "l2", -1, &near[2]))
+		return 1;
+	if (build(ctx, far, CGR_WAIT_BLOCK, &cf) || build(ctx, near, CGR_WAIT_BLOCK, &cn))
+		return 1;
+	/* Interleaved: a round of each, three times. */
+	for (int r = 0; r < 3; r++) {
+		double a, b;
+		unsigned e1, e2;
+		bf = (bf < 0 ? 0 : bf) + drive(cf, n, &a, &e1);
+		bn = (bn < 0 ? 0 : bn) + drive(cn, n, &b, &e2);
+		pf += a / 3, pn += b / 3;
+		ef += e1, en += e2;
+	}
+	cgr_job_stats_get(job, &st);
+	ok = bf == 0 && bn == 0 && ef == en && (n <= 13 || ef > 0);
+	printf("pipeline %s executions %u mismatches %d/%d errors %u/%u "
+	       "far_p50_us %.1f near_p50_us %.1f sent %llu received %llu "
+	       "late %llu\n",
+	       ok ? "OK" : "BAD", 3 * n,
+	       bf, bn, ef, en, pf, pn, (unsigned long long)st.data_sent,
+	       (unsigned long long)st.data_received,
+	       (unsigned long long)st.late);
+	printf("hosts %s %s %s transports %s\n", cgr_job_host(job, 0),
+	       cgr_job_host(job, 1), cgr_job_host(job, 2),
+	       cgr_job_transports(job));
+	cgr_compiled_destroy(cf);
+	cgr_compiled_destroy(cn);
+	return !ok;
+}
+
+/* gaps: n one-byte executions at random gaps, everything parked between
+ * them. */
+static int gaps(cgr_ctx *ctx, unsigned n)
+{
+	cgr_worker *w[3];
+	cgr_compiled *c;
+	int64_t worst = 0;
+	unsigned bad = 0, seed = (unsigned)getpid();
+
+	if (mk_worker(ctx, "w0", 0, &w[0]) || mk_worker(ctx, "w1", 1, &w[1]) ||
+	    mk_worker(ctx, "w2", 2, &w[2]) || build(ctx, w, CGR_WAIT_BLOCK, &c))
+		return 1;
+	for (unsigned i = 0; i < n; i++) {
+		unsigned char b = (unsigned char)i, x, y, z;
+		cgr_value a = cgr_value_bytes(&b, 1), o;
+		cgr_ref r;
+		struct timespec gap = { 0, (long)(rand_r(&seed) % 2000000) };
+		int64_t t0;
+		nanosleep(&gap, NULL); /* the load's shape, not a wait */
+		if (b == 0x52)
+			b = 0; /* stage 1 would refuse it */
+		t0 = now_ns(CLOCK_MONOTONIC);
+		if (cgr_execute(c, &a, 1, &r) != 0 ||
+		    cgr_ref_get(c, r, 10 * SEC, &o, 1) != 0) {
+			bad++;
+			break;
+		}
+		if (now_ns(CLOCK_MONOTONIC) - t0 > worst)
+			worst = now_ns(CLOCK_MONOTONIC) - t0;
+		mix(&x, &b, 1, 0), mix(&y, &x, 1, 1), mix(&z, &y, 1, 2);
+		bad += o.kind != CGR_VALUE_BYTES || o.u.bytes.len != 1 ||
+		       *(const unsigned char *)o.u.bytes.data != z;
+		cgr_ref_release(c, r);
+	}
+	printf("gaps %s executions %u bad %u slowest_ms %.2f\n",
+	       bad == 0 ? "OK" : "BAD", n, bad, (double)worst / 1e6);
+	cgr_compiled_destroy(c);
+	return bad != 0;
+}
+
+/* lose / idle: a host goes (the script's doing); what the driver sees. */
+static int lose(cgr_ctx *ctx, bool idle)
+{
+	cgr_worker *w[3];
+	cgr_compiled *c;
+	unsigned char b = 1;
+	cgr_value a = cgr_value_bytes(&b, 1), o;
+	cgr_ref r;
+	int ret = 0, bad = 0;
+	unsigned i;
+	int64_t t, t_teardown, t_destroy;
+
+	if (mk_worker(ctx, "w0", 0, &w[0]) || mk_worker(ctx, "w1", 1, &w[1]) ||
+	    mk_worker(ctx, "w2", 2, &w[2]) || build(ctx, w, CGR_WAIT_BLOCK, &c))
+		return 1;
+	/* A round trip first: everything is up. */
+	if (cgr_execute(c, &a, 1, &r) != 0 || cgr_ref_get(c, r, 10 * SEC, &o, 1) ||
+	    cgr_ref_release(c, r))
+		return 1;
+	printf("steady\n");
+	fflush(stdout);
+	for (i = 0; !idle; i++) {
+		struct timespec gap = { 0, 10000000 };
+		if ((ret = cgr_execute(c, &a, 1, &r)) != 0)
+			break;
+		ret = cgr_ref_get(c, r, 60 * SEC, &o, 1);
+		if (ret == 0 && o.kind == CGR_VALUE_ERROR)
+			break;
+		cgr_ref_release(c, r);
+		nanosleep(&gap, NULL); /* steady traffic, every 10 ms */
+	}
+	if (idle) {
+		/* Nothing runs: only the heartbeats can tell. */
+		while (atomic_load(&lost_at) == 0) {
+			struct timespec gap = { 0, 20000000 };
+			nanosleep(&gap, NULL);
+		}
+		ret = 0;
+	} else if (ret == 0) {
+		/* The execution in flight: error values naming the host. */
+		bad += o.code != CGR_EHOSTLOST ||
+		       strstr(o.u.error.msg, "lost") == NULL;
+		printf("error_value code %s msg %s\n", cgr_strerror(o.code),
+		       o.u.error.msg);
+	} else {
+		/* Lost between executions: the next one was refused. */
+		bad += ret != CGR_EHOSTLOST;
+		printf("refused %s\n", cgr_strerror(ret));
+	}
+	t = now_ns(CLOCK_MONOTONIC);
+	ret = cgr_execute(c, &a, 1, &r);
+	printf("next_execute %s us %.0f\n", cgr_strerror(ret),
+	       (double)(now_ns(CLOCK_MONOTONIC) - t) / 1e3);
+	bad += ret != CGR_EHOSTLOST;
+	t = now_ns(CLOCK_MONOTONIC);
+	cgr_compiled_destroy(c);
+	t_teardown = now_ns(CLOCK_MONOTONIC) - t;
+	t = now_ns(CLOCK_MONOTONIC);
+	for (int k = 0; k < 3; k++)
+		cgr_worker_destroy(w[k], 2 * SEC);
+	t_destroy = now_ns(CLOCK_MONOTONIC) - t;
+	printf("lost_at_ns %lld executions %u teardown_ms %.1f "
+	       "destroy_ms %.1f msg %s\n",
+	       (long long)atomic_load(&lost_at), i, (double)t_teardown / 1e6,
+	       (double)t_destroy / 1e6, lost_msg);
+	fflush(stdout);
+	return bad != 0;
+}
+
+int main(int argc, char **argv)
+{
+	cgr_job_params jp = CGR_JOB_PARAMS_INIT;
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	const char *mode = argc > 1 ? argv[1] : "pipeline";
+	cgr_job *job;
+	cgr_ctx *ctx;
+	int ret;
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (getenv("NET_SIZES_MAX") != NULL) /* a slow link: smaller */
+		for (size_t i = 0; i < NSIZES; i++)
+			if (sizes[i] > (size_t)atol(getenv("NET_SIZES_MAX")))
+				sizes[i] = (size_t)atol(getenv("NET_SIZES_MAX"));
+	jp.log_fn = logf_;
+	jp.log_level = CGR_LOG_INFO;
+	jp.wait_mode = CGR_WAIT_BLOCK;
+	jp.deadline_ns = env_ns("NET_DEADLINE_MS", 0);
+	if ((ret = cgr_job_join(&jp, &job)) != 0) {
+		printf("join failed: %s\n", cgr_strerror(ret));
+		return 1;
+	}
+	if (cgr_job_size(job) < 3) {
+		printf("no-job: %d rank(s): run under a PMIx launcher with 3\n",
+		       cgr_job_size(job));
+		cgr_job_leave(job);
+		return 0;
+	}
+	if (cgr_job_rank(job) != cgr_job_driver(job)) {
+		ret = cgr_job_serve(job, exports);
+		printf("serve rank %d: %s\n", cgr_job_rank(job),
+		       ret == 0 ? "done" : cgr_strerror(ret));
+		cgr_job_leave(job);
+		/* A lost driver is what some runs are about: no failure
+		 * for mpirun to abort the job over. */
+		return ret == 0 || ret == CGR_EHOSTLOST ? 0 : 3;
+	}
+	cp.job = job;
+	cp.exports = exports;
+	cp.log_fn = logf_;
+	cp.log_level = CGR_LOG_INFO;
+	if ((ret = cgr_ctx_create(&cp, &ctx)) != 0) {
+		cgr_job_leave(job);
+		return 1;
+	}
+	if (strcmp(mode, "pipeline") == 0)
+		ret = pipeline(ctx, job);
+	else if (strcmp(mode, "gaps") == 0)
+		ret = gaps(ctx, argc > 2 ? (unsigned)atoi(argv[2]) : 1000);
+	else
+		ret = lose(ctx, strcmp(mode, "idle") == 0);
+	cgr_ctx_destroy(ctx);
+	cgr_job_leave(job);
+	printf("driver %s\n", ret == 0 ? "done" : "FAILED");
+	return ret;
+}

@@ -1,0 +1,200 @@
+#!/bin/sh
+# tests/net-graph.sh: one compiled graph across three hosts (network
+# namespaces, tests/netns.sh), and what happens when a host goes.  mpirun
+# (a launcher only) starts tests/net-graph on each; rank 0 drives, the
+# others serve.  Checks:
+#  1 a 3-stage pipeline over the three hosts gives the same outputs, byte
+#    for byte and in order, as the same graph on one host (0 B to 1 MiB
+#    values, error values crossing), both medians reported;
+#  2 executions at random gaps of 0-2 ms with every thread parked between
+#    them (blocking mode): none lost, the slowest reported;
+#  3 kill -9 of a host's process under traffic: the driver's log says so
+#    within 1 s, the pending execution completes with CGR_EHOSTLOST error
+#    values naming the host, the next execute fails at once, teardown
+#    and destroying the workers end within 5 s;
+#  4 a silent cut (the host's veth off the bridge, its link still up)
+#    under traffic: reported within the deadline (3 s) + 0.5 s, the rest
+#    as in 3;
+#  5 the same cut while idle: the heartbeats tell within 5 s;
+#  6 healed (back on the bridge, neighbour caches flushed), a new job (a
+#    new epoch) runs the pipeline again;
+#  7 a slow link (tbf 1 mbit to one host): no host taken for lost;
+#  8 nothing left behind.
+# Every step under timeout -k.  Skipped without root, ip, unshare, tc,
+# mpirun, a build with PMIx and UCX; and under TSan (PMIx's and UCX's own
+# threads are not instrumented).  TAP.
+set -u
+N=8
+echo "1..$N"
+bin=${abs_top_builddir:?run from make check}/tests/net-graph
+skip_all() {
+	i=1
+	while [ $i -le $N ]; do echo "ok $i # SKIP $1"; i=$((i + 1)); done
+	exit 0
+}
+[ "$(id -u)" = 0 ] || skip_all "needs root (network namespaces)"
+for x in ip unshare mpirun timeout tc; do
+	command -v "$x" >/dev/null 2>&1 || skip_all "no $x"
+done
+if nm "$bin" 2>/dev/null | grep -q __tsan_init; then
+	skip_all "a TSan build (PMIx's and UCX's threads are not instrumented)"
+fi
+defs=$(grep '^DEFS' "${abs_top_builddir}/Makefile")
+case "$defs" in *HAVE_PMIX=1*HAVE_UCX=1*|*HAVE_UCX=1*HAVE_PMIX=1*) ;;
+*) skip_all "a build without PMIx or UCX (pmix.h, ucp/api/ucp.h)";;
+esac
+. "${abs_top_srcdir:?run from make check}/tests/netns.sh"
+netns_init
+if ! netns_up; then
+	i=1
+	while [ $i -le $N ]; do
+		echo "not ok $i # the fixture: $(head -1 "$tmp/up.err")"
+		i=$((i + 1))
+	done
+	exit 0
+fi
+
+# Waits (at most $2 s) for a line matching $3 in file $1.
+await_line() {
+	n=0
+	while ! grep -q "$3" "$1" 2>/dev/null; do
+		n=$((n + 1))
+		[ $n -gt $(($2 * 20)) ] && return 1
+		sleep 0.05
+	done
+}
+show() { sed 's/^/# /' "$@" | head -25; }
+field() { sed -n "s/.* $2 \([^ ]*\).*/\1/p" "$1" | head -1; }
+
+# 1: the pipeline.
+netns_mpirun 120 "$tmp/p.out" "$tmp/p.err" "$bin" pipeline
+rc=$?
+if [ $rc = 0 ] && grep -q '^pipeline OK' "$tmp/p.out" &&
+	[ "$(grep -c '^serve rank [12]: done' "$tmp/p.out")" = 2 ]; then
+	echo "ok 1 - a 3-stage pipeline over hosts" \
+	     "$(sed -n 's/^hosts \([^ ]* [^ ]* [^ ]*\) .*/\1/p' "$tmp/p.out")" \
+	     "equals the same graph on one host, byte for byte, in order" \
+	     "($(field "$tmp/p.out" executions) executions of 0 B-1 MiB," \
+	     "error values crossing; p50 $(field "$tmp/p.out" far_p50_us) us" \
+	     "across hosts, $(field "$tmp/p.out" near_p50_us) us on one)"
+else
+	echo "not ok 1 - the pipeline across hosts (mpirun exit $rc)"
+	show "$tmp/p.out" "$tmp/p.err"
+fi
+
+# 2: random gaps, everything parked between executions.
+netns_mpirun 120 "$tmp/g.out" "$tmp/g.err" "$bin" gaps 3000
+rc=$?
+if [ $rc = 0 ] && grep -q '^gaps OK' "$tmp/g.out"; then
+	echo "ok 2 - 3000 executions (12000 messages between hosts) at" \
+	     "random gaps of 0-2 ms, every thread parked between them:" \
+	     "none lost, the slowest $(field "$tmp/g.out" slowest_ms) ms"
+else
+	echo "not ok 2 - executions at random gaps (mpirun exit $rc)"
+	show "$tmp/g.out" "$tmp/g.err"
+fi
+
+# Runs the driver in mode $1 in the background, waits for "steady", does
+# $2 (a command) to host 3, notes when (CLOCK_REALTIME ns), waits for the
+# driver to finish; mpirun (which may wait for the lost host for ever)
+# is stopped then.  Output in $tmp/$1.out.
+lose_run() {
+	netns_mpirun 60 "$tmp/$1.out" "$tmp/$1.err" "$bin" "$1" &
+	mp=$!
+	if await_line "$tmp/$1.out" 30 '^steady'; then
+		$2
+		date +%s%N >"$tmp/$1.when"
+		await_line "$tmp/$1.out" 30 '^driver ' ||
+			echo "driver never ended" >>"$tmp/$1.err"
+	else
+		echo "never steady" >>"$tmp/$1.err"
+	fi
+	kill "$mp" 2>/dev/null
+	wait "$mp" 2>/dev/null
+}
+# The detection delay (ms) of run $1, and its check against $2 ms.
+delay_ms() {
+	at=$(sed -n 's/^lost_at_ns \([0-9]*\) .*/\1/p' "$tmp/$1.out")
+	when=$(cat "$tmp/$1.when" 2>/dev/null)
+	[ -n "$at" ] && [ -n "$when" ] && [ "$at" != 0 ] &&
+		echo $(((at - when) / 1000000))
+}
+kill_h3() {
+	for p in $(ip netns pids "$(ns 3)"); do
+		[ "$(cat /proc/$p/comm 2>/dev/null)" = net-graph ] &&
+			kill -9 "$p"
+	done
+}
+lost_check() { # name, test number, bound (ms), what[, mpirun aborts]
+	d=$(delay_ms "$1")
+	td=$(sed -n 's/.* teardown_ms \([0-9.]*\) .*/\1/p' "$tmp/$1.out")
+	ds=$(sed -n 's/.* destroy_ms \([0-9.]*\) .*/\1/p' "$tmp/$1.out")
+	ne=$(sed -n 's/^next_execute \(.*\) us .*/\1/p' "$tmp/$1.out")
+	if [ -n "$d" ] && [ "$d" -ge 0 ] && [ "$d" -le "$3" ] &&
+		{ [ $# -gt 4 ] || grep -q '^driver done' "$tmp/$1.out"; } &&
+		! grep -q '^driver FAILED' "$tmp/$1.out" &&
+		awk -v a="${td:-99999}" -v b="${ds:-99999}" \
+			'BEGIN { exit !(a + b < 5000) }'; then
+		echo "ok $2 - $4: the driver knew in $d ms (bound $3 ms);" \
+		     "next execute: $ne; teardown $td ms, workers $ds ms;" \
+		     "$(grep -m1 '^error_value\|^refused' "$tmp/$1.out" |
+		     cut -c1-160)"
+	else
+		echo "not ok $2 - $4 (delay '$d' ms, teardown '$td'," \
+		     "destroy '$ds')"
+		show "$tmp/$1.out" "$tmp/$1.err"
+	fi
+}
+
+# 3: kill -9.
+# (mpirun ends the job once it sees a rank killed: the driver has said
+# what it saw by then.)
+lose_run lose kill_h3
+lost_check lose 3 1000 "kill -9 of host 3's process under traffic" aborts
+
+# 4: a silent cut under traffic; 5: idle.  Each leaves host 3 cut off:
+# healed for the next.
+cut3() { netns_cut 3; }
+lose_run lose cut3
+netns_heal 3
+lost_check lose 4 3500 "a silent cut of host 3 under traffic"
+lose_run idle cut3
+netns_heal 3
+lost_check idle 5 5000 "a silent cut of host 3 while idle"
+
+# 6: healed, a new job (a new epoch) runs the pipeline.
+netns_mpirun 120 "$tmp/h.out" "$tmp/h.err" "$bin" pipeline
+rc=$?
+if [ $rc = 0 ] && grep -q '^pipeline OK' "$tmp/h.out"; then
+	echo "ok 6 - healed: a new job over the same hosts runs the" \
+	     "pipeline again"
+else
+	echo "not ok 6 - healed (mpirun exit $rc)"
+	show "$tmp/h.out" "$tmp/h.err"
+fi
+
+# 7: a slow link to host 2: 1 mbit/s, 400 ms of queue.
+t tc qdisc add dev "cgrv${tag}2" root tbf rate 1mbit burst 32kbit \
+	latency 400ms
+NETNS_ENV="-x NET_SIZES_MAX=65536 -x NET_N=10" \
+	netns_mpirun 120 "$tmp/s.out" "$tmp/s.err" "$bin" pipeline
+rc=$?
+t tc qdisc del dev "cgrv${tag}2" root
+if [ $rc = 0 ] && grep -q '^pipeline OK' "$tmp/s.out" &&
+	! grep -q 'lost:' "$tmp/s.err"; then
+	echo "ok 7 - a 1 mbit/s link to host 2 (tbf): values up to 64 KiB" \
+	     "cross it, no host taken for lost (p50" \
+	     "$(field "$tmp/s.out" far_p50_us) us)"
+else
+	echo "not ok 7 - the slow link (mpirun exit $rc)"
+	show "$tmp/s.out" "$tmp/s.err"
+fi
+
+netns_cleanup
+trap - EXIT INT TERM HUP
+left=$(netns_left)
+if [ "$left" = 0 ]; then
+	echo "ok 8 - nothing left behind (namespaces, links, processes)"
+else
+	echo "not ok 8 - $left namespaces or links left behind"
+fi
