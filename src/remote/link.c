@@ -82,6 +82,7 @@ static bool flush_out(struct cgr_job *j)
 
 	for (;;) {
 		struct cgr__lhdr h;
+		uint32_t to;
 		int ret;
 		pthread_mutex_lock(&j->lock);
 		if ((o = j->out_head) != NULL) {
@@ -100,12 +101,13 @@ static bool flush_out(struct cgr_job *j)
 			free(o);
 			continue;
 		}
-		cgr__lhdr_init(j, &h, CGR__LM_CTRL, o->to);
-		ret = cgr__ucx_post(j->ucx, o->to, &h, sizeof(h), o->buf,
-				    o->len, free_done, o);
+		to = o->to;
+		cgr__lhdr_init(j, &h, CGR__LM_CTRL, to);
+		ret = cgr__ucx_post(j->ucx, to, &h, sizeof(h), o->buf, o->len,
+				    free_done, o);
 		if (ret != 1)
-			free(o);
-		sent_to(j, o->to, ret < 0 ? ret : 0);
+			free(o); /* sent (or failed): UCX is done with it */
+		sent_to(j, to, ret < 0 ? ret : 0);
 		atomic_fetch_add_explicit(&j->st_ctrl, 1,
 					  memory_order_relaxed);
 	}
