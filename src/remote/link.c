@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "remote/remote.h"
 
@@ -487,6 +488,10 @@ static int meet(struct cgr_job *j, int fence_s)
 	if ((ret = cgr__boot_put(&j->boot, "cgr.ucx", addr, alen, why,
 				 sizeof(why))) < 0)
 		goto out;
+	if ((ret = cgr__boot_put(&j->boot, "cgr.host", j->peers[j->rank].host,
+				 strlen(j->peers[j->rank].host) + 1, why,
+				 sizeof(why))) < 0)
+		goto out;
 	if (j->rank == j->driver &&
 	    (ret = cgr__boot_put(&j->boot, "cgr.epoch", &j->epoch,
 				 sizeof(j->epoch), why, sizeof(why))) < 0)
@@ -504,10 +509,15 @@ static int meet(struct cgr_job *j, int fence_s)
 		goto out;
 	}
 	for (uint32_t i = 0; i < j->size; i++) {
-		if (cgr__boot_host(&j->boot, i, j->peers[i].host,
-				   sizeof(j->peers[i].host), why,
-				   sizeof(why)) < 0)
-			j->peers[i].host[0] = 0;
+		struct cgr__rpeer *pe = &j->peers[i];
+		/* Its own name for itself, else the launcher's. */
+		if (i != j->rank &&
+		    (cgr__boot_get(&j->boot, i, "cgr.host", pe->host,
+				   sizeof(pe->host), &n, why, sizeof(why)) < 0 ||
+		     n == 0 || pe->host[n - 1] != 0) &&
+		    cgr__boot_host(&j->boot, i, pe->host, sizeof(pe->host),
+				   why, sizeof(why)) < 0)
+			pe->host[0] = 0;
 		if (i == j->rank)
 			continue;
 		if ((ret = cgr__boot_get(&j->boot, i, "cgr.ucx", buf,
@@ -591,6 +601,9 @@ int cgr_job_join(const cgr_job_params *p, cgr_job **out)
 	if (ret == 0 &&
 	    (j->peers = calloc(j->size, sizeof(*j->peers))) == NULL)
 		ret = -ENOMEM;
+	if (ret == 0 && gethostname(j->peers[j->rank].host,
+				    sizeof(j->peers[j->rank].host) - 1) != 0)
+		j->peers[j->rank].host[0] = 0;
 	if (ret == 0 && j->size > 1) {
 		if (j->rank == j->driver &&
 		    getrandom(&j->epoch, sizeof(j->epoch), 0) !=
