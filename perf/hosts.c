@@ -264,7 +264,9 @@ static int drive(cgr_ctx *ctx, cgr_job *job, struct raw *raw, int mode,
 	int64_t *lat = calloc((size_t)iters, sizeof(*lat)), t;
 	struct res rr, rc;
 	double bw[4][WMAX];
-	const char *mname = mode == CGR_WAIT_BLOCK ? "parked" : "adaptive";
+	const char *mname = mode == CGR_WAIT_BLOCK ? "parked" :
+			    mode == CGR_WAIT_BUSY  ? "busy" :
+						     "adaptive";
 
 	wp.rank = 1;
 	for (int i = 0; i < 3; i++) {
@@ -342,6 +344,7 @@ int main(int argc, char **argv)
 	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
 	const char *m = getenv("PERF_MODE");
 	int mode = m != NULL && !strcmp(m, "block") ? CGR_WAIT_BLOCK :
+		   m != NULL && !strcmp(m, "busy")  ? CGR_WAIT_BUSY :
 						      CGR_WAIT_ADAPTIVE;
 	struct raw raw;
 	cgr_job *job;
@@ -357,6 +360,12 @@ int main(int argc, char **argv)
 		o.windows = WMAX;
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	jp.wait_mode = mode;
+	if (getenv("PERF_LINK") != NULL) /* the link's own mode */
+		jp.wait_mode = !strcmp(getenv("PERF_LINK"), "block") ?
+				       CGR_WAIT_BLOCK :
+			       !strcmp(getenv("PERF_LINK"), "busy") ?
+				       CGR_WAIT_BUSY :
+				       CGR_WAIT_ADAPTIVE;
 	if (cgr_job_join(&jp, &job) != 0 || cgr_job_size(job) < 2) {
 		printf("perf/hosts: run it under a PMIx launcher "
 		       "(perf/hosts.sh)\n");
