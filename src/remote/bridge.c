@@ -260,8 +260,12 @@ static void send_value(struct cgr_job *j, struct cgr__bgraph *bg, unsigned ch,
 	dh.h.chan = ch;
 	dh.h.seq = seq;
 	memcpy(dh.slot, h, sizeof(dh.slot));
-	ret = cgr__ucx_post(j->ucx, to, &dh, sizeof(dh), cgr__slot_data(h),
-			    h->len <= p->cap ? (size_t)h->len : 0, NULL, NULL);
+	ret = cgr__job_ep(j, to);
+	if (ret == 0)
+		ret = cgr__ucx_post(j->ucx, to, &dh, sizeof(dh),
+				    cgr__slot_data(h),
+				    h->len <= p->cap ? (size_t)h->len : 0, NULL,
+				    NULL);
 	if (ret < 0 && !cgr__job_lost(j, to, NULL)) {
 		char why[160];
 		snprintf(why, sizeof(why), "sending a value failed: %s",
@@ -291,7 +295,8 @@ static void send_admit(struct cgr_job *j, struct cgr__bgraph *bg, uint64_t a)
 		cgr__lhdr_init(j, &h, CGR__LM_ADMIT, to);
 		h.gid = bg->gid;
 		h.seq = a;
-		if (cgr__ucx_post(j->ucx, to, &h, sizeof(h), NULL, 0, NULL,
+		if (cgr__job_ep(j, to) == 0 &&
+		    cgr__ucx_post(j->ucx, to, &h, sizeof(h), NULL, 0, NULL,
 				  NULL) >= 0)
 			j->peers[to].sent = cgr__now_ns();
 	}

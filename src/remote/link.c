@@ -3,9 +3,11 @@
  *
  * Joining: PMIx gives the rank, the job's size and each rank's host; each
  * rank opens a UCX worker over host transports and publishes its address
- * (and the driver the job's epoch); after the fence every rank makes an
- * endpoint to every other (UCX connects on first use).  Without a PMIx
- * launcher the job is this process alone.
+ * (and the driver the job's epoch) and host name; after the fence each
+ * keeps every rank's address, and makes an endpoint to one only when it
+ * first sends it something (cgr__job_ep): a rank talks only to the peers
+ * its graphs (or the driver) need.  Without a PMIx launcher the job is
+ * this process alone.
  *
  * The link thread then owns the UCX worker: each round it progresses it
  * (handlers run: control messages to the inbox, values into slots),
@@ -47,6 +49,26 @@ void cgr__lhdr_init(const struct cgr_job *j, struct cgr__lhdr *h, int type,
 	h->from = j->rank;
 	h->epoch = j->epoch;
 	h->ack = j->peers[to].nrecv;
+}
+
+/* The link thread: an endpoint to `to` (remote.h). */
+int cgr__job_ep(struct cgr_job *j, uint32_t to)
+{
+	struct cgr__rpeer *pe = &j->peers[to];
+	char why[200] = "";
+	int ret;
+
+	if (pe->connected)
+		return 0;
+	ret = cgr__ucx_connect(j->ucx, to, pe->addr, pe->addr_len, why,
+			       sizeof(why));
+	if (ret < 0) {
+		/* The caller declares it lost (it may hold j->lock). */
+		cgr__err(&j->log, "no endpoint to rank %u: %s", to, why);
+		return ret;
+	}
+	pe->connected = true;
+	return 0;
 }
 
 /* Link thread: m went to peer `to` (or failed: lost). */
@@ -104,8 +126,10 @@ static bool flush_out(struct cgr_job *j)
 		}
 		to = o->to;
 		cgr__lhdr_init(j, &h, CGR__LM_CTRL, to);
-		ret = cgr__ucx_post(j->ucx, to, &h, sizeof(h), o->buf, o->len,
-				    free_done, o);
+		ret = cgr__job_ep(j, to);
+		if (ret == 0)
+			ret = cgr__ucx_post(j->ucx, to, &h, sizeof(h), o->buf,
+					    o->len, free_done, o);
 		if (ret != 1)
 			free(o); /* sent (or failed): UCX is done with it */
 		sent_to(j, to, ret < 0 ? ret : 0);
@@ -326,8 +350,9 @@ static void tick(struct cgr_job *j, int64_t now)
 			continue;
 		cgr__lhdr_init(j, &h, CGR__LM_HEARTBEAT, i);
 		sent_to(j, i,
-			cgr__ucx_post(j->ucx, i, &h, sizeof(h), NULL, 0, NULL,
-				      NULL) < 0 ?
+			cgr__job_ep(j, i) < 0 ||
+					cgr__ucx_post(j->ucx, i, &h, sizeof(h),
+						      NULL, 0, NULL, NULL) < 0 ?
 				-ECONNRESET :
 				0);
 		atomic_fetch_add_explicit(&j->st_heartbeats, 1,
@@ -339,7 +364,8 @@ static void tick(struct cgr_job *j, int64_t now)
 static void close_lost(struct cgr_job *j, bool *closed)
 {
 	for (uint32_t i = 0; i < j->size; i++)
-		if (!closed[i] && i != j->rank && cgr__job_lost(j, i, NULL)) {
+		if (!closed[i] && i != j->rank && j->peers[i].connected &&
+		    cgr__job_lost(j, i, NULL)) {
 			closed[i] = true;
 			cgr__ucx_peer_close(j->ucx, i, j->peers[i].why);
 		}
@@ -522,10 +548,15 @@ static int meet(struct cgr_job *j, int fence_s)
 			continue;
 		if ((ret = cgr__boot_get(&j->boot, i, "cgr.ucx", buf,
 					 sizeof(buf), &n, why, sizeof(why))) <
-			    0 ||
-		    (ret = cgr__ucx_connect(j->ucx, i, buf, n, why,
-					    sizeof(why))) < 0)
+		    0)
 			goto out;
+		/* Kept: the endpoint comes with the first message. */
+		if ((pe->addr = malloc(n)) == NULL) {
+			ret = -ENOMEM;
+			goto out;
+		}
+		memcpy(pe->addr, buf, n);
+		pe->addr_len = n;
 	}
 out:
 	if (ret < 0)
@@ -551,6 +582,8 @@ static void job_free(struct cgr_job *j)
 		cgr__boot_fini(&j->boot);
 	pthread_cond_destroy(&j->cond);
 	pthread_mutex_destroy(&j->lock);
+	for (uint32_t i = 0; j->peers != NULL && i < j->size; i++)
+		free(j->peers[i].addr);
 	free(j->peers);
 	free(j);
 }

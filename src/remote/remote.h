@@ -108,6 +108,12 @@ struct cgr__cmsg {
 
 struct cgr__rpeer {
 	char host[64];
+	/* Its UCX address (from the bootstrap), and whether this link made
+	 * its endpoint yet: only on first use (cgr__job_ep), so that a
+	 * rank talks only to the peers its graphs need. */
+	void *addr;
+	size_t addr_len;
+	bool connected;
 	int64_t heard, sent; /* link thread: last message from / to it */
 	uint64_t nrecv, nsent, acked;
 	bool engaged; /* link thread: talked to: heartbeats, deadline */
@@ -177,6 +183,10 @@ static inline void cgr__job_kick(struct cgr_job *j)
 {
 	cgr__bell_ring(&j->bell);
 }
+/* The link thread: an endpoint to rank `to`, made now if this is the
+ * first message to it: 0, or the error (logged; the caller declares the
+ * peer lost). */
+int cgr__job_ep(struct cgr_job *j, uint32_t to);
 /* Bytes after the header of a message of this type. */
 void cgr__lhdr_init(const struct cgr_job *j, struct cgr__lhdr *h, int type,
 		    uint32_t to);
