@@ -281,8 +281,9 @@ static int drive(cgr_ctx *ctx, cgr_job *job, struct raw *raw, int mode,
 	t = cgr_rtt(ce, data, 64);
 	printf("bootstrap: main to the first execution's result %.1f ms "
 	       "(3 hosts: join, context, a worker on rank 1, compile); "
-	       "first round trip %.1f us\n",
-	       (double)(rt_ns() - t_main) / 1e6, (double)t / 1e3);
+	       "first round trip %.1f us; first_result_ns %lld\n",
+	       (double)(rt_ns() - t_main) / 1e6, (double)t / 1e3,
+	       (long long)rt_ns());
 	perf_json("hosts", "bootstrap", "cgr", "time",
 		  (double)(rt_ns() - t_main) / 1e6, "ms", NULL);
 	if ((cs1 = graph(ctx, w[1], sink, MiB, mode)) == NULL ||

@@ -19,9 +19,13 @@ echo "3 hosts: network namespaces on a bridge ($net.1-3), UCX_TLS=tcp,self"
 for round in 1 2; do
 	for mode in adaptive block; do
 		echo "== round $round: cgr ($mode) and raw UCX"
+		t0=$(date +%s%N)
 		NETNS_ENV="-x PERF_MODE=$mode" netns_mpirun 600 "$tmp/o" \
 			"$tmp/e" "$build/perf/hosts" "$@"
+		first=$(sed -n 's/.* first_result_ns \([0-9]*\)$/\1/p' "$tmp/o")
 		cat "$tmp/o"
+		[ -n "$first" ] && echo "launch (mpirun started) to the first" \
+			"execution's result: $(((first - t0) / 1000000)) ms"
 		grep -v '^$' "$tmp/e" | head -5
 	done
 	if [ -x "$build/perf/mpi_pingpong" ]; then

@@ -292,6 +292,19 @@ static int pipeline(cgr_ctx *ctx, cgr_job *job)
 	       cgr_job_transports(job));
 	cgr_compiled_destroy(cf);
 	cgr_compiled_destroy(cn);
+	/* Each serving rank's stale message (fault injection) arrives
+	 * after its answer to the teardown: wait for them on the clock. */
+	{
+		int64_t end = now_ns(CLOCK_MONOTONIC) + 2 * SEC;
+		struct timespec gap = { 0, 1000000 };
+		do {
+			cgr_job_stats_get(job, &st);
+			if (st.late >= 2)
+				break;
+			nanosleep(&gap, NULL);
+		} while (now_ns(CLOCK_MONOTONIC) < end);
+		printf("left late %llu\n", (unsigned long long)st.late);
+	}
 	return !ok;
 }
 

@@ -224,6 +224,10 @@ void cgr__bridge_remove(struct cgr_job *j, cgr_compiled *c)
 			pthread_cond_wait(&j->cond, &j->lock);
 		}
 		*find(j, c, 0) = bg->next;
+#ifdef CGR_FAULT_INJECTION
+		if (j->debug_late && j->rank != j->driver)
+			j->stale_gid = bg->gid | (1ull << 62);
+#endif
 	}
 	pthread_mutex_unlock(&j->lock);
 	if (bg != NULL)
@@ -314,6 +318,19 @@ bool cgr__bridge_pump(struct cgr_job *j)
 {
 	bool did = false;
 
+#ifdef CGR_FAULT_INJECTION
+	if (j->stale_gid != 0) {
+		/* Tests: a message of a graph that is not (remote.h). */
+		struct cgr__lhdr h;
+		cgr__lhdr_init(j, &h, CGR__LM_ADMIT, j->driver);
+		h.gid = j->stale_gid;
+		h.seq = 1;
+		if (cgr__job_ep(j, j->driver) == 0)
+			(void)cgr__ucx_post(j->ucx, j->driver, &h, sizeof(h),
+					    NULL, 0, NULL, NULL);
+		j->stale_gid = 0;
+	}
+#endif
 	for (struct cgr__bgraph *bg = j->graphs; bg != NULL; bg = bg->next) {
 		if (bg->gone)
 			continue;

@@ -156,6 +156,14 @@ struct cgr_job {
 	struct cgr__bgraph *graphs;
 	uint64_t next_gid;
 
+#ifdef CGR_FAULT_INJECTION
+	/* Tests only: a serving rank sends the driver one message of a
+	 * graph that never was (stale_gid, under lock) each time it drops a
+	 * graph, which the driver must count as late and drop
+	 * (CGR_TEST_LATE_MESSAGES in a serving rank's environment). */
+	bool debug_late;
+	uint64_t stale_gid;
+#endif
 	/* What happened (cgr_job_stats). */
 	_Atomic uint64_t st_data_sent, st_data_recv, st_ctrl, st_heartbeats;
 	_Atomic uint64_t st_late, st_lost;

@@ -364,6 +364,9 @@ int cgr_job_serve(cgr_job *j, const cgr_export *exports)
 	memset(&s, 0, sizeof(s));
 	s.j = j;
 	s.ex = exports;
+#ifdef CGR_FAULT_INJECTION
+	j->debug_late = getenv("CGR_TEST_LATE_MESSAGES") != NULL;
+#endif
 	for (;;) {
 		struct cgr__cmsg *cm;
 		ret = cgr__job_await(j, j->driver, 0, 0, CGR_FOREVER, &cm);
