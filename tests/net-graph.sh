@@ -101,16 +101,17 @@ else
 	show "$tmp/g.out" "$tmp/g.err"
 fi
 
-# Runs the driver in mode $1 in the background, waits for "steady", does
-# $2 (a command) to host 3, notes when (CLOCK_REALTIME ns), waits for the
+# Runs the driver in mode $1 in the background, waits for "steady", notes
+# when (CLOCK_REALTIME ns), does $2 (a command) to host 3 (a kill can be
+# seen before a later clock reading: hence before), waits for the
 # driver to finish; mpirun (which may wait for the lost host for ever)
 # is stopped then.  Output in $tmp/$1.out.
 lose_run() {
 	netns_mpirun 60 "$tmp/$1.out" "$tmp/$1.err" "$bin" "$1" &
 	mp=$!
 	if await_line "$tmp/$1.out" 30 '^steady'; then
-		$2
 		date +%s%N >"$tmp/$1.when"
+		$2
 		await_line "$tmp/$1.out" 30 '^driver ' ||
 			echo "driver never ended" >>"$tmp/$1.err"
 	else
