@@ -587,10 +587,9 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * straight from the writer's slot into the reader's, by UCX rendezvous
  * when large).  Pointers and file descriptors inside a value mean nothing
  * on the other host.  Not across hosts yet: device tasks and device
- * tensors, collective nodes with a member on another host,
- * device-transport edges (CGR_TRANSPORT_DEVICE) to or from a worker
- * there, process workers in a graph that has workers on other hosts,
- * eager execution (each refused with -ENOTSUP, saying so).  Within a host, rings and shared
+ * tensors, collective nodes with a member on another host, process
+ * workers in a graph that has workers on other hosts, eager execution
+ * (each refused at compile, saying so).  Within a host, rings and shared
  * memory as always: only values whose reader is on another host travel.
  *
  * Transport: UCX active messages between one thread per process (its
@@ -607,9 +606,7 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * sends each peer it talks to a heartbeat when it has sent it nothing for
  * heartbeat_ns, and declares a peer lost once nothing arrived from it for
  * deadline_ns (default 3 s; on a slow link raise it: a link that moves
- * nothing for that long is taken for lost).  It checks every
- * min(heartbeat_ns / 2, deadline_ns / 30): a silent host is known within
- * the deadline plus that (3.1 s by default).  A lost host's endpoints are
+ * nothing for that long is taken for lost).  A lost host's endpoints are
  * closed by force; every graph with a worker there fails at once: each
  * pending execution completes with error values (CGR_EHOSTLOST, naming
  * the host and why), further executes fail with CGR_EHOSTLOST, teardown

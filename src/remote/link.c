@@ -422,9 +422,8 @@ static void *link_main(void *arg)
 	pthread_setname_np(pthread_self(), "cgr:link");
 	cgr__reactor_init(&r, 0);
 	cgr__reactor_set_log(&r, &j->log, NULL);
-	/* A loss is seen within deadline + tick: 100 ms for 3 s. */
-	if (tick_ns > j->deadline_ns / 30)
-		tick_ns = j->deadline_ns / 30;
+	if (tick_ns > j->deadline_ns / 8)
+		tick_ns = j->deadline_ns / 8;
 	for (;;) {
 		bool did = cgr__ucx_progress(j->ucx) > 0;
 		int64_t now;
