@@ -587,9 +587,10 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * straight from the writer's slot into the reader's, by UCX rendezvous
  * when large).  Pointers and file descriptors inside a value mean nothing
  * on the other host.  Not across hosts yet: device tasks and device
- * tensors, collective nodes with a member on another host, process
- * workers in a graph that has workers on other hosts, eager execution
- * (each refused at compile, saying so).  Within a host, rings and shared
+ * tensors, collective nodes with a member on another host,
+ * device-transport edges (CGR_TRANSPORT_DEVICE) to or from a worker
+ * there, process workers in a graph that has workers on other hosts,
+ * eager execution (each refused with -ENOTSUP, saying so).  Within a host, rings and shared
  * memory as always: only values whose reader is on another host travel.
  *
  * Transport: UCX active messages between one thread per process (its
@@ -606,7 +607,9 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * sends each peer it talks to a heartbeat when it has sent it nothing for
  * heartbeat_ns, and declares a peer lost once nothing arrived from it for
  * deadline_ns (default 3 s; on a slow link raise it: a link that moves
- * nothing for that long is taken for lost).  A lost host's endpoints are
+ * nothing for that long is taken for lost).  It checks every
+ * min(heartbeat_ns / 2, deadline_ns / 30): a silent host is known within
+ * the deadline plus that (3.1 s by default).  A lost host's endpoints are
  * closed by force; every graph with a worker there fails at once: each
  * pending execution completes with error values (CGR_EHOSTLOST, naming
  * the host and why), further executes fail with CGR_EHOSTLOST, teardown
@@ -673,9 +676,12 @@ typedef struct cgr_job_stats {
 	uint64_t lost;	   /* peers declared lost */
 } cgr_job_stats;
 void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out);
-/* Leaves the job: the driver first tells every serving rank to return;
- * then the link stops, UCX and PMIx end.  Contexts using the job must
- * be destroyed first.  Never waits on a lost host. */
+/* Leaves the job: the driver first tells every serving rank to return,
+ * in two steps so that no rank takes another's exit for a loss: each
+ * rank answers that it is ending (the driver waits for the answers at
+ * most cgr_job_params.deadline_ns), then its cgr_job_serve returns.
+ * Then the link stops, UCX and PMIx end.  Contexts using the job must be
+ * destroyed first.  Never waits on a lost host. */
 void cgr_job_leave(cgr_job *j);
 
 typedef struct cgr_task_desc {

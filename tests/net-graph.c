@@ -10,7 +10,10 @@
  *      (rendezvous above UCX's eager size), a failing task's error
  *      value crossing hosts, 4 executions in flight; every output
  *      byte-identical to the local graph's and to a direct computation,
- *      in order.  Prints "pipeline OK ..." with both medians.
+ *      in order.  Prints "pipeline OK ..." with both medians.  Then
+ *      what does not cross hosts yet (a device task, a collective, a
+ *      device edge, a process worker, eager execution) is refused,
+ *      saying so ("refusals OK").
  *  gaps N: N small executions at random gaps of 0-2 ms, every worker and
  *      the link in blocking mode (parked between messages): none lost,
  *      the slowest reported.
@@ -251,6 +254,115 @@ static int mk_worker(cgr_ctx *ctx, const char *name, int rank,
 	return ret;
 }
 
+/* Compiles g (destroying it), expecting -ENOTSUP (eager: runs it once
+ * instead); prints what was refused and why.  Returns 1 if it was not. */
+/* Whether g (NULL: it could not be built) is refused with -ENOTSUP,
+ * saying "host"; g destroyed. */
+static int refused(cgr_graph *g, const char *what, bool eager)
+{
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	unsigned char b = 1;
+	cgr_value a = cgr_value_bytes(&b, 1), o;
+	cgr_compiled *c = NULL;
+	int ret;
+	const char *msg;
+	bool ok;
+
+	if (g == NULL) {
+		printf("refusal BAD %s: the graph was not built\n", what);
+		return 1;
+	}
+	ret = eager ? cgr_graph_execute_eager(g, &a, 1, &o, 1, NULL) :
+		      cgr_graph_compile(g, &cp, &c);
+	msg = cgr_graph_errmsg(g);
+	ok = ret == -ENOTSUP && strstr(msg, "host") != NULL;
+	printf("refusal %s %s: %s (%s)\n", ok ? "OK" : "BAD", what,
+	       cgr_strerror(ret), msg);
+	if (c != NULL)
+		cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	return !ok;
+}
+
+/* input -> d on a -> d on b -> output (the edge between them on the
+ * device transport if asked); NULL if it cannot be built. */
+static cgr_graph *chain(cgr_ctx *ctx, cgr_worker *a, cgr_worker *b,
+			const cgr_task_desc *d, bool device_edge)
+{
+	cgr_graph *g = NULL;
+	cgr_node *in, *n[2];
+
+	if (cgr_graph_create(ctx, &g) == 0 && cgr_graph_input(g, 0, &in) == 0 &&
+	    cgr_graph_task(g, a, d, &in, 1, &n[0], 1) == 0 &&
+	    (!device_edge ||
+	     cgr_node_set_transport(n[0], CGR_TRANSPORT_DEVICE, 0) == 0) &&
+	    cgr_graph_task(g, b, d, n, 1, &n[1], 1) == 0 &&
+	    cgr_graph_output(g, &n[1], 1) == 0)
+		return g;
+	cgr_graph_destroy(g);
+	return NULL;
+}
+
+/* What does not cross hosts yet is refused at compile, saying so: a
+ * device task on another host, a collective node with a member there, a
+ * device-transport edge to it, a process worker in a graph with workers
+ * on other hosts, eager execution of such a graph. */
+static int refusals(cgr_ctx *ctx, cgr_worker *const *far)
+{
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	cgr_worker *pw = NULL;
+	cgr_graph *g = NULL;
+	cgr_node *in, *n[2], *o[2];
+	unsigned char kb = 0;
+	int bad = 0;
+
+	d.name = "t";
+	d.fn = stage;
+	d.arg_data = &kb;
+	d.arg_len = 1;
+	d.max_out_bytes = 64;
+	/* A device task on rank 1. */
+	d.flags = CGR_TASK_DEVICE;
+	if (cgr_graph_create(ctx, &g) || cgr_graph_input(g, 0, &in) ||
+	    cgr_graph_task(g, far[1], &d, &in, 1, &n[0], 1) ||
+	    cgr_graph_output(g, n, 1)) {
+		cgr_graph_destroy(g);
+		g = NULL;
+	}
+	bad += refused(g, "device-task", false);
+	d.flags = 0;
+	/* An allreduce over rank 0 and rank 1. */
+	g = NULL;
+	if (cgr_graph_create(ctx, &g) || cgr_graph_input(g, 0, &in) ||
+	    cgr_graph_task(g, far[0], &d, &in, 1, &n[0], 1) ||
+	    cgr_graph_task(g, far[1], &d, &in, 1, &n[1], 1) ||
+	    cgr_graph_allreduce(g, n, 2, CGR_SUM, NULL, o) ||
+	    cgr_graph_output(g, o, 2)) {
+		cgr_graph_destroy(g);
+		g = NULL;
+	}
+	bad += refused(g, "collective", false);
+	/* A device-transport edge from rank 0 to rank 1. */
+	bad += refused(chain(ctx, far[0], far[1], &d, true), "device-edge",
+		       false);
+	/* A process worker here and a worker on rank 1. */
+	wp.name = "p0";
+	wp.kind = CGR_WORKER_PROCESS;
+	if (cgr_worker_create(ctx, &wp, &pw) != 0) {
+		printf("refusal BAD process-worker: not created\n");
+		bad++;
+	} else {
+		bad += refused(chain(ctx, pw, far[1], &d, false),
+			       "process-worker", false);
+		cgr_worker_destroy(pw, 5 * SEC);
+	}
+	/* Eager execution of a chain over ranks 0 and 1. */
+	bad += refused(chain(ctx, far[0], far[1], &d, false), "eager", true);
+	printf("refusals %s\n", bad == 0 ? "OK" : "BAD");
+	return bad;
+}
+
 static int pipeline(cgr_ctx *ctx, cgr_job *job)
 {
 	cgr_worker *far[3], *near[3];
@@ -292,6 +404,7 @@ static int pipeline(cgr_ctx *ctx, cgr_job *job)
 	       cgr_job_transports(job));
 	cgr_compiled_destroy(cf);
 	cgr_compiled_destroy(cn);
+	ok = refusals(ctx, far) == 0 && ok;
 	/* Each serving rank's stale message (fault injection) arrives
 	 * after its answer to the teardown: wait for them on the clock. */
 	{
@@ -426,6 +539,7 @@ int main(int argc, char **argv)
 	cgr_ctx *ctx;
 	int ret;
 
+	cgr_worker_main(argc, argv, exports); /* a worker process ends here */
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (getenv("NET_SIZES_MAX") != NULL) /* a slow link: smaller */
 		for (size_t i = 0; i < NSIZES; i++)

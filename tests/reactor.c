@@ -1322,10 +1322,15 @@ static void *t_adaptive_main(void *arg)
 	     "adaptive: a spin that loses the CPU to busy threads on its "
 	     "core is seen, and is pressure (after %llu rounds)",
 	     (unsigned long long)rounds);
-	/* Then waits park at once (until a probe, 1 ms on). */
+	/* Then waits park at once (until a probe, 1 ms on). The answer
+	 * comes 2 ms after the ask, so that there is a wait (an answer at
+	 * once may be there before a thread that shares its core with the
+	 * busy ones looks); up to 20 rounds, until one parked. */
 	pe0 = (st->parked_pressure + st->parked_miss);
-	for (int k = 0; k < 5; k++)
-		t_adapt_round(r, &rg, &b, &flag, &cmd, T_RING_NONE, 0,
+	for (rounds = 0;
+	     rounds < 20 && st->parked_pressure + st->parked_miss == pe0;
+	     rounds++)
+		t_adapt_round(r, &rg, &b, &flag, &cmd, T_RING_SLEEP, 2 * MS,
 			      20 * MS);
 	for (int k = 0; k < 2; k++) {
 		atomic_store(&hogs[k].stop, 1);
@@ -1333,8 +1338,10 @@ static void *t_adaptive_main(void *arg)
 	}
 	sched_setaffinity(0, sizeof(mask), &mask);
 	t_ok((st->parked_pressure + st->parked_miss) - pe0 >= 1,
-	     "adaptive: then the thread's waits park at once (%llu of 5)",
-	     (unsigned long long)((st->parked_pressure + st->parked_miss) - pe0));
+	     "adaptive: then the thread's waits park at once (%llu in %llu "
+	     "rounds)",
+	     (unsigned long long)((st->parked_pressure + st->parked_miss) - pe0),
+	     (unsigned long long)rounds);
 
 	/* The busy threads gone: spins again. */
 	steals0 = st->steals;

@@ -422,8 +422,9 @@ static void *link_main(void *arg)
 	pthread_setname_np(pthread_self(), "cgr:link");
 	cgr__reactor_init(&r, 0);
 	cgr__reactor_set_log(&r, &j->log, NULL);
-	if (tick_ns > j->deadline_ns / 8)
-		tick_ns = j->deadline_ns / 8;
+	/* A loss is seen within deadline + tick: 100 ms for 3 s. */
+	if (tick_ns > j->deadline_ns / 30)
+		tick_ns = j->deadline_ns / 30;
 	for (;;) {
 		bool did = cgr__ucx_progress(j->ucx) > 0;
 		int64_t now;
@@ -703,19 +704,41 @@ void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out)
 	out->lost = atomic_load(&m->st_lost);
 }
 
+/* The driver leaves in two steps, so that no rank takes another's exit
+ * for a loss: END to every rank, each answers ENDING (from then on a
+ * peer's endpoint failing is expected: logged as information), then
+ * GONE, and serving ranks return. A rank that does not answer within the
+ * deadline is not waited for. */
+static void end_all(struct cgr_job *j)
+{
+	int64_t deadline = cgr__now_ns() + j->deadline_ns;
+	struct cgr__rmsg m;
+
+	memset(&m, 0, sizeof(m));
+	m.type = CGR__RM_END;
+	for (uint32_t i = 0; i < j->size; i++)
+		if (i != j->rank)
+			(void)cgr__job_send(j, i, &m, NULL, 0);
+	for (uint32_t i = 0; i < j->size; i++) {
+		struct cgr__cmsg *cm;
+		if (i != j->rank &&
+		    cgr__job_await(j, i, CGR__RM_ENDING, 0, deadline, &cm) ==
+			    0)
+			free(cm);
+	}
+	m.type = CGR__RM_GONE;
+	for (uint32_t i = 0; i < j->size; i++)
+		if (i != j->rank)
+			(void)cgr__job_send(j, i, &m, NULL, 0);
+}
+
 void cgr_job_leave(cgr_job *j)
 {
 	if (j == NULL)
 		return;
 	atomic_store(&j->ending, 1);
-	if (j->rank == j->driver && j->size > 1) {
-		struct cgr__rmsg m;
-		memset(&m, 0, sizeof(m));
-		m.type = CGR__RM_END;
-		for (uint32_t i = 0; i < j->size; i++)
-			if (i != j->rank)
-				(void)cgr__job_send(j, i, &m, NULL, 0);
-	}
+	if (j->rank == j->driver && j->size > 1)
+		end_all(j);
 	if (j->started) {
 		atomic_store_explicit(&j->quit, 1, memory_order_release);
 		cgr__bell_ring_force(&j->bell);

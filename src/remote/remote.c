@@ -193,7 +193,7 @@ static int remote_check_task(cgr_graph *g, const struct cgr__task *t,
 		return cgr__graph_fail(g, -ENOTSUP,
 				       "%s: eager execution runs on thread "
 				       "workers of this process only (%s is "
-				       "on rank %u)",
+				       "on rank %u, another host)",
 				       t->name, w->name, rw_of(w)->rank);
 	if ((t->flags & CGR_TASK_DEVICE) || t->coll)
 		return cgr__graph_fail(g, -ENOTSUP,
@@ -202,6 +202,20 @@ static int remote_check_task(cgr_graph *g, const struct cgr__task *t,
 				       "run on other hosts yet",
 				       cgr__coll_name(t->coll), t->name,
 				       w->name, rw_of(w)->rank);
+	/* A device-transport edge becomes a collective at compile. */
+	for (size_t i = 0; i < t->nin + t->nout; i++) {
+		const cgr_node *n = i < t->nin ? t->in[i] : t->out[i - t->nin];
+		if (n != NULL && n->transport == CGR_TRANSPORT_DEVICE)
+			return cgr__graph_fail(g, -ENOTSUP,
+					       "%s: its %s %s has the device "
+					       "transport, and %s is on rank "
+					       "%u: device edges do not cross "
+					       "hosts yet",
+					       t->name,
+					       i < t->nin ? "input" : "output",
+					       n->name, w->name,
+					       rw_of(w)->rank);
+	}
 	return 0;
 }
 

@@ -77,7 +77,9 @@ enum cgr__rmsg_type {
 	CGR__RM_DROP = 8,     /* d->h: forget gid (never ran) */
 	CGR__RM_STOP = 9,     /* d->h: worker index: fini, within timeout */
 	CGR__RM_BYE = 10,     /* h->d: it stopped (code) */
-	CGR__RM_END = 11,     /* d->h: the driver leaves: serve returns */
+	CGR__RM_END = 11,     /* d->h: the driver leaves */
+	CGR__RM_ENDING = 12,  /* h->d: END seen: losses are no errors now */
+	CGR__RM_GONE = 13,    /* d->h: every rank said ENDING: serve returns */
 };
 
 #define CGR__RMSG_MAX_PAYLOAD ((size_t)1 << 30)

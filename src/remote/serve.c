@@ -343,8 +343,19 @@ static int serve_one(struct server *s, const struct cgr__cmsg *cm)
 		if (m->type == CGR__RM_TEARDOWN)
 			reply(s, CGR__RM_LEFT, m->gid, ret, "");
 		return 0;
-	case CGR__RM_END:
+	case CGR__RM_END: {
+		/* Ending (link.c, end_all): the driver's GONE once every rank
+		 * knows, or a deadline. */
+		struct cgr__cmsg *gone;
 		atomic_store(&s->j->ending, 1);
+		reply(s, CGR__RM_ENDING, 0, 0, "");
+		if (cgr__job_await(s->j, s->j->driver, CGR__RM_GONE, 0,
+				   cgr__now_ns() + s->j->deadline_ns,
+				   &gone) == 0)
+			free(gone);
+		return 1;
+	}
+	case CGR__RM_GONE:
 		return 1;
 	default:
 		cgr__err(&s->j->log, "rank %u: a control message of type %u: "
