@@ -183,6 +183,8 @@ static cgr_compiled *graph(cgr_ctx *ctx, cgr_worker *w, cgr_task_fn fn,
 	cp.max_inflight = 2;
 	cp.max_value_bytes = maxv < 512 ? 512 : maxv;
 	cp.wait_mode = mode;
+	if (getenv("PERF_SPIN_US") != NULL) /* the adaptive spin */
+		cp.spin_ns = atoll(getenv("PERF_SPIN_US")) * 1000;
 	cp.get_timeout_ns = 60ll * 1000000000;
 	if (cgr_graph_create(ctx, &g) != 0)
 		return NULL;

@@ -262,6 +262,11 @@ struct cgr__prog {
 	int dead;
 	char dead_msg[300];
 	bool watch;	    /* it has stream tasks: the reactor watches */
+	/* What else its waits and writes move along (remote/: the link to
+	 * other hosts): true if it did something.  NULL: nothing.  Set
+	 * before the program starts. */
+	bool (*xpoll)(void *arg);
+	void *xpoll_arg;
 	int64_t dead_check; /* when the device was last asked */
 	/* Trace: the first trace_cap operations, written by the worker
 	 * only (in shared memory with process workers). */

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "drive/drive.h"
+#include "remote/remote.h"
 
 static inline uint32_t cgr__slot(const struct cgr_compiled *c, uint64_t seq)
 {
@@ -122,6 +123,9 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 	for (size_t i = 0; c->ngated > 0 && i < c->nprogs; i++)
 		if (c->progs[i].gate)
 			cgr__bell_ring(c->progs[i].bell);
+	/* Arguments and admissions for other hosts leave now (remote/). */
+	if (c->ctx->job != NULL)
+		cgr__job_poll(c->ctx->job);
 	*out = seq;
 	return 0;
 }
@@ -148,6 +152,10 @@ struct cgr__get_wait {
 static bool cgr__arrived(void *arg)
 {
 	struct cgr__get_wait *gw = arg;
+	/* Outputs from other hosts: this thread moves the link while it
+	 * waits (remote/: no hand-off on the way in). */
+	if (gw->c->ctx->job != NULL)
+		cgr__job_poll(gw->c->ctx->job);
 	cgr__drain(gw->c);
 	return gw->c->arrived[gw->slot] >= gw->c->nout || cgr__dead(gw->c) ||
 	       cgr__torn_down(gw->c);

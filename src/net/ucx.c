@@ -520,7 +520,9 @@ static int start(struct cgr__ucx *u, char *why, size_t len)
 	if (st == UCS_OK) {
 		memset(&wp, 0, sizeof(wp));
 		wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-		wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+		/* One thread at a time, not always the same one: the
+		 * caller serializes (remote/link.c). */
+		wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;
 		st = u->f.worker_create(u->ctx, &wp, &u->w);
 	}
 	if (st == UCS_OK)

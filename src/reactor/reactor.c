@@ -606,6 +606,14 @@ static int spin_phase(struct cgr__reactor *r, cgr__ready_fn ready, void *arg,
 	}
 }
 
+/* Where this thread's wait is (cgr__reactor_phase). */
+static _Thread_local int cgr__tls_phase;
+
+int cgr__reactor_phase(void)
+{
+	return cgr__tls_phase;
+}
+
 /* The park phase: 0 (ready), -ECANCELED, -ETIMEDOUT or an error. */
 static int park_phase(struct cgr__reactor *r, struct cgr__bell *b,
 		      cgr__ready_fn ready, void *arg,
@@ -693,8 +701,10 @@ int cgr__reactor_wait(struct cgr__reactor *r, struct cgr__bell *b,
 		budget = cgr__spin_budget(st, slot, start, spin_ns);
 	}
 	spin_end = budget < CGR_FOREVER - start ? start + budget : CGR_FOREVER;
+	cgr__tls_phase = CGR__PHASE_SPIN;
 	ret = spin_phase(r, ready, arg, cancel, mode, spin_end, deadline,
 			 start, &lost, &looks);
+	cgr__tls_phase = CGR__PHASE_NONE;
 	if (st != NULL && lost > CGR__STEAL_NS)
 		cgr__spin_lost(st, cgr__now_ns(), lost, cgr__run_delay());
 	else if (st != NULL && budget > 0 && ret >= 0)
@@ -704,7 +714,9 @@ int cgr__reactor_wait(struct cgr__reactor *r, struct cgr__bell *b,
 	if (r != NULL)
 		r->spins++;
 	cgr__spin_tls.parks++;
+	cgr__tls_phase = CGR__PHASE_PARK;
 	ret = park_phase(r, b, ready, arg, cancel, deadline);
+	cgr__tls_phase = CGR__PHASE_NONE;
 	/* Parked at once, and ready within the spin: spinning would have
 	 * paid (under pressure, a quick wake says nothing about spins). */
 	if (st != NULL && budget == 0 && ret == 0 && !st->pressure &&

@@ -174,6 +174,12 @@ typedef bool (*cgr__ready_fn)(void *arg);
  * cgr__spin_stat).  Producers must ring b after making ready() true.
  * Returns 0 (ready), -ECANCELED or -ETIMEDOUT.  r may be NULL.
  */
+/* Where the calling thread's cgr__reactor_wait is: its ready function and
+ * the reactor's poll are called while it spins and before each park.  A
+ * poll that stands in for another thread while this one spins hands back
+ * when it parks (remote/link.c). */
+enum { CGR__PHASE_NONE, CGR__PHASE_SPIN, CGR__PHASE_PARK };
+int cgr__reactor_phase(void);
 int cgr__reactor_wait(struct cgr__reactor *r, struct cgr__bell *b,
 		      cgr__ready_fn ready, void *arg,
 		      const _Atomic uint32_t *cancel, int mode, int64_t spin_ns,

@@ -20,8 +20,10 @@
  * the ones after it back).  Admissions go from the driver's host to
  * those whose programs wait for them (gated ones).
  *
- * Threads: the link thread, under job->lock; bridge_add and bridge_remove
- * from the driver's or the serving thread, under it too.
+ * Threads: whoever holds the UCX worker (the link thread, or a thread
+ * moving the link while it writes or waits: link.c), under job->lock;
+ * bridge_add and bridge_remove from the driver's or the serving thread,
+ * under it too.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -190,6 +192,13 @@ int cgr__bridge_add(struct cgr_job *j, cgr_compiled *c, uint64_t gid,
 		bgraph_free(bg);
 		return ret;
 	}
+	/* Its programs here move the link while they write and wait (set
+	 * before they start: compile/prog.h). */
+	for (size_t i = 0; i < c->nprogs; i++)
+		if (rank_of_worker(bg, c->progs[i].w) == j->rank) {
+			c->progs[i].xpoll = cgr__job_xpoll;
+			c->progs[i].xpoll_arg = j;
+		}
 	pthread_mutex_lock(&j->lock);
 	bg->next = j->graphs;
 	j->graphs = bg;

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -381,33 +382,148 @@ static void efd_watch_fired(void *arg)
 	j->watching = false;
 }
 
+/*
+ * Who moves the link.  The UCX worker is used by one thread at a time:
+ * whoever holds j->busy.  A thread that writes a value for another host
+ * (a worker's WRITE, the driver's cgr_execute), or waits for one (a
+ * worker's READ, the driver's cgr_ref_get), does a round of the link's
+ * work itself when it can take the worker (cgr__job_poll): no hand-off to
+ * the link thread on the hot path, and no wake-up of it: a channel to
+ * another host rings a doorbell nobody sleeps on (j->quiet).  A round
+ * that cannot take the worker is left to its holder, which looks again
+ * after giving it back (B2): one of the two sees the other's work.  While
+ * such threads spin and poll (j->hot: one did within HOT_NS), the link
+ * thread naps on its doorbell and a timer (HOT_NS) only, so that a
+ * message that arrives does not wake it too (on a machine with few cores
+ * a wake-up takes a core from a spinning thread); else it sleeps on the
+ * UCX worker's event fd (armed), its doorbell (control messages, the end)
+ * and its next tick.  A polling thread that parks (its wait's park phase:
+ * cgr__reactor_phase) clears j->hot and rings the link thread, which
+ * then watches the event fd: a parked host still hears at once.
+ */
+#define HOT_NS 1000000
+
+/* The UCX worker, if nobody has it. */
+static bool take(struct cgr_job *j)
+{
+	uint32_t none = 0;
+
+	/* B1: pairs with give's release: what the last holder did to the
+	 * UCX worker is seen.  (A seq_cst RMW: B2's fence on this side.) */
+	return atomic_load_explicit(&j->busy, memory_order_relaxed) == 0 &&
+	       atomic_compare_exchange_strong(&j->busy, &none, 1);
+}
+
+static void give(struct cgr_job *j)
+{
+	/* B1. */
+	atomic_store_explicit(&j->busy, 0, memory_order_release);
+}
+
+/* Whether there is work for a round: queued control messages, values
+ * or admissions to send. */
+static bool pending(struct cgr_job *j)
+{
+	return atomic_load_explicit(&j->nout, memory_order_relaxed) != 0 ||
+	       cgr__bridge_ready(j);
+}
+
+/* One round of the link's work, holding the UCX worker: progress, the
+ * queued control messages, the graphs' outgoing channels. */
+static bool round_(struct cgr_job *j)
+{
+	bool did = cgr__ucx_progress(j->ucx) > 0;
+
+	if (atomic_load_explicit(&j->nout, memory_order_relaxed) != 0)
+		did |= flush_out(j);
+	pthread_mutex_lock(&j->lock);
+	did |= cgr__bridge_pump(j);
+	pthread_mutex_unlock(&j->lock);
+	return did;
+}
+
+/* Gives the worker back; true if work came meanwhile (take it again). */
+static bool give_check(struct cgr_job *j)
+{
+	give(j);
+	/* B2: the release of busy, then a look at the queues; pairs with
+	 * the writer's queue, then its take (a seq_cst RMW). */
+	atomic_thread_fence(memory_order_seq_cst);
+	return pending(j);
+}
+
+bool cgr__job_poll(struct cgr_job *j)
+{
+	bool did = false;
+	int phase;
+
+	if (j == NULL || j->ucx == NULL)
+		return false;
+	phase = cgr__reactor_phase();
+	if (phase == CGR__PHASE_SPIN)
+		atomic_store_explicit(&j->hot, cgr__now_ns(),
+				      memory_order_relaxed);
+	else if (phase == CGR__PHASE_PARK &&
+		 atomic_load_explicit(&j->hot, memory_order_relaxed) != 0 &&
+		 atomic_exchange_explicit(&j->hot, 0, memory_order_relaxed) !=
+			 0) {
+		/* The link thread watches the event fd from now on. */
+		atomic_store_explicit(&j->handed, 1, memory_order_relaxed);
+		cgr__bell_ring_force(&j->bell);
+	}
+	/* B2: what this thread queued, before it looks at busy. */
+	atomic_thread_fence(memory_order_seq_cst);
+	do {
+		if (!take(j))
+			break; /* the holder looks after giving it back */
+		did |= round_(j);
+	} while (give_check(j));
+	return did;
+}
+
+bool cgr__job_xpoll(void *job)
+{
+	return cgr__job_poll(job);
+}
+
 static bool link_ready(void *arg)
 {
 	struct cgr_job *j = arg;
 
 	return j->efd_fired ||
+	       atomic_load_explicit(&j->handed, memory_order_relaxed) ||
 	       atomic_load_explicit(&j->quit, memory_order_acquire) ||
-	       atomic_load_explicit(&j->nout, memory_order_relaxed) != 0 ||
-	       cgr__bridge_ready(j);
+	       atomic_load_explicit(&j->nout, memory_order_relaxed) != 0;
 }
 
-/* Idle: parks until something is to do or the next tick (false: the
- * UCX worker has events: progress again). */
+/* Idle, holding the UCX worker: sleeps until the next tick at most.
+ * Hot (threads poll the link themselves): on a timer, HOT_NS at most.
+ * Else armed on the event fd (false if events are pending: go on). */
 static bool link_park(struct cgr_job *j, struct cgr__reactor *r,
 		      int64_t until)
 {
+	int64_t now = cgr__now_ns();
 	int efd = cgr__ucx_efd(j->ucx);
+	int64_t h = atomic_load_explicit(&j->hot, memory_order_relaxed);
+	bool hot = h != 0 && now - h < HOT_NS;
 
-	if (cgr__ucx_arm(j->ucx) == -EAGAIN)
+	if (!hot && efd >= 0 && cgr__ucx_arm(j->ucx) == -EAGAIN) {
+		give(j);
+		return false;
+	}
+	if (give_check(j))
 		return false;
 	j->efd_fired = false;
-	if (efd >= 0 && !j->watching &&
-	    cgr__reactor_watch_add(r, efd, efd_watch_fired, j, NULL) == 0)
+	if (hot || efd < 0) {
+		if (until > (efd < 0 ? now : h) + HOT_NS)
+			until = (efd < 0 ? now : h) + HOT_NS;
+	} else if (!j->watching &&
+		   cgr__reactor_watch_add(r, efd, efd_watch_fired, j, NULL) ==
+			   0) {
 		j->watching = true;
+	}
 	(void)cgr__reactor_wait(r, &j->bell, link_ready, j, NULL,
-				CGR_WAIT_BLOCK, 0,
-				efd >= 0 ? until :
-					   cgr__now_ns() + 1000000);
+				CGR_WAIT_BLOCK, 0, until);
 	return true;
 }
 
@@ -426,38 +542,63 @@ static void *link_main(void *arg)
 	if (tick_ns > j->deadline_ns / 30)
 		tick_ns = j->deadline_ns / 30;
 	for (;;) {
-		bool did = cgr__ucx_progress(j->ucx) > 0;
-		int64_t now;
-		did |= flush_out(j);
-		pthread_mutex_lock(&j->lock);
-		did |= cgr__bridge_pump(j);
-		pthread_mutex_unlock(&j->lock);
+		int64_t now = cgr__now_ns(), h;
+		bool did;
+		atomic_store_explicit(&j->handed, 0, memory_order_relaxed);
+		if (!take(j)) {
+			/* Another thread moves the link.  One that spins and
+			 * polls: a nap, until it parks (it rings) or HOT_NS.
+			 * Else it does one round and gives the worker back:
+			 * the CPU to it, then take the worker again. */
+			h = atomic_load_explicit(&j->hot, memory_order_relaxed);
+			if (atomic_load(&j->quit) && quit_by == 0)
+				quit_by = now + 1000000000;
+			else if (quit_by != 0 && now > quit_by)
+				break;
+			if (h != 0 && now - h < HOT_NS)
+				(void)cgr__reactor_wait(&r, &j->bell,
+							link_ready, j, NULL,
+							CGR_WAIT_BLOCK, 0,
+							h + HOT_NS);
+			else
+				sched_yield();
+			continue;
+		}
+		did = round_(j);
 		if (closed != NULL)
 			close_lost(j, closed);
-		now = cgr__now_ns();
 		if (now >= next) {
 			tick(j, now);
 			next = now + tick_ns;
 		}
 		if (atomic_load_explicit(&j->quit, memory_order_acquire)) {
+			bool done = atomic_load(&j->nout) == 0 &&
+				    cgr__ucx_inflight(j->ucx) == 0;
+			give(j);
 			/* What was queued goes first, a second at most. */
 			if (quit_by == 0)
 				quit_by = now + 1000000000;
-			if ((atomic_load(&j->nout) == 0 &&
-			     cgr__ucx_inflight(j->ucx) == 0) ||
-			    now > quit_by)
+			if (done || now > quit_by)
 				break;
 			continue;
 		}
-		if (did || j->wait_mode == CGR_WAIT_BUSY) {
+		if (did) {
+			give(j);
 			idle = 0;
 			continue;
 		}
+		/* Nothing to do: spin (its mode) while no other thread
+		 * does, else sleep (link_park). */
+		h = atomic_load_explicit(&j->hot, memory_order_relaxed);
 		if (idle == 0)
 			idle = now;
-		if (j->wait_mode == CGR_WAIT_ADAPTIVE &&
-		    now - idle < j->spin_ns)
+		if ((h == 0 || now - h >= HOT_NS) &&
+		    (j->wait_mode == CGR_WAIT_BUSY ||
+		     (j->wait_mode == CGR_WAIT_ADAPTIVE &&
+		      now - idle < j->spin_ns))) {
+			give(j);
 			continue;
+		}
 		if (link_park(j, &r, next))
 			idle = 0;
 	}
@@ -613,6 +754,7 @@ int cgr_job_join(const cgr_job_params *p, cgr_job **out)
 	pthread_cond_init(&j->cond, &ca);
 	pthread_condattr_destroy(&ca);
 	cgr__bell_init(&j->bell);
+	cgr__bell_init(&j->quiet);
 	j->in_tail = &j->in_head;
 	j->out_tail = &j->out_head;
 	j->size = 1;

@@ -31,8 +31,10 @@
  * arrives for a graph this host does not run (any more) is counted and
  * dropped.
  *
- * Threads: the link thread owns the UCX worker and every graph's
- * registration; other threads reach it under job->lock.
+ * Threads: whoever holds job->busy uses the UCX worker (the link thread,
+ * or a thread moving the link while it writes or waits: link.c) and the
+ * peers' traffic fields; every graph's registration, the queues and the
+ * losses are under job->lock (taken under busy, never the other way).
  */
 #ifndef CGR_REMOTE_H
 #define CGR_REMOTE_H
@@ -138,10 +140,20 @@ struct cgr_job {
 	uint64_t epoch;
 	struct cgr__rpeer *peers;
 
+	/* The UCX worker is used by one thread at a time: the link thread,
+	 * or a thread that writes or waits for a value of another host and
+	 * moves the link itself meanwhile (cgr__job_poll, link.c); whoever
+	 * holds busy.  hot: when such a thread last did. */
+	_Atomic uint32_t busy;
+	_Atomic int64_t hot;
+	_Atomic uint32_t handed; /* a poller parked: the link thread watches */
+	/* What channels to readers on other hosts ring (ctx->link_bell):
+	 * nobody sleeps on it, their writers move the link themselves. */
+	struct cgr__bell quiet;
 	/* The link thread. */
 	pthread_t thread;
 	bool started;
-	struct cgr__bell bell; /* rung for it: queued messages, channels */
+	struct cgr__bell bell; /* rung for it: queued messages, the end */
 	_Atomic uint32_t quit;
 	/* The job is ending (the driver left, or is leaving): a peer's
 	 * end is no failure then. */
@@ -188,6 +200,14 @@ int cgr__job_await(struct cgr_job *j, uint32_t from, uint32_t type,
 bool cgr__job_lost(struct cgr_job *j, uint32_t rank, const char **why);
 /* Rank declared lost now (why), from any thread. */
 void cgr__job_lose(struct cgr_job *j, uint32_t rank, const char *why);
+/* A round of the link's work by the calling thread (progress, queued
+ * control messages, the graphs' outgoing channels and admissions), if
+ * nobody else holds the UCX worker (then its holder does it): true if it
+ * did something.  Any thread; after writing a value for another host, and
+ * while waiting for one. */
+bool cgr__job_poll(struct cgr_job *j);
+/* The same as a program's xpoll (compile/prog.h). */
+bool cgr__job_xpoll(void *job);
 /* Wakes the link thread. */
 static inline void cgr__job_kick(struct cgr_job *j)
 {

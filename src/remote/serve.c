@@ -106,7 +106,7 @@ static int ctx_make(struct server *s, const struct cgr__rmsg *m)
 	if ((ret = cgr_ctx_create(&cp, &s->ctx)) < 0)
 		return ret;
 	s->ctx->job = s->j;
-	s->ctx->link_bell = &s->j->bell;
+	s->ctx->link_bell = &s->j->quiet;
 	s->ctx->driver_far = true;
 	return 0;
 }

@@ -180,5 +180,7 @@ bool cgr__prog_poll(void *arg)
 
 	if (!p->dead && p->watch && watch(p))
 		pending = true;
+	if (p->xpoll != NULL && p->xpoll(p->xpoll_arg))
+		pending = true;
 	return pending;
 }

@@ -35,6 +35,8 @@ static void complete(struct cgr__prog *p, struct cgr__ljob *j)
 	for (size_t k = 0; fw != NULL && k < fw->nchans; k++)
 		cgr__chan_write(&c->chans[fw->chans[k]], j->seq, &c->ctl->stop,
 				CGR_FOREVER);
+	if (fw != NULL && p->xpoll != NULL)
+		p->xpoll(p->xpoll_arg);
 	if (cr->async && p->strace[CGR__S_NCCL] != NULL)
 		cgr__strace_record(p, CGR__S_NCCL, cr, NULL, j->seq, j->t0);
 	/* D1: publishes the outputs; pairs with D2. */

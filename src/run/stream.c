@@ -36,14 +36,17 @@ int cgr__wait_done(struct cgr_compiled *c, cgr_worker *w,
 				 CGR_FOREVER);
 }
 
-/* A WRITE fused into a stream job, on the stream's executor. */
-static void fused_write(struct cgr_compiled *c, const struct cgr__op *fw,
-			uint64_t seq)
+/* A WRITE fused into a stream job of program p, on the stream's
+ * executor (values to readers on other hosts sent at once). */
+static void fused_write(struct cgr_compiled *c, const struct cgr__prog *p,
+			const struct cgr__op *fw, uint64_t seq)
 {
 	cgr__c_release(c);
 	for (size_t k = 0; fw != NULL && k < fw->nchans; k++)
 		cgr__chan_write(&c->chans[fw->chans[k]], seq, &c->ctl->stop,
 				CGR_FOREVER);
+	if (fw != NULL && p != NULL && p->xpoll != NULL)
+		p->xpoll(p->xpoll_arg);
 }
 
 /* Whether the thread runs the job of execution seq (struct
@@ -108,7 +111,7 @@ static void coll_job_run(void *arg)
 	cgr__fault_coll_before(cr, seq);
 	cgr__coll_run(cr, seq, NULL);
 	cgr__fault_coll_after(cr, seq);
-	fused_write(c, cr->fused_write, seq);
+	fused_write(c, p, cr->fused_write, seq);
 	if (p->strace[cr->sclass] != NULL)
 		cgr__strace_record(p, cr->sclass, cr, NULL, seq, t0);
 	/* D1: publishes the outputs; pairs with D2. */
@@ -191,7 +194,7 @@ void cgr__held_run(struct cgr__coll_rt *cr, uint64_t seq)
  * once its device failed): its fused WRITE, then done. */
 void cgr__task_job_finish(struct cgr_task_ctx *tc, uint64_t seq)
 {
-	fused_write(tc->c, tc->fused_write, seq);
+	fused_write(tc->c, tc->prog, tc->fused_write, seq);
 	/* D3: publishes the outputs; pairs with D2. */
 	atomic_store_explicit(&tc->done, seq + 1, memory_order_release);
 	cgr__bell_ring(cgr__wbell(tc->c, tc->w));

@@ -298,6 +298,8 @@ static int run_op(cgr_worker *w, struct cgr__prog *p, struct cgr__op *op,
 		for (size_t k = 0; k < op->nchans && ret == 0; k++)
 			ret = cgr__chan_write(&c->chans[op->chans[k]], seq,
 					      &c->ctl->stop, CGR_FOREVER);
+		if (p->xpoll != NULL) /* to readers on other hosts: now */
+			p->xpoll(p->xpoll_arg);
 		break;
 	default:
 		break;
@@ -317,9 +319,10 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p, struct cgr__reactor *r)
 	uint64_t seq;
 	int ret = 0;
 
-	if (p->lq != NULL || p->watch) {
-		/* NCCL collectives progress, and the device is watched while
-		 * stream work is out, whenever the reactor waits. */
+	if (p->lq != NULL || p->watch || p->xpoll != NULL) {
+		/* NCCL collectives progress, the device is watched while
+		 * stream work is out, and values to and from other hosts
+		 * move, whenever the reactor waits. */
 		r->poll = cgr__prog_poll;
 		r->poll_arg = p;
 	}
