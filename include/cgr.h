@@ -590,13 +590,18 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * tensors, collective nodes with a member on another host,
  * device-transport edges (CGR_TRANSPORT_DEVICE) to or from a worker
  * there, process workers in a graph that has workers on other hosts,
- * eager execution (each refused with -ENOTSUP, saying so).  Within a host, rings and shared
- * memory as always: only values whose reader is on another host travel.
+ * eager execution (each refused with -ENOTSUP, saying so).  Within a
+ * host, rings and shared memory as always: only values whose reader is on
+ * another host travel.
  *
- * Transport: UCX active messages between one thread per process (its
- * link: it waits on io_uring like a worker's reactor, and carries every
- * message of the process to and from other hosts), on what UCX_TLS allows
- * among host-memory transports: device transports named there
+ * Transport: UCX active messages, one UCX worker per process (its link).
+ * A thread that writes a value for another host sends it itself; a
+ * thread that waits for one (a worker, the driver in cgr_ref_get) moves
+ * the UCX worker itself while it spins.  One thread per process does the
+ * rest (control messages, heartbeats, deadlines) and, while no thread
+ * spins, receives: it waits on io_uring with the UCX worker's event fd
+ * armed.  wait_mode and spin_ns below are that thread's.  UCX_TLS is
+ * honoured among host-memory transports: device transports named there
  * (cuda_copy, cuda_ipc, gdr_copy, rocm_*) are left out, and
  * cgr_job_transports says what was used.  UCX_NET_DEVICES picks the
  * interfaces.  The job's processes find each other through PMIx (each
