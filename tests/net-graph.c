@@ -365,38 +365,46 @@ static int refusals(cgr_ctx *ctx, cgr_worker *const *far)
 
 static int pipeline(cgr_ctx *ctx, cgr_job *job)
 {
-	cgr_worker *far[3], *near[3];
-	cgr_compiled *cf = NULL, *cn = NULL;
-	double pf = 0, pn = 0;
-	unsigned ef = 0, en = 0;
+	cgr_worker *far[3], *near[3], *spin[3];
+	cgr_compiled *cf = NULL, *cn = NULL, *cs = NULL;
+	double pf = 0, pn = 0, ps = 0;
+	unsigned ef = 0, en = 0, es = 0;
 	unsigned n = getenv("NET_N") ? (unsigned)atoi(getenv("NET_N")) : 300;
-	int bf = -1, bn = -1;
+	int bf = 0, bn = 0, bs = 0;
 	bool ok;
 	cgr_job_stats st;
 
 	if (mk_worker(ctx, "w0", 0, &far[0]) || mk_worker(ctx, "w1", 1, &far[1]) ||
 	    mk_worker(ctx, "w2", 2, &far[2]) || mk_worker(ctx, "l0", -1, &near[0]) ||
 	    mk_worker(ctx, "l1", -1, &near[1]) ||
-	    mk_worker(ctx, "l2", -1, &near[2]))
+	    mk_worker(ctx, "l2", -1, &near[2]) ||
+	    mk_worker(ctx, "a0", 0, &spin[0]) || mk_worker(ctx, "a1", 1, &spin[1]) ||
+	    mk_worker(ctx, "a2", 2, &spin[2]))
 		return 1;
-	if (build(ctx, far, CGR_WAIT_BLOCK, &cf) || build(ctx, near, CGR_WAIT_BLOCK, &cn))
+	/* Parked across hosts, on one host, and adaptive across hosts (its
+	 * threads move the UCX worker themselves while they spin). */
+	if (build(ctx, far, CGR_WAIT_BLOCK, &cf) ||
+	    build(ctx, near, CGR_WAIT_BLOCK, &cn) ||
+	    build(ctx, spin, CGR_WAIT_ADAPTIVE, &cs))
 		return 1;
 	/* Interleaved: a round of each, three times. */
 	for (int r = 0; r < 3; r++) {
-		double a, b;
-		unsigned e1, e2;
-		bf = (bf < 0 ? 0 : bf) + drive(cf, n, &a, &e1);
-		bn = (bn < 0 ? 0 : bn) + drive(cn, n, &b, &e2);
-		pf += a / 3, pn += b / 3;
-		ef += e1, en += e2;
+		double a, b, c;
+		unsigned e1, e2, e3;
+		bf += drive(cf, n, &a, &e1);
+		bn += drive(cn, n, &b, &e2);
+		bs += drive(cs, n, &c, &e3);
+		pf += a / 3, pn += b / 3, ps += c / 3;
+		ef += e1, en += e2, es += e3;
 	}
 	cgr_job_stats_get(job, &st);
-	ok = bf == 0 && bn == 0 && ef == en && (n <= 13 || ef > 0);
-	printf("pipeline %s executions %u mismatches %d/%d errors %u/%u "
-	       "far_p50_us %.1f near_p50_us %.1f sent %llu received %llu "
-	       "late %llu\n",
-	       ok ? "OK" : "BAD", 3 * n,
-	       bf, bn, ef, en, pf, pn, (unsigned long long)st.data_sent,
+	ok = bf == 0 && bn == 0 && bs == 0 && ef == en && es == en &&
+	     (n <= 13 || ef > 0);
+	printf("pipeline %s executions %u mismatches %d/%d/%d errors %u/%u/%u "
+	       "far_p50_us %.1f near_p50_us %.1f spin_p50_us %.1f sent %llu "
+	       "received %llu late %llu\n",
+	       ok ? "OK" : "BAD", 3 * n, bf, bn, bs, ef, en, es, pf, pn, ps,
+	       (unsigned long long)st.data_sent,
 	       (unsigned long long)st.data_received,
 	       (unsigned long long)st.late);
 	printf("hosts %s %s %s transports %s\n", cgr_job_host(job, 0),
@@ -404,6 +412,7 @@ static int pipeline(cgr_ctx *ctx, cgr_job *job)
 	       cgr_job_transports(job));
 	cgr_compiled_destroy(cf);
 	cgr_compiled_destroy(cn);
+	cgr_compiled_destroy(cs);
 	ok = refusals(ctx, far) == 0 && ok;
 	/* Each serving rank's stale message (fault injection) arrives
 	 * after its answer to the teardown: wait for them on the clock. */

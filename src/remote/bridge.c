@@ -234,8 +234,10 @@ void cgr__bridge_remove(struct cgr_job *j, cgr_compiled *c)
 		}
 		*find(j, c, 0) = bg->next;
 #ifdef CGR_FAULT_INJECTION
-		if (j->debug_late && j->rank != j->driver)
+		if (j->debug_late && j->rank != j->driver) {
 			j->stale_gid = bg->gid | (1ull << 62);
+			j->debug_late = false; /* once per rank */
+		}
 #endif
 	}
 	pthread_mutex_unlock(&j->lock);
