@@ -1381,6 +1381,84 @@ static void t_adaptive(void)
 	pthread_join(th, NULL);
 }
 
+/* What a wait tells the functions it calls (remote/link.c relies on
+ * it): the phase, the reactor it parks on, and the unpark call, once. */
+struct t_phase {
+	struct cgr__reactor *r;
+	unsigned seen; /* 1 << phase, from ready */
+	unsigned parking_ok, parking_bad, unparks, in_wait_unparks;
+	bool in_wait;
+};
+
+static void t_unparked(void *arg)
+{
+	struct t_phase *ph = arg;
+
+	ph->unparks++;
+	ph->in_wait_unparks += ph->in_wait;
+}
+
+static bool t_phase_ready(void *arg)
+{
+	struct t_phase *ph = arg;
+
+	ph->seen |= 1u << cgr__reactor_phase();
+	return false;
+}
+
+static bool t_phase_poll(void *arg)
+{
+	struct t_phase *ph = arg;
+
+	if (cgr__reactor_phase() == CGR__PHASE_PARK) {
+		if (cgr__reactor_parking() == ph->r)
+			ph->parking_ok++;
+		else
+			ph->parking_bad++;
+		cgr__reactor_on_unpark(t_unparked, ph);
+	} else if (cgr__reactor_parking() != NULL) {
+		ph->parking_bad++;
+	}
+	return false;
+}
+
+static void t_phases(struct cgr__reactor *r)
+{
+	struct cgr__bell b;
+
+	cgr__bell_init(&b);
+	for (int m = 0; m < 2; m++) {
+		struct t_phase ph = { .r = r };
+		bool block = m == 0, shape;
+		int ret;
+		r->poll = t_phase_poll;
+		r->poll_arg = &ph;
+		ph.in_wait = true;
+		ret = cgr__reactor_wait(r, &b, t_phase_ready, &ph, NULL,
+					block ? CGR_WAIT_BLOCK : CGR_WAIT_BUSY,
+					200000, cgr__now_ns() + 3000000);
+		ph.in_wait = false;
+		r->poll = NULL;
+		r->poll_arg = NULL;
+		/* Block: no spin (its first polls are none), a park, the
+		 * unpark call once.  Busy: a spin, never a park. */
+		shape = (ph.seen & (1u << CGR__PHASE_NONE)) &&
+			!(ph.seen & (1u << CGR__PHASE_SPIN)) == block &&
+			!(ph.seen & (1u << CGR__PHASE_PARK)) == !block &&
+			(block ? ph.parking_ok > 0 && ph.unparks == 1 &&
+					 ph.in_wait_unparks == 1 :
+				 ph.parking_ok == 0 && ph.unparks == 0);
+		t_ok(ret == -ETIMEDOUT && shape && ph.parking_bad == 0 &&
+			     cgr__reactor_phase() == CGR__PHASE_NONE &&
+			     cgr__reactor_parking() == NULL,
+		     "phases (%s): what ready and the poll see (%#x), the "
+		     "reactor in the park (%u, %u wrong), the unpark call "
+		     "once as the park ends (%u)",
+		     block ? "block: then park" : "busy: spin, no park",
+		     ph.seen, ph.parking_ok, ph.parking_bad, ph.unparks);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct t_reactor tr;
@@ -1436,6 +1514,7 @@ int main(int argc, char **argv)
 	t_wakeups(r);
 	t_busy();
 	t_watch();
+	t_phases(r);
 	t_adapt_rules();
 	t_adaptive();
 	t_reactor_report("main reactor at the end", r, &tr.log);

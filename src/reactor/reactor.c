@@ -606,12 +606,27 @@ static int spin_phase(struct cgr__reactor *r, cgr__ready_fn ready, void *arg,
 	}
 }
 
-/* Where this thread's wait is (cgr__reactor_phase). */
+/* Where this thread's wait is (cgr__reactor_phase), the reactor it parks
+ * on, and what to call when the park ends (cgr__reactor_on_unpark). */
 static _Thread_local int cgr__tls_phase;
+static _Thread_local struct cgr__reactor *cgr__tls_park_r;
+static _Thread_local void (*cgr__tls_unpark)(void *);
+static _Thread_local void *cgr__tls_unpark_arg;
 
 int cgr__reactor_phase(void)
 {
 	return cgr__tls_phase;
+}
+
+struct cgr__reactor *cgr__reactor_parking(void)
+{
+	return cgr__tls_phase == CGR__PHASE_PARK ? cgr__tls_park_r : NULL;
+}
+
+void cgr__reactor_on_unpark(void (*fn)(void *), void *arg)
+{
+	cgr__tls_unpark = fn;
+	cgr__tls_unpark_arg = arg;
 }
 
 /* The park phase: 0 (ready), -ECANCELED, -ETIMEDOUT or an error. */
@@ -701,7 +716,11 @@ int cgr__reactor_wait(struct cgr__reactor *r, struct cgr__bell *b,
 		budget = cgr__spin_budget(st, slot, start, spin_ns);
 	}
 	spin_end = budget < CGR_FOREVER - start ? start + budget : CGR_FOREVER;
-	cgr__tls_phase = CGR__PHASE_SPIN;
+	/* The 64 polls every wait makes are no spin (CGR_WAIT_BLOCK, an
+	 * adaptive wait that parks at once). */
+	cgr__tls_phase = mode == CGR_WAIT_BUSY || spin_end > start ?
+				 CGR__PHASE_SPIN :
+				 CGR__PHASE_NONE;
 	ret = spin_phase(r, ready, arg, cancel, mode, spin_end, deadline,
 			 start, &lost, &looks);
 	cgr__tls_phase = CGR__PHASE_NONE;
@@ -715,8 +734,15 @@ int cgr__reactor_wait(struct cgr__reactor *r, struct cgr__bell *b,
 		r->spins++;
 	cgr__spin_tls.parks++;
 	cgr__tls_phase = CGR__PHASE_PARK;
+	cgr__tls_park_r = r;
 	ret = park_phase(r, b, ready, arg, cancel, deadline);
 	cgr__tls_phase = CGR__PHASE_NONE;
+	cgr__tls_park_r = NULL;
+	if (cgr__tls_unpark != NULL) {
+		void (*fn)(void *) = cgr__tls_unpark;
+		cgr__tls_unpark = NULL;
+		fn(cgr__tls_unpark_arg);
+	}
 	/* Parked at once, and ready within the spin: spinning would have
 	 * paid (under pressure, a quick wake says nothing about spins). */
 	if (st != NULL && budget == 0 && ret == 0 && !st->pressure &&

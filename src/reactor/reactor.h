@@ -175,11 +175,18 @@ typedef bool (*cgr__ready_fn)(void *arg);
  * Returns 0 (ready), -ECANCELED or -ETIMEDOUT.  r may be NULL.
  */
 /* Where the calling thread's cgr__reactor_wait is: its ready function and
- * the reactor's poll are called while it spins and before each park.  A
+ * the reactor's poll are called while it spins (CGR__PHASE_SPIN: a spin
+ * with a budget, not the few polls every wait makes first) and before
+ * each park.  A
  * poll that stands in for another thread while this one spins hands back
  * when it parks (remote/link.c). */
 enum { CGR__PHASE_NONE, CGR__PHASE_SPIN, CGR__PHASE_PARK };
 int cgr__reactor_phase(void);
+/* In the park phase: the reactor the thread parks on (NULL: none, or
+ * not parking).  A poll may add a watch to it for the park. */
+struct cgr__reactor *cgr__reactor_parking(void);
+/* fn(arg) once, when the calling thread's current park phase ends. */
+void cgr__reactor_on_unpark(void (*fn)(void *), void *arg);
 int cgr__reactor_wait(struct cgr__reactor *r, struct cgr__bell *b,
 		      cgr__ready_fn ready, void *arg,
 		      const _Atomic uint32_t *cancel, int mode, int64_t spin_ns,

@@ -452,6 +452,94 @@ static bool give_check(struct cgr_job *j)
 	return pending(j);
 }
 
+/*
+ * A thread that parks (a worker's reactor on io_uring) watches the UCX
+ * worker's event fd itself, so that a message for it wakes it and not
+ * the link thread first (one wake-up per hop instead of two).  One such
+ * thread at a time (j->efd_token, held for its park); the link thread
+ * sleeps meanwhile, at most HOT_NS at a time (a thread that leaves its
+ * park may not poll again soon: then the link thread watches again).
+ */
+static _Thread_local struct {
+	struct cgr__reactor *r;
+	bool watching; /* a watch of the event fd is in r, until it fires */
+	bool holding;  /* this thread holds j->efd_token for its park */
+	uint64_t id;
+} efd_tls;
+
+static void tls_fired(void *arg)
+{
+	(void)arg;
+	efd_tls.watching = false;
+}
+
+static void token_release(struct cgr_job *j)
+{
+	efd_tls.holding = false;
+	/* E1: after this thread's last use of the UCX worker (busy). */
+	atomic_store_explicit(&j->efd_token, 0, memory_order_release);
+}
+
+/* The park ended: likely polling again soon (else the link thread
+ * watches within HOT_NS). */
+static void unparked(void *arg)
+{
+	struct cgr_job *j = arg;
+
+	atomic_store_explicit(&j->hot, cgr__now_ns(), memory_order_relaxed);
+	token_release(j);
+}
+
+/* Parking: watch the event fd (1), or leave it to the link thread (0;
+ * -1: at once, it has transfers to drive). */
+static int park_watch(struct cgr_job *j)
+{
+	struct cgr__reactor *r = cgr__reactor_parking();
+	int efd = cgr__ucx_efd(j->ucx);
+	uint32_t none = 0;
+
+	int ret = 0;
+
+	if (r == NULL || !r->uring || efd < 0)
+		return 0;
+	if (!efd_tls.holding) {
+		if (atomic_load_explicit(&j->efd_token, memory_order_relaxed) !=
+			    0 ||
+		    !atomic_compare_exchange_strong(&j->efd_token, &none, 1))
+			return 0;
+		efd_tls.holding = true;
+	}
+	if (efd_tls.r != r) {
+		efd_tls.r = r;
+		efd_tls.watching = false;
+	}
+	if (!take(j))
+		goto out; /* its holder is at work: let the link thread be */
+	if (cgr__ucx_inflight(j->ucx) != 0) {
+		/* Transfers in flight (a rendezvous): each step is an event;
+		 * the link thread, which spins between them, drives them. */
+		give(j);
+		ret = -1;
+		goto out;
+	}
+	if (cgr__ucx_arm(j->ucx) != 0 ||
+	    (!efd_tls.watching &&
+	     cgr__reactor_watch_add(r, efd, tls_fired, NULL, &efd_tls.id) !=
+		     0)) {
+		give(j);
+		goto out;
+	}
+	efd_tls.watching = true;
+	if (give_check(j))
+		goto out; /* work came: poll again first */
+	cgr__reactor_on_unpark(unparked, j);
+	return 1;
+out:
+	cgr__reactor_on_unpark(NULL, NULL);
+	token_release(j);
+	return ret;
+}
+
 bool cgr__job_poll(struct cgr_job *j)
 {
 	bool did = false;
@@ -463,14 +551,6 @@ bool cgr__job_poll(struct cgr_job *j)
 	if (phase == CGR__PHASE_SPIN)
 		atomic_store_explicit(&j->hot, cgr__now_ns(),
 				      memory_order_relaxed);
-	else if (phase == CGR__PHASE_PARK &&
-		 atomic_load_explicit(&j->hot, memory_order_relaxed) != 0 &&
-		 atomic_exchange_explicit(&j->hot, 0, memory_order_relaxed) !=
-			 0) {
-		/* The link thread watches the event fd from now on. */
-		atomic_store_explicit(&j->handed, 1, memory_order_relaxed);
-		cgr__bell_ring_force(&j->bell);
-	}
 	/* B2: what this thread queued, before it looks at busy. */
 	atomic_thread_fence(memory_order_seq_cst);
 	do {
@@ -478,6 +558,21 @@ bool cgr__job_poll(struct cgr_job *j)
 			break; /* the holder looks after giving it back */
 		did |= round_(j);
 	} while (give_check(j));
+	if (phase == CGR__PHASE_PARK && !did) {
+		int w = park_watch(j);
+		bool was_hot =
+			w <= 0 &&
+			atomic_load_explicit(&j->hot, memory_order_relaxed) !=
+				0 &&
+			atomic_exchange_explicit(&j->hot, 0,
+						 memory_order_relaxed) != 0;
+		if (w < 0 || was_hot) {
+			/* The link thread watches the event fd now. */
+			atomic_store_explicit(&j->handed, 1,
+					      memory_order_relaxed);
+			cgr__bell_ring_force(&j->bell);
+		}
+	}
 	return did;
 }
 
@@ -506,6 +601,16 @@ static bool link_park(struct cgr_job *j, struct cgr__reactor *r,
 	int efd = cgr__ucx_efd(j->ucx);
 	int64_t h = atomic_load_explicit(&j->hot, memory_order_relaxed);
 	bool hot = h != 0 && now - h < HOT_NS;
+	/* A parked thread watches the event fd (park_watch): as if hot. */
+	bool held = atomic_load_explicit(&j->efd_token, memory_order_acquire);
+
+	if (held && !hot) {
+		hot = true;
+		h = now;
+	}
+	if (hot && j->watching &&
+	    cgr__reactor_watch_cancel(r, j->watch_id) == 0)
+		j->watching = false;
 
 	if (!hot && efd >= 0 && cgr__ucx_arm(j->ucx) == -EAGAIN) {
 		give(j);
@@ -518,7 +623,8 @@ static bool link_park(struct cgr_job *j, struct cgr__reactor *r,
 		if (until > (efd < 0 ? now : h) + HOT_NS)
 			until = (efd < 0 ? now : h) + HOT_NS;
 	} else if (!j->watching &&
-		   cgr__reactor_watch_add(r, efd, efd_watch_fired, j, NULL) ==
+		   cgr__reactor_watch_add(r, efd, efd_watch_fired, j,
+					  &j->watch_id) ==
 			   0) {
 		j->watching = true;
 	}
@@ -593,6 +699,8 @@ static void *link_main(void *arg)
 		if (idle == 0)
 			idle = now;
 		if ((h == 0 || now - h >= HOT_NS) &&
+		    !atomic_load_explicit(&j->efd_token,
+					  memory_order_relaxed) &&
 		    (j->wait_mode == CGR_WAIT_BUSY ||
 		     (j->wait_mode == CGR_WAIT_ADAPTIVE &&
 		      now - idle < j->spin_ns))) {

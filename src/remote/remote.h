@@ -147,6 +147,9 @@ struct cgr_job {
 	_Atomic uint32_t busy;
 	_Atomic int64_t hot;
 	_Atomic uint32_t handed; /* a poller parked: the link thread watches */
+	/* A parked thread watches the UCX worker's event fd (link.c,
+	 * park_watch): one at a time. */
+	_Atomic uint32_t efd_token;
 	/* What channels to readers on other hosts ring (ctx->link_bell):
 	 * nobody sleeps on it, their writers move the link themselves. */
 	struct cgr__bell quiet;
@@ -160,6 +163,7 @@ struct cgr_job {
 	_Atomic uint32_t ending;
 	bool efd_fired; /* link thread: the event fd's watch fired */
 	bool watching;
+	uint64_t watch_id;
 
 	/* Guards what follows, and every peer's loss. */
 	pthread_mutex_t lock;
