@@ -597,9 +597,11 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * Transport: UCX active messages, one UCX worker per process (its link).
  * A thread that writes a value for another host sends it itself; a
  * thread that waits for one (a worker, the driver in cgr_ref_get) moves
- * the UCX worker itself while it spins.  One thread per process does the
- * rest (control messages, heartbeats, deadlines) and, while no thread
- * spins, receives: it waits on io_uring with the UCX worker's event fd
+ * the UCX worker itself while it spins, and one parked worker at a time
+ * sleeps on the UCX worker's event fd in its own io_uring (a message for
+ * it wakes it directly).  One thread per process does the rest (control
+ * messages, heartbeats, deadlines, rendezvous transfers) and receives
+ * while no other thread does: it waits on io_uring with the event fd
  * armed.  wait_mode and spin_ns below are that thread's.  UCX_TLS is
  * honoured among host-memory transports: device transports named there
  * (cuda_copy, cuda_ipc, gdr_copy, rocm_*) are left out, and
