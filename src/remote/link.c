@@ -497,7 +497,6 @@ static int park_watch(struct cgr_job *j)
 	struct cgr__reactor *r = cgr__reactor_parking();
 	int efd = cgr__ucx_efd(j->ucx);
 	uint32_t none = 0;
-
 	int ret = 0;
 
 	if (r == NULL || !r->uring || efd < 0)
@@ -954,6 +953,19 @@ void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out)
 	out->lost = atomic_load(&m->st_lost);
 }
 
+/* A control message of this type, with nothing else, to every other
+ * rank. */
+static void send_all(struct cgr_job *j, uint32_t type)
+{
+	struct cgr__rmsg m;
+
+	memset(&m, 0, sizeof(m));
+	m.type = type;
+	for (uint32_t i = 0; i < j->size; i++)
+		if (i != j->rank)
+			(void)cgr__job_send(j, i, &m, NULL, 0);
+}
+
 /* The driver leaves in two steps, so that no rank takes another's exit
  * for a loss: END to every rank, each answers ENDING (from then on a
  * peer's endpoint failing is expected: logged as information), then
@@ -962,13 +974,8 @@ void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out)
 static void end_all(struct cgr_job *j)
 {
 	int64_t deadline = cgr__now_ns() + j->deadline_ns;
-	struct cgr__rmsg m;
 
-	memset(&m, 0, sizeof(m));
-	m.type = CGR__RM_END;
-	for (uint32_t i = 0; i < j->size; i++)
-		if (i != j->rank)
-			(void)cgr__job_send(j, i, &m, NULL, 0);
+	send_all(j, CGR__RM_END);
 	for (uint32_t i = 0; i < j->size; i++) {
 		struct cgr__cmsg *cm;
 		if (i != j->rank &&
@@ -976,10 +983,7 @@ static void end_all(struct cgr_job *j)
 			    0)
 			free(cm);
 	}
-	m.type = CGR__RM_GONE;
-	for (uint32_t i = 0; i < j->size; i++)
-		if (i != j->rank)
-			(void)cgr__job_send(j, i, &m, NULL, 0);
+	send_all(j, CGR__RM_GONE);
 }
 
 void cgr_job_leave(cgr_job *j)
