@@ -586,13 +586,14 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * them and error values, copied into the reader host's slot (the data
  * straight from the writer's slot into the reader's, by UCX rendezvous
  * when large).  Pointers and file descriptors inside a value mean nothing
- * on the other host.  Not across hosts yet: device tasks and device
- * tensors, collective nodes with a member on another host,
- * device-transport edges (CGR_TRANSPORT_DEVICE) to or from a worker
- * there, process workers in a graph that has workers on other hosts,
- * eager execution (each refused with -ENOTSUP, saying so).  Within a
- * host, rings and shared memory as always: only values whose reader is on
- * another host travel.
+ * on the other host.  Collective nodes may have members on several hosts
+ * (see cgr_graph_collective).  Not across hosts yet: device tasks and
+ * device tensors, a collective node on a communicator of the caller's
+ * with members on several hosts, device-transport edges
+ * (CGR_TRANSPORT_DEVICE) to or from a worker there, process workers in a
+ * graph that has workers on other hosts, eager execution (each refused
+ * with -ENOTSUP, saying so).  Within a host, rings and shared memory as
+ * always: only values whose reader is on another host travel.
  *
  * Transport: UCX active messages, one UCX worker per process (its link).
  * A thread that writes a value for another host sends it itself; a
@@ -1337,8 +1338,18 @@ enum cgr_overlap_mode {
  * mismatch makes every output of that execution an error value naming the
  * ranks and what differed (the collective its origin); an error value at
  * a member (the lowest such rank's) reaches every output of that
- * execution, its origin kept, the collective added to its path.  Returns
- * 0, -EINVAL, -ENOMEM.
+ * execution, its origin kept, the collective added to its path.
+ *
+ * Members on several hosts (cgr_worker_params.rank): the same kinds,
+ * values and error values, without a communicator (comm must be NULL,
+ * on the CPU).  Each member receives every member's input it needs and
+ * computes its own outputs; reductions fold the members' data in rank
+ * order (rank 0 op rank 1 op ...), so every member's result is the same
+ * bits (integers: as on one host; floating point may differ from one
+ * host's CPU communicator in the last bits).  With static_shape every
+ * execution is still judged: a later change is CGR_EMISMATCH naming the
+ * rank, a member's error value reaches every output with its own code.
+ * Returns 0, -EINVAL, -ENOMEM.
  */
 int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,
 			 cgr_worker *const *members, size_t n,

@@ -11,9 +11,11 @@
  *      value crossing hosts, 4 executions in flight; every output
  *      byte-identical to the local graph's and to a direct computation,
  *      in order.  Prints "pipeline OK ..." with both medians.  Then
- *      what does not cross hosts yet (a device task, a collective, a
- *      device edge, a process worker, eager execution) is refused,
- *      saying so ("refusals OK").
+ *      what does not cross hosts yet (a device task, a collective on a
+ *      communicator of the caller's, a device edge, a process worker,
+ *      eager execution) is refused, saying so ("refusals OK").
+ *  coll: every collective kind with members on several hosts against
+ *      the same graph on one host (tests/net-coll.c): "coll OK ...".
  *  gaps N: N small executions at random gaps of 0-2 ms, every worker and
  *      the link in blocking mode (parked between messages): none lost,
  *      the slowest reported.
@@ -39,6 +41,8 @@
 #include <unistd.h>
 
 #include <cgr.h>
+
+#include "t_netcoll.h"
 
 #define SEC 1000000000ll
 #define MAXV (1u << 20)
@@ -103,6 +107,7 @@ static int stage(cgr_task_ctx *tc, void *state, const cgr_value *in,
 
 static const cgr_export exports[] = {
 	{ "stage", stage, NULL, NULL },
+	{ "gen", netcoll_gen, NULL, NULL },
 	{ NULL, NULL, NULL, NULL },
 };
 
@@ -304,7 +309,8 @@ static cgr_graph *chain(cgr_ctx *ctx, cgr_worker *a, cgr_worker *b,
 }
 
 /* What does not cross hosts yet is refused at compile, saying so: a
- * device task on another host, a collective node with a member there, a
+ * device task on another host, a collective node with a member there on
+ * a communicator of the caller's, a
  * device-transport edge to it, a process worker in a graph with workers
  * on other hosts, eager execution of such a graph. */
 static int refusals(cgr_ctx *ctx, cgr_worker *const *far)
@@ -312,6 +318,8 @@ static int refusals(cgr_ctx *ctx, cgr_worker *const *far)
 	cgr_task_desc d = CGR_TASK_DESC_INIT;
 	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
 	cgr_worker *pw = NULL;
+	cgr_comm *comm = NULL;
+	cgr_coll_params cp = CGR_COLL_PARAMS_INIT;
 	cgr_graph *g = NULL;
 	cgr_node *in, *n[2], *o[2];
 	unsigned char kb = 0;
@@ -332,17 +340,22 @@ static int refusals(cgr_ctx *ctx, cgr_worker *const *far)
 	}
 	bad += refused(g, "device-task", false);
 	d.flags = 0;
-	/* An allreduce over rank 0 and rank 1. */
+	/* An allreduce over rank 0 and rank 1 on a communicator made by
+	 * the caller. */
 	g = NULL;
-	if (cgr_graph_create(ctx, &g) || cgr_graph_input(g, 0, &in) ||
+	cp.kind = CGR_COLL_ALLREDUCE;
+	if (cgr_comm_create(ctx, far, 2, CGR_BACKEND_CPU, &comm) ||
+	    cgr_graph_create(ctx, &g) || cgr_graph_input(g, 0, &in) ||
 	    cgr_graph_task(g, far[0], &d, &in, 1, &n[0], 1) ||
 	    cgr_graph_task(g, far[1], &d, &in, 1, &n[1], 1) ||
-	    cgr_graph_allreduce(g, n, 2, CGR_SUM, NULL, o) ||
+	    (cp.comm = comm, 0) ||
+	    cgr_graph_collective(g, &cp, far, 2, n, 2, o, 2) ||
 	    cgr_graph_output(g, o, 2)) {
 		cgr_graph_destroy(g);
 		g = NULL;
 	}
-	bad += refused(g, "collective", false);
+	bad += refused(g, "user-comm-collective", false);
+	cgr_comm_destroy(comm);
 	/* A device-transport edge from rank 0 to rank 1. */
 	bad += refused(chain(ctx, far[0], far[1], &d, true), "device-edge",
 		       false);
@@ -428,6 +441,19 @@ static int pipeline(cgr_ctx *ctx, cgr_job *job)
 		printf("left late %llu\n", (unsigned long long)st.late);
 	}
 	return !ok;
+}
+
+/* coll: collectives across hosts (tests/net-coll.c). */
+static int coll(cgr_ctx *ctx)
+{
+	cgr_worker *far[3], *near[3];
+
+	if (mk_worker(ctx, "w0", 0, &far[0]) || mk_worker(ctx, "w1", 1, &far[1]) ||
+	    mk_worker(ctx, "w2", 2, &far[2]) || mk_worker(ctx, "l0", -1, &near[0]) ||
+	    mk_worker(ctx, "l1", -1, &near[1]) ||
+	    mk_worker(ctx, "l2", -1, &near[2]))
+		return 1;
+	return netcoll_run(ctx, far, near);
 }
 
 /* gaps: n one-byte executions at random gaps, everything parked between
@@ -587,6 +613,8 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(mode, "pipeline") == 0)
 		ret = pipeline(ctx, job);
+	else if (strcmp(mode, "coll") == 0)
+		ret = coll(ctx);
 	else if (strcmp(mode, "gaps") == 0)
 		ret = gaps(ctx, argc > 2 ? (unsigned)atoi(argv[2]) : 1000);
 	else

@@ -24,12 +24,17 @@
 #  6 healed (back on the bridge, neighbour caches flushed), a new job (a
 #    new epoch) runs the pipeline again;
 #  7 a slow link (tbf 1 mbit to one host): no host taken for lost;
-#  8 nothing left behind.
+#  8 collective nodes with members on several hosts (one on each, and
+#    four members, two on one host): every kind, operation and dtype,
+#    counts 0, 1, odd and large, an error value and a shape mismatch at
+#    one member, static shapes, buckets; every output the same value as
+#    the same graph's on one host (tests/net-coll.c);
+#  9 nothing left behind.
 # Every step under timeout -k.  Skipped without root, ip, unshare, tc,
 # mpirun, a build with PMIx and UCX; and under TSan (PMIx's and UCX's own
 # threads are not instrumented).  TAP.
 set -u
-N=8
+N=9
 echo "1..$N"
 bin=${abs_top_builddir:?run from make check}/tests/net-graph
 skip_all() {
@@ -215,11 +220,22 @@ else
 	show "$tmp/s.out" "$tmp/s.err"
 fi
 
+# 8: collectives across hosts.
+netns_mpirun 300 "$tmp/c.out" "$tmp/c.err" "$bin" coll
+rc=$?
+if [ $rc = 0 ] && grep -q '^coll OK' "$tmp/c.out"; then
+	echo "ok 8 - collectives across hosts equal one host's:" \
+	     "$(sed -n 's/^coll OK //p' "$tmp/c.out")"
+else
+	echo "not ok 8 - collectives across hosts (mpirun exit $rc)"
+	show "$tmp/c.out" "$tmp/c.err"
+fi
+
 netns_cleanup
 trap - EXIT INT TERM HUP
 left=$(netns_left)
 if [ "$left" = 0 ]; then
-	echo "ok 8 - nothing left behind (namespaces, links, processes)"
+	echo "ok 9 - nothing left behind (namespaces, links, processes)"
 else
-	echo "not ok 8 - $left namespaces or links left behind"
+	echo "not ok 9 - $left namespaces or links left behind"
 fi

@@ -99,6 +99,7 @@ struct cgr__cc {
 	unsigned *node_port;	/* node id -> port (inputs: arg port) */
 	int *node_dev;		/* node id -> its data's device (NONE: host) */
 	bool *nccl;		/* per task id: a collective on NCCL */
+	bool *spans;		/* per task id: a collective across hosts */
 	/* The channel table under construction: (port, reader), and each
 	 * port's channels in creation order (a list: ch_head by port, then
 	 * ch_next; CGR__NO_CHAN ends it). */

@@ -102,9 +102,40 @@ static int coll_placement(struct cgr__cc *cc, const struct cgr__task *t,
 	return 0;
 }
 
-/* Where every node's data lives (node_dev) and which collectives run on
- * NCCL (nccl), in the global order: a collective's outputs live where
- * its inputs do. */
+/* Whether collective t has members on several hosts (worker->host).  Its
+ * members then each read every input they need over channels and
+ * compute their own outputs (run/coll.c): what crosses hosts is values,
+ * so a communicator of the caller's, NCCL and device edges cannot. */
+static int coll_spans(struct cgr__cc *cc, const struct cgr__task *t,
+		      bool *spans)
+{
+	const cgr_worker *a = t->members[0], *b = NULL;
+	const char *no = NULL;
+
+	for (size_t i = 1; i < t->nmembers && b == NULL; i++)
+		if (t->members[i]->host != a->host)
+			b = t->members[i];
+	*spans = b != NULL;
+	if (b == NULL)
+		return 0;
+	if (t->cp.comm != NULL)
+		no = "a communicator of the caller's does not span hosts";
+	else if (t->edge)
+		no = "device edges do not cross hosts yet";
+	else if (cc->nccl[t->id])
+		no = "NCCL does not cross hosts yet";
+	if (no == NULL)
+		return 0;
+	return cgr__graph_fail(cc->g, -ENOTSUP,
+			       "%s %s has members on several hosts (%s on "
+			       "rank %u, %s on rank %u): %s",
+			       cgr__coll_name(t->coll), t->name, a->name,
+			       a->host, b->name, b->host, no);
+}
+
+/* Where every node's data lives (node_dev), which collectives run on
+ * NCCL (nccl) and which span hosts (spans), in the global order: a
+ * collective's outputs live where its inputs do. */
 int cgr__lower_devices(struct cgr__cc *cc)
 {
 	cgr_graph *g = cc->g;
@@ -113,7 +144,8 @@ int cgr__lower_devices(struct cgr__cc *cc)
 
 	cc->node_dev = cgr__c_alloc(c, (g->nnodes + 1) * sizeof(int));
 	cc->nccl = cgr__c_alloc(c, cc->ntasks + 1);
-	if (cc->node_dev == NULL || cc->nccl == NULL)
+	cc->spans = cgr__c_alloc(c, cc->ntasks + 1);
+	if (cc->node_dev == NULL || cc->nccl == NULL || cc->spans == NULL)
 		return -ENOMEM;
 	for (cgr_node *n = g->nodes; n != NULL; n = n->next)
 		cc->node_dev[n->id] = CGR_DEVICE_NONE;
@@ -122,6 +154,8 @@ int cgr__lower_devices(struct cgr__cc *cc)
 		bool dev = false;
 		if (t->coll) {
 			ret = coll_placement(cc, t, &cc->nccl[t->id]);
+			if (ret == 0)
+				ret = coll_spans(cc, t, &cc->spans[t->id]);
 			if (ret < 0)
 				return ret;
 			dev = cc->nccl[t->id];
@@ -408,6 +442,20 @@ static int make_ports(struct cgr__cc *cc)
 	return ret;
 }
 
+/* A collective across hosts: every member reads every member's input
+ * (all of them, by channels from where each is made). */
+static void spans_chans(struct cgr__cc *cc, const struct cgr__task *t)
+{
+	for (size_t m = 0; m < t->nmembers; m++)
+		for (size_t i = 0; i < t->nin; i++) {
+			cgr_node *n = t->in[i];
+			if (n->kind != CGR__NODE_CONST &&
+			    node_owner(n) != t->members[m])
+				chan_get(cc, cc->node_port[n->id],
+					 t->members[m]);
+		}
+}
+
 /* The channel table: at most one per (port, reader), in the order of
  * first use, then the driver's. */
 static int make_chan_table(struct cgr__cc *cc)
@@ -417,7 +465,8 @@ static int make_chan_table(struct cgr__cc *cc)
 	size_t maxch = g->noutputs;
 
 	for (struct cgr__task *t = g->tasks; t != NULL; t = t->next)
-		maxch += nin_expanded(c, t);
+		maxch += nin_expanded(c, t) *
+			 (t->coll && cc->spans[t->id] ? t->nmembers + 1 : 1);
 	cc->chcap = maxch + 1;
 	cc->ch_port = cgr__c_alloc(c, cc->chcap * sizeof(unsigned));
 	cc->ch_w = cgr__c_alloc(c, cc->chcap * sizeof(cgr_worker *));
@@ -442,6 +491,8 @@ static int make_chan_table(struct cgr__cc *cc)
 			for (unsigned a = 0; a < c->nargs; a++)
 				chan_get(cc, a, cw);
 		}
+		if (t->coll && cc->spans[t->id])
+			spans_chans(cc, t);
 	}
 	for (size_t i = 0; i < g->noutputs; i++)
 		chan_get(cc, cc->node_port[g->outputs[i]->id], NULL);
@@ -654,6 +705,13 @@ static int lower_coll(struct pl *pl, struct cgr__task *t, int rank)
 						  CGR_BACKEND_CPU);
 	cr->overlap = t->cp.overlap;
 	cr->nccl = cc->nccl[t->id];
+	cr->spans = cc->spans[t->id];
+	if (cr->spans) {
+		/* Finishing proves only that its inputs were made; it runs
+		 * on the thread, after the READs of them. */
+		cr->joins_all = false;
+		cr->overlap = CGR_OVERLAP_OFF;
+	}
 	cr->cap = cgr__port_cap(t->max_out_bytes ? t->max_out_bytes :
 						   c->p.max_value_bytes);
 	cr->k = t->cp.ntensors;
@@ -757,6 +815,13 @@ static int lower_prog(struct pl *pl, size_t ntasks, size_t nreads)
 		ret = 0;
 		for (size_t a = 0; a < t->nin && ret == 0; a++)
 			ret = add_reads(pl, t, a);
+		/* Across hosts: every member's input (spans_chans). */
+		for (size_t a = 0; t->coll && cc->spans[t->id] && a < t->nin &&
+				   ret == 0;
+		     a++)
+			if (t->in[a]->kind != CGR__NODE_CONST &&
+			    node_owner(t->in[a]) != pl->w)
+				ret = add_read(pl, cc->node_port[t->in[a]->id]);
 		if (ret == 0)
 			ret = t->coll ? lower_coll(pl, t, rank) :
 					lower_task(pl, t);

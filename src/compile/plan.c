@@ -168,6 +168,7 @@ static void put_coll(struct pw *w, const struct cgr__prog *p,
 		  (cr->nccl ? CGR__PLAN_NCCL : 0) |
 		  (cr->async ? CGR__PLAN_CASYNC : 0) |
 		  (cr->joins_all ? CGR__PLAN_JOINS_ALL : 0) |
+		  (cr->spans ? CGR__PLAN_SPANS : 0) |
 		  (cr->fused_write != NULL ? CGR__PLAN_CFUSED : 0);
 	e.kind = cr->kind;
 	e.op = cr->op;
@@ -776,6 +777,13 @@ static int coll_scratch(struct cgr_compiled *c, struct cgr__coll_rt *cr)
 	cr->cached = cgr__c_alloc(c, n * k * sizeof(struct cgr__agree));
 	if (cr->mine == NULL || cr->cached == NULL)
 		return -ENOMEM;
+	if (cr->spans) {
+		/* This execution's records (cached keeps the first that
+		 * agreed), and a verdict per tensor. */
+		cr->late = cgr__c_alloc(c, n * k * sizeof(struct cgr__agree));
+		cr->verdicts = cgr__c_alloc(c, k * sizeof(struct cgr__verdict));
+		return cr->late && cr->verdicts ? 0 : -ENOMEM;
+	}
 	if (cr->nccl && cr->static_shape &&
 	    (cr->late = cgr__c_alloc(c, n * sizeof(struct cgr__agree))) == NULL)
 		return -ENOMEM;
@@ -808,6 +816,7 @@ static int ld_coll(struct cgr__cc *cc, const struct cgr__plan *pl, size_t pi,
 	    (int)t->nmembers != e->n || t->cp.ntensors != e->k ||
 	    t->cp.root != e->root || (int)t->cp.op != e->op ||
 	    t->edge != ((e->flags & CGR__PLAN_EDGE) != 0) ||
+	    cc->spans[t->id] != ((e->flags & CGR__PLAN_SPANS) != 0) ||
 	    cgr__task_rank(t, p->w) != e->rank || cc->boards[t->id] == NULL ||
 	    e->cap != cgr__port_cap(t->max_out_bytes ? t->max_out_bytes
 						     : c->p.max_value_bytes))
@@ -828,6 +837,7 @@ static int ld_coll(struct cgr__cc *cc, const struct cgr__plan *pl, size_t pi,
 	cr->root = e->root;
 	cr->static_shape = (e->flags & CGR__PLAN_STATIC) != 0;
 	cr->joins_all = (e->flags & CGR__PLAN_JOINS_ALL) != 0;
+	cr->spans = (e->flags & CGR__PLAN_SPANS) != 0;
 	cr->overlap = e->overlap;
 	cr->nccl = (e->flags & CGR__PLAN_NCCL) != 0;
 	cr->edge = (e->flags & CGR__PLAN_EDGE) != 0;

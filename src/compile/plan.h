@@ -98,6 +98,7 @@ struct cgr__plan_task {
 #define CGR__PLAN_CASYNC 8u	/* overlap: on its communication stream */
 #define CGR__PLAN_JOINS_ALL 16u /* finishing proves all members started */
 #define CGR__PLAN_CFUSED 32u	/* a WRITE fused into its stream job */
+#define CGR__PLAN_SPANS 64u	/* its members are on several hosts */
 
 /* A member's share of a collective. */
 struct cgr__plan_coll {

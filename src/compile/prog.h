@@ -142,6 +142,9 @@ struct cgr__coll_rt {
 	int cstream;	   /* NCCL: which of the worker's CUDA streams */
 	bool async;	   /* overlap: runs on the communication stream */
 	bool joins_all;	   /* finishing proves every member started it */
+	/* Members on several hosts: each reads every member's input and
+	 * computes its own outputs; no board, no communicator. */
+	bool spans;
 	int sclass;	   /* overlap: its stream (enum cgr__stream_class) */
 	uint32_t sidx;	   /* overlap: its place in its stream's order (or,
 			      on the thread, among the thread's) */

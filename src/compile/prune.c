@@ -21,7 +21,8 @@
  * and waits for all the others', run/coll.c) or the backend joins
  * everybody (cgr__backend_joins_all); otherwise those whose data its output
  * needs (all; for broadcast and scatter the root; reduce and gather
- * outputs exist only at the root).  One execution is modelled.  A WAIT for
+ * outputs exist only at the root); none for a collective across hosts,
+ * whose members each compute alone.  One execution is modelled.  A WAIT for
  * collective i of queue q is redundant when K[q] > i before it, counting
  * the other WAITs kept right beside it (before the same operation).  Knowledge
  * starts empty and only grows, so every sweep is sound and a cut-off only
@@ -95,7 +96,9 @@ static void kn_finish(struct kn *k, size_t q, size_t j)
 	bool rooted = !cr->joins_all && cgr__coll_in_at_root(cr->kind);
 	bool at_root = !cr->joins_all && cgr__coll_out_at_root(cr->kind);
 
-	if ((!rooted || cr->rank != cr->root) &&
+	/* Across hosts a member meets nobody: its finish proves nothing of
+	 * the others (run/coll.c, spans_run). */
+	if (!cr->spans && (!rooted || cr->rank != cr->root) &&
 	    (!at_root || cr->rank == cr->root))
 		for (size_t x = k->head[cr->task_id]; x != SIZE_MAX;
 		     x = k->next[x])

@@ -77,6 +77,7 @@ struct cgr_ctx {
 	 * of its graphs is on another host (a serving rank's context). */
 	struct cgr_job *job;
 	struct cgr__bell *link_bell;
+	uint32_t host; /* the job's rank of this process (0: no job) */
 	bool driver_far;
 	bool destroyed;
 };

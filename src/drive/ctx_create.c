@@ -27,6 +27,7 @@ int cgr_ctx_create(const cgr_ctx_params *p, cgr_ctx **out)
 		/* Channels to readers on other hosts ring its link. */
 		ctx->job = prm.job;
 		ctx->link_bell = &prm.job->quiet;
+		ctx->host = prm.job->rank;
 	}
 	libs[CGR__LIB_CUDART] = prm.cudart_path;
 	libs[CGR__LIB_NCCL] = prm.nccl_path;

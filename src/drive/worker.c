@@ -84,6 +84,7 @@ static cgr_worker *worker_new(cgr_ctx *ctx, const cgr_worker_params *prm,
 	w->ops = ops;
 	w->cpu = prm->cpu;
 	w->device = prm->device;
+	w->host = ctx->host;
 	w->init = prm->init;
 	w->fini = prm->fini;
 	w->arg = prm->arg;

@@ -63,6 +63,10 @@ struct cgr_worker {
 	char *name;
 	int cpu;
 	int device; /* cgr_worker_params.device */
+	/* The job rank whose process runs it (its context's own for a
+	 * worker of this host; 0 without a job): a collective whose members
+	 * have different ones spans hosts (compile/lower.c). */
+	uint32_t host;
 	cgr_worker_init_fn init;
 	cgr_worker_fini_fn fini;
 	void *arg;

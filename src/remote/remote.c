@@ -119,6 +119,7 @@ static int remote_create(cgr_worker *w, const cgr_worker_params *p)
 		return -ENOMEM;
 	rw->job = j;
 	rw->rank = (uint32_t)p->rank;
+	w->host = rw->rank;
 	snprintf(rw->fn, sizeof(rw->fn), "%s", e != NULL ? e->name : "");
 	w->impl = rw;
 	msg_init(&m, CGR__RM_SPEC, w->index + 1);
@@ -195,13 +196,12 @@ static int remote_check_task(cgr_graph *g, const struct cgr__task *t,
 				       "workers of this process only (%s is "
 				       "on rank %u, another host)",
 				       t->name, w->name, rw_of(w)->rank);
-	if ((t->flags & CGR_TASK_DEVICE) || t->coll)
+	/* A collective across hosts: compile/lower.c (coll_spans). */
+	if (t->flags & CGR_TASK_DEVICE)
 		return cgr__graph_fail(g, -ENOTSUP,
-				       "%s %s on worker %s (rank %u): device "
-				       "tasks and collective nodes do not "
-				       "run on other hosts yet",
-				       cgr__coll_name(t->coll), t->name,
-				       w->name, rw_of(w)->rank);
+				       "task %s on worker %s (rank %u): device "
+				       "tasks do not run on other hosts yet",
+				       t->name, w->name, rw_of(w)->rank);
 	/* A device-transport edge becomes a collective at compile. */
 	for (size_t i = 0; i < t->nin + t->nout; i++) {
 		const cgr_node *n = i < t->nin ? t->in[i] : t->out[i - t->nin];

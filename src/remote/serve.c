@@ -50,6 +50,9 @@ struct server {
 	cgr_worker **stand;
 	unsigned nidx;
 	struct sgraph *graphs;
+	/* While a graph is made again: the rank of each worker index. */
+	const uint32_t *ranks;
+	uint32_t nranks;
 };
 
 static int reply(struct server *s, uint32_t type, uint64_t gid, int code,
@@ -108,6 +111,7 @@ static int ctx_make(struct server *s, const struct cgr__rmsg *m)
 	s->ctx->job = s->j;
 	s->ctx->link_bell = &s->j->quiet;
 	s->ctx->driver_far = true;
+	s->ctx->host = s->j->rank;
 	return 0;
 }
 
@@ -209,6 +213,7 @@ static int stand_in(void *arg, unsigned index, int device, const char *name,
 	cgr__strfree(&s->ctx->arena, w->name);
 	w->name = cgr__strdup(&s->ctx->arena, name);
 	w->device = device;
+	w->host = index < s->nranks ? s->ranks[index] : s->j->driver;
 	if (s->ctx->nworkers <= index)
 		s->ctx->nworkers = index + 1;
 	*out = w;
@@ -240,8 +245,12 @@ static int compile(struct server *s, const struct cgr__cmsg *cm, char *why,
 	}
 	memcpy(ranks, cm->payload + blen, rlen);
 	sg->gid = m->gid;
+	s->ranks = ranks;
+	s->nranks = m->nranks;
 	ret = cgr__graph_unpack(s->ctx, cm->payload, blen, &cb, &sg->g, &p,
 				why, wlen);
+	s->ranks = NULL;
+	s->nranks = 0;
 	if (ret == 0 && (ret = cgr__graph_build(sg->g, &p, -1, &sg->c)) < 0)
 		snprintf(why, wlen, "%s", cgr_graph_errmsg(sg->g));
 	if (ret == 0 &&

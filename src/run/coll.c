@@ -38,6 +38,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "comm/reduce.h"
 #include "run/run.h"
 
 /* ---- the agreement (comm/agree.h) -------------------------------- */
@@ -327,16 +328,18 @@ bool cgr__coll_needs_agree(const struct cgr__coll_rt *cr)
  * the packing and unpacking are copies on the collective's stream.
  */
 
-/* Judges each of the k agreed tensors; *total gets the elements in all.
- * Returns 0 to go on, 1 when the outputs became error values. */
-static int bucket_judge(struct cgr__coll_rt *cr, uint64_t seq, size_t *total)
+/* Judges each of the k agreed tensors (all: every member's records);
+ * *total gets the elements in all.  Returns 0 to go on, 1 when the
+ * outputs became error values. */
+static int bucket_judge(struct cgr__coll_rt *cr, uint64_t seq,
+			const struct cgr__agree *all, size_t *total)
 {
 	struct cgr__verdict *v = cr->verdicts;
 	char msg[700];
 
 	*total = 0;
 	for (size_t j = 0; j < cr->k; j++) {
-		judge(cr, cr->cached + j, cr->k, cr->cap, &v[j]);
+		judge(cr, all + j, cr->k, cr->cap, &v[j]);
 		if (v[j].err == 0 && v[j].out.dtype != v[0].out.dtype) {
 			v[j].err = -EINVAL;
 			snprintf(v[j].msg, sizeof(v[j].msg),
@@ -394,7 +397,7 @@ static int bucket_move(struct cgr__coll_rt *cr, uint64_t seq)
 	cgr_dtype dt;
 	int ret = 0;
 
-	if (bucket_judge(cr, seq, &total) != 0)
+	if (bucket_judge(cr, seq, cr->cached, &total) != 0)
 		return 0;
 	dt = (cgr_dtype)v[0].out.dtype;
 	esz = cgr_dtype_size(dt);
@@ -685,6 +688,135 @@ void cgr__coll_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 	single_move(cr, seq, agreed);
 }
 
+/* ---- members on several hosts -------------------------------------- */
+
+/*
+ * A collective whose members are on several hosts has no board and no
+ * communicator: every member read every member's input over its channels
+ * (compile/lower.c), so each one describes all the inputs itself, reaches
+ * the verdict the board would have given (the same records everywhere:
+ * an agreement without an exchange) and computes its own outputs from
+ * the inputs.  Reductions fold the members' data in rank order (rank 0
+ * op rank 1 op ...), so every member gets the same bits, whatever the
+ * hosts.  Static shapes: the first execution that agrees is kept, and a
+ * later change fails every member as on NCCL (cgr__agree_static).
+ */
+
+/* Rank r's input j for execution seq (NONE where it has none). */
+static void spans_load(const struct cgr__coll_rt *cr, uint64_t seq, int r,
+		       size_t j, cgr_value *in)
+{
+	unsigned pi = cr->all_in_ports[(size_t)r * cr->k + j];
+
+	memset(in, 0, sizeof(*in));
+	if (pi != CGR__NO_PORT)
+		cgr__value_load(cgr__port_slot(&cr->c->ports[pi], seq), in);
+}
+
+/* Every member's records of execution seq into cr->late. */
+static void spans_describe(struct cgr__coll_rt *cr, uint64_t seq)
+{
+	for (int r = 0; r < cr->n; r++)
+		for (size_t j = 0; j < cr->k; j++) {
+			size_t x = (size_t)r * cr->k + j;
+			cgr_value in;
+			spans_load(cr, seq, r, j, &in);
+			cgr__agree_value(&cr->late[x], &in,
+					 cr->all_in_ports[x] != CGR__NO_PORT);
+			if (cr->static_shape)
+				cr->late[x].flags |= CGR__AGREE_STATIC;
+		}
+}
+
+/* This member's output j from every member's input j, as verdict v
+ * says (v->count elements of a member's block). */
+static void spans_compute(struct cgr__coll_rt *cr, uint64_t seq, size_t j,
+			  const struct cgr__verdict *v)
+{
+	const unsigned char *src[CGR_MAX_RANKS];
+	const cgr_dtype dt = (cgr_dtype)v->out.dtype;
+	const size_t blk = v->count * cgr_dtype_size(dt);
+	const size_t me = (size_t)cr->rank;
+	const int n = cr->n;
+	const struct cgr__port *p;
+	unsigned char *dst;
+
+	if (cr->out_ports[j] == CGR__NO_PORT)
+		return; /* reduce and gather: the root's only */
+	p = &cr->c->ports[cr->out_ports[j]];
+	dst = cgr__port_place(p, seq, v->out_bytes);
+	for (int r = 0; r < n; r++) {
+		cgr_value in;
+		spans_load(cr, seq, r, j, &in);
+		src[r] = data_of(&in);
+	}
+	switch (cr->kind) {
+	case CGR_COLL_REDUCESCATTER:
+		for (int r = 0; r < n; r++)
+			src[r] += me * blk;
+		/* fall through */
+	case CGR_COLL_ALLREDUCE:
+	case CGR_COLL_REDUCE:
+		cgr__reduce(dst, (const void *const *)src, n, v->count, dt,
+			    cr->op, n);
+		break;
+	case CGR_COLL_ALLGATHER:
+	case CGR_COLL_GATHER:
+		for (int r = 0; r < n; r++)
+			memcpy(dst + (size_t)r * blk, src[r], blk);
+		break;
+	case CGR_COLL_BROADCAST:
+		memcpy(dst, src[cr->root], blk);
+		break;
+	case CGR_COLL_SCATTER:
+		memcpy(dst, src[cr->root] + me * blk, blk);
+		break;
+	default: /* CGR_COLL_ALLTOALL */
+		for (int r = 0; r < n; r++)
+			memcpy(dst + (size_t)r * blk, src[r] + me * blk, blk);
+		break;
+	}
+	set_out(p, seq, v);
+}
+
+static void spans_run(struct cgr__coll_rt *cr, uint64_t seq)
+{
+	struct cgr__verdict *v = cr->verdicts, sv;
+	size_t total = 0;
+
+	spans_describe(cr, seq);
+	if (cr->k > 1) {
+		if (bucket_judge(cr, seq, cr->late, &total) != 0)
+			return;
+	} else {
+		/* An error value anywhere first (as on one host, where it
+		 * poisons the operation), then a change of static shape. */
+		judge(cr, cr->late, 1, cr->cap, &v[0]);
+		if (v[0].err == 0 && cr->static_shape && cr->have_cached &&
+		    cgr__agree_static(cr->kind, cr->n, cr->root, cr->cached,
+				      cr->late, &sv)) {
+			verdict_fail(cr, seq, &sv, 0, sv.msg);
+			return;
+		}
+		if (v[0].err != 0) {
+			verdict_fail(cr, seq, &v[0], 0, v[0].msg);
+			return;
+		}
+		total = v[0].count;
+		if (cr->static_shape && !cr->have_cached) {
+			memcpy(cr->cached, cr->late,
+			       (size_t)cr->n * sizeof(*cr->late));
+			cr->have_cached = true;
+		}
+	}
+	atomic_store_explicit(&cr->moved,
+			      total * cgr_dtype_size((cgr_dtype)v[0].out.dtype),
+			      memory_order_relaxed);
+	sim_comm(cr);
+	for (size_t j = 0; j < cr->k; j++)
+		spans_compute(cr, seq, j, &v[j]);
+}
+
 /* NCCL: the slot's operation, if any: 1 done (its outputs hold error
  * values if it failed), 0 still running.  Never blocks. */
 int cgr__coll_device_test(struct cgr__coll_rt *cr, uint64_t seq)
@@ -734,6 +866,10 @@ int cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq, struct cgr__reactor *r)
 {
 	bool agreed = false;
 
+	if (cr->spans) {
+		spans_run(cr, seq);
+		return 0;
+	}
 	cgr__coll_describe(cr, seq);
 	if (cgr__coll_needs_agree(cr)) {
 		if (agree(cr, seq, r) < 0) {

@@ -1,0 +1,439 @@
+/*
+ * tests/net-coll.c: collective nodes whose members are on several hosts
+ * (the "coll" mode of tests/net-graph, which tests/net-graph.sh runs on
+ * three network namespaces).
+ *
+ * Every collective kind, with reducing ones under every operation, over
+ * two layouts: one member on each of the three hosts, and four members
+ * (two on rank 1).  Each member's input is made by a task on its own
+ * worker ("gen", exported: it runs on the host of its worker) from the
+ * execution's argument: a dtype (every one), a count (0, 1, odd, large),
+ * and a fault: none, one member's task failing (its error value must
+ * reach every output, its origin kept), or one member's shape differing
+ * (CGR_EMISSMATCH on every output).  The same graph on as many thread
+ * workers here is the reference: every output of every execution must be
+ * the same value, byte for byte (the data are small integers, so sums
+ * are exact in every float type and the order of reduction cannot show);
+ * an allreduce's sum is also checked against a direct computation.  A
+ * static-shape allreduce and a bucket (two tensors per member) too.
+ * Prints "coll OK graphs G executions E outputs O" or what differed.
+ */
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cgr.h>
+
+#include "t_netcoll.h"
+
+#define SEC 1000000000ll
+#define MAXM 4		  /* members at most */
+#define BIG 10000	  /* the large count (times the members) */
+#define MAXB (4u << 20) /* bytes of a value at most */
+
+/* The execution's argument, read by every member's gen. */
+struct arg {
+	uint32_t seed;
+	uint32_t count; /* elements of each member's input */
+	uint8_t dtype;	/* cgr_dtype */
+	uint8_t fault;	/* 0 none, 1 error value at `who`, 2 shape at `who` */
+	uint8_t who;
+	uint8_t twice;	/* a bucket: the second tensor's count is doubled */
+};
+
+/* Element e of member r's input: 1..5 (1..2 in bfloat16, whose 8 bits
+ * hold products of four such), so that sums and products are exact. */
+static unsigned elem(uint32_t seed, unsigned r, size_t e, cgr_dtype dt)
+{
+	return (unsigned)((seed + 7u * r + 3u * e) %
+			  (dt == CGR_BFLOAT16 ? 2u : 5u)) + 1u;
+}
+
+static void put(unsigned char *p, cgr_dtype dt, size_t e, unsigned v)
+{
+	switch (dt) {
+	case CGR_INT8: case CGR_UINT8: p[e] = (unsigned char)v; break;
+	case CGR_INT16: case CGR_UINT16: {
+		uint16_t x = (uint16_t)v;
+		memcpy(p + 2 * e, &x, 2);
+		break;
+	}
+	case CGR_INT32: case CGR_UINT32: {
+		uint32_t x = v;
+		memcpy(p + 4 * e, &x, 4);
+		break;
+	}
+	case CGR_INT64: case CGR_UINT64: {
+		uint64_t x = v;
+		memcpy(p + 8 * e, &x, 8);
+		break;
+	}
+	case CGR_FLOAT16: {
+		/* v in 1..5: exponent 15 + floor(log2 v), 10-bit fraction */
+		int ex = v >= 4 ? 2 : v >= 2 ? 1 : 0;
+		uint16_t x = (uint16_t)(((15 + ex) << 10) |
+					(((v << 10) >> ex) & 0x3ff));
+		memcpy(p + 2 * e, &x, 2);
+		break;
+	}
+	case CGR_BFLOAT16: {
+		float f = (float)v;
+		uint32_t u;
+		uint16_t x;
+		memcpy(&u, &f, 4);
+		x = (uint16_t)(u >> 16);
+		memcpy(p + 2 * e, &x, 2);
+		break;
+	}
+	case CGR_FLOAT32: {
+		float f = (float)v;
+		memcpy(p + 4 * e, &f, 4);
+		break;
+	}
+	default: {
+		double f = (double)v;
+		memcpy(p + 8 * e, &f, 8);
+		break;
+	}
+	}
+}
+
+static const struct {
+	int code, bits;
+} dl[CGR_DTYPE_COUNT] = {
+	[CGR_INT8] = { kDLInt, 8 },	 [CGR_UINT8] = { kDLUInt, 8 },
+	[CGR_INT16] = { kDLInt, 16 },	 [CGR_UINT16] = { kDLUInt, 16 },
+	[CGR_INT32] = { kDLInt, 32 },	 [CGR_UINT32] = { kDLUInt, 32 },
+	[CGR_INT64] = { kDLInt, 64 },	 [CGR_UINT64] = { kDLUInt, 64 },
+	[CGR_FLOAT16] = { kDLFloat, 16 }, [CGR_BFLOAT16] = { kDLBfloat, 16 },
+	[CGR_FLOAT32] = { kDLFloat, 32 }, [CGR_FLOAT64] = { kDLFloat, 64 },
+};
+
+/* gen: member r's input (task arg: r and the tensor's index j). */
+int netcoll_gen(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		size_t nin, cgr_value *out, size_t nout)
+{
+	const unsigned char *ra = cgr_task_arg(tc);
+	unsigned r = ra[0], j = ra[1];
+	struct arg a;
+	cgr_dtype dt;
+	size_t n, esz;
+	unsigned char *o;
+	static __thread int64_t shape[1];
+
+	(void)state, (void)nin, (void)nout;
+	if (in[0].kind != CGR_VALUE_BYTES || in[0].u.bytes.len != sizeof(a))
+		return -EINVAL;
+	memcpy(&a, in[0].u.bytes.data, sizeof(a));
+	if (a.fault == 1 && a.who == r) {
+		cgr_task_set_error(tc, -EDOM, "member %u refuses seed %u", r,
+				   a.seed);
+		return -EDOM;
+	}
+	dt = (cgr_dtype)a.dtype;
+	n = (size_t)a.count * (j && a.twice ? 2 : 1) +
+	    (a.fault == 2 && a.who == r ? 4 : 0);
+	esz = cgr_dtype_size(dt);
+	o = cgr_task_output_buffer(tc, 0, n * esz);
+	if (o == NULL && n > 0)
+		return -ENOMEM;
+	for (size_t e = 0; e < n; e++)
+		put(o, dt, e, elem(a.seed + j, r, e, dt));
+	shape[0] = (int64_t)n;
+	out[0] = cgr_value_tensor(o, dl[dt].code, dl[dt].bits, 1, shape);
+	return 0;
+}
+
+/* One collective over m members (gen on each, inputs from argument 0),
+ * every output a graph output; k tensors per member (a bucket). */
+static int build(cgr_ctx *ctx, cgr_worker *const *w, int m, int kind,
+		 cgr_redop op, int root, int stat, int k, cgr_compiled **out)
+{
+	cgr_coll_params p = CGR_COLL_PARAMS_INIT;
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	cgr_node *arg, *in[2 * MAXM], *o[2 * MAXM];
+	bool rooted_in = kind == CGR_COLL_BROADCAST ||
+			 kind == CGR_COLL_SCATTER;
+	bool rooted_out = kind == CGR_COLL_REDUCE || kind == CGR_COLL_GATHER;
+	int nin = rooted_in ? 1 : m * k, nout = rooted_out ? 1 : m * k;
+	cgr_graph *g;
+	int ret = cgr_graph_create(ctx, &g);
+
+	if (ret == 0)
+		ret = cgr_graph_input(g, 0, &arg);
+	for (int i = 0; i < nin && ret == 0; i++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		int r = rooted_in ? root : i / k;
+		unsigned char ra[2] = { (unsigned char)r,
+					(unsigned char)(i % k) };
+		char name[16];
+		snprintf(name, sizeof(name), "gen%d.%d", r, i % k);
+		d.name = name;
+		d.fn = netcoll_gen;
+		d.arg_data = ra;
+		d.arg_len = 2;
+		d.max_out_bytes = MAXB;
+		ret = cgr_graph_task(g, w[r], &d, &arg, 1, &in[i], 1);
+	}
+	p.name = "c";
+	p.kind = kind;
+	p.op = op;
+	p.root = root;
+	p.static_shape = stat;
+	p.ntensors = (size_t)k;
+	p.max_out_bytes = MAXB;
+	if (ret == 0)
+		ret = cgr_graph_collective(g, &p, w, (size_t)m, in, (size_t)nin,
+					   o, (size_t)nout);
+	if (ret == 0)
+		ret = cgr_graph_output(g, o, (size_t)nout);
+	cp.max_inflight = 2;
+	cp.max_value_bytes = MAXB;
+	cp.get_timeout_ns = 30 * SEC;
+	if (ret == 0)
+		ret = cgr_graph_compile(g, &cp, out);
+	if (ret != 0)
+		fprintf(stderr, "coll build: %s: %s\n", cgr_strerror(ret),
+			cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	return ret;
+}
+
+static size_t vbytes(const cgr_value *v)
+{
+	return v->kind == CGR_VALUE_BYTES ? v->u.bytes.len :
+	       v->kind == CGR_VALUE_TENSOR ? cgr_tensor_nbytes(&v->u.tensor) :
+					     0;
+}
+
+/* Whether error messages a (across hosts) and b (one host) are the same
+ * but for the workers' names (w0 there is l0 here). */
+static bool same_msg(const char *a, const char *b)
+{
+	static const char on[] = " on worker ";
+
+	while (*a && *a == *b) {
+		if (strncmp(a, on, sizeof(on) - 1) == 0 &&
+		    strncmp(b, on, sizeof(on) - 1) == 0 &&
+		    a[sizeof(on) - 1] == 'w' && b[sizeof(on) - 1] == 'l') {
+			a += sizeof(on), b += sizeof(on);
+			continue;
+		}
+		a++, b++;
+	}
+	return *a == *b;
+}
+
+/* Whether far and near are the same value (static: error messages may
+ * differ, the codes not). */
+static bool same(const cgr_value *f, const cgr_value *n, bool stat)
+{
+	if (f->kind != n->kind || f->code != n->code)
+		return false;
+	if (f->kind == CGR_VALUE_ERROR)
+		return stat || (strcmp(f->u.error.task, n->u.error.task) == 0 &&
+				same_msg(f->u.error.msg, n->u.error.msg));
+	if (f->kind != CGR_VALUE_TENSOR)
+		return false;
+	const DLTensor *a = &f->u.tensor, *b = &n->u.tensor;
+	if (a->ndim != b->ndim || a->dtype.code != b->dtype.code ||
+	    a->dtype.bits != b->dtype.bits)
+		return false;
+	for (int i = 0; i < a->ndim; i++)
+		if (a->shape[i] != b->shape[i])
+			return false;
+	return memcmp((const char *)a->data + a->byte_offset,
+		      (const char *)b->data + b->byte_offset, vbytes(f)) == 0;
+}
+
+static void show(const char *what, const cgr_value *v)
+{
+	if (v->kind == CGR_VALUE_ERROR)
+		fprintf(stderr, "  %s: error %s task '%s': %s\n", what,
+			cgr_strerror(v->code), v->u.error.task,
+			v->u.error.msg);
+	else if (v->kind == CGR_VALUE_TENSOR)
+		fprintf(stderr, "  %s: tensor ndim %d [%lld] dtype %d/%d\n",
+			what, v->u.tensor.ndim,
+			v->u.tensor.ndim ? (long long)v->u.tensor.shape[0] : 0,
+			v->u.tensor.dtype.code, v->u.tensor.dtype.bits);
+	else
+		fprintf(stderr, "  %s: kind %d\n", what, v->kind);
+}
+
+/* An allreduce sum of int32 against the direct computation. */
+static bool direct_sum(const cgr_value *o, const struct arg *a, int m)
+{
+	if (o->kind != CGR_VALUE_TENSOR || vbytes(o) != 4 * (size_t)a->count)
+		return false;
+	for (size_t e = 0; e < a->count; e++) {
+		int32_t want = 0, got;
+		for (int r = 0; r < m; r++)
+			want += (int32_t)elem(a->seed, (unsigned)r, e,
+					      CGR_INT32);
+		memcpy(&got, (const char *)o->u.tensor.data + 4 * e, 4);
+		if (got != want)
+			return false;
+	}
+	return true;
+}
+
+struct tally {
+	unsigned graphs, execs, outs, bad, direct;
+};
+
+/* Runs the executions of one graph pair, comparing every output. */
+static void compare(cgr_compiled *cf, cgr_compiled *cn, int m, int kind,
+		    cgr_redop op, int stat, int nout, struct tally *t)
+{
+	static const uint32_t counts[] = { 0, 1, 7, BIG };
+	unsigned i = 0;
+
+	for (int dt = 0; dt < CGR_DTYPE_COUNT; dt++)
+		for (size_t ci = 0; ci < 4; ci++)
+			for (int fault = 0; fault < 3; fault++) {
+				struct arg a = { 0 };
+				cgr_value av, of[2 * MAXM], on[2 * MAXM];
+				cgr_ref rf, rn;
+				/* Faults at one count; a large count with
+				 * the widest dtypes only. */
+				if ((fault && ci != 2) ||
+				    (counts[ci] == BIG && dt % 4 != 3 &&
+				     dt != CGR_FLOAT32))
+					continue;
+				a.seed = i++;
+				a.dtype = (uint8_t)dt;
+				/* Split ones need a multiple of m. */
+				a.count = counts[ci] * (uint32_t)m;
+				a.fault = (uint8_t)fault;
+				a.who = (uint8_t)(1 + a.seed % (unsigned)(m - 1));
+				a.twice = 1;
+				if (stat && fault == 2)
+					a.who = 0;
+				av = cgr_value_bytes(&a, sizeof(a));
+				if (cgr_execute(cf, &av, 1, &rf) != 0 ||
+				    cgr_execute(cn, &av, 1, &rn) != 0 ||
+				    cgr_ref_get(cf, rf, 30 * SEC, of,
+						(size_t)nout) != 0 ||
+				    cgr_ref_get(cn, rn, 30 * SEC, on,
+						(size_t)nout) != 0) {
+					fprintf(stderr, "coll: execute failed\n");
+					t->bad++;
+					return;
+				}
+				for (int q = 0; q < nout; q++, t->outs++)
+					if (!same(&of[q], &on[q], stat)) {
+						if (t->bad++ < 6) {
+							fprintf(stderr,
+								"coll kind %d op %d m %d "
+								"dtype %d count %u fault "
+								"%d output %d differs\n",
+								kind, op, m, dt,
+								a.count, fault, q);
+							show("across hosts", &of[q]);
+							show("one host", &on[q]);
+						}
+					}
+				if (kind == CGR_COLL_ALLREDUCE && op == CGR_SUM &&
+				    dt == CGR_INT32 && fault == 0 && !stat) {
+					t->direct++;
+					t->bad += !direct_sum(&of[0], &a, m);
+				}
+				/* A fault: every output an error value
+				 * (broadcast and scatter: at the root). */
+				for (int q = 0;
+				     fault && q < nout &&
+				     kind != CGR_COLL_BROADCAST &&
+				     kind != CGR_COLL_SCATTER;
+				     q++)
+					if (of[q].kind != CGR_VALUE_ERROR ||
+					    of[q].code != (fault == 1 ? -EDOM :
+							   CGR_EMISMATCH)) {
+						t->bad++;
+						fprintf(stderr,
+							"coll kind %d m %d fault %d "
+							"static %d output %d:\n",
+							kind, m, fault, stat, q);
+						show("across hosts", &of[q]);
+					}
+				cgr_ref_release(cf, rf);
+				cgr_ref_release(cn, rn);
+				t->execs++;
+			}
+}
+
+static int one(cgr_ctx *ctx, cgr_worker *const *far, cgr_worker *const *near,
+	       int m, int kind, cgr_redop op, int stat, int k,
+	       struct tally *t)
+{
+	cgr_compiled *cf = NULL, *cn = NULL;
+	int root = 1;
+	bool rooted_out = kind == CGR_COLL_REDUCE || kind == CGR_COLL_GATHER;
+	int nout = rooted_out ? 1 : m * k;
+
+	if (build(ctx, far, m, kind, op, root, stat, k, &cf) != 0 ||
+	    build(ctx, near, m, kind, op, root, stat, k, &cn) != 0) {
+		t->bad++;
+		if (cf != NULL)
+			cgr_compiled_destroy(cf);
+		return 1;
+	}
+	t->graphs++;
+	compare(cf, cn, m, kind, op, stat, nout, t);
+	cgr_compiled_destroy(cf);
+	cgr_compiled_destroy(cn);
+	return 0;
+}
+
+int netcoll_run(cgr_ctx *ctx, cgr_worker *const *far3,
+		cgr_worker *const *near3)
+{
+	cgr_worker *far[MAXM], *near[MAXM];
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	struct tally t = { 0 };
+
+	/* Four members: two on rank 1. */
+	far[0] = far3[0], far[1] = far3[1], far[3] = far3[2];
+	near[0] = near3[0], near[1] = near3[1], near[3] = near3[2];
+	wp.name = "w1b";
+	wp.rank = 1;
+	if (cgr_worker_create(ctx, &wp, &far[2]) != 0)
+		return 1;
+	wp.name = "l1b";
+	wp.rank = -1;
+	if (cgr_worker_create(ctx, &wp, &near[2]) != 0)
+		return 1;
+	for (int m = 3; m <= 4; m++) {
+		cgr_worker *const *f = m == 3 ? far3 : far;
+		cgr_worker *const *n = m == 3 ? near3 : near;
+		for (int kind = CGR_COLL_ALLREDUCE; kind <= CGR_COLL_ALLTOALL;
+		     kind++) {
+			bool red = kind == CGR_COLL_ALLREDUCE ||
+				   kind == CGR_COLL_REDUCE ||
+				   kind == CGR_COLL_REDUCESCATTER;
+			int nops = !red ? 1 :
+				   kind == CGR_COLL_ALLREDUCE ? CGR_REDOP_COUNT :
+								2;
+			for (int op = 0; op < nops; op++)
+				one(ctx, f, n, m,
+				    kind, (cgr_redop)(kind == CGR_COLL_ALLREDUCE ?
+							      op :
+							      op * CGR_MAX),
+				    0, 1, &t);
+		}
+		/* Static shapes, and a bucket of two tensors. */
+		one(ctx, f, n, m, CGR_COLL_ALLREDUCE, CGR_SUM, 1, 1, &t);
+		one(ctx, f, n, m, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 2, &t);
+		one(ctx, f, n, m, CGR_COLL_ALLGATHER, CGR_SUM, 0, 2, &t);
+	}
+	/* Per layout: 14 kinds and operations, static, two buckets. */
+	printf("coll %s graphs %u executions %u outputs %u direct %u bad %u\n",
+	       t.bad == 0 && t.graphs == 34 && t.direct > 0 ? "OK" : "BAD",
+	       t.graphs, t.execs, t.outs, t.direct, t.bad);
+	cgr_worker_destroy(far[2], 5 * SEC);
+	cgr_worker_destroy(near[2], 5 * SEC);
+	return t.bad != 0 || t.graphs != 34 || t.direct == 0;
+}

@@ -1,0 +1,16 @@
+/* tests/t_netcoll.h: the collectives across hosts of tests/net-graph
+ * (tests/net-coll.c). */
+#ifndef T_NETCOLL_H
+#define T_NETCOLL_H
+
+#include <cgr.h>
+
+/* The task every member runs to make its input (exported as "gen"). */
+int netcoll_gen(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		size_t nin, cgr_value *out, size_t nout);
+/* Every collective across the hosts of far3 (a worker on each of ranks
+ * 0, 1, 2) against the same on near3 (three here); 0 when all agree. */
+int netcoll_run(cgr_ctx *ctx, cgr_worker *const *far3,
+		cgr_worker *const *near3);
+
+#endif
