@@ -150,7 +150,8 @@ int netcoll_gen(cgr_task_ctx *tc, void *state, const cgr_value *in,
 /* One collective over m members (gen on each, inputs from argument 0),
  * every output a graph output; k tensors per member (a bucket). */
 static int build(cgr_ctx *ctx, cgr_worker *const *w, int m, int kind,
-		 cgr_redop op, int root, int stat, int k, cgr_compiled **out)
+		 cgr_redop op, int root, int stat, int k, int mode,
+		 cgr_compiled **out)
 {
 	cgr_coll_params p = CGR_COLL_PARAMS_INIT;
 	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
@@ -191,6 +192,7 @@ static int build(cgr_ctx *ctx, cgr_worker *const *w, int m, int kind,
 	if (ret == 0)
 		ret = cgr_graph_output(g, o, (size_t)nout);
 	cp.max_inflight = 2;
+	cp.wait_mode = mode;
 	cp.max_value_bytes = MAXB;
 	cp.get_timeout_ns = 30 * SEC;
 	if (ret == 0)
@@ -374,8 +376,10 @@ static int one(cgr_ctx *ctx, cgr_worker *const *far, cgr_worker *const *near,
 	bool rooted_out = kind == CGR_COLL_REDUCE || kind == CGR_COLL_GATHER;
 	int nout = rooted_out ? 1 : m * k;
 
-	if (build(ctx, far, m, kind, op, root, stat, k, &cf) != 0 ||
-	    build(ctx, near, m, kind, op, root, stat, k, &cn) != 0) {
+	if (build(ctx, far, m, kind, op, root, stat, k, CGR_WAIT_ADAPTIVE,
+		  &cf) != 0 ||
+	    build(ctx, near, m, kind, op, root, stat, k, CGR_WAIT_ADAPTIVE,
+		  &cn) != 0) {
 		t->bad++;
 		if (cf != NULL)
 			cgr_compiled_destroy(cf);
@@ -386,6 +390,17 @@ static int one(cgr_ctx *ctx, cgr_worker *const *far, cgr_worker *const *near,
 	cgr_compiled_destroy(cf);
 	cgr_compiled_destroy(cn);
 	return 0;
+}
+
+int netcoll_allreduce(cgr_ctx *ctx, cgr_worker *const *w, int mode,
+		      cgr_compiled **out, cgr_value *arg)
+{
+	static struct arg a = { 7, 64, CGR_INT32, 0, 0, 0 };
+	int ret = build(ctx, w, 3, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 0, 1, mode,
+			out);
+
+	*arg = cgr_value_bytes(&a, sizeof(a));
+	return ret;
 }
 
 int netcoll_run(cgr_ctx *ctx, cgr_worker *const *far3,

@@ -24,6 +24,9 @@
  *      naming the lost host, the next execute refused at once, teardown
  *      and the workers' destruction timed.  Prints when the loss was
  *      logged (CLOCK_REALTIME ns) for the script to compare.
+ *  losecoll: lose, over an allreduce of the three hosts (each member's
+ *      input made on its own host): every output of the pending
+ *      execution must fail alike.
  *  idle: compiles, prints "steady", then waits (no executions) until the
  *      log says a host was lost, and checks the graph refuses executes.
  *
@@ -496,23 +499,29 @@ static int gaps(cgr_ctx *ctx, unsigned n)
 	return bad != 0;
 }
 
-/* lose / idle: a host goes (the script's doing); what the driver sees. */
-static int lose(cgr_ctx *ctx, bool idle)
+/* lose / idle / losecoll: a host goes (the script's doing); what the
+ * driver sees (losecoll: of an allreduce over the three hosts, its
+ * members waiting for each other's inputs). */
+static int lose(cgr_ctx *ctx, bool idle, bool coll)
 {
 	cgr_worker *w[3];
 	cgr_compiled *c;
 	unsigned char b = 1;
-	cgr_value a = cgr_value_bytes(&b, 1), o;
+	cgr_value a = cgr_value_bytes(&b, 1), os[3], o;
 	cgr_ref r;
 	int ret = 0, bad = 0;
+	size_t nout = coll ? 3 : 1;
 	unsigned i;
 	int64_t t, t_teardown, t_destroy;
 
 	if (mk_worker(ctx, "w0", 0, &w[0]) || mk_worker(ctx, "w1", 1, &w[1]) ||
-	    mk_worker(ctx, "w2", 2, &w[2]) || build(ctx, w, CGR_WAIT_BLOCK, &c))
+	    mk_worker(ctx, "w2", 2, &w[2]) ||
+	    (coll ? netcoll_allreduce(ctx, w, CGR_WAIT_BLOCK, &c, &a) :
+		    build(ctx, w, CGR_WAIT_BLOCK, &c)))
 		return 1;
 	/* A round trip first: everything is up. */
-	if (cgr_execute(c, &a, 1, &r) != 0 || cgr_ref_get(c, r, 10 * SEC, &o, 1) ||
+	if (cgr_execute(c, &a, 1, &r) != 0 ||
+	    cgr_ref_get(c, r, 10 * SEC, os, nout) || os[0].kind == CGR_VALUE_ERROR ||
 	    cgr_ref_release(c, r))
 		return 1;
 	printf("steady\n");
@@ -521,7 +530,11 @@ static int lose(cgr_ctx *ctx, bool idle)
 		struct timespec gap = { 0, 10000000 };
 		if ((ret = cgr_execute(c, &a, 1, &r)) != 0)
 			break;
-		ret = cgr_ref_get(c, r, 60 * SEC, &o, 1);
+		ret = cgr_ref_get(c, r, 60 * SEC, os, nout);
+		o = os[0];
+		/* Every output fails alike. */
+		for (size_t q = 1; ret == 0 && q < nout; q++)
+			bad += os[q].kind != o.kind || os[q].code != o.code;
 		if (ret == 0 && o.kind == CGR_VALUE_ERROR)
 			break;
 		cgr_ref_release(c, r);
@@ -618,7 +631,8 @@ int main(int argc, char **argv)
 	else if (strcmp(mode, "gaps") == 0)
 		ret = gaps(ctx, argc > 2 ? (unsigned)atoi(argv[2]) : 1000);
 	else
-		ret = lose(ctx, strcmp(mode, "idle") == 0);
+		ret = lose(ctx, strcmp(mode, "idle") == 0,
+			   strcmp(mode, "losecoll") == 0);
 	cgr_ctx_destroy(ctx);
 	cgr_job_leave(job);
 	printf("driver %s\n", ret == 0 ? "done" : "FAILED");

@@ -23,18 +23,22 @@
 #    0.5 s too;
 #  6 healed (back on the bridge, neighbour caches flushed), a new job (a
 #    new epoch) runs the pipeline again;
-#  7 a slow link (tbf 1 mbit to one host): no host taken for lost;
-#  8 collective nodes with members on several hosts (one on each, and
+#  7 a silent cut of host 3 under the traffic of an allreduce over the
+#    three hosts (its members waiting for each other's inputs): every
+#    output of the pending execution a CGR_EHOSTLOST error value within
+#    the deadline + 0.5 s, the rest as in 3; healed again;
+#  8 a slow link (tbf 1 mbit to one host): no host taken for lost;
+#  9 collective nodes with members on several hosts (one on each, and
 #    four members, two on one host): every kind, operation and dtype,
 #    counts 0, 1, odd and large, an error value and a shape mismatch at
 #    one member, static shapes, buckets; every output the same value as
 #    the same graph's on one host (tests/net-coll.c);
-#  9 nothing left behind.
+# 10 nothing left behind.
 # Every step under timeout -k.  Skipped without root, ip, unshare, tc,
 # mpirun, a build with PMIx and UCX; and under TSan (PMIx's and UCX's own
 # threads are not instrumented).  TAP.
 set -u
-N=9
+N=10
 echo "1..$N"
 bin=${abs_top_builddir:?run from make check}/tests/net-graph
 skip_all() {
@@ -203,7 +207,12 @@ else
 	show "$tmp/h.out" "$tmp/h.err"
 fi
 
-# 7: a slow link to host 2: 1 mbit/s, 400 ms of queue.
+# 7: a silent cut under an allreduce's traffic, then healed.
+lose_run losecoll cut3
+netns_heal 3
+lost_check losecoll 7 3500 "a silent cut of host 3 under an allreduce"
+
+# 8: a slow link to host 2: 1 mbit/s, 400 ms of queue.
 t tc qdisc add dev "cgrv${tag}2" root tbf rate 1mbit burst 32kbit \
 	latency 400ms
 NETNS_ENV="-x NET_SIZES_MAX=65536 -x NET_N=10" \
@@ -212,22 +221,22 @@ rc=$?
 t tc qdisc del dev "cgrv${tag}2" root
 if [ $rc = 0 ] && grep -q '^pipeline OK' "$tmp/s.out" &&
 	! grep -q 'lost:' "$tmp/s.err"; then
-	echo "ok 7 - a 1 mbit/s link to host 2 (tbf): values up to 64 KiB" \
+	echo "ok 8 - a 1 mbit/s link to host 2 (tbf): values up to 64 KiB" \
 	     "cross it, no host taken for lost (p50" \
 	     "$(field "$tmp/s.out" far_p50_us) us)"
 else
-	echo "not ok 7 - the slow link (mpirun exit $rc)"
+	echo "not ok 8 - the slow link (mpirun exit $rc)"
 	show "$tmp/s.out" "$tmp/s.err"
 fi
 
-# 8: collectives across hosts.
+# 9: collectives across hosts.
 netns_mpirun 300 "$tmp/c.out" "$tmp/c.err" "$bin" coll
 rc=$?
 if [ $rc = 0 ] && grep -q '^coll OK' "$tmp/c.out"; then
-	echo "ok 8 - collectives across hosts equal one host's:" \
+	echo "ok 9 - collectives across hosts equal one host's:" \
 	     "$(sed -n 's/^coll OK //p' "$tmp/c.out")"
 else
-	echo "not ok 8 - collectives across hosts (mpirun exit $rc)"
+	echo "not ok 9 - collectives across hosts (mpirun exit $rc)"
 	show "$tmp/c.out" "$tmp/c.err"
 fi
 
@@ -235,7 +244,7 @@ netns_cleanup
 trap - EXIT INT TERM HUP
 left=$(netns_left)
 if [ "$left" = 0 ]; then
-	echo "ok 9 - nothing left behind (namespaces, links, processes)"
+	echo "ok 10 - nothing left behind (namespaces, links, processes)"
 else
-	echo "not ok 9 - $left namespaces or links left behind"
+	echo "not ok 10 - $left namespaces or links left behind"
 fi

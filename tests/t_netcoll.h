@@ -8,6 +8,11 @@
 /* The task every member runs to make its input (exported as "gen"). */
 int netcoll_gen(cgr_task_ctx *tc, void *state, const cgr_value *in,
 		size_t nin, cgr_value *out, size_t nout);
+/* An allreduce (sum of int32) over w[0..2] in wait mode `mode`, each
+ * member's input made on its own worker; *arg the argument each
+ * execution takes. */
+int netcoll_allreduce(cgr_ctx *ctx, cgr_worker *const *w, int mode,
+		      cgr_compiled **out, cgr_value *arg);
 /* Every collective across the hosts of far3 (a worker on each of ranks
  * 0, 1, 2) against the same on near3 (three here); 0 when all agree. */
 int netcoll_run(cgr_ctx *ctx, cgr_worker *const *far3,
