@@ -3,9 +3,15 @@
 # namespaces (tests/netns.sh: "hosts" on one machine, UCX over tcp on
 # veths): perf/hosts (cgr against raw UCX on the same pair, adaptive and
 # parked) and Open MPI's ping-pong (perf/mpi_pingpong, pml ucx over the
-# same transports), launched by the same mpirun, alternating.  Root only.
-# Usage: perf/hosts.sh [--quick] [-w N] [-n N]   (from the build tree:
-# sh ../perf/hosts.sh)
+# same transports), launched by the same mpirun, alternating.  Then
+# collective nodes across the three hosts (perf/hosts_coll: allreduce,
+# allgather, reducescatter, broadcast, alltoall at 8 B and 16 MiB) next to
+# Open MPI's (perf/mpi_coll_bw, pml ucx, the same sizes), two rounds, and
+# a table: both times, their ratio, and for 16 MiB the fraction of the
+# link bound (the bytes each host must send at least, over the raw UCX
+# bandwidth measured above).  Root only.
+# Usage: perf/hosts.sh [--coll] [--quick] [-w N] [-n N]   (from the build
+# tree: sh ../perf/hosts.sh; --coll: the collectives only)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${abs_top_builddir:-$PWD}
@@ -16,14 +22,18 @@ abs_top_srcdir=${abs_top_srcdir:-$(dirname "$here")}
 netns_init
 netns_up || { cat "$tmp/up.err"; exit 1; }
 echo "3 hosts: network namespaces on a bridge ($net.1-3), UCX_TLS=tcp,self"
+: >"$tmp/all"
+only_coll=0
+[ "${1:-}" = --coll ] && { only_coll=1; shift; }
 for round in 1 2; do
+	[ $only_coll = 1 ] && break
 	for mode in adaptive block; do
 		echo "== round $round: cgr ($mode) and raw UCX"
 		t0=$(date +%s%N)
 		NETNS_ENV="-x PERF_MODE=$mode" netns_mpirun 600 "$tmp/o" \
 			"$tmp/e" "$build/perf/hosts" "$@"
 		first=$(sed -n 's/.* first_result_ns \([0-9]*\)$/\1/p' "$tmp/o")
-		cat "$tmp/o"
+		cat "$tmp/o" | tee -a "$tmp/all"
 		[ -n "$first" ] && echo "launch (mpirun started) to the first" \
 			"execution's result: $(((first - t0) / 1000000)) ms"
 		grep -v '^$' "$tmp/e" | head -5
@@ -40,3 +50,57 @@ for round in 1 2; do
 		cat "$tmp/o"
 	fi
 done
+
+# Collectives across the hosts, cgr and Open MPI in turn.
+sizes=8,16777216
+colls=allreduce,allgather,reducescatter,broadcast,alltoall
+: >"$tmp/coll"
+for round in 1 2; do
+	echo "== round $round: cgr collective nodes across the hosts"
+	netns_mpirun 600 "$tmp/o" "$tmp/e" "$build/perf/hosts_coll" -s "$sizes" "$@"
+	grep '^hosts_coll ' "$tmp/o" | tee -a "$tmp/coll"
+	grep -v '^$' "$tmp/e" | head -5
+	if [ -x "$build/perf/mpi_coll_bw" ]; then
+		echo "== round $round: Open MPI collectives (pml ucx, tcp)"
+		NETNS_ENV="--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any" \
+			netns_mpirun 600 "$tmp/o" "$tmp/e" \
+			"$build/perf/mpi_coll_bw" -c "$colls" -s "$sizes" -t 30 "$@"
+		awk '$1 ~ /^(allreduce|allgather|reducescatter|broadcast|alltoall)$/ &&
+		     NF == 7 { print "mpi", $0 }' "$tmp/o" | tee -a "$tmp/coll"
+	fi
+done
+raw=$(sed -n 's/^bw-64MiB *raw UCX AM .* \([0-9.]*\) GB\/s .*/\1/p' "$tmp/all" | head -1)
+echo
+echo "collectives across 3 hosts (one member each), medians of the rounds;"
+echo "link bound: the bytes each host must send at least / raw UCX ${raw:-?} GB/s"
+awk -v raw="${raw:-0}" '
+function nominal(l) {
+	if (l ~ /MiB$/) return substr(l, 1, length(l) - 3) * 1048576
+	if (l ~ /KiB$/) return substr(l, 1, length(l) - 3) * 1024
+	return substr(l, 1, length(l) - 1) + 0
+}
+function med(k,   n, i, j, t, a) {
+	n = cnt[k]
+	for (i = 1; i <= n; i++) a[i] = v[k, i]
+	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
+		if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+	return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+function put(k, x) { v[k, ++cnt[k]] = x }
+$1 == "hosts_coll" { put("cgr " $2 " " $3, $5); keys[$2 " " $3] = 1 }
+$1 == "mpi" { put("mpi " $2 " " nominal($3), $6) }
+END {
+	printf "%-14s %10s %12s %12s %8s %12s\n", "collective", "bytes",
+	       "cgr us", "Open MPI us", "cgr/MPI", "link bound"
+	n = split("allreduce allgather reducescatter broadcast alltoall", cs)
+	split("8 16777216", ss)
+	for (i = 1; i <= n; i++) for (j = 1; j <= 2; j++) {
+		k = cs[i] " " ss[j]
+		if (!(k in keys)) continue
+		c = med("cgr " k); m = ("mpi " k) in cnt ? med("mpi " k) : 0
+		f = cs[i] == "allreduce" ? 4 / 3 : cs[i] == "broadcast" ? 1 : 2 / 3
+		lb = raw > 0 && ss[j] > 8 ? sprintf("%.2f", f * ss[j] / (raw * 1e3) / c) : "-"
+		printf "%-14s %10d %12.1f %12s %8s %12s\n", cs[i], ss[j], c,
+		       m ? sprintf("%.1f", m) : "-", m ? sprintf("%.2fx", c / m) : "-", lb
+	}
+}' "$tmp/coll"

@@ -12,7 +12,8 @@
  * them, as collective_bw does for its threads.  Only rank 0 prints.  JSON
  * lines carry impl "openmpi".  Options: -w, -n (iteration cap), --quick,
  * --json as every perf program, -c coll[,coll], -t ms per sample, -k
- * samples per window.
+ * samples per window, -s bytes[,bytes] (the sizes instead of the
+ * sweep's, at most 64 MiB).
  */
 #include "perf.h"
 
@@ -179,6 +180,8 @@ int main(int argc, char **argv)
 	char *rest[64];
 	int nrest = 0, rank, n, i, c, w, q, pass, reps = 3, nsamp;
 	long *res_iters;
+	size_t own[16];
+	size_t nown = 0;
 	int pin;
 	int64_t wall0;
 
@@ -202,6 +205,14 @@ int main(int argc, char **argv)
 			target_ms = atof(argv[++i]);
 		} else if (!strcmp(argv[i], "-k") && i + 1 < argc) {
 			reps = atoi(argv[++i]);
+		} else if (!strcmp(argv[i], "-s") && i + 1 < argc) {
+			char *tok, *save = NULL;
+
+			nown = 0;
+			for (tok = strtok_r(argv[++i], ",", &save);
+			     tok && nown < 16; tok = strtok_r(NULL, ",", &save))
+				if (strtoull(tok, NULL, 10) - 1 < MAX_BYTES)
+					own[nown++] = strtoull(tok, NULL, 10);
 		} else if (nrest < 63) {
 			rest[nrest++] = argv[i];
 		}
@@ -224,6 +235,8 @@ int main(int argc, char **argv)
 	sizes = o.quick ? quick_sizes : full_sizes;
 	nsizes = o.quick ? sizeof(quick_sizes) / sizeof(quick_sizes[0])
 			 : sizeof(full_sizes) / sizeof(full_sizes[0]);
+	if (nown > 0)
+		sizes = own, nsizes = nown;
 	/* One CPU per rank when there are enough, else the scheduler's. */
 	pin = nth_cpu(n - 1) >= 0;
 	if (pin)

@@ -1,0 +1,303 @@
+/*
+ * perf/hosts_coll.c: collective nodes across hosts, one rank of a job a
+ * PMIx launcher started (perf/hosts.sh runs it on three network
+ * namespaces, then Open MPI's perf/mpi_coll_bw on the same ones, with the
+ * same mpirun and transport).  Rank 0 drives a graph per collective and
+ * size, one after the other: a task on each member (one worker on each rank) makes its input
+ * (writing one element per execution: the rest of its buffer stays, as
+ * MPI's benchmark sends the same buffer again), the collective over the
+ * three members, and on each member a task that reads its output and
+ * answers 8 bytes (the graph's outputs): an execution ends when every
+ * member has its output.  Its time, execute to result, includes the
+ * driver's trigger to the members on the other hosts and their answers:
+ * two hops more than MPI's back-to-back operations.
+ *
+ * Sizes as mpi_coll_bw has them (the bytes of the whole operation:
+ * float32 for the reducing kinds, bytes else; split kinds divide by the
+ * members), 8 B and 16 MiB unless -s gives others.  Each case's number is the median over windows of the
+ * median of its executions.  The link's and graphs' wait mode:
+ * PERF_MODE=adaptive (default) or block.  Prints a line per case and a
+ * JSON line per result ("hosts_coll").
+ */
+#include "perf.h"
+
+#include <stdbool.h>
+
+#include <cgr.h>
+
+#define NM 3
+#define MAXC 8
+#define MAXS 8
+
+static int gen(cgr_task_ctx *tc, void *state, const cgr_value *in,
+	       size_t nin, cgr_value *out, size_t nout)
+{
+	const uint64_t *bytes = cgr_task_arg(tc);
+	static __thread int64_t shape[1];
+	int reducing = (int)(bytes[1] != 0);
+	size_t n = bytes[0];
+	unsigned char *o = cgr_task_output_buffer(tc, 0, n);
+
+	(void)state, (void)nin, (void)nout;
+	if (o == NULL)
+		return -ENOMEM;
+	/* One element per execution (floats: 0 or 1, no denormals). */
+	if (reducing)
+		memset(o, 0, 4);
+	else
+		memcpy(o, in[0].u.bytes.data, 1);
+	shape[0] = (int64_t)(reducing ? n / 4 : n);
+	out[0] = cgr_value_tensor(o, reducing ? kDLFloat : kDLUInt,
+				  reducing ? 32 : 8, 1, shape);
+	return 0;
+}
+
+/* ack: a member's output seen (8 bytes back: its first ones). */
+static int ack(cgr_task_ctx *tc, void *state, const cgr_value *in,
+	       size_t nin, cgr_value *out, size_t nout)
+{
+	unsigned char *o = cgr_task_output_buffer(tc, 0, 8);
+
+	(void)state, (void)nin, (void)nout;
+	if (in[0].kind != CGR_VALUE_TENSOR || o == NULL)
+		return -EINVAL;
+	memset(o, 0, 8);
+	memcpy(o, in[0].u.tensor.data,
+	       cgr_tensor_nbytes(&in[0].u.tensor) < 8 ?
+		       cgr_tensor_nbytes(&in[0].u.tensor) :
+		       8);
+	out[0] = cgr_value_bytes(o, 8);
+	return 0;
+}
+
+static const cgr_export exports[] = {
+	{ "gen", gen, NULL, NULL },
+	{ "ack", ack, NULL, NULL },
+	{ NULL, NULL, NULL, NULL },
+};
+
+static const struct {
+	const char *name;
+	int kind;
+} colls[] = {
+	{ "allreduce", CGR_COLL_ALLREDUCE },
+	{ "allgather", CGR_COLL_ALLGATHER },
+	{ "reducescatter", CGR_COLL_REDUCESCATTER },
+	{ "broadcast", CGR_COLL_BROADCAST },
+	{ "alltoall", CGR_COLL_ALLTOALL },
+};
+#define NCOLL (sizeof(colls) / sizeof(colls[0]))
+
+static bool reducing(int kind)
+{
+	return kind == CGR_COLL_ALLREDUCE || kind == CGR_COLL_REDUCESCATTER;
+}
+
+/* Bytes of member r's input for an operation of `bytes` in all. */
+static size_t in_bytes(int kind, size_t bytes)
+{
+	size_t esz = reducing(kind) ? 4 : 1, cnt = bytes / esz;
+
+	/* As mpi_coll_bw counts: split kinds move NM blocks of cnt / NM. */
+	if (kind == CGR_COLL_ALLGATHER || kind == CGR_COLL_REDUCESCATTER ||
+	    kind == CGR_COLL_ALLTOALL) {
+		cnt /= NM;
+		if (cnt == 0)
+			cnt = 1;
+		if (kind != CGR_COLL_ALLGATHER)
+			cnt *= NM;
+	}
+	return (cnt ? cnt : 1) * esz;
+}
+
+static cgr_compiled *graph(cgr_ctx *ctx, cgr_worker *const *w, int kind,
+			   size_t bytes, int mode)
+{
+	cgr_coll_params p = CGR_COLL_PARAMS_INIT;
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	cgr_node *arg, *in[NM], *out[NM], *acks[NM];
+	size_t nin = kind == CGR_COLL_BROADCAST ? 1 : NM;
+	size_t ib = in_bytes(kind, bytes), cap = NM * ib + 4096;
+	uint64_t targ[2] = { ib, reducing(kind) };
+	cgr_compiled *c = NULL;
+	cgr_graph *g;
+	int ret = cgr_graph_create(ctx, &g);
+
+	if (ret == 0)
+		ret = cgr_graph_input(g, 0, &arg);
+	for (size_t r = 0; r < nin && ret == 0; r++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		d.name = "gen";
+		d.fn = gen;
+		d.arg_data = targ;
+		d.arg_len = sizeof(targ);
+		d.max_out_bytes = ib;
+		ret = cgr_graph_task(g, w[r], &d, &arg, 1, &in[r], 1);
+	}
+	p.name = "c";
+	p.kind = kind;
+	p.op = CGR_SUM;
+	p.max_out_bytes = cap;
+	if (ret == 0)
+		ret = cgr_graph_collective(g, &p, w, NM, in, nin, out, NM);
+	/* Every member's output seen where it is: 8 bytes each back. */
+	for (size_t r = 0; r < NM && ret == 0; r++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		d.name = "ack";
+		d.fn = ack;
+		d.max_out_bytes = 8;
+		ret = cgr_graph_task(g, w[r], &d, &out[r], 1, &acks[r], 1);
+	}
+	if (ret == 0)
+		ret = cgr_graph_output(g, acks, NM);
+	cp.max_inflight = 1;
+	cp.max_value_bytes = cap;
+	cp.wait_mode = mode;
+	cp.get_timeout_ns = 60ll * 1000000000;
+	if (ret == 0)
+		ret = cgr_graph_compile(g, &cp, &c);
+	if (ret != 0)
+		fprintf(stderr, "graph %d %zu: %s\n", kind, bytes,
+			cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	return c;
+}
+
+/* One execution: ns, -1 on failure. */
+static int64_t run1(cgr_compiled *c, unsigned char b)
+{
+	cgr_value a = cgr_value_bytes(&b, 1), o[NM];
+	cgr_ref ref;
+	int64_t t0 = perf_now_ns();
+
+	if (cgr_execute(c, &a, 1, &ref) != 0 ||
+	    cgr_ref_get(c, ref, -1, o, NM) != 0)
+		return -1;
+	for (int r = 0; r < NM; r++)
+		if (o[r].kind != CGR_VALUE_BYTES)
+			return -1;
+	t0 = perf_now_ns() - t0;
+	cgr_ref_release(c, ref);
+	return t0;
+}
+
+static int drive(cgr_ctx *ctx, const struct perf_opts *o, const size_t *sizes,
+		 size_t ns)
+{
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	const char *env = getenv("PERF_MODE");
+	int mode = env && !strcmp(env, "block") ? CGR_WAIT_BLOCK :
+						  CGR_WAIT_ADAPTIVE;
+	cgr_worker *w[NM];
+	static double med[NCOLL][MAXS][64];
+	double *lat;
+	long iters = o->iters;
+	int windows = o->windows > 64 ? 64 : o->windows;
+
+	for (int r = 0; r < NM; r++) {
+		char name[8];
+		snprintf(name, sizeof(name), "m%d", r);
+		wp.name = name;
+		wp.rank = r;
+		if (cgr_worker_create(ctx, &wp, &w[r]) != 0)
+			return 1;
+	}
+	lat = calloc((size_t)iters + 3, sizeof(*lat));
+	/* A worker serves one compiled graph at a time: case by case. */
+	for (size_t k = 0; k < NCOLL; k++)
+		for (size_t s = 0; s < ns; s++) {
+			cgr_compiled *c = graph(ctx, w, colls[k].kind, sizes[s],
+						mode);
+			if (c == NULL || run1(c, 1) < 0)
+				return 1;
+			for (int win = 0; win < windows; win++) {
+				/* Big ones: fewer, at least 3. */
+				long n = sizes[s] >= (1u << 20) ?
+						 (iters / 100 > 3 ? iters / 100 : 3) :
+						 iters;
+				for (long i = 0; i < n; i++) {
+					int64_t t = run1(c, (unsigned char)i);
+					if (t < 0)
+						return 1;
+					lat[i] = (double)t / 1e3;
+				}
+				med[k][s][win] = perf_median(lat, (size_t)n);
+			}
+			cgr_compiled_destroy(c);
+		}
+	printf("cgr collectives across 3 hosts (%s; execute to result, one "
+	       "member per host; medians of %d windows):\n",
+	       mode == CGR_WAIT_BLOCK ? "parked" : "adaptive", windows);
+	for (size_t k = 0; k < NCOLL; k++)
+		for (size_t s = 0; s < ns; s++) {
+			double us = perf_median(med[k][s], (size_t)windows);
+			char cs[48];
+			snprintf(cs, sizeof(cs), "%s-%zu", colls[k].name,
+				 sizes[s]);
+			printf("hosts_coll %-14s %10zu B  %10.1f us  %8.3f "
+			       "GB/s\n",
+			       colls[k].name, sizes[s], us,
+			       (double)sizes[s] / us / 1e3);
+			perf_json("hosts_coll", cs, "cgr", "time", us, "us",
+				  "\"bytes\":%zu", sizes[s]);
+		}
+	free(lat);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct perf_opts o = { 5, 200, 0, 0 };
+	cgr_job_params jp = CGR_JOB_PARAMS_INIT;
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	size_t sizes[MAXS] = { 8, 16u << 20 }, ns = 2;
+	char *rest[64];
+	int nrest = 0, ret;
+	cgr_job *job;
+	cgr_ctx *ctx;
+
+	rest[nrest++] = argv[0];
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-s") && i + 1 < argc) {
+			char *tok, *save = NULL;
+			ns = 0;
+			for (tok = strtok_r(argv[++i], ",", &save);
+			     tok && ns < MAXS; tok = strtok_r(NULL, ",", &save))
+				sizes[ns++] = (size_t)strtoull(tok, NULL, 10);
+		} else if (nrest < 63) {
+			rest[nrest++] = argv[i];
+		}
+	}
+	rest[nrest] = NULL;
+	if (perf_parse(nrest, rest, &o,
+		       "collective nodes across 3 hosts (a rank program: "
+		       "perf/hosts.sh); own option: -s BYTES[,BYTES]"))
+		return 2;
+	jp.wait_mode = getenv("PERF_MODE") && !strcmp(getenv("PERF_MODE"),
+						      "block") ?
+			       CGR_WAIT_BLOCK :
+			       CGR_WAIT_ADAPTIVE;
+	if (cgr_job_join(&jp, &job) != 0)
+		return 1;
+	if (cgr_job_size(job) != NM) {
+		printf("hosts_coll: run under a PMIx launcher with %d ranks "
+		       "(this job has %d)\n", NM, cgr_job_size(job));
+		cgr_job_leave(job);
+		return 0;
+	}
+	if (cgr_job_rank(job) != cgr_job_driver(job)) {
+		ret = cgr_job_serve(job, exports);
+		cgr_job_leave(job);
+		return ret != 0;
+	}
+	cp.job = job;
+	cp.exports = exports;
+	if ((ret = cgr_ctx_create(&cp, &ctx)) != 0) {
+		cgr_job_leave(job);
+		return 1;
+	}
+	ret = drive(ctx, &o, sizes, ns);
+	cgr_ctx_destroy(ctx);
+	cgr_job_leave(job);
+	return ret;
+}
