@@ -442,18 +442,28 @@ static int make_ports(struct cgr__cc *cc)
 	return ret;
 }
 
-/* A collective across hosts: every member reads every member's input
- * (all of them, by channels from where each is made). */
+/* Whether worker w reads input i of collective t over a channel of its
+ * own: across hosts every member with an output reads every input (a
+ * reduce's or gather's root only: the others have no output). */
+static bool spans_reads(const struct cgr__cc *cc, const struct cgr__task *t,
+			size_t i, const cgr_worker *w)
+{
+	const cgr_node *n = t->in[i];
+
+	return t->coll && cc->spans[t->id] && n->kind != CGR__NODE_CONST &&
+	       node_owner(n) != w &&
+	       (!cgr__coll_out_at_root(t->coll) ||
+		cgr__task_rank(t, w) == t->cp.root);
+}
+
+/* A collective across hosts: its members' channels (spans_reads). */
 static void spans_chans(struct cgr__cc *cc, const struct cgr__task *t)
 {
 	for (size_t m = 0; m < t->nmembers; m++)
-		for (size_t i = 0; i < t->nin; i++) {
-			cgr_node *n = t->in[i];
-			if (n->kind != CGR__NODE_CONST &&
-			    node_owner(n) != t->members[m])
-				chan_get(cc, cc->node_port[n->id],
+		for (size_t i = 0; i < t->nin; i++)
+			if (spans_reads(cc, t, i, t->members[m]))
+				chan_get(cc, cc->node_port[t->in[i]->id],
 					 t->members[m]);
-		}
 }
 
 /* The channel table: at most one per (port, reader), in the order of
@@ -816,11 +826,8 @@ static int lower_prog(struct pl *pl, size_t ntasks, size_t nreads)
 		for (size_t a = 0; a < t->nin && ret == 0; a++)
 			ret = add_reads(pl, t, a);
 		/* Across hosts: every member's input (spans_chans). */
-		for (size_t a = 0; t->coll && cc->spans[t->id] && a < t->nin &&
-				   ret == 0;
-		     a++)
-			if (t->in[a]->kind != CGR__NODE_CONST &&
-			    node_owner(t->in[a]) != pl->w)
+		for (size_t a = 0; a < t->nin && ret == 0; a++)
+			if (spans_reads(cc, t, a, pl->w))
 				ret = add_read(pl, cc->node_port[t->in[a]->id]);
 		if (ret == 0)
 			ret = t->coll ? lower_coll(pl, t, rank) :

@@ -127,10 +127,13 @@ static void op_inputs(struct ov *o, const struct cgr__op *op,
 		for (size_t j = 0; j < op->nchans; j++)
 			f(o, o->c->chans[op->chans[j]].port, arg);
 	else if (op->kind == CGR__OP_COLL) {
-		/* Across hosts it reads every member's input. */
+		/* Across hosts a member with outputs reads every member's
+		 * input. */
 		const struct cgr__coll_rt *cr = op->coll;
-		const unsigned *in = cr->spans ? cr->all_in_ports : cr->in_ports;
-		size_t nin = cr->spans ? (size_t)cr->n * cr->k : cr->k;
+		bool all = cr->spans && (!cgr__coll_out_at_root(cr->kind) ||
+					 cr->rank == cr->root);
+		const unsigned *in = all ? cr->all_in_ports : cr->in_ports;
+		size_t nin = all ? (size_t)cr->n * cr->k : cr->k;
 		for (size_t q = 0; q < nin; q++)
 			if (in[q] != CGR__NO_PORT)
 				f(o, in[q], arg);

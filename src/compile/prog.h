@@ -170,7 +170,9 @@ struct cgr__coll_rt {
 	bool have_cached;
 	/* NCCL with static shapes: every member's records of this execution,
 	 * collected after the data moved (the late verdict, run/coll.c),
-	 * and the device buffer a member whose input changed sends from. */
+	 * and the device buffer a member whose input changed sends from.
+	 * Across hosts (spans): every member's records of this execution
+	 * (n * k), read from the inputs' slots here. */
 	struct cgr__agree *late;
 	void *dscratch;
 	size_t cap; /* data capacity of the outputs, the same on every member */

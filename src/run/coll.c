@@ -692,11 +692,11 @@ void cgr__coll_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 
 /*
  * A collective whose members are on several hosts has no board and no
- * communicator: every member read every member's input over its channels
- * (compile/lower.c), so each one describes all the inputs itself, reaches
- * the verdict the board would have given (the same records everywhere:
- * an agreement without an exchange) and computes its own outputs from
- * the inputs.  Reductions fold the members' data in rank order (rank 0
+ * communicator: every member with an output (a reduce's or gather's root
+ * only) read every member's input over its channels (compile/lower.c),
+ * so each one describes all the inputs itself, reaches the verdict the
+ * board would have given (the same records everywhere: an agreement
+ * without an exchange) and computes its own outputs from the inputs.  Reductions fold the members' data in rank order (rank 0
  * op rank 1 op ...), so every member gets the same bits, whatever the
  * hosts.  Static shapes: the first execution that agrees is kept, and a
  * later change fails every member as on NCCL (cgr__agree_static).
@@ -784,6 +784,10 @@ static void spans_run(struct cgr__coll_rt *cr, uint64_t seq)
 	struct cgr__verdict *v = cr->verdicts, sv;
 	size_t total = 0;
 
+	/* A reduce's or gather's other members: nothing to make (their
+	 * inputs went to the root; compile/lower.c, spans_reads). */
+	if (cgr__coll_out_at_root(cr->kind) && cr->rank != cr->root)
+		return;
 	spans_describe(cr, seq);
 	if (cr->k > 1) {
 		if (bucket_judge(cr, seq, cr->late, &total) != 0)
