@@ -4,8 +4,7 @@
  * three network namespaces).
  *
  * Every collective kind, with reducing ones under every operation, over
- * two layouts: one member on each of the three hosts, and four members
- * (two on rank 1).  Each member's input is made by a task on its own
+ * five layouts: 2 and 3 hosts with 1 and 2 members each (layouts[]).  Each member's input is made by a task on its own
  * worker ("gen", exported: it runs on the host of its worker) from the
  * execution's argument: a dtype (every one), a count (0, 1, odd, large),
  * and a fault: none, one member's task failing (its error value must
@@ -30,7 +29,7 @@
 #include "t_netcoll.h"
 
 #define SEC 1000000000ll
-#define MAXM 4		  /* members at most */
+#define MAXM 6		  /* members at most */
 #define BIG 10000	  /* the large count (times the members) */
 #define MAXB (4u << 20) /* bytes of a value at most */
 
@@ -403,52 +402,87 @@ int netcoll_allreduce(cgr_ctx *ctx, cgr_worker *const *w, int mode,
 	return ret;
 }
 
+/* The layouts (rank of each member's worker; b: a second worker there),
+ * 2 and 3 hosts with 1 and 2 members each, members in rank order not
+ * grouped by host in one of them. */
+#define NLAYOUT 5
+static const struct layout {
+	int m;
+	int host[MAXM]; /* 0..2: the first worker there, 3..5: the second */
+} layouts[NLAYOUT] = {
+	{ 3, { 0, 1, 2 } },		/* 3 hosts, 1 each */
+	{ 4, { 0, 1, 4, 2 } },		/* 3 hosts, 1 or 2 */
+	{ 2, { 1, 2 } },		/* 2 hosts (neither the driver's), 1 each */
+	{ 4, { 0, 1, 3, 4 } },		/* 2 hosts, 2 each, interleaved */
+	{ 6, { 0, 3, 1, 4, 2, 5 } },	/* 3 hosts, 2 each */
+};
+
+static int layout_run(cgr_ctx *ctx, const struct layout *l,
+		      cgr_worker *const *far6, cgr_worker *const *near6,
+		      struct tally *t)
+{
+	cgr_worker *f[MAXM], *n[MAXM];
+	int m = l->m;
+
+	for (int i = 0; i < m; i++)
+		f[i] = far6[l->host[i]], n[i] = near6[l->host[i]];
+	for (int kind = CGR_COLL_ALLREDUCE; kind <= CGR_COLL_ALLTOALL;
+	     kind++) {
+		bool red = kind == CGR_COLL_ALLREDUCE ||
+			   kind == CGR_COLL_REDUCE ||
+			   kind == CGR_COLL_REDUCESCATTER;
+		int nops = !red ? 1 :
+			   kind == CGR_COLL_ALLREDUCE ? CGR_REDOP_COUNT :
+							2;
+		for (int op = 0; op < nops; op++)
+			one(ctx, f, n, m, kind,
+			    (cgr_redop)(kind == CGR_COLL_ALLREDUCE ? op :
+								     op * CGR_MAX),
+			    0, 1, t);
+	}
+	/* Static shapes, and a bucket of two tensors. */
+	one(ctx, f, n, m, CGR_COLL_ALLREDUCE, CGR_SUM, 1, 1, t);
+	one(ctx, f, n, m, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 2, t);
+	one(ctx, f, n, m, CGR_COLL_ALLGATHER, CGR_SUM, 0, 2, t);
+	return 0;
+}
+
 int netcoll_run(cgr_ctx *ctx, cgr_worker *const *far3,
 		cgr_worker *const *near3)
 {
-	cgr_worker *far[MAXM], *near[MAXM];
+	cgr_worker *far[6] = { far3[0], far3[1], far3[2] };
+	cgr_worker *near[6] = { near3[0], near3[1], near3[2] };
 	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
 	struct tally t = { 0 };
+	char name[8];
+	int made = 3, want = NLAYOUT * 17;
 
-	/* Four members: two on rank 1. */
-	far[0] = far3[0], far[1] = far3[1], far[3] = far3[2];
-	near[0] = near3[0], near[1] = near3[1], near[3] = near3[2];
-	wp.name = "w1b";
-	wp.rank = 1;
-	if (cgr_worker_create(ctx, &wp, &far[2]) != 0)
-		return 1;
-	wp.name = "l1b";
-	wp.rank = -1;
-	if (cgr_worker_create(ctx, &wp, &near[2]) != 0)
-		return 1;
-	for (int m = 3; m <= 4; m++) {
-		cgr_worker *const *f = m == 3 ? far3 : far;
-		cgr_worker *const *n = m == 3 ? near3 : near;
-		for (int kind = CGR_COLL_ALLREDUCE; kind <= CGR_COLL_ALLTOALL;
-		     kind++) {
-			bool red = kind == CGR_COLL_ALLREDUCE ||
-				   kind == CGR_COLL_REDUCE ||
-				   kind == CGR_COLL_REDUCESCATTER;
-			int nops = !red ? 1 :
-				   kind == CGR_COLL_ALLREDUCE ? CGR_REDOP_COUNT :
-								2;
-			for (int op = 0; op < nops; op++)
-				one(ctx, f, n, m,
-				    kind, (cgr_redop)(kind == CGR_COLL_ALLREDUCE ?
-							      op :
-							      op * CGR_MAX),
-				    0, 1, &t);
+	/* A second worker on each host, and as many here. */
+	for (; made < 6; made++) {
+		snprintf(name, sizeof(name), "w%db", made - 3);
+		wp.name = name;
+		wp.rank = made - 3;
+		if (cgr_worker_create(ctx, &wp, &far[made]) != 0)
+			break;
+		snprintf(name, sizeof(name), "l%db", made - 3);
+		wp.rank = -1;
+		if (cgr_worker_create(ctx, &wp, &near[made]) != 0) {
+			cgr_worker_destroy(far[made], 5 * SEC);
+			break;
 		}
-		/* Static shapes, and a bucket of two tensors. */
-		one(ctx, f, n, m, CGR_COLL_ALLREDUCE, CGR_SUM, 1, 1, &t);
-		one(ctx, f, n, m, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 2, &t);
-		one(ctx, f, n, m, CGR_COLL_ALLGATHER, CGR_SUM, 0, 2, &t);
 	}
+	for (size_t i = 0; i < NLAYOUT && made == 6; i++)
+		layout_run(ctx, &layouts[i], far, near, &t);
 	/* Per layout: 14 kinds and operations, static, two buckets. */
-	printf("coll %s graphs %u executions %u outputs %u direct %u bad %u\n",
-	       t.bad == 0 && t.graphs == 34 && t.direct > 0 ? "OK" : "BAD",
-	       t.graphs, t.execs, t.outs, t.direct, t.bad);
-	cgr_worker_destroy(far[2], 5 * SEC);
-	cgr_worker_destroy(near[2], 5 * SEC);
-	return t.bad != 0 || t.graphs != 34 || t.direct == 0;
+	printf("coll %s layouts %d graphs %u executions %u outputs %u "
+	       "direct %u bad %u\n",
+	       t.bad == 0 && t.graphs == (unsigned)want && t.direct > 0 ?
+		       "OK" :
+		       "BAD",
+	       NLAYOUT, t.graphs, t.execs, t.outs, t.direct, t.bad);
+	for (int i = 3; i < made; i++) {
+		cgr_worker_destroy(far[i], 5 * SEC);
+		cgr_worker_destroy(near[i], 5 * SEC);
+	}
+	return t.bad != 0 || t.graphs != (unsigned)want || t.direct == 0;
 }

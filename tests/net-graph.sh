@@ -28,8 +28,8 @@
 #    output of the pending execution a CGR_EHOSTLOST error value within
 #    the deadline + 0.5 s, the rest as in 3; healed again;
 #  8 a slow link (tbf 1 mbit to one host): no host taken for lost;
-#  9 collective nodes with members on several hosts (one on each, and
-#    four members, two on one host): every kind, operation and dtype,
+#  9 collective nodes with members on several hosts (2 and 3 hosts with
+#    1 and 2 members each, five layouts): every kind, operation and dtype,
 #    counts 0, 1, odd and large, an error value and a shape mismatch at
 #    one member, static shapes, buckets; every output the same value as
 #    the same graph's on one host (tests/net-coll.c);

@@ -14,7 +14,8 @@ int netcoll_gen(cgr_task_ctx *tc, void *state, const cgr_value *in,
 int netcoll_allreduce(cgr_ctx *ctx, cgr_worker *const *w, int mode,
 		      cgr_compiled **out, cgr_value *arg);
 /* Every collective across the hosts of far3 (a worker on each of ranks
- * 0, 1, 2) against the same on near3 (three here); 0 when all agree. */
+ * 0, 1, 2, and a second one it makes on each) in five layouts against
+ * the same on near3 (three here, and three more); 0 when all agree. */
 int netcoll_run(cgr_ctx *ctx, cgr_worker *const *far3,
 		cgr_worker *const *near3);
 
