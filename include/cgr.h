@@ -585,7 +585,7 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * Between hosts, values cross by value: bytes, CPU tensors, lists of
  * them and error values, copied into the reader host's slot (the data
  * straight from the writer's slot into the reader's, by UCX rendezvous
- * when large).  Pointers and file descriptors inside a value mean nothing
+ * when large), once per host however many of its workers read it.  Pointers and file descriptors inside a value mean nothing
  * on the other host.  Collective nodes may have members on several hosts
  * (see cgr_graph_collective).  Not across hosts yet: device tasks and
  * device tensors, a collective node on a communicator of the caller's

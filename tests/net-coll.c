@@ -417,7 +417,34 @@ static const struct layout {
 	{ 6, { 0, 3, 1, 4, 2, 5 } },	/* 3 hosts, 2 each */
 };
 
-static int layout_run(cgr_ctx *ctx, const struct layout *l,
+/* A value crosses to a host once however many of its workers read it:
+ * an allgather over two hosts with two members each (w0 w1 w0b w1b)
+ * moves, per execution, from the driver's host the argument (read by
+ * both gens on rank 1) and its two members' inputs (each read by both
+ * members on rank 1), and into it rank 1's two inputs and two outputs. */
+static void crossings(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *f,
+		      cgr_worker *const *n, struct tally *t)
+{
+	cgr_job_stats a, b;
+	unsigned execs = t->execs;
+
+	cgr_job_stats_get(job, &a);
+	one(ctx, f, n, 4, CGR_COLL_ALLGATHER, CGR_SUM, 0, 1, t);
+	cgr_job_stats_get(job, &b);
+	execs = t->execs - execs;
+	if (b.data_sent - a.data_sent != 3ull * execs ||
+	    b.data_received - a.data_received != 4ull * execs) {
+		t->bad++;
+		fprintf(stderr, "coll: %u executions sent %llu values (want "
+			"%u), received %llu (want %u)\n", execs,
+			(unsigned long long)(b.data_sent - a.data_sent),
+			3 * execs,
+			(unsigned long long)(b.data_received - a.data_received),
+			4 * execs);
+	}
+}
+
+static int layout_run(cgr_ctx *ctx, cgr_job *job, const struct layout *l,
 		      cgr_worker *const *far6, cgr_worker *const *near6,
 		      struct tally *t)
 {
@@ -434,6 +461,11 @@ static int layout_run(cgr_ctx *ctx, const struct layout *l,
 		int nops = !red ? 1 :
 			   kind == CGR_COLL_ALLREDUCE ? CGR_REDOP_COUNT :
 							2;
+		if (kind == CGR_COLL_ALLGATHER && l->host[1] == 1 &&
+		    l->host[2] == 3 && m == 4) {
+			crossings(ctx, job, f, n, t);
+			continue;
+		}
 		for (int op = 0; op < nops; op++)
 			one(ctx, f, n, m, kind,
 			    (cgr_redop)(kind == CGR_COLL_ALLREDUCE ? op :
@@ -447,7 +479,7 @@ static int layout_run(cgr_ctx *ctx, const struct layout *l,
 	return 0;
 }
 
-int netcoll_run(cgr_ctx *ctx, cgr_worker *const *far3,
+int netcoll_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3,
 		cgr_worker *const *near3)
 {
 	cgr_worker *far[6] = { far3[0], far3[1], far3[2] };
@@ -472,7 +504,7 @@ int netcoll_run(cgr_ctx *ctx, cgr_worker *const *far3,
 		}
 	}
 	for (size_t i = 0; i < NLAYOUT && made == 6; i++)
-		layout_run(ctx, &layouts[i], far, near, &t);
+		layout_run(ctx, job, &layouts[i], far, near, &t);
 	/* Per layout: 14 kinds and operations, static, two buckets. */
 	printf("coll %s layouts %d graphs %u executions %u outputs %u "
 	       "direct %u bad %u\n",

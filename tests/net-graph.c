@@ -447,7 +447,7 @@ static int pipeline(cgr_ctx *ctx, cgr_job *job)
 }
 
 /* coll: collectives across hosts (tests/net-coll.c). */
-static int coll(cgr_ctx *ctx)
+static int coll(cgr_ctx *ctx, cgr_job *job)
 {
 	cgr_worker *far[3], *near[3];
 
@@ -456,7 +456,7 @@ static int coll(cgr_ctx *ctx)
 	    mk_worker(ctx, "l1", -1, &near[1]) ||
 	    mk_worker(ctx, "l2", -1, &near[2]))
 		return 1;
-	return netcoll_run(ctx, far, near);
+	return netcoll_run(ctx, job, far, near);
 }
 
 /* gaps: n one-byte executions at random gaps, everything parked between
@@ -627,7 +627,7 @@ int main(int argc, char **argv)
 	if (strcmp(mode, "pipeline") == 0)
 		ret = pipeline(ctx, job);
 	else if (strcmp(mode, "coll") == 0)
-		ret = coll(ctx);
+		ret = coll(ctx, job);
 	else if (strcmp(mode, "gaps") == 0)
 		ret = gaps(ctx, argc > 2 ? (unsigned)atoi(argv[2]) : 1000);
 	else

@@ -15,8 +15,9 @@ int netcoll_allreduce(cgr_ctx *ctx, cgr_worker *const *w, int mode,
 		      cgr_compiled **out, cgr_value *arg);
 /* Every collective across the hosts of far3 (a worker on each of ranks
  * 0, 1, 2, and a second one it makes on each) in five layouts against
- * the same on near3 (three here, and three more); 0 when all agree. */
-int netcoll_run(cgr_ctx *ctx, cgr_worker *const *far3,
+ * the same on near3 (three here, and three more); 0 when all agree.
+ * job's counts show that a value crosses to a host once. */
+int netcoll_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3,
 		cgr_worker *const *near3);
 
 #endif

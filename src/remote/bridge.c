@@ -17,8 +17,9 @@
  * this host's slot of that execution (its header, then the data, fetched
  * straight into the slot when it came by rendezvous) and announced on the
  * ring, in execution order per channel (a rendezvous that ends late holds
- * the ones after it back).  Admissions go from the driver's host to
- * those whose programs wait for them (gated ones).
+ * the ones after it back).  A value read by several workers of one host
+ * crosses to it once (find_leads).  Admissions go from the driver's host
+ * to those whose programs wait for them (gated ones).
  *
  * Threads: whoever holds the UCX worker (the link thread, or a thread
  * moving the link while it writes or waits: link.c), under job->lock;
@@ -46,6 +47,10 @@ struct cgr__bgraph {
 	uint64_t gid;
 	uint32_t *dst;	   /* per channel: reader's rank, sent from here */
 	uint32_t *src;	   /* per channel: writer's rank, taken in here */
+	/* Per channel between hosts: the first of its port's channels
+	 * between the same two ranks (its lead: itself or one before), and
+	 * the next one that has the same lead (NO_FOLLOWER: none). */
+	unsigned *lead, *follower;
 	uint64_t *next_in; /* per channel taken in: next to announce */
 	uint8_t *done;	   /* per channel and slot: in, not announced */
 	struct fetch *fetches; /* per channel and slot */
@@ -79,6 +84,8 @@ static void bgraph_free(struct cgr__bgraph *bg)
 {
 	free(bg->dst);
 	free(bg->src);
+	free(bg->lead);
+	free(bg->follower);
 	free(bg->next_in);
 	free(bg->done);
 	free(bg->fetches);
@@ -126,22 +133,60 @@ static void add_rank(struct cgr__bgraph *bg, uint32_t me, uint32_t r)
 	bg->ranks[bg->nranks++] = r;
 }
 
+#define NO_FOLLOWER UINT32_MAX
+
+/* A value crosses once per pair of hosts: of the channels of one port
+ * between the same two ranks, only the lead's carries it; the others
+ * (followers: readers on the same host) are consumed where it is written
+ * and announced where it arrives, as it arrives (the slot is the port's,
+ * one per host).  Both ends find the same leads: the layout is the same
+ * on every host.  Followers are chained from their lead in channel
+ * order. */
+static void find_leads(struct cgr__bgraph *bg, const uint32_t *wr,
+		       const uint32_t *rd, const bool *crosses)
+{
+	const cgr_compiled *c = bg->c;
+
+	for (size_t i = 0; i < c->nchans; i++) {
+		bg->lead[i] = (unsigned)i;
+		bg->follower[i] = NO_FOLLOWER;
+		if (!crosses[i])
+			continue;
+		for (size_t k = 0; k < i; k++) {
+			if (!crosses[k] || bg->lead[k] != k ||
+			    c->chans[k].port != c->chans[i].port ||
+			    wr[k] != wr[i] || rd[k] != rd[i])
+				continue;
+			unsigned *at = &bg->follower[k];
+			while (*at != NO_FOLLOWER)
+				at = &bg->follower[*at];
+			*at = (unsigned)i;
+			bg->lead[i] = (unsigned)k;
+			break;
+		}
+	}
+}
+
 /* Fills bg's maps; -ENOMEM. */
 static int bgraph_map(struct cgr_job *j, struct cgr__bgraph *bg)
 {
 	const cgr_compiled *c = bg->c;
 	size_t n = c->nchans + 1, ns = n * c->nslots;
 	uint32_t *wr = calloc(n, sizeof(*wr)), *rd = calloc(n, sizeof(*rd));
+	bool *crosses = calloc(n, sizeof(*crosses));
 	int ret = -ENOMEM;
 
 	bg->dst = calloc(n, sizeof(*bg->dst));
 	bg->src = calloc(n, sizeof(*bg->src));
+	bg->lead = calloc(n, sizeof(*bg->lead));
+	bg->follower = calloc(n, sizeof(*bg->follower));
 	bg->next_in = calloc(n, sizeof(*bg->next_in));
 	bg->done = calloc(ns, 1);
 	bg->fetches = calloc(ns, sizeof(*bg->fetches));
 	bg->outs = calloc(n, sizeof(*bg->outs));
 	bg->ranks = calloc(j->size, sizeof(*bg->ranks));
-	if (wr == NULL || rd == NULL || bg->dst == NULL || bg->src == NULL ||
+	if (wr == NULL || rd == NULL || crosses == NULL || bg->dst == NULL ||
+	    bg->src == NULL || bg->lead == NULL || bg->follower == NULL ||
 	    bg->next_in == NULL || bg->done == NULL || bg->fetches == NULL ||
 	    bg->outs == NULL || bg->ranks == NULL)
 		goto out;
@@ -152,9 +197,12 @@ static int bgraph_map(struct cgr_job *j, struct cgr__bgraph *bg)
 		if (w_here && !r_here && rd[i] != CGR__RANK_NONE) {
 			bg->dst[i] = rd[i];
 			bg->outs[bg->nouts++] = (unsigned)i;
+			crosses[i] = true;
 		}
-		if (r_here && !w_here && wr[i] != CGR__RANK_NONE)
+		if (r_here && !w_here && wr[i] != CGR__RANK_NONE) {
 			bg->src[i] = wr[i];
+			crosses[i] = true;
+		}
 		add_rank(bg, j->rank, wr[i]);
 		add_rank(bg, j->rank, rd[i]);
 	}
@@ -164,10 +212,12 @@ static int bgraph_map(struct cgr_job *j, struct cgr__bgraph *bg)
 		if (j->rank == j->driver && r != j->rank && c->progs[i].gate)
 			bg->admit_out = true;
 	}
+	find_leads(bg, wr, rd, crosses);
 	ret = 0;
 out:
 	free(wr);
 	free(rd);
+	free(crosses);
 	return ret;
 }
 
@@ -352,7 +402,9 @@ bool cgr__bridge_pump(struct cgr_job *j)
 			while ((m = cgr__chan_peek(c)) != NULL) {
 				uint64_t seq = m->seq;
 				cgr__c_acquire(bg->c);
-				send_value(j, bg, ch, seq);
+				/* A follower's value went with its lead's. */
+				if (bg->lead[ch] == ch)
+					send_value(j, bg, ch, seq);
 				cgr__chan_consume(c);
 				did = true;
 			}
@@ -387,7 +439,7 @@ bool cgr__bridge_ready(struct cgr_job *j)
 
 /* Execution seq of channel ch is in: announced with every one before it
  * that is in (under j->lock). */
-static void arrived(struct cgr__bgraph *bg, unsigned ch, uint64_t seq)
+static void arrived_one(struct cgr__bgraph *bg, unsigned ch, uint64_t seq)
 {
 	cgr_compiled *c = bg->c;
 	uint8_t *done = bg->done + (size_t)ch * c->nslots;
@@ -401,6 +453,13 @@ static void arrived(struct cgr__bgraph *bg, unsigned ch, uint64_t seq)
 				      &c->ctl->stop, 0);
 		bg->next_in[ch]++;
 	}
+}
+
+/* The same for lead channel ch and its followers. */
+static void arrived(struct cgr__bgraph *bg, unsigned ch, uint64_t seq)
+{
+	for (; ch != NO_FOLLOWER; ch = bg->follower[ch])
+		arrived_one(bg, ch, seq);
 }
 
 static void value_fetched(void *arg, int status)
@@ -505,6 +564,7 @@ void cgr__bridge_in(struct cgr_job *j, const struct cgr__lhdr *h,
 	} else if (bg != NULL && h->type == CGR__LM_DATA &&
 		   m->hlen == sizeof(struct data_hdr) &&
 		   h->chan < bg->c->nchans && bg->src[h->chan] == h->from &&
+		   bg->lead[h->chan] == h->chan &&
 		   h->seq >= bg->next_in[h->chan] &&
 		   h->seq - bg->next_in[h->chan] < bg->c->nslots) {
 		take_value(j, bg, h->chan, h->seq,
