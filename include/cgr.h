@@ -682,6 +682,9 @@ typedef struct cgr_job_stats {
 	uint64_t heartbeats;		   /* heartbeats sent */
 	uint64_t late;	   /* dropped: of a graph that is gone, or garbled */
 	uint64_t lost;	   /* peers declared lost */
+	/* Bytes of values' data to and from hosts (a value read on a host
+	 * only in part, e.g. an alltoall member's block, moves that part). */
+	uint64_t bytes_sent, bytes_received;
 } cgr_job_stats;
 void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out);
 /* Leaves the job: the driver first tells every serving rank to return,

@@ -444,6 +444,47 @@ static void crossings(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *f,
 	}
 }
 
+/* Only the block a member reads crosses: an alltoall over one member on
+ * each of three hosts sends, per execution, from the driver's host the
+ * argument twice (to the gens on ranks 1 and 2) and a third of its
+ * member's input to each of the other two. */
+static void slices(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *f,
+		   struct tally *t)
+{
+	struct arg a = { 5, 3 * BIG, CGR_INT32, 0, 0, 1 };
+	cgr_value av = cgr_value_bytes(&a, sizeof(a)), o[3];
+	uint64_t want = 2 * sizeof(a) + 2 * (4ull * a.count / 3);
+	cgr_compiled *c;
+	cgr_job_stats x, y;
+	cgr_ref r;
+
+	if (build(ctx, f, 3, CGR_COLL_ALLTOALL, CGR_SUM, 1, 0, 1,
+		  CGR_WAIT_ADAPTIVE, &c) != 0) {
+		t->bad++;
+		return;
+	}
+	cgr_job_stats_get(job, &x);
+	if (cgr_execute(c, &av, 1, &r) != 0 ||
+	    cgr_ref_get(c, r, 30 * SEC, o, 3) != 0) {
+		t->bad++;
+		fprintf(stderr, "coll slices: execute failed\n");
+	} else {
+		cgr_job_stats_get(job, &y);
+		for (int q = 0; q < 3; q++)
+			t->bad += o[q].kind != CGR_VALUE_TENSOR ||
+				  vbytes(&o[q]) != 4ull * a.count;
+		if (y.bytes_sent - x.bytes_sent != want) {
+			t->bad++;
+			fprintf(stderr, "coll slices: sent %llu bytes, want "
+				"%llu\n",
+				(unsigned long long)(y.bytes_sent - x.bytes_sent),
+				(unsigned long long)want);
+		}
+		cgr_ref_release(c, r);
+	}
+	cgr_compiled_destroy(c);
+}
+
 static int layout_run(cgr_ctx *ctx, cgr_job *job, const struct layout *l,
 		      cgr_worker *const *far6, cgr_worker *const *near6,
 		      struct tally *t)
@@ -476,6 +517,8 @@ static int layout_run(cgr_ctx *ctx, cgr_job *job, const struct layout *l,
 	one(ctx, f, n, m, CGR_COLL_ALLREDUCE, CGR_SUM, 1, 1, t);
 	one(ctx, f, n, m, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 2, t);
 	one(ctx, f, n, m, CGR_COLL_ALLGATHER, CGR_SUM, 0, 2, t);
+	if (m == 3)
+		slices(ctx, job, f, t);
 	return 0;
 }
 

@@ -106,6 +106,9 @@ struct cgr__cc {
 	unsigned *ch_port;
 	cgr_worker **ch_w;	/* NULL: the driver */
 	unsigned *ch_head, *ch_next;
+	/* Per channel: what its reader needs of the value (0: nothing
+	 * yet, CGR__SLICE_WHOLE, or a slice: cgr_compiled.chan_slice). */
+	uint32_t *ch_use;
 	size_t nch, chcap;
 	uint32_t *wprog; /* worker index -> its program (CGR__NO_CHAN) */
 	/* Communicators made for collectives: the collective each was made

@@ -332,6 +332,21 @@ static int chan_get(struct cgr__cc *cc, unsigned port, cgr_worker *w)
 	return (int)cc->nch++;
 }
 
+/* Channel (port -> w), used for `use` (CGR__SLICE_WHOLE or a slice): a
+ * channel used for two different things carries the whole value. */
+static void chan_use(struct cgr__cc *cc, unsigned port, cgr_worker *w,
+		     uint32_t use)
+{
+	int ch = chan_get(cc, port, w);
+
+	if (ch < 0)
+		return; /* ch_use stays 0: whole */
+	if (cc->ch_use[ch] == 0)
+		cc->ch_use[ch] = use;
+	else if (cc->ch_use[ch] != use)
+		cc->ch_use[ch] = CGR__SLICE_WHOLE;
+}
+
 /* The worker producing node n (NULL: the driver; constants never
  * travel). */
 static cgr_worker *node_owner(const cgr_node *n)
@@ -456,14 +471,22 @@ static bool spans_reads(const struct cgr__cc *cc, const struct cgr__task *t,
 		cgr__task_rank(t, w) == t->cp.root);
 }
 
-/* A collective across hosts: its members' channels (spans_reads). */
+/* A collective across hosts: its members' channels (spans_reads).  An
+ * alltoall's, reducescatter's or scatter's member m reads block m of
+ * each input (run/coll.c, spans_compute): only that. */
 static void spans_chans(struct cgr__cc *cc, const struct cgr__task *t)
 {
+	bool blocks = t->coll == CGR_COLL_ALLTOALL ||
+		      t->coll == CGR_COLL_REDUCESCATTER ||
+		      t->coll == CGR_COLL_SCATTER;
+
 	for (size_t m = 0; m < t->nmembers; m++)
 		for (size_t i = 0; i < t->nin; i++)
 			if (spans_reads(cc, t, i, t->members[m]))
-				chan_get(cc, cc->node_port[t->in[i]->id],
-					 t->members[m]);
+				chan_use(cc, cc->node_port[t->in[i]->id],
+					 t->members[m],
+					 blocks ? CGR__SLICE(t->nmembers, m) :
+						  CGR__SLICE_WHOLE);
 }
 
 /* The channel table: at most one per (port, reader), in the order of
@@ -481,10 +504,12 @@ static int make_chan_table(struct cgr__cc *cc)
 	cc->ch_port = cgr__c_alloc(c, cc->chcap * sizeof(unsigned));
 	cc->ch_w = cgr__c_alloc(c, cc->chcap * sizeof(cgr_worker *));
 	cc->ch_next = cgr__c_alloc(c, cc->chcap * sizeof(unsigned));
+	cc->ch_use = cgr__c_alloc(c, cc->chcap * sizeof(uint32_t));
 	cc->ch_head = cgr__c_alloc(c, (c->nports + 1) * sizeof(unsigned));
 	if (cc->ch_port == NULL || cc->ch_w == NULL || cc->ch_next == NULL ||
-	    cc->ch_head == NULL)
+	    cc->ch_head == NULL || cc->ch_use == NULL)
 		return -ENOMEM;
+	memset(cc->ch_use, 0, cc->chcap * sizeof(uint32_t));
 	for (size_t i = 0; i < c->nports; i++)
 		cc->ch_head[i] = CGR__NO_CHAN;
 	for (size_t k = 0; k < cc->ntasks; k++) {
@@ -495,17 +520,19 @@ static int make_chan_table(struct cgr__cc *cc)
 			if (n->kind == CGR__NODE_CONST || node_owner(n) == cw)
 				continue;
 			if (!node_is_all(n)) {
-				chan_get(cc, cc->node_port[n->id], cw);
+				chan_use(cc, cc->node_port[n->id], cw,
+					 CGR__SLICE_WHOLE);
 				continue;
 			}
 			for (unsigned a = 0; a < c->nargs; a++)
-				chan_get(cc, a, cw);
+				chan_use(cc, a, cw, CGR__SLICE_WHOLE);
 		}
 		if (t->coll && cc->spans[t->id])
 			spans_chans(cc, t);
 	}
 	for (size_t i = 0; i < g->noutputs; i++)
-		chan_get(cc, cc->node_port[g->outputs[i]->id], NULL);
+		chan_use(cc, cc->node_port[g->outputs[i]->id], NULL,
+			 CGR__SLICE_WHOLE);
 	return 0;
 }
 
@@ -517,9 +544,13 @@ static int make_chans(struct cgr__cc *cc)
 
 	c->nchans = cc->nch;
 	c->chans = cgr__c_alloc(c, (cc->nch + 1) * sizeof(*c->chans));
-	if (c->chans == NULL || rsize == 0)
+	c->chan_slice = cgr__c_alloc(c, (cc->nch + 1) * sizeof(uint32_t));
+	if (c->chans == NULL || c->chan_slice == NULL || rsize == 0)
 		return -ENOMEM;
 	for (size_t i = 0; i < cc->nch; i++) {
+		c->chan_slice[i] = cc->ch_use[i] == CGR__SLICE_WHOLE ?
+					   0 :
+					   cc->ch_use[i];
 		void *mem = cgr__c_salloc(c, rsize);
 		if (mem == NULL)
 			return -ENOMEM;

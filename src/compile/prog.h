@@ -362,6 +362,11 @@ enum cgr__pass {
 };
 extern const char *const cgr__pass_names[CGR__NPASSES];
 
+#define CGR__SLICE(n, r) (((uint32_t)(n) << 16) | (uint32_t)(r))
+#define CGR__SLICE_N(s) ((s) >> 16)
+#define CGR__SLICE_R(s) ((s) & 0xffffu)
+#define CGR__SLICE_WHOLE 1u
+
 struct cgr_compiled {
 	cgr_ctx *ctx;
 	_Atomic uint32_t refs; /* driver + each worker running a program */
@@ -372,6 +377,12 @@ struct cgr_compiled {
 	size_t nports;
 	struct cgr__chan *chans;
 	size_t nchans;
+	/* Per channel: 0, its reader needs the whole value; else
+	 * CGR__SLICE(n, r): a tensor's block r of n is all it reads (a
+	 * collective across hosts' member r reading an alltoall's,
+	 * reducescatter's or scatter's input, and nothing else over it), so
+	 * that only that block crosses hosts (remote/bridge.c). */
+	uint32_t *chan_slice;
 	struct cgr__prog *progs;
 	size_t nprogs;
 	/* The compiled plan the programs were built from (compile/plan.h):

@@ -150,10 +150,12 @@ static void find_leads(struct cgr__bgraph *bg, const uint32_t *wr,
 	for (size_t i = 0; i < c->nchans; i++) {
 		bg->lead[i] = (unsigned)i;
 		bg->follower[i] = NO_FOLLOWER;
-		if (!crosses[i])
+		/* A slice is the reader's own. */
+		if (!crosses[i] || c->chan_slice[i] != 0)
 			continue;
 		for (size_t k = 0; k < i; k++) {
-			if (!crosses[k] || bg->lead[k] != k ||
+			if (!crosses[k] || c->chan_slice[k] != 0 ||
+			    bg->lead[k] != k ||
 			    c->chans[k].port != c->chans[i].port ||
 			    wr[k] != wr[i] || rd[k] != rd[i])
 				continue;
@@ -311,6 +313,23 @@ size_t cgr__bridge_ranks(struct cgr_job *j, cgr_compiled *c, uint32_t *out,
 
 /* ---- out --------------------------------------------------------------- */
 
+/* What of the value in slot h channel ch carries: the bytes from *off,
+ * their number returned (a tensor whose data splits evenly: its reader's
+ * block only, compile/prog.h, chan_slice; else the whole value).  The
+ * same on both ends: the header travels. */
+static size_t carried(const cgr_compiled *c, unsigned ch,
+		      const struct cgr__slot_hdr *h, size_t *off)
+{
+	uint32_t s = c->chan_slice[ch];
+	size_t len = (size_t)h->len, n = CGR__SLICE_N(s);
+
+	*off = 0;
+	if (s == 0 || h->kind != CGR_VALUE_TENSOR || len % n != 0)
+		return len;
+	*off = CGR__SLICE_R(s) * (len / n);
+	return len / n;
+}
+
 static void send_value(struct cgr_job *j, struct cgr__bgraph *bg, unsigned ch,
 		       uint64_t seq)
 {
@@ -318,6 +337,7 @@ static void send_value(struct cgr_job *j, struct cgr__bgraph *bg, unsigned ch,
 	struct cgr__slot_hdr *h = cgr__port_slot(p, seq);
 	struct data_hdr dh;
 	uint32_t to = bg->dst[ch];
+	size_t off = 0, len = h->len <= p->cap ? carried(bg->c, ch, h, &off) : 0;
 	int ret;
 
 	cgr__lhdr_init(j, &dh.h, CGR__LM_DATA, to);
@@ -328,9 +348,8 @@ static void send_value(struct cgr_job *j, struct cgr__bgraph *bg, unsigned ch,
 	ret = cgr__job_ep(j, to);
 	if (ret == 0)
 		ret = cgr__ucx_post(j->ucx, to, &dh, sizeof(dh),
-				    cgr__slot_data(h),
-				    h->len <= p->cap ? (size_t)h->len : 0, NULL,
-				    NULL);
+				    (unsigned char *)cgr__slot_data(h) + off,
+				    len, NULL, NULL);
 	if (ret < 0 && !cgr__job_lost(j, to, NULL)) {
 		char why[160];
 		snprintf(why, sizeof(why), "sending a value failed: %s",
@@ -348,6 +367,7 @@ static void send_value(struct cgr_job *j, struct cgr__bgraph *bg, unsigned ch,
 		j->peers[to].heard = j->peers[to].sent;
 	}
 	atomic_fetch_add_explicit(&j->st_data_sent, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&j->st_bytes_sent, len, memory_order_relaxed);
 }
 
 static void send_admit(struct cgr_job *j, struct cgr__bgraph *bg, uint64_t a)
@@ -494,14 +514,16 @@ static void take_value(struct cgr_job *j, struct cgr__bgraph *bg,
 	const struct cgr__port *p = &c->ports[c->chans[ch].port];
 	struct cgr__slot_hdr *h = cgr__port_slot(p, seq);
 	int64_t big_off = h->big_off;
+	size_t off = 0, len;
 	struct fetch *f;
-	void *d;
+	unsigned char *d;
 
 	memcpy(h, slot, CGR__SLOT_HDR);
 	/* The layout's, not the sender's. */
 	h->big_off = big_off;
 	h->big = 0;
-	if (h->len != m->len || h->len > p->cap) {
+	len = h->len <= p->cap ? carried(c, ch, h, &off) : 0;
+	if (h->len > p->cap || len != m->len) {
 		if (m->rndv != NULL)
 			cgr__ucx_drop_data(j->ucx, m->rndv);
 		cgr__value_store_error(h, p->cap, CGR_ECORRUPT,
@@ -510,7 +532,9 @@ static void take_value(struct cgr_job *j, struct cgr__bgraph *bg,
 		arrived(bg, ch, seq);
 		return;
 	}
-	d = cgr__slot_place(h, (size_t)h->len);
+	/* A slice: the rest of the slot is not this value's (its reader
+	 * reads only the slice). */
+	d = (unsigned char *)cgr__slot_place(h, (size_t)h->len) + off;
 	if (m->rndv == NULL) {
 		memcpy(d, m->data, m->len);
 		arrived(bg, ch, seq);
@@ -572,6 +596,8 @@ void cgr__bridge_in(struct cgr_job *j, const struct cgr__lhdr *h,
 				   offsetof(struct data_hdr, slot),
 			   m);
 		atomic_fetch_add_explicit(&j->st_data_recv, 1,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(&j->st_bytes_recv, m->len,
 					  memory_order_relaxed);
 		ok = true;
 	}

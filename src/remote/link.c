@@ -947,6 +947,8 @@ void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out)
 		return;
 	out->data_sent = atomic_load(&m->st_data_sent);
 	out->data_received = atomic_load(&m->st_data_recv);
+	out->bytes_sent = atomic_load(&m->st_bytes_sent);
+	out->bytes_received = atomic_load(&m->st_bytes_recv);
 	out->control = atomic_load(&m->st_ctrl);
 	out->heartbeats = atomic_load(&m->st_heartbeats);
 	out->late = atomic_load(&m->st_late);

@@ -185,6 +185,7 @@ struct cgr_job {
 	/* What happened (cgr_job_stats). */
 	_Atomic uint64_t st_data_sent, st_data_recv, st_ctrl, st_heartbeats;
 	_Atomic uint64_t st_late, st_lost;
+	_Atomic uint64_t st_bytes_sent, st_bytes_recv;
 };
 
 /* ---- link.c ---------------------------------------------------------- */
