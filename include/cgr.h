@@ -1185,6 +1185,35 @@ void cgr_comm_destroy(cgr_comm *c);
 int cgr_comm_size(const cgr_comm *c);
 /* The message of the last failed operation on this rank ("" if none). */
 const char *cgr_comm_errmsg(const cgr_comm *c, int rank);
+/* Its id: never 0, unique in the context (and, across hosts, in the job);
+ * 0 for NULL.  A task finds a communicator by it (cgr_task_comm). */
+uint64_t cgr_comm_id(const cgr_comm *c);
+
+/*
+ * Members on several hosts (a driver's context, cgr_job_join; members
+ * that are thread workers here or workers on other hosts): the
+ * communicator spans hosts.  Each host with members gets a share of it
+ * under the same id before cgr_comm_create returns; a task on a member
+ * finds it there with cgr_task_comm and calls the operations with its
+ * rank (on any host, a rank whose worker is elsewhere is -EINVAL).  CPU
+ * backend only (NCCL, process workers: -ENOTSUP).  Every collective and
+ * send/recv, same semantics as on one host (agreement before data moves,
+ * poisons, CGR_EMISMATCH, -EINVAL for what one rank sees), except:
+ * operations run on the calling thread only (s must be NULL: an
+ * operation on a stream fails on every rank with -ENOTSUP), no groups
+ * (-ENOTSUP), and at most 1 GiB per message.  Each rank sends every other
+ * rank its record and the part of its input that rank needs (the whole
+ * input for allreduce and allgather, block j for reducescatter and
+ * alltoall, to the root only for reduce and gather, from the root only
+ * for broadcast and scatter); reductions fold in rank order (rank 0's
+ * input op rank 1's op ...) on every rank, so the result is bit-identical
+ * on every member and across host layouts.  Failures: a host of the
+ * communicator lost fails its pending and later operations with
+ * CGR_EHOSTLOST (the message names the host), within the job's deadline;
+ * cgr_comm_abort, or an operation past its deadline (-ETIMEDOUT there),
+ * fails every host's with -ECANCELED.  cgr_comm_destroy on the driver
+ * frees every host's share (the driver's leaving does too).
+ */
 
 /*
  * Collectives, NCCL's argument order and semantics: counts are elements;
@@ -1448,6 +1477,12 @@ cgr_stream *cgr_task_stream(cgr_task_ctx *tc);
 void *cgr_task_arg(const cgr_task_ctx *tc);
 uint64_t cgr_task_seq(const cgr_task_ctx *tc);
 cgr_worker *cgr_task_worker(const cgr_task_ctx *tc);
+/* The communicator with this id (cgr_comm_id) whose member is this
+ * task's worker, and the worker's rank in it: 0, -ENOENT (none here:
+ * another context's, freed, or the worker is not a member), -EINVAL.
+ * Across hosts, the way a task reaches its share of a communicator the
+ * driver made (pass the id in an input or arg_data). */
+int cgr_task_comm(cgr_task_ctx *tc, uint64_t id, cgr_comm **out, int *rank);
 
 #ifdef __cplusplus
 }

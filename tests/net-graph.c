@@ -16,6 +16,8 @@
  *      eager execution) is refused, saying so ("refusals OK").
  *  coll: every collective kind with members on several hosts against
  *      the same graph on one host (tests/net-coll.c): "coll OK ...".
+ *  comm: communicators over workers of several hosts, called directly by
+ *      tasks (tests/net-comm.c): "comm OK ...".
  *  gaps N: N small executions at random gaps of 0-2 ms, every worker and
  *      the link in blocking mode (parked between messages): none lost,
  *      the slowest reported.
@@ -27,6 +29,8 @@
  *  losecoll: lose, over an allreduce of the three hosts (each member's
  *      input made on its own host): every output of the pending
  *      execution must fail alike.
+ *  losecomm: the same over a communicator of the three hosts whose
+ *      members' tasks call its allreduce (tests/net-comm.c).
  *  idle: compiles, prints "steady", then waits (no executions) until the
  *      log says a host was lost, and checks the graph refuses executes.
  *
@@ -111,6 +115,7 @@ static int stage(cgr_task_ctx *tc, void *state, const cgr_value *in,
 static const cgr_export exports[] = {
 	{ "stage", stage, NULL, NULL },
 	{ "gen", netcoll_gen, NULL, NULL },
+	{ "netcomm_task", netcomm_task, NULL, NULL },
 	{ NULL, NULL, NULL, NULL },
 };
 
@@ -459,6 +464,21 @@ static int coll(cgr_ctx *ctx, cgr_job *job)
 	return netcoll_run(ctx, job, far, near);
 }
 
+/* comm: communicators across hosts, called directly (tests/net-comm.c). */
+static int comm(cgr_ctx *ctx, cgr_job *job)
+{
+	cgr_worker *far[3] = { NULL, NULL, NULL };
+	int ret;
+
+	if (mk_worker(ctx, "w0", 0, &far[0]) || mk_worker(ctx, "w1", 1, &far[1]) ||
+	    mk_worker(ctx, "w2", 2, &far[2]))
+		return 1;
+	ret = netcomm_run(ctx, job, far);
+	for (int k = 0; k < 3; k++)
+		cgr_worker_destroy(far[k], 5 * SEC);
+	return ret;
+}
+
 /* gaps: n one-byte executions at random gaps, everything parked between
  * them. */
 static int gaps(cgr_ctx *ctx, unsigned n)
@@ -499,13 +519,15 @@ static int gaps(cgr_ctx *ctx, unsigned n)
 	return bad != 0;
 }
 
-/* lose / idle / losecoll: a host goes (the script's doing); what the
- * driver sees (losecoll: of an allreduce over the three hosts, its
- * members waiting for each other's inputs). */
-static int lose(cgr_ctx *ctx, bool idle, bool coll)
+/* lose / idle / losecoll / losecomm: a host goes (the script's doing);
+ * what the driver sees (losecoll (coll 1): of an allreduce over the three
+ * hosts, its members waiting for each other's inputs; losecomm (2): the
+ * same on a communicator, called by a task on each). */
+static int lose(cgr_ctx *ctx, bool idle, int coll)
 {
 	cgr_worker *w[3];
 	cgr_compiled *c;
+	cgr_comm *cm = NULL;
 	unsigned char b = 1;
 	cgr_value a = cgr_value_bytes(&b, 1), os[3], o;
 	cgr_ref r;
@@ -516,8 +538,9 @@ static int lose(cgr_ctx *ctx, bool idle, bool coll)
 
 	if (mk_worker(ctx, "w0", 0, &w[0]) || mk_worker(ctx, "w1", 1, &w[1]) ||
 	    mk_worker(ctx, "w2", 2, &w[2]) ||
-	    (coll ? netcoll_allreduce(ctx, w, CGR_WAIT_BLOCK, &c, &a) :
-		    build(ctx, w, CGR_WAIT_BLOCK, &c)))
+	    (coll == 1 ? netcoll_allreduce(ctx, w, CGR_WAIT_BLOCK, &c, &a) :
+	     coll == 2 ? netcomm_allreduce(ctx, w, &c, &cm, &a) :
+			 build(ctx, w, CGR_WAIT_BLOCK, &c)))
 		return 1;
 	/* A round trip first: everything is up. */
 	if (cgr_execute(c, &a, 1, &r) != 0 ||
@@ -565,6 +588,7 @@ static int lose(cgr_ctx *ctx, bool idle, bool coll)
 	bad += ret != CGR_EHOSTLOST;
 	t = now_ns(CLOCK_MONOTONIC);
 	cgr_compiled_destroy(c);
+	cgr_comm_destroy(cm);
 	t_teardown = now_ns(CLOCK_MONOTONIC) - t;
 	t = now_ns(CLOCK_MONOTONIC);
 	for (int k = 0; k < 3; k++)
@@ -628,11 +652,15 @@ int main(int argc, char **argv)
 		ret = pipeline(ctx, job);
 	else if (strcmp(mode, "coll") == 0)
 		ret = coll(ctx, job);
+	else if (strcmp(mode, "comm") == 0)
+		ret = comm(ctx, job);
 	else if (strcmp(mode, "gaps") == 0)
 		ret = gaps(ctx, argc > 2 ? (unsigned)atoi(argv[2]) : 1000);
 	else
 		ret = lose(ctx, strcmp(mode, "idle") == 0,
-			   strcmp(mode, "losecoll") == 0);
+			   strcmp(mode, "losecoll") == 0   ? 1 :
+			   strcmp(mode, "losecomm") == 0 ? 2 :
+							   0);
 	cgr_ctx_destroy(ctx);
 	cgr_job_leave(job);
 	printf("driver %s\n", ret == 0 ? "done" : "FAILED");

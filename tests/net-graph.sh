@@ -33,12 +33,21 @@
 #    counts 0, 1, odd and large, an error value and a shape mismatch at
 #    one member, static shapes, buckets; every output the same value as
 #    the same graph's on one host (tests/net-coll.c);
-# 10 nothing left behind.
+# 10 communicators over workers of several hosts (2 and 3 hosts with 1
+#    and 2 members, four layouts), called directly by a task on each
+#    member: every collective, dtype and op, sends and receives, counts
+#    0 to 3000, a bad argument or count at one member, an abort: results,
+#    codes and untouched bytes the same as a communicator on one host's
+#    (tests/net-comm.c);
+# 11 as 7, under a communicator's allreduce: the pending execution's
+#    outputs are CGR_EHOSTLOST error values naming host 3 (the members on
+#    hosts 1 and 2 stop waiting for it), the rest as in 3; healed;
+# 12 nothing left behind.
 # Every step under timeout -k.  Skipped without root, ip, unshare, tc,
 # mpirun, a build with PMIx and UCX; and under TSan (PMIx's and UCX's own
 # threads are not instrumented).  TAP.
 set -u
-N=10
+N=12
 echo "1..$N"
 bin=${abs_top_builddir:?run from make check}/tests/net-graph
 skip_all() {
@@ -240,11 +249,28 @@ else
 	show "$tmp/c.out" "$tmp/c.err"
 fi
 
+# 10: communicators across hosts, called directly.
+netns_mpirun 300 "$tmp/m.out" "$tmp/m.err" "$bin" comm
+rc=$?
+if [ $rc = 0 ] && grep -q '^comm OK' "$tmp/m.out"; then
+	echo "ok 10 - communicators across hosts equal one host's:" \
+	     "$(sed -n 's/^comm OK //p' "$tmp/m.out")"
+else
+	echo "not ok 10 - communicators across hosts (mpirun exit $rc)"
+	show "$tmp/m.out" "$tmp/m.err"
+fi
+
+# 11: a silent cut under a communicator's allreduce, then healed.
+lose_run losecomm cut3
+netns_heal 3
+lost_check losecomm 11 3500 \
+	"a silent cut of host 3 under a communicator's allreduce"
+
 netns_cleanup
 trap - EXIT INT TERM HUP
 left=$(netns_left)
 if [ "$left" = 0 ]; then
-	echo "ok 10 - nothing left behind (namespaces, links, processes)"
+	echo "ok 12 - nothing left behind (namespaces, links, processes)"
 else
-	echo "not ok 10 - $left namespaces or links left behind"
+	echo "not ok 12 - $left namespaces or links left behind"
 fi

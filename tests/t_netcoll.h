@@ -20,4 +20,16 @@ int netcoll_allreduce(cgr_ctx *ctx, cgr_worker *const *w, int mode,
 int netcoll_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3,
 		cgr_worker *const *near3);
 
+/* The task of tests/net-comm.c (exported as "netcomm_task"), and its
+ * run: communicators over workers of several hosts, called directly by
+ * tasks on far3's hosts, against one host's; 0 when all agree. */
+int netcomm_task(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		 size_t nin, cgr_value *out, size_t nout);
+int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3);
+/* An allreduce over a communicator of w[0..2] (*cm), called by a task on
+ * each (graph *g, its argument *arg): a member whose call fails with
+ * CGR_EHOSTLOST outputs an error value. */
+int netcomm_allreduce(cgr_ctx *ctx, cgr_worker *const *w, cgr_compiled **g,
+		      cgr_comm **cm, cgr_value *arg);
+
 #endif

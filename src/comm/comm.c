@@ -11,6 +11,53 @@
 
 /* ---- communicators ------------------------------------------------- */
 
+uint64_t cgr__comm_new_id(cgr_ctx *ctx)
+{
+	uint64_t id;
+
+	pthread_mutex_lock(&ctx->comm_lock);
+	id = ++ctx->comm_ids;
+	pthread_mutex_unlock(&ctx->comm_lock);
+	return id;
+}
+
+int cgr__comm_finish(cgr_ctx *ctx, cgr_comm *c, cgr_worker *const *members,
+		     size_t n, int backend, uint64_t id)
+{
+	c->ctx = ctx;
+	c->arena = &ctx->arena;
+	c->log = &ctx->log;
+	c->n = (int)n;
+	c->backend = backend;
+	c->members = NULL;
+	if (members != NULL) {
+		c->members = cgr__alloc(c->arena, n * sizeof(*members), 16);
+		if (c->members == NULL) {
+			c->ops->destroy(c);
+			return -ENOMEM;
+		}
+		memcpy(c->members, members, n * sizeof(*members));
+	}
+	cgr__ctx_ref(ctx);
+	c->id = id;
+	pthread_mutex_lock(&ctx->comm_lock);
+	c->next = ctx->comms;
+	ctx->comms = c;
+	pthread_mutex_unlock(&ctx->comm_lock);
+	return 0;
+}
+
+cgr_comm *cgr__comm_find(cgr_ctx *ctx, uint64_t id)
+{
+	cgr_comm *c;
+
+	pthread_mutex_lock(&ctx->comm_lock);
+	for (c = ctx->comms; c != NULL && c->id != id; c = c->next)
+		;
+	pthread_mutex_unlock(&ctx->comm_lock);
+	return c;
+}
+
 static int comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 		       int backend, const struct cgr__comm_shm *shm,
 		       cgr_comm **out)
@@ -28,6 +75,10 @@ static int comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 				if (members[j] == members[i])
 					return -EINVAL;
 		}
+	/* Members on several hosts (remote/rcomm.c). */
+	if (members != NULL && shm == NULL && ctx->comm_far != NULL &&
+	    (ret = ctx->comm_far(ctx, members, n, backend, out)) != 1)
+		return ret;
 	switch (backend) {
 	case CGR_BACKEND_AUTO:
 	case CGR_BACKEND_CPU:
@@ -47,23 +98,11 @@ static int comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 	}
 	if (ret < 0)
 		return ret;
-	c->ctx = ctx;
-	c->arena = &ctx->arena;
-	c->log = &ctx->log;
-	c->n = (int)n;
-	c->backend = backend;
-	c->members = NULL;
-	if (members != NULL) {
-		c->members = cgr__alloc(c->arena, n * sizeof(*members), 16);
-		if (c->members == NULL) {
-			c->ops->destroy(c);
-			return -ENOMEM;
-		}
-		memcpy(c->members, members, n * sizeof(*members));
-	}
-	cgr__ctx_ref(ctx);
-	*out = c;
-	return 0;
+	ret = cgr__comm_finish(ctx, c, members, n, backend,
+			       cgr__comm_new_id(ctx));
+	if (ret == 0)
+		*out = c;
+	return ret;
 }
 
 int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
@@ -95,11 +134,23 @@ void cgr_comm_destroy(cgr_comm *c)
 	if (c == NULL)
 		return;
 	ctx = c->ctx;
+	pthread_mutex_lock(&ctx->comm_lock);
+	for (cgr_comm **pp = &ctx->comms; *pp != NULL; pp = &(*pp)->next)
+		if (*pp == c) {
+			*pp = c->next;
+			break;
+		}
+	pthread_mutex_unlock(&ctx->comm_lock);
 	if (c->members != NULL)
 		cgr__free(c->arena, c->members, (size_t)c->n * sizeof(*c->members),
 			  16);
 	c->ops->destroy(c);
 	cgr__ctx_put(ctx);
+}
+
+uint64_t cgr_comm_id(const cgr_comm *c)
+{
+	return c == NULL ? 0 : c->id;
 }
 
 int cgr_comm_size(const cgr_comm *c)

@@ -117,7 +117,22 @@ struct cgr_comm {
 	int n;
 	int backend; /* enum cgr_backend */
 	cgr_worker **members; /* n entries, or NULL */
+	/* Its id (cgr_comm_id: the same in every process of a job), and
+	 * the next of the context's (ctx->comms, under ctx->comm_lock). */
+	uint64_t id;
+	struct cgr_comm *next;
 };
+
+/* A new communicator id of ctx's (never 0). */
+uint64_t cgr__comm_new_id(cgr_ctx *ctx);
+/* Completes c's head as cgr_comm_create does (members copied, may be NULL,
+ * with NULL entries: ranks on other hosts) and lists it under id: 0 or
+ * -ENOMEM (then c is destroyed). */
+int cgr__comm_finish(cgr_ctx *ctx, cgr_comm *c, cgr_worker *const *members,
+		     size_t n, int backend, uint64_t id);
+/* The communicator of ctx with id (NULL: none).  The caller keeps it
+ * alive (cgr_comm_destroy while it is used is the caller's error). */
+cgr_comm *cgr__comm_find(cgr_ctx *ctx, uint64_t id);
 
 /* Whether a collective of this backend can finish at any rank only after
  * every rank started it.  The CPU backend: yes, every rank reads every

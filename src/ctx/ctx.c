@@ -40,6 +40,7 @@ int cgr__ctx_new(const cgr_ctx_params *p, cgr_ctx **out)
 	atomic_init(&ctx->uring_fallback_logged, false);
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->ext_lock, NULL);
+	pthread_mutex_init(&ctx->comm_lock, NULL);
 	*out = ctx;
 	return 0;
 }
@@ -56,6 +57,7 @@ static void ctx_free(cgr_ctx *ctx)
 			ctx->ext[i].fini(ctx, ctx->ext[i].p);
 	pthread_mutex_destroy(&ctx->lock);
 	pthread_mutex_destroy(&ctx->ext_lock);
+	pthread_mutex_destroy(&ctx->comm_lock);
 	arena.index = ctx->arena.index;
 	arena.flags = ctx->arena.flags;
 	cgr__free(&ctx->arena, ctx, sizeof(*ctx), 64);

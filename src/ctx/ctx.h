@@ -71,6 +71,15 @@ struct cgr_ctx {
 	/* A worker's device (cgr_worker_params.device), for communicators
 	 * bound to members (comm/ sees workers as handles only). */
 	int (*worker_device)(const struct cgr_worker *w);
+	/* Communicators by id (comm/comm.c: cgr_comm_id, cgr_task_comm),
+	 * under comm_lock; and, with a job, the maker of communicators whose
+	 * members are on several hosts (remote/rcomm.c): 1 if they are not
+	 * (the caller makes one here), else 0 (*out) or an error. */
+	pthread_mutex_t comm_lock;
+	struct cgr_comm *comms;
+	uint64_t comm_ids;
+	int (*comm_far)(cgr_ctx *ctx, struct cgr_worker *const *members,
+			size_t n, int backend, struct cgr_comm **out);
 	/* Across hosts (remote/): the job the context drives (or serves),
 	 * the doorbell of its link (where channels to readers on other hosts
 	 * ring: compile/prog.h, cgr__reader_bell), and whether the driver

@@ -28,6 +28,10 @@ int cgr_ctx_create(const cgr_ctx_params *p, cgr_ctx **out)
 		ctx->job = prm.job;
 		ctx->link_bell = &prm.job->quiet;
 		ctx->host = prm.job->rank;
+		/* Communicators with members on other hosts (rcomm.c); ids
+		 * unique in the job: each process counts in its own range. */
+		ctx->comm_far = cgr__rcomm_create;
+		ctx->comm_ids = (uint64_t)prm.job->rank << 40;
 	}
 	libs[CGR__LIB_CUDART] = prm.cudart_path;
 	libs[CGR__LIB_NCCL] = prm.nccl_path;

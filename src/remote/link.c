@@ -142,9 +142,16 @@ static bool flush_out(struct cgr_job *j)
 int cgr__job_send(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
 		  const void *payload, size_t len)
 {
-	struct cgr__omsg *o;
+	return cgr__job_sendv(j, to, m, payload, len, NULL, 0);
+}
 
-	if (to >= j->size || to == j->rank)
+int cgr__job_sendv(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
+		   const void *a, size_t alen, const void *b, size_t blen)
+{
+	struct cgr__omsg *o;
+	size_t len = alen + blen;
+
+	if (to >= j->size || to == j->rank || len > CGR__RMSG_MAX_PAYLOAD)
 		return -EINVAL;
 	if (cgr__job_lost(j, to, NULL))
 		return CGR_EHOSTLOST;
@@ -156,8 +163,10 @@ int cgr__job_send(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
 	o->len = sizeof(*m) + len;
 	memcpy(o->buf, m, sizeof(*m));
 	((struct cgr__rmsg *)(void *)o->buf)->payload = len;
-	if (len)
-		memcpy(o->buf + sizeof(*m), payload, len);
+	if (alen)
+		memcpy(o->buf + sizeof(*m), a, alen);
+	if (blen)
+		memcpy(o->buf + sizeof(*m) + alen, b, blen);
 	pthread_mutex_lock(&j->lock);
 	*j->out_tail = o;
 	j->out_tail = &o->next;
@@ -170,6 +179,10 @@ int cgr__job_send(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
 /* A control message that is in (link thread): to the inbox. */
 static void inbox_put(struct cgr_job *j, struct cgr__cmsg *cm)
 {
+	if (cm->m.type == CGR__RM_COMM_OP || cm->m.type == CGR__RM_COMM_ABORT) {
+		cgr__rcomm_in(j, cm); /* not for cgr__job_await */
+		return;
+	}
 	cm->next = NULL;
 	pthread_mutex_lock(&j->lock);
 	*j->in_tail = cm;
@@ -575,6 +588,13 @@ bool cgr__job_poll(struct cgr_job *j)
 	return did;
 }
 
+void cgr__job_park(struct cgr_job *j)
+{
+	atomic_store_explicit(&j->hot, 0, memory_order_relaxed);
+	atomic_store_explicit(&j->handed, 1, memory_order_relaxed);
+	cgr__bell_ring_force(&j->bell);
+}
+
 bool cgr__job_xpoll(void *job)
 {
 	return cgr__job_poll(job);
@@ -826,6 +846,7 @@ static void job_free(struct cgr_job *j)
 		j->out_head = o->next;
 		free(o);
 	}
+	cgr__rcomm_box_free(j);
 	cgr__ucx_close(j->ucx);
 	if (j->booted)
 		cgr__boot_fini(&j->boot);

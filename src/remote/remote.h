@@ -82,6 +82,12 @@ enum cgr__rmsg_type {
 	CGR__RM_END = 11,     /* d->h: the driver leaves */
 	CGR__RM_ENDING = 12,  /* h->d: END seen: losses are no errors now */
 	CGR__RM_GONE = 13,    /* d->h: every rank said ENDING: serve returns */
+	/* Communicators across hosts (rcomm.c); gid: the communicator. */
+	CGR__RM_COMM_NEW = 14,	 /* d->h: a share (nranks; hosts, indices) */
+	CGR__RM_COMM_MADE = 15,	 /* h->d: code */
+	CGR__RM_COMM_FREE = 16,	 /* d->h: the share goes */
+	CGR__RM_COMM_OP = 17,	 /* any: a rank's record and data (rcomm.c) */
+	CGR__RM_COMM_ABORT = 18, /* any: aborted there (code) */
 };
 
 #define CGR__RMSG_MAX_PAYLOAD ((size_t)1 << 30)
@@ -173,6 +179,11 @@ struct cgr_job {
 	_Atomic uint32_t nout; /* queued in out */
 	struct cgr__bgraph *graphs;
 	uint64_t next_gid;
+	/* Communicators across hosts (rcomm.c): this process's shares, and
+	 * the operations' messages that are in, not yet taken. */
+	struct cgr__rcomm *rcomms;
+	struct cgr__cmsg *box;
+	uint64_t rcomm_seen; /* the largest id of a share made here */
 
 #ifdef CGR_FAULT_INJECTION
 	/* Tests only: a serving rank sends the driver one message of a
@@ -195,6 +206,9 @@ struct cgr_job {
  * -ENOMEM. */
 int cgr__job_send(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
 		  const void *payload, size_t len);
+/* The same with a payload in two parts (b may be NULL when blen is 0). */
+int cgr__job_sendv(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
+		   const void *a, size_t alen, const void *b, size_t blen);
 /* The next control message from rank `from` (CGR__RANK_NONE: any) of
  * type (0: any) and gid (type's gid-less ones: any) by the deadline: 0
  * (*out, the caller frees it), CGR_EHOSTLOST (from was lost),
@@ -211,6 +225,9 @@ void cgr__job_lose(struct cgr_job *j, uint32_t rank, const char *why);
  * did something.  Any thread; after writing a value for another host, and
  * while waiting for one. */
 bool cgr__job_poll(struct cgr_job *j);
+/* A thread that polled (cgr__job_poll) is about to sleep on j->cond:
+ * the link thread watches the UCX worker from now on. */
+void cgr__job_park(struct cgr_job *j);
 /* The same as a program's xpoll (compile/prog.h). */
 bool cgr__job_xpoll(void *job);
 /* Wakes the link thread. */
@@ -253,6 +270,21 @@ void cgr__bridge_lost(struct cgr_job *j, uint32_t rank, const char *why);
  * how many. */
 size_t cgr__bridge_ranks(struct cgr_job *j, cgr_compiled *c, uint32_t *out,
 			 size_t nout);
+
+/* ---- rcomm.c (communicators across hosts) ----------------------------- */
+
+/* ctx->comm_far of a driver's context (see ctx/ctx.h). */
+int cgr__rcomm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
+		      int backend, cgr_comm **out);
+/* A serving rank: COMM_NEW m (its payload) makes the share in ctx, whose
+ * workers by the driver's index are local[0..nlocal): 0 or the error. */
+int cgr__rcomm_serve_new(struct cgr_job *j, cgr_ctx *ctx,
+			 const struct cgr__cmsg *cm, cgr_worker *const *local,
+			 unsigned nlocal);
+/* Link thread: an operation's message or an abort came in (takes cm). */
+void cgr__rcomm_in(struct cgr_job *j, struct cgr__cmsg *cm);
+/* Under j->lock, at the job's end: the messages nobody took. */
+void cgr__rcomm_box_free(struct cgr_job *j);
 
 /* ---- serve.c ---------------------------------------------------------- */
 

@@ -112,6 +112,7 @@ static int ctx_make(struct server *s, const struct cgr__rmsg *m)
 	s->ctx->link_bell = &s->j->quiet;
 	s->ctx->driver_far = true;
 	s->ctx->host = s->j->rank;
+	s->ctx->comm_ids = (uint64_t)s->j->rank << 40;
 	return 0;
 }
 
@@ -303,6 +304,9 @@ static void shut(struct server *s, int64_t timeout)
 {
 	while (s->graphs != NULL)
 		graph_end(s, &s->graphs, timeout);
+	/* Shares of communicators the driver did not free (rcomm.c). */
+	while (s->ctx != NULL && s->ctx->comms != NULL)
+		cgr_comm_destroy(s->ctx->comms);
 	for (unsigned i = 0; i < s->nidx; i++) {
 		if (s->local[i] != NULL)
 			cgr_worker_destroy(s->local[i], timeout);
@@ -339,6 +343,16 @@ static int serve_one(struct server *s, const struct cgr__cmsg *cm)
 	case CGR__RM_COMPILE:
 		ret = *pp != NULL ? -EEXIST : compile(s, cm, why, sizeof(why));
 		reply(s, CGR__RM_COMPILED, m->gid, ret, why);
+		return 0;
+	case CGR__RM_COMM_NEW:
+		ret = cgr__rcomm_serve_new(s->j, s->ctx, cm, s->local, s->nidx);
+		reply(s, CGR__RM_COMM_MADE, m->gid, ret,
+		      ret == -ENOENT ? "a member is not a worker of this host"
+				     : "");
+		return 0;
+	case CGR__RM_COMM_FREE:
+		if (s->ctx != NULL)
+			cgr_comm_destroy(cgr__comm_find(s->ctx, m->gid));
 		return 0;
 	case CGR__RM_RUN:
 		if (*pp != NULL && !(*pp)->started) {

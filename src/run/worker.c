@@ -388,6 +388,24 @@ void cgr__prog_leave(struct cgr__prog *p, struct cgr__reactor *r)
 
 /* ---- inside a task ------------------------------------------------ */
 
+int cgr_task_comm(cgr_task_ctx *tc, uint64_t id, cgr_comm **out, int *rank)
+{
+	cgr_comm *c;
+
+	if (tc == NULL || out == NULL || rank == NULL || tc->w == NULL)
+		return -EINVAL;
+	c = cgr__comm_find(tc->w->ctx, id);
+	if (c == NULL || c->members == NULL)
+		return -ENOENT;
+	for (int r = 0; r < c->n; r++)
+		if (c->members[r] == tc->w) {
+			*out = c;
+			*rank = r;
+			return 0;
+		}
+	return -ENOENT;
+}
+
 void *cgr_task_output_buffer(cgr_task_ctx *tc, size_t i, size_t bytes)
 {
 	struct cgr__port *p;

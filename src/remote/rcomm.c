@@ -1,0 +1,845 @@
+/*
+ * remote/rcomm.c: communicators whose members are on several hosts.
+ *
+ * The driver makes one (cgr_comm_create with members on other hosts:
+ * ctx->comm_far); each host with members gets a share of it under the
+ * same id (COMM_NEW, answered by COMM_MADE), where tasks on its workers
+ * find it (cgr_task_comm) and call the public operations with their
+ * rank.  A share runs the operations of its host's ranks only.
+ *
+ * An operation is one exchange: each rank sends every other rank one
+ * message (CGR__RM_COMM_OP: its agreement record, then the part of its
+ * input that rank needs, none if poisoned), over the link to another
+ * host, straight into the box within the process, and takes the n - 1
+ * messages addressed to it.  Every rank then holds every record: the
+ * verdict (comm/agree.c) is the same everywhere, and only if it agrees
+ * does the data land in the caller's buffers.  Reductions fold the
+ * ranks' inputs in rank order (rank 0 op rank 1 op ...) on every rank:
+ * the result is bit-identical on every member whatever the host layout.
+ * A send and its receive: the sender's record and data go first, the
+ * receiver answers with its own record once it copied the data (or
+ * refused it); both reach the same verdict from the same two records.
+ *
+ * A message's key (struct cgr__rmsg): gid the communicator, index the
+ * sending rank, flags the receiving rank, cpu the lane (LANE_*),
+ * timeout_ns the sequence (collectives per rank; sends and receives per
+ * ordered pair).
+ *
+ * Failures: a host of the communicator lost fails it (CGR_EHOSTLOST,
+ * sticky, the message names the host); an abort or an operation past its
+ * deadline fails it with -ECANCELED on every host (COMM_ABORT), the
+ * operation that timed out with -ETIMEDOUT.  Streams and groups do not
+ * cross hosts: an operation on a stream is poisoned with -ENOTSUP (so
+ * that every rank fails, none waits), a group is refused.
+ *
+ * Threads: each rank's operations run on the calling thread; the box,
+ * every share's failure and the list of shares are under j->lock.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/agree.h"
+#include "comm/comm.h"
+#include "comm/reduce.h"
+#include "remote/remote.h"
+
+enum { LANE_COLL = 0, LANE_SEND = 1, LANE_RECV = 2 };
+
+#define REC sizeof(struct cgr__agree)
+
+/* The data after a record is as aligned as malloc's memory. */
+_Static_assert((offsetof(struct cgr__cmsg, payload) +
+		sizeof(struct cgr__agree)) % 16 == 0,
+	       "a message's data is aligned");
+
+struct cgr__rcomm {
+	struct cgr_comm head;
+	struct cgr_job *j;
+	struct cgr__rcomm *next; /* j->rcomms */
+	uint32_t *host;		 /* by rank: the job rank it runs on */
+	uint64_t *seq;		 /* by rank: its collectives so far */
+	uint64_t *sent, *rcvd;	 /* by rank * n + peer: its sends, receives */
+	char (*msg)[256];	 /* by rank: cgr_comm_errmsg */
+	bool driver;		 /* this process made it (COMM_FREE) */
+	/* Under j->lock: its failure (0: none) and why. */
+	int failed;
+	char why[240];
+};
+
+static struct cgr__rcomm *rc_of(cgr_comm *c)
+{
+	return (struct cgr__rcomm *)(void *)c;
+}
+
+static bool here(const struct cgr__rcomm *rc, int r)
+{
+	return rc->host[r] == rc->j->rank;
+}
+
+static const char *host_name(const struct cgr_job *j, uint32_t rank)
+{
+	return rank < j->size && j->peers[rank].host[0] ? j->peers[rank].host
+							: "?";
+}
+
+static int fail_rank(struct cgr__rcomm *rc, int r, int code, const char *fmt,
+		     ...) __attribute__((format(printf, 4, 5)));
+static int fail_rank(struct cgr__rcomm *rc, int r, int code, const char *fmt,
+		     ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(rc->msg[r], sizeof(rc->msg[r]), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+/* Under j->lock: the communicator fails (the first failure stays). */
+static bool fail_locked(struct cgr__rcomm *rc, int code, const char *why)
+{
+	if (rc->failed != 0)
+		return false;
+	rc->failed = code;
+	snprintf(rc->why, sizeof(rc->why), "%s", why);
+	pthread_cond_broadcast(&rc->j->cond);
+	return true;
+}
+
+/* Each other host of rc once: fn(rc, host). */
+static void each_host(struct cgr__rcomm *rc,
+		      void (*fn)(struct cgr__rcomm *, uint32_t, int), int arg)
+{
+	int n = rc->head.n;
+
+	for (int r = 0; r < n; r++) {
+		int q = 0;
+		if (here(rc, r))
+			continue;
+		while (q < r && rc->host[q] != rc->host[r])
+			q++;
+		if (q == r)
+			fn(rc, rc->host[r], arg);
+	}
+}
+
+static void send_plain(struct cgr__rcomm *rc, uint32_t to, int type)
+{
+	struct cgr__rmsg m;
+
+	memset(&m, 0, sizeof(m));
+	m.type = (uint32_t)type;
+	m.gid = rc->head.id;
+	m.code = -ECANCELED;
+	(void)cgr__job_send(rc->j, to, &m, NULL, 0);
+}
+
+static int rc_abort(cgr_comm *c)
+{
+	struct cgr__rcomm *rc = rc_of(c);
+	bool first;
+
+	pthread_mutex_lock(&rc->j->lock);
+	first = fail_locked(rc, -ECANCELED, "communicator aborted");
+	pthread_mutex_unlock(&rc->j->lock);
+	if (first)
+		each_host(rc, send_plain, CGR__RM_COMM_ABORT);
+	return 0;
+}
+
+/* ---- messages ----------------------------------------------------------- */
+
+/* Rank me's message to rank q: record a, then len bytes of data. */
+static int put(struct cgr__rcomm *rc, int me, int q, int lane, uint64_t seq,
+	       const struct cgr__agree *a, const void *data, size_t len)
+{
+	struct cgr_job *j = rc->j;
+	struct cgr__cmsg *cm;
+	struct cgr__rmsg m;
+
+	memset(&m, 0, sizeof(m));
+	m.type = CGR__RM_COMM_OP;
+	m.gid = rc->head.id;
+	m.index = (uint32_t)me;
+	m.flags = (uint32_t)q;
+	m.cpu = lane;
+	m.timeout_ns = (int64_t)seq;
+	if (!here(rc, q))
+		return cgr__job_sendv(j, rc->host[q], &m, a, REC, data, len);
+	/* The same process: straight into the box. */
+	if ((cm = malloc(sizeof(*cm) + REC + len)) == NULL)
+		return -ENOMEM;
+	m.payload = REC + len;
+	cm->from = j->rank;
+	cm->len = sizeof(m) + REC + len;
+	cm->m = m;
+	memcpy(cm->payload, a, REC);
+	if (len)
+		memcpy(cm->payload + REC, data, len);
+	pthread_mutex_lock(&j->lock);
+	cm->next = j->box;
+	j->box = cm;
+	pthread_cond_broadcast(&j->cond);
+	pthread_mutex_unlock(&j->lock);
+	return 0;
+}
+
+/* What one wait collects: from each rank in want (got[r] NULL) its
+ * message to me on lane, sequence seq. */
+struct want {
+	int me, lane, nleft;
+	uint64_t seq;
+	struct cgr__cmsg **got;
+	int64_t deadline;
+};
+
+/* Under j->lock: the box's messages for w; whether all are in. */
+static bool take_in(struct cgr__rcomm *rc, struct want *w)
+{
+	struct cgr__cmsg **pp = &rc->j->box;
+
+	while (*pp != NULL && w->nleft > 0) {
+		struct cgr__cmsg *cm = *pp;
+		uint32_t from = cm->m.index;
+		if (cm->m.gid == rc->head.id && cm->m.flags == (uint32_t)w->me &&
+		    cm->m.cpu == w->lane &&
+		    (uint64_t)cm->m.timeout_ns == w->seq &&
+		    from < (uint32_t)rc->head.n && w->got[from] == NULL &&
+		    cm->m.payload >= REC) {
+			*pp = cm->next;
+			w->got[from] = cm;
+			w->nleft--;
+			continue;
+		}
+		pp = &cm->next;
+	}
+	return w->nleft == 0;
+}
+
+/* Under j->lock: a lost host of rc fails it. */
+static void check_lost(struct cgr__rcomm *rc)
+{
+	const char *why;
+
+	for (int r = 0; r < rc->head.n && rc->failed == 0; r++)
+		if (!here(rc, r) && cgr__job_lost(rc->j, rc->host[r], &why))
+			fail_locked(rc, CGR_EHOSTLOST, why);
+}
+
+/* Waits for w's messages: 0, the communicator's failure, or -ETIMEDOUT.
+ * Spins moving the link itself for the job's spin time, then sleeps. */
+static int await(struct cgr__rcomm *rc, struct want *w)
+{
+	struct cgr_job *j = rc->j;
+	int64_t spin_end = cgr__now_ns() + j->spin_ns;
+	bool parked = false;
+	int ret = 0;
+
+	pthread_mutex_lock(&j->lock);
+	for (;;) {
+		int64_t now;
+		if (take_in(rc, w))
+			break;
+		check_lost(rc);
+		if ((ret = rc->failed) != 0)
+			break;
+		now = cgr__now_ns();
+		if (w->deadline > 0 && now >= w->deadline) {
+			ret = -ETIMEDOUT;
+			break;
+		}
+		if (now < spin_end && j->wait_mode != CGR_WAIT_BLOCK) {
+			pthread_mutex_unlock(&j->lock);
+			if (!cgr__job_poll(j))
+				cgr__cpu_relax();
+			pthread_mutex_lock(&j->lock);
+			continue;
+		}
+		if (!parked) {
+			parked = true;
+			pthread_mutex_unlock(&j->lock);
+			cgr__job_park(j);
+			pthread_mutex_lock(&j->lock);
+			continue;
+		}
+		if (w->deadline > 0) {
+			struct timespec ts = { w->deadline / 1000000000,
+					       w->deadline % 1000000000 };
+			pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+		} else {
+			pthread_cond_wait(&j->cond, &j->lock);
+		}
+	}
+	pthread_mutex_unlock(&j->lock);
+	return ret;
+}
+
+static void drop_got(struct cgr__cmsg **got, int n)
+{
+	for (int r = 0; r < n; r++) {
+		free(got[r]);
+		got[r] = NULL;
+	}
+}
+
+/* ---- operations ----------------------------------------------------------- */
+
+/* How many bytes of rank `from`'s input (desc d) rank `to` needs (0:
+ * none), and whether they are its block `to` (else the whole input).
+ * b: bytes of count elements. */
+static size_t part(const struct cgr__coll_desc *d, int from, int to,
+		   size_t b, bool *block)
+{
+	bool whole = false;
+
+	*block = false;
+	switch (d->kind) {
+	case CGR_COLL_ALLREDUCE:
+	case CGR_COLL_ALLGATHER:
+		whole = true;
+		break;
+	case CGR_COLL_REDUCESCATTER:
+	case CGR_COLL_ALLTOALL:
+		*block = true;
+		break;
+	case CGR_COLL_REDUCE:
+	case CGR_COLL_GATHER:
+		whole = to == d->root;
+		break;
+	case CGR_COLL_BROADCAST:
+		whole = from == d->root;
+		break;
+	case CGR_COLL_SCATTER:
+		*block = from == d->root;
+		break;
+	default:
+		break;
+	}
+	return whole || *block ? b : 0;
+}
+
+/* The data rank r holds for me: my own input's part, or its message's
+ * (a wrong length sets *bad). */
+static const void *data_of(int me, int r, const struct cgr__coll_desc *d,
+			   size_t b, struct cgr__cmsg **got, bool *bad)
+{
+	bool block;
+	size_t len = part(d, r, me, b, &block);
+
+	if (r == me)
+		return block ? (const char *)d->send + (size_t)me * b : d->send;
+	if (got[r]->m.payload != REC + len)
+		*bad = true;
+	return got[r]->payload + REC;
+}
+
+/* Rank me's result from every rank's data (the verdict agreed). */
+static int compute(struct cgr__rcomm *rc, int me,
+		   const struct cgr__coll_desc *d, size_t b,
+		   struct cgr__cmsg **got)
+{
+	int n = rc->head.n, k = d->kind;
+	bool bad = false, fold = cgr__coll_reduces(k);
+	const void *src[CGR_MAX_RANKS];
+	char *r = d->recv, *own = NULL;
+
+	if (b == 0 || (cgr__coll_out_at_root(k) && me != d->root))
+		return 0;
+	if (k == CGR_COLL_BROADCAST || k == CGR_COLL_SCATTER) {
+		const void *p = data_of(me, d->root, d, b, got, &bad);
+		if (!bad && p != r)
+			memcpy(r, p, b);
+	} else {
+		for (int q = 0; q < n; q++)
+			src[q] = data_of(me, q, d, b, got, &bad);
+	}
+	if (bad)
+		return fail_rank(rc, me, CGR_ECORRUPT,
+				 "%s: a peer's data has the wrong length",
+				 cgr__coll_kind_name(k));
+	if (fold) {
+		/* In place: the fold writes r while it reads the inputs in
+		 * rank order; only rank 0's input may be r itself. */
+		if (me != 0 && src[me] == r) {
+			if ((own = malloc(b)) == NULL)
+				return -ENOMEM;
+			memcpy(own, r, b);
+			src[me] = own;
+		}
+		cgr__reduce(r, src, n, d->count, d->dtype, d->op, n);
+		free(own);
+	} else if (k != CGR_COLL_BROADCAST && k != CGR_COLL_SCATTER) {
+		for (int q = 0; q < n; q++)
+			if (src[q] != r + (size_t)q * b)
+				memcpy(r + (size_t)q * b, src[q], b);
+	}
+	return 0;
+}
+
+/* Every rank's record of this operation, rank me's own at me. */
+static int verdict(struct cgr__rcomm *rc, int me, const struct cgr__agree *a,
+		   struct cgr__cmsg **got, uint64_t seq)
+{
+	int n = rc->head.n, ret;
+	struct cgr__agree *all = malloc((size_t)n * REC);
+
+	if (all == NULL)
+		return -ENOMEM;
+	for (int q = 0; q < n; q++)
+		memcpy(&all[q], q == me ? (const void *)a : got[q]->payload,
+		       REC);
+	ret = cgr__agree_ops(all, REC, n, seq, rc->msg[me],
+			     sizeof(rc->msg[me]));
+	free(all);
+	return ret;
+}
+
+/* The communicator's failure, if any, as this operation's. */
+static int failed_now(struct cgr__rcomm *rc, int me, int kind)
+{
+	int ret;
+
+	pthread_mutex_lock(&rc->j->lock);
+	check_lost(rc);
+	ret = rc->failed;
+	if (ret != 0)
+		fail_rank(rc, me, ret, "%s: %s", cgr__coll_kind_name(kind),
+			  rc->why);
+	pthread_mutex_unlock(&rc->j->lock);
+	return ret;
+}
+
+/* An operation that could not finish its exchange (ret): past its
+ * deadline (-ETIMEDOUT), the communicator's failure, or a message that
+ * could not be sent.  The first two aborts the communicator everywhere:
+ * the ranks' sequences no longer line up. */
+static int op_failed(struct cgr__rcomm *rc, int me, int kind, int ret)
+{
+	const char *k = cgr__coll_kind_name(kind);
+	bool abort = ret == -ETIMEDOUT;
+
+	pthread_mutex_lock(&rc->j->lock);
+	check_lost(rc);
+	if (ret != -ETIMEDOUT && rc->failed != 0)
+		fail_rank(rc, me, ret = rc->failed, "%s: %s", k, rc->why);
+	else if (ret != -ETIMEDOUT)
+		abort = true, fail_rank(rc, me, ret, "%s: a message could not "
+						     "be sent (%d)", k, ret);
+	else
+		fail_rank(rc, me, ret, "%s: past its deadline", k);
+	pthread_mutex_unlock(&rc->j->lock);
+	if (abort)
+		rc_abort(&rc->head);
+	return ret;
+}
+
+static int coll_run(struct cgr__rcomm *rc, int me,
+		    const struct cgr__coll_desc *d)
+{
+	int n = rc->head.n, ret;
+	size_t b = d->count * cgr_dtype_size(d->dtype);
+	struct cgr__cmsg *got[CGR_MAX_RANKS] = { NULL };
+	struct want w = { me, LANE_COLL, n - 1, ++rc->seq[me], got,
+			  d->deadline };
+	struct cgr__agree a;
+
+	cgr__agree_op(&a, d);
+	if ((ret = failed_now(rc, me, d->kind)) != 0)
+		return ret;
+	for (int q = 0; q < n && ret == 0; q++) {
+		bool block;
+		size_t len = d->poison ? 0 : part(d, me, q, b, &block);
+		const char *p = d->send;
+		if (q == me)
+			continue;
+		if (len != 0 && block)
+			p += (size_t)q * b;
+		ret = put(rc, me, q, LANE_COLL, w.seq, &a, len ? p : NULL,
+			  len);
+	}
+	if (ret == 0)
+		ret = await(rc, &w);
+	if (ret != 0)
+		ret = op_failed(rc, me, d->kind, ret);
+	else if ((ret = verdict(rc, me, &a, got, w.seq)) == 0)
+		ret = compute(rc, me, d, b, got);
+	drop_got(got, n);
+	return ret;
+}
+
+/* A send (me to peer) or a receive (me from peer). */
+static int p2p_run(struct cgr__rcomm *rc, int me,
+		   const struct cgr__coll_desc *d)
+{
+	int n = rc->head.n, peer = d->root, ret;
+	bool send = d->kind == CGR__COLL_SEND;
+	size_t b = d->count * cgr_dtype_size(d->dtype);
+	uint64_t *ctr = send ? rc->sent : rc->rcvd;
+	struct cgr__cmsg *got[CGR_MAX_RANKS];
+	struct want w = { me, send ? LANE_RECV : LANE_SEND, 1,
+			  ++ctr[(size_t)me * (size_t)n + (size_t)peer], got,
+			  d->deadline };
+	struct cgr__agree a, *theirs;
+	char what[64];
+
+	/* Only the peer's message is wanted. */
+	for (int q = 0; q < n; q++)
+		got[q] = q == peer ? NULL : (struct cgr__cmsg *)&w;
+	cgr__agree_op(&a, d);
+	snprintf(what, sizeof(what), "%s #%llu %s rank %d",
+		 send ? "send" : "recv", (unsigned long long)w.seq,
+		 send ? "to" : "from", peer);
+	if ((ret = failed_now(rc, me, d->kind)) != 0)
+		return ret;
+	if (send)
+		ret = put(rc, me, peer, LANE_SEND, w.seq, &a,
+			  d->poison ? NULL : d->send, d->poison ? 0 : b);
+	if (ret == 0)
+		ret = await(rc, &w);
+	if (ret != 0)
+		return op_failed(rc, me, d->kind, ret);
+	theirs = (struct cgr__agree *)(void *)got[peer]->payload;
+	ret = cgr__agree_p2p(&a, theirs, me, what, rc->msg[me],
+			     sizeof(rc->msg[me]));
+	if (!send && ret == 0 && got[peer]->m.payload != REC + b)
+		ret = fail_rank(rc, me, CGR_ECORRUPT,
+				"%s: the data has the wrong length", what);
+	else if (!send && ret == 0 && b != 0)
+		memcpy(d->recv, got[peer]->payload + REC, b);
+	if (!send) {
+		/* The answer, once the data is in: this side's record (its
+		 * poison, or a corruption it saw). */
+		if (ret == CGR_ECORRUPT)
+			a.code = CGR_ECORRUPT;
+		(void)put(rc, me, peer, LANE_RECV, w.seq, &a, NULL, 0);
+	}
+	free(got[peer]);
+	return ret;
+}
+
+static int rc_op(cgr_comm *c, int me, const struct cgr__coll_desc *d,
+		 cgr_stream *s, cgr_future **out)
+{
+	struct cgr__rcomm *rc = rc_of(c);
+	struct cgr__coll_desc p = *d;
+	int ret;
+
+	if (out != NULL)
+		*out = NULL;
+	if (!here(rc, me))
+		return -EINVAL; /* that rank's share is on another host */
+	if ((d->kind == CGR__COLL_SEND || d->kind == CGR__COLL_RECV) &&
+	    d->root == me)
+		return -EINVAL; /* would wait for itself: needs a group */
+	if (s != NULL && p.poison == 0) {
+		p.poison = -ENOTSUP;
+		p.poison_msg = "an operation on a stream: a communicator "
+			       "across hosts runs on the calling thread only";
+	}
+	if (p.kind == CGR__COLL_SEND || p.kind == CGR__COLL_RECV)
+		ret = p2p_run(rc, me, &p);
+	else
+		ret = coll_run(rc, me, &p);
+	if (ret == 0 && out != NULL) {
+		struct cgr__dfuture *df;
+		if (cgr__dfuture_create(c->ctx, NULL, &df) < 0)
+			return -ENOMEM;
+		cgr__dfuture_complete(df, 0);
+		*out = cgr__dfuture_pub(df);
+	}
+	return ret;
+}
+
+static int rc_group_start(cgr_comm *c, int rank)
+{
+	struct cgr__rcomm *rc = rc_of(c);
+
+	return fail_rank(rc, rank, -ENOTSUP,
+			 "groups do not cross hosts (yet)");
+}
+
+static int rc_group_end(cgr_comm *c, int rank, cgr_future **out)
+{
+	(void)out;
+	return rc_group_start(c, rank);
+}
+
+static const char *rc_errmsg(const cgr_comm *c, int rank)
+{
+	return ((const struct cgr__rcomm *)(const void *)c)->msg[rank];
+}
+
+/* ---- lifecycle -------------------------------------------------------------- */
+
+static void rc_free(struct cgr__rcomm *rc)
+{
+	free(rc->host);
+	free(rc->seq);
+	free(rc->sent);
+	free(rc->rcvd);
+	free(rc->msg);
+	free(rc);
+}
+
+static void rc_destroy(cgr_comm *c)
+{
+	struct cgr__rcomm *rc = rc_of(c);
+	struct cgr_job *j = rc->j;
+
+	if (rc->driver)
+		each_host(rc, send_plain, CGR__RM_COMM_FREE);
+	pthread_mutex_lock(&j->lock);
+	for (struct cgr__rcomm **pp = &j->rcomms; *pp != NULL;
+	     pp = &(*pp)->next)
+		if (*pp == rc) {
+			*pp = rc->next;
+			break;
+		}
+	for (struct cgr__cmsg **pp = &j->box; *pp != NULL;) {
+		struct cgr__cmsg *cm = *pp;
+		if (cm->m.gid == c->id) {
+			*pp = cm->next;
+			free(cm);
+		} else {
+			pp = &cm->next;
+		}
+	}
+	pthread_mutex_unlock(&j->lock);
+	rc_free(rc);
+}
+
+static const struct cgr__comm_ops rc_ops = {
+	.name = "cpu across hosts",
+	.send = rc_op,
+	.recv = rc_op,
+	.allreduce = rc_op,
+	.allgather = rc_op,
+	.reducescatter = rc_op,
+	.reduce = rc_op,
+	.broadcast = rc_op,
+	.gather = rc_op,
+	.scatter = rc_op,
+	.alltoall = rc_op,
+	.group_start = rc_group_start,
+	.group_end = rc_group_end,
+	.abort = rc_abort,
+	.destroy = rc_destroy,
+	.errmsg = rc_errmsg,
+};
+
+/* A share of n ranks on hosts host[] (copied), listed under id. */
+static int rc_make(cgr_ctx *ctx, struct cgr_job *j, cgr_worker *const *members,
+		   const uint32_t *host, size_t n, uint64_t id,
+		   struct cgr__rcomm **out)
+{
+	struct cgr__rcomm *rc = calloc(1, sizeof(*rc));
+	int ret;
+
+	if (rc == NULL ||
+	    (rc->host = malloc(n * sizeof(*rc->host))) == NULL ||
+	    (rc->seq = calloc(n, sizeof(*rc->seq))) == NULL ||
+	    (rc->sent = calloc(n * n, sizeof(*rc->sent))) == NULL ||
+	    (rc->rcvd = calloc(n * n, sizeof(*rc->rcvd))) == NULL ||
+	    (rc->msg = calloc(n, sizeof(*rc->msg))) == NULL) {
+		if (rc != NULL)
+			rc_free(rc);
+		return -ENOMEM;
+	}
+	memcpy(rc->host, host, n * sizeof(*host));
+	rc->j = j;
+	rc->head.ops = &rc_ops;
+	if ((ret = cgr__comm_finish(ctx, &rc->head, members, n,
+				    CGR_BACKEND_CPU, id)) < 0)
+		return ret; /* rc_destroy freed it (not listed yet) */
+	pthread_mutex_lock(&j->lock);
+	rc->next = j->rcomms;
+	j->rcomms = rc;
+	if (id > j->rcomm_seen)
+		j->rcomm_seen = id;
+	pthread_mutex_unlock(&j->lock);
+	*out = rc;
+	return 0;
+}
+
+/* Members' hosts, or why they cannot share a communicator across hosts:
+ * 0, 1 (all on this host), -ENOTSUP. */
+static int hosts_of(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
+		    int backend, uint32_t *host)
+{
+	struct cgr_job *j = ctx->job;
+	bool far = false;
+
+	for (size_t i = 0; i < n; i++) {
+		host[i] = members[i]->host;
+		far |= host[i] != j->rank;
+	}
+	if (!far)
+		return 1;
+	for (size_t i = 0; i < n; i++)
+		if (!members[i]->ops->shared && !members[i]->ops->other_host) {
+			cgr__err(&ctx->log, "cgr_comm_create: worker %s is a "
+					    "%s worker: a communicator across "
+					    "hosts has thread workers only",
+				 members[i]->name, members[i]->ops->name);
+			return -ENOTSUP;
+		}
+	if (backend == CGR_BACKEND_NCCL) {
+		cgr__err(&ctx->log, "cgr_comm_create: NCCL communicators do "
+				    "not cross hosts yet (members on ranks %u "
+				    "and %u)",
+			 host[0], j->rank);
+		return -ENOTSUP;
+	}
+	return 0;
+}
+
+int cgr__rcomm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
+		      int backend, cgr_comm **out)
+{
+	struct cgr_job *j = ctx->job;
+	uint32_t *pl = j != NULL ? malloc(2 * n * sizeof(*pl)) : NULL;
+	struct cgr__rcomm *rc = NULL;
+	struct cgr__rmsg m;
+	int ret;
+
+	if (j == NULL)
+		return 1;
+	if (pl == NULL)
+		return -ENOMEM;
+	ret = hosts_of(ctx, members, n, backend, pl);
+	for (size_t i = 0; i < n; i++)
+		pl[n + i] = members[i]->index;
+	if (ret == 0)
+		ret = rc_make(ctx, j, members, pl, n, cgr__comm_new_id(ctx),
+			      &rc);
+	if (ret != 0) {
+		free(pl);
+		return ret;
+	}
+	rc->driver = true;
+	memset(&m, 0, sizeof(m));
+	m.type = CGR__RM_COMM_NEW;
+	m.gid = rc->head.id;
+	m.nranks = (uint32_t)n;
+	/* Every host with members makes its share; then each says how. */
+	for (size_t i = 0; i < n && ret == 0; i++) {
+		size_t q = 0;
+		while (q < i && pl[q] != pl[i])
+			q++;
+		if (q == i && pl[i] != j->rank)
+			ret = cgr__job_send(j, pl[i], &m, pl,
+					    2 * n * sizeof(*pl));
+	}
+	for (size_t i = 0; i < n && ret == 0; i++) {
+		size_t q = 0;
+		struct cgr__cmsg *r;
+		while (q < i && pl[q] != pl[i])
+			q++;
+		if (q != i || pl[i] == j->rank)
+			continue;
+		ret = cgr__job_await(j, pl[i], CGR__RM_COMM_MADE, m.gid,
+				     CGR_FOREVER, &r);
+		if (ret == 0) {
+			ret = r->m.code;
+			if (ret < 0)
+				cgr__err(&ctx->log, "cgr_comm_create: host %s "
+						    "(rank %u): %s",
+					 host_name(j, pl[i]), pl[i], r->m.text);
+			free(r);
+		}
+	}
+	free(pl);
+	if (ret != 0) {
+		cgr_comm_destroy(&rc->head);
+		return ret;
+	}
+	*out = &rc->head;
+	return 0;
+}
+
+/* ---- a serving host's side, and the link's ------------------------------- */
+
+int cgr__rcomm_serve_new(struct cgr_job *j, cgr_ctx *ctx,
+			 const struct cgr__cmsg *cm, cgr_worker *const *local,
+			 unsigned nlocal)
+{
+	size_t n = cm->m.nranks;
+	const uint32_t *host = (const uint32_t *)(const void *)cm->payload;
+	const uint32_t *index = host + n;
+	struct cgr__rcomm *rc;
+	cgr_worker **members;
+	int ret = 0;
+
+	if (ctx == NULL || n == 0 || n > CGR_MAX_RANKS ||
+	    cm->m.payload != 2 * n * sizeof(uint32_t) || cm->m.gid == 0)
+		return -EPROTO;
+	if (cgr__comm_find(ctx, cm->m.gid) != NULL)
+		return -EEXIST;
+	if ((members = calloc(n, sizeof(*members))) == NULL)
+		return -ENOMEM;
+	for (size_t i = 0; i < n && ret == 0; i++) {
+		if (host[i] >= j->size)
+			ret = -EPROTO;
+		else if (host[i] != j->rank)
+			continue;
+		else if (index[i] >= nlocal || local[index[i]] == NULL)
+			ret = -ENOENT; /* not a worker of this host */
+		else
+			members[i] = local[index[i]];
+	}
+	if (ret == 0)
+		ret = rc_make(ctx, j, members, host, n, cm->m.gid, &rc);
+	free(members);
+	return ret;
+}
+
+static struct cgr__rcomm *listed(struct cgr_job *j, uint64_t id)
+{
+	struct cgr__rcomm *rc;
+
+	for (rc = j->rcomms; rc != NULL && rc->head.id != id; rc = rc->next)
+		;
+	return rc;
+}
+
+void cgr__rcomm_in(struct cgr_job *j, struct cgr__cmsg *cm)
+{
+	struct cgr__rcomm *rc;
+	char why[240];
+
+	pthread_mutex_lock(&j->lock);
+	rc = listed(j, cm->m.gid);
+	if (cm->m.type == CGR__RM_COMM_ABORT) {
+		if (rc != NULL) {
+			snprintf(why, sizeof(why), "communicator aborted on "
+						   "host %s (rank %u)",
+				 host_name(j, cm->from), cm->from);
+			fail_locked(rc, -ECANCELED, why);
+		}
+		free(cm);
+	} else if (rc == NULL && cm->m.gid <= j->rcomm_seen) {
+		/* Of a communicator this host freed: late. */
+		atomic_fetch_add_explicit(&j->st_late, 1,
+					  memory_order_relaxed);
+		free(cm);
+	} else {
+		/* (Of one this host does not have yet: kept.) */
+		cm->next = j->box;
+		j->box = cm;
+		pthread_cond_broadcast(&j->cond);
+	}
+	pthread_mutex_unlock(&j->lock);
+}
+
+void cgr__rcomm_box_free(struct cgr_job *j)
+{
+	while (j->box != NULL) {
+		struct cgr__cmsg *cm = j->box;
+		j->box = cm->next;
+		free(cm);
+	}
+}
