@@ -685,6 +685,9 @@ typedef struct cgr_job_stats {
 	/* Bytes of values' data to and from hosts (a value read on a host
 	 * only in part, e.g. an alltoall member's block, moves that part). */
 	uint64_t bytes_sent, bytes_received;
+	/* Bytes of communicators' operations to and from hosts (their data
+	 * and agreement records, see cgr_comm_create). */
+	uint64_t comm_bytes_sent, comm_bytes_received;
 } cgr_job_stats;
 void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out);
 /* Leaves the job: the driver first tells every serving rank to return,
@@ -1201,11 +1204,13 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * poisons, CGR_EMISMATCH, -EINVAL for what one rank sees), except:
  * operations run on the calling thread only (s must be NULL: an
  * operation on a stream fails on every rank with -ENOTSUP), no groups
- * (-ENOTSUP), and at most 1 GiB per message.  Each rank sends every other
- * rank its record and the part of its input that rank needs (the whole
- * input for allreduce and allgather, block j for reducescatter and
- * alltoall, to the root only for reduce and gather, from the root only
- * for broadcast and scatter); reductions fold in rank order (rank 0's
+ * (-ENOTSUP), and at most 1 GiB per message.  Each rank sends each host
+ * with other ranks one message: its agreement record and, once, what of
+ * its input that host's ranks need (the whole input for allreduce and
+ * allgather, each one's block for reducescatter and alltoall, to the
+ * root's host only for reduce and gather, from the root only for
+ * broadcast and scatter; cgr_job_stats counts the bytes); reductions
+ * fold in rank order (rank 0's
  * input op rank 1's op ...) on every rank, so the result is bit-identical
  * on every member and across host layouts.  Failures: a host of the
  * communicator lost fails its pending and later operations with

@@ -19,7 +19,8 @@
  * and receives around a ring; one member with an invalid argument (every
  * rank -EINVAL) or a different count (CGR_EMISMATCH); an allreduce of
  * int32 against a direct sum; groups refused; an abort by one member
- * (every rank -ECANCELED).  A member whose operation fails with
+ * (every rank -ECANCELED); what an allreduce sends between hosts (each
+ * rank's input once per other host).  A member whose operation fails with
  * CGR_EHOSTLOST outputs an error value saying so (tests/net-graph's
  * losecomm: netcomm_allreduce).  Prints "comm OK layouts L executions E ..."
  * with the median of 8-byte allreduces across the hosts.
@@ -254,6 +255,7 @@ static void *ref_main(void *arg)
 
 struct tally {
 	unsigned execs, outs, bad, direct;
+	uint64_t sent; /* crossing() */
 	char msg[200];
 };
 
@@ -442,6 +444,31 @@ static void timed(cgr_compiled *g, cgr_comm *cm, int n, double *op_us,
 	(void)n;
 }
 
+/* An allreduce of 3000 float32 (b bytes) over layout 3 (3 hosts x 2)
+ * sends from the driver's host what its two ranks' inputs must reach the
+ * other two hosts with: one message per rank per host, 4 b (plus records,
+ * records), not one per rank per rank (8 b): cgr_job_stats. */
+static void crossing(cgr_job *job, cgr_compiled *g, cgr_comm *cm, int n,
+		     struct tally *t)
+{
+	struct cmd c = { .id = cgr_comm_id(cm), .count = BIGC,
+			 .dtype = CGR_FLOAT32, .kind = CGR_COLL_ALLREDUCE,
+			 .op = CGR_SUM };
+	const uint64_t b = 4 * BIGC;
+	cgr_job_stats x, y;
+
+	cgr_job_stats_get(job, &x);
+	one(g, NULL, n, &c, 0, t);
+	cgr_job_stats_get(job, &y);
+	t->sent = y.comm_bytes_sent - x.comm_bytes_sent;
+	if (t->sent < 4 * b || t->sent >= 5 * b) {
+		fprintf(stderr, "comm: an allreduce of %llu B per rank sent "
+				"%llu B from the driver's host (want 4x)\n",
+			(unsigned long long)b, (unsigned long long)t->sent);
+		t->bad++;
+	}
+}
+
 int netcomm_allreduce(cgr_ctx *ctx, cgr_worker *const *w, cgr_compiled **g,
 		      cgr_comm **cm, cgr_value *arg)
 {
@@ -471,7 +498,6 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 	double op_us = 0, base_us = 0;
 	int ret = 0;
 
-	(void)job;
 	for (int h = 0; h < 3 && ret == 0; h++) {
 		char name[8];
 		snprintf(name, sizeof(name), "x%d", h);
@@ -500,6 +526,8 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 		cases(g, cm, ref, n, &t);
 		if (l == 0)
 			timed(g, cm, n, &op_us, &base_us);
+		if (l == 3)
+			crossing(job, g, cm, n, &t);
 		if (l == 3) {
 			/* An abort by one member: every rank -ECANCELED, and
 			 * the next operation too. */
@@ -523,7 +551,9 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 		return 1;
 	}
 	printf("comm OK layouts 4 executions %u outputs %u direct %u "
-	       "allreduce8_p50_us %.1f graph_p50_us %.1f\n",
-	       t.execs, t.outs, t.direct, op_us, base_us);
+	       "allreduce8_p50_us %.1f graph_p50_us %.1f "
+	       "allreduce_12000B_sent_from_host_B %llu\n",
+	       t.execs, t.outs, t.direct, op_us, base_us,
+	       (unsigned long long)t.sent);
 	return 0;
 }

@@ -142,15 +142,19 @@ static bool flush_out(struct cgr_job *j)
 int cgr__job_send(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
 		  const void *payload, size_t len)
 {
-	return cgr__job_sendv(j, to, m, payload, len, NULL, 0);
+	struct iovec v = { (void *)(uintptr_t)payload, len };
+
+	return cgr__job_sendv(j, to, m, &v, 1);
 }
 
 int cgr__job_sendv(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
-		   const void *a, size_t alen, const void *b, size_t blen)
+		   const struct iovec *v, int nv)
 {
 	struct cgr__omsg *o;
-	size_t len = alen + blen;
+	size_t len = 0, at = sizeof(*m);
 
+	for (int i = 0; i < nv; i++)
+		len += v[i].iov_len;
 	if (to >= j->size || to == j->rank || len > CGR__RMSG_MAX_PAYLOAD)
 		return -EINVAL;
 	if (cgr__job_lost(j, to, NULL))
@@ -163,10 +167,11 @@ int cgr__job_sendv(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
 	o->len = sizeof(*m) + len;
 	memcpy(o->buf, m, sizeof(*m));
 	((struct cgr__rmsg *)(void *)o->buf)->payload = len;
-	if (alen)
-		memcpy(o->buf + sizeof(*m), a, alen);
-	if (blen)
-		memcpy(o->buf + sizeof(*m) + alen, b, blen);
+	for (int i = 0; i < nv; i++) {
+		if (v[i].iov_len)
+			memcpy(o->buf + at, v[i].iov_base, v[i].iov_len);
+		at += v[i].iov_len;
+	}
 	pthread_mutex_lock(&j->lock);
 	*j->out_tail = o;
 	j->out_tail = &o->next;
@@ -970,6 +975,8 @@ void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out)
 	out->data_received = atomic_load(&m->st_data_recv);
 	out->bytes_sent = atomic_load(&m->st_bytes_sent);
 	out->bytes_received = atomic_load(&m->st_bytes_recv);
+	out->comm_bytes_sent = atomic_load(&m->st_comm_sent);
+	out->comm_bytes_received = atomic_load(&m->st_comm_recv);
 	out->control = atomic_load(&m->st_ctrl);
 	out->heartbeats = atomic_load(&m->st_heartbeats);
 	out->late = atomic_load(&m->st_late);

@@ -153,33 +153,52 @@ static int rc_abort(cgr_comm *c)
 
 /* ---- messages ----------------------------------------------------------- */
 
-/* Rank me's message to rank q: record a, then len bytes of data. */
-static int put(struct cgr__rcomm *rc, int me, int q, int lane, uint64_t seq,
-	       const struct cgr__agree *a, const void *data, size_t len)
+/* A message: its record, then its data in nv parts.  to: the receiving
+ * rank (sends and receives), or the host whose ranks take it (a
+ * collective's: refs of them, each takes the same message). */
+static int put(struct cgr__rcomm *rc, int me, uint32_t to, int lane,
+	       uint64_t seq, uint32_t refs, const struct cgr__agree *a,
+	       const struct iovec *v, int nv)
 {
 	struct cgr_job *j = rc->j;
+	uint32_t host = lane == LANE_COLL ? to : rc->host[to];
+	struct iovec all[CGR_MAX_RANKS + 1];
 	struct cgr__cmsg *cm;
 	struct cgr__rmsg m;
+	size_t len = REC, at = REC;
 
 	memset(&m, 0, sizeof(m));
 	m.type = CGR__RM_COMM_OP;
 	m.gid = rc->head.id;
 	m.index = (uint32_t)me;
-	m.flags = (uint32_t)q;
+	m.flags = to;
 	m.cpu = lane;
 	m.timeout_ns = (int64_t)seq;
-	if (!here(rc, q))
-		return cgr__job_sendv(j, rc->host[q], &m, a, REC, data, len);
+	m.nranks = refs;
+	all[0].iov_base = (void *)(uintptr_t)a;
+	all[0].iov_len = REC;
+	for (int i = 0; i < nv; i++)
+		all[1 + i] = v[i], len += v[i].iov_len;
+	if (host != j->rank) {
+		int ret = cgr__job_sendv(j, host, &m, all, nv + 1);
+		if (ret == 0)
+			atomic_fetch_add_explicit(&j->st_comm_sent, len,
+						  memory_order_relaxed);
+		return ret;
+	}
 	/* The same process: straight into the box. */
-	if ((cm = malloc(sizeof(*cm) + REC + len)) == NULL)
+	if ((cm = malloc(sizeof(*cm) + len)) == NULL)
 		return -ENOMEM;
-	m.payload = REC + len;
+	m.payload = len;
 	cm->from = j->rank;
-	cm->len = sizeof(m) + REC + len;
+	cm->len = sizeof(m) + len;
 	cm->m = m;
 	memcpy(cm->payload, a, REC);
-	if (len)
-		memcpy(cm->payload + REC, data, len);
+	for (int i = 0; i < nv; i++) {
+		if (v[i].iov_len)
+			memcpy(cm->payload + at, v[i].iov_base, v[i].iov_len);
+		at += v[i].iov_len;
+	}
 	pthread_mutex_lock(&j->lock);
 	cm->next = j->box;
 	j->box = cm;
@@ -188,10 +207,13 @@ static int put(struct cgr__rcomm *rc, int me, int q, int lane, uint64_t seq,
 	return 0;
 }
 
-/* What one wait collects: from each rank in want (got[r] NULL) its
- * message to me on lane, sequence seq. */
+/* What one wait collects: from each rank whose got[] is NULL its message
+ * to `to` (a rank or this host: see put) on lane, sequence seq.  The
+ * messages stay in the box until every rank they are for let them go
+ * (let_go). */
 struct want {
-	int me, lane, nleft;
+	uint32_t to;
+	int lane, nleft;
 	uint64_t seq;
 	struct cgr__cmsg **got;
 	int64_t deadline;
@@ -200,24 +222,33 @@ struct want {
 /* Under j->lock: the box's messages for w; whether all are in. */
 static bool take_in(struct cgr__rcomm *rc, struct want *w)
 {
-	struct cgr__cmsg **pp = &rc->j->box;
-
-	while (*pp != NULL && w->nleft > 0) {
-		struct cgr__cmsg *cm = *pp;
+	for (struct cgr__cmsg *cm = rc->j->box; cm != NULL && w->nleft > 0;
+	     cm = cm->next) {
 		uint32_t from = cm->m.index;
-		if (cm->m.gid == rc->head.id && cm->m.flags == (uint32_t)w->me &&
+		if (cm->m.gid == rc->head.id && cm->m.flags == w->to &&
 		    cm->m.cpu == w->lane &&
 		    (uint64_t)cm->m.timeout_ns == w->seq &&
 		    from < (uint32_t)rc->head.n && w->got[from] == NULL &&
-		    cm->m.payload >= REC) {
-			*pp = cm->next;
+		    cm->m.payload >= REC && cm->m.nranks > 0) {
 			w->got[from] = cm;
 			w->nleft--;
-			continue;
 		}
-		pp = &cm->next;
 	}
 	return w->nleft == 0;
+}
+
+/* This rank is done with message cm: the last one frees it. */
+static void let_go(struct cgr_job *j, struct cgr__cmsg *cm)
+{
+	pthread_mutex_lock(&j->lock);
+	if (--cm->m.nranks == 0) {
+		struct cgr__cmsg **pp = &j->box;
+		while (*pp != cm)
+			pp = &(*pp)->next;
+		*pp = cm->next;
+		free(cm);
+	}
+	pthread_mutex_unlock(&j->lock);
 }
 
 /* Under j->lock: a lost host of rc fails it. */
@@ -278,14 +309,6 @@ static int await(struct cgr__rcomm *rc, struct want *w)
 	return ret;
 }
 
-static void drop_got(struct cgr__cmsg **got, int n)
-{
-	for (int r = 0; r < n; r++) {
-		free(got[r]);
-		got[r] = NULL;
-	}
-}
-
 /* ---- operations ----------------------------------------------------------- */
 
 /* How many bytes of rank `from`'s input (desc d) rank `to` needs (0:
@@ -322,19 +345,64 @@ static size_t part(const struct cgr__coll_desc *d, int from, int to,
 	return whole || *block ? b : 0;
 }
 
+/*
+ * Rank `from`'s message to the ranks of host h (but itself): what of its
+ * input they need, once: the whole input if any of them needs it, or each
+ * one's block, in rank order.  Its bytes; *off: where rank `to`'s part is
+ * in it (to on h).  v (may be NULL; room for CGR_MAX_RANKS): the parts,
+ * *nv of them, from from's send buffer.  *refs: the ranks it is for.
+ */
+static size_t host_msg(const struct cgr__rcomm *rc,
+		       const struct cgr__coll_desc *d, int from, uint32_t h,
+		       size_t b, int to, size_t *off, struct iovec *v, int *nv,
+		       uint32_t *refs)
+{
+	size_t len = 0;
+	bool block;
+
+	*off = 0;
+	*nv = 0;
+	*refs = 0;
+	for (int q = 0; q < rc->head.n; q++) {
+		size_t l;
+		if (rc->host[q] != h || q == from)
+			continue;
+		++*refs;
+		l = part(d, from, q, b, &block);
+		if (q == to)
+			*off = block ? len : 0;
+		if (l == 0 || (!block && len != 0))
+			continue;
+		if (v != NULL) {
+			const char *p = d->send;
+			v[*nv].iov_base = (void *)(uintptr_t)(block ? p + (size_t)q * b : p);
+			v[*nv].iov_len = l;
+		}
+		++*nv;
+		len += l;
+	}
+	return len;
+}
+
 /* The data rank r holds for me: my own input's part, or its message's
  * (a wrong length sets *bad). */
-static const void *data_of(int me, int r, const struct cgr__coll_desc *d,
-			   size_t b, struct cgr__cmsg **got, bool *bad)
+static const void *data_of(const struct cgr__rcomm *rc, int me, int r,
+			   const struct cgr__coll_desc *d, size_t b,
+			   struct cgr__cmsg **got, bool *bad)
 {
+	size_t off, len;
+	uint32_t refs;
+	int nv;
 	bool block;
-	size_t len = part(d, r, me, b, &block);
 
-	if (r == me)
+	if (r == me) {
+		(void)part(d, r, me, b, &block);
 		return block ? (const char *)d->send + (size_t)me * b : d->send;
+	}
+	len = host_msg(rc, d, r, rc->host[me], b, me, &off, NULL, &nv, &refs);
 	if (got[r]->m.payload != REC + len)
 		*bad = true;
-	return got[r]->payload + REC;
+	return got[r]->payload + REC + off;
 }
 
 /* Rank me's result from every rank's data (the verdict agreed). */
@@ -350,12 +418,12 @@ static int compute(struct cgr__rcomm *rc, int me,
 	if (b == 0 || (cgr__coll_out_at_root(k) && me != d->root))
 		return 0;
 	if (k == CGR_COLL_BROADCAST || k == CGR_COLL_SCATTER) {
-		const void *p = data_of(me, d->root, d, b, got, &bad);
+		const void *p = data_of(rc, me, d->root, d, b, got, &bad);
 		if (!bad && p != r)
 			memcpy(r, p, b);
 	} else {
 		for (int q = 0; q < n; q++)
-			src[q] = data_of(me, q, d, b, got, &bad);
+			src[q] = data_of(rc, me, q, d, b, got, &bad);
 	}
 	if (bad)
 		return fail_rank(rc, me, CGR_ECORRUPT,
@@ -415,8 +483,8 @@ static int failed_now(struct cgr__rcomm *rc, int me, int kind)
 
 /* An operation that could not finish its exchange (ret): past its
  * deadline (-ETIMEDOUT), the communicator's failure, or a message that
- * could not be sent.  The first two aborts the communicator everywhere:
- * the ranks' sequences no longer line up. */
+ * could not be sent.  The first and the last abort the communicator
+ * everywhere: the ranks' sequences no longer line up. */
 static int op_failed(struct cgr__rcomm *rc, int me, int kind, int ret)
 {
 	const char *k = cgr__coll_kind_name(kind);
@@ -437,37 +505,58 @@ static int op_failed(struct cgr__rcomm *rc, int me, int kind, int ret)
 	return ret;
 }
 
+/* Rank me's messages of collective d: one to each host with ranks (but
+ * me), carrying what they need of its input once. */
+static int coll_send(struct cgr__rcomm *rc, int me,
+		     const struct cgr__coll_desc *d, uint64_t seq,
+		     const struct cgr__agree *a, size_t b)
+{
+	struct iovec v[CGR_MAX_RANKS];
+	int ret = 0;
+
+	for (int r = 0; r < rc->head.n && ret == 0; r++) {
+		uint32_t h = rc->host[r], refs;
+		size_t off;
+		int nv, q = 0;
+		while (q < r && rc->host[q] != h)
+			q++;
+		if (q != r)
+			continue; /* h had its message */
+		/* Poisoned: the record alone. */
+		(void)host_msg(rc, d, me, h, b, -1, &off, d->poison ? NULL : v,
+			       &nv, &refs);
+		if (refs != 0)
+			ret = put(rc, me, h, LANE_COLL, seq, refs, a, v,
+				  d->poison ? 0 : nv);
+	}
+	return ret;
+}
+
 static int coll_run(struct cgr__rcomm *rc, int me,
 		    const struct cgr__coll_desc *d)
 {
 	int n = rc->head.n, ret;
 	size_t b = d->count * cgr_dtype_size(d->dtype);
 	struct cgr__cmsg *got[CGR_MAX_RANKS] = { NULL };
-	struct want w = { me, LANE_COLL, n - 1, ++rc->seq[me], got,
+	struct want w = { rc->j->rank, LANE_COLL, n - 1, ++rc->seq[me], got,
 			  d->deadline };
 	struct cgr__agree a;
 
 	cgr__agree_op(&a, d);
 	if ((ret = failed_now(rc, me, d->kind)) != 0)
 		return ret;
-	for (int q = 0; q < n && ret == 0; q++) {
-		bool block;
-		size_t len = d->poison ? 0 : part(d, me, q, b, &block);
-		const char *p = d->send;
-		if (q == me)
-			continue;
-		if (len != 0 && block)
-			p += (size_t)q * b;
-		ret = put(rc, me, q, LANE_COLL, w.seq, &a, len ? p : NULL,
-			  len);
-	}
+	got[me] = (struct cgr__cmsg *)&w; /* none from itself */
+	ret = coll_send(rc, me, d, w.seq, &a, b);
 	if (ret == 0)
 		ret = await(rc, &w);
+	got[me] = NULL;
 	if (ret != 0)
 		ret = op_failed(rc, me, d->kind, ret);
 	else if ((ret = verdict(rc, me, &a, got, w.seq)) == 0)
 		ret = compute(rc, me, d, b, got);
-	drop_got(got, n);
+	for (int q = 0; q < n; q++)
+		if (got[q] != NULL)
+			let_go(rc->j, got[q]);
 	return ret;
 }
 
@@ -480,9 +569,10 @@ static int p2p_run(struct cgr__rcomm *rc, int me,
 	size_t b = d->count * cgr_dtype_size(d->dtype);
 	uint64_t *ctr = send ? rc->sent : rc->rcvd;
 	struct cgr__cmsg *got[CGR_MAX_RANKS];
-	struct want w = { me, send ? LANE_RECV : LANE_SEND, 1,
+	struct want w = { (uint32_t)me, send ? LANE_RECV : LANE_SEND, 1,
 			  ++ctr[(size_t)me * (size_t)n + (size_t)peer], got,
 			  d->deadline };
+	struct iovec v = { (void *)(uintptr_t)d->send, b };
 	struct cgr__agree a, *theirs;
 	char what[64];
 
@@ -496,8 +586,8 @@ static int p2p_run(struct cgr__rcomm *rc, int me,
 	if ((ret = failed_now(rc, me, d->kind)) != 0)
 		return ret;
 	if (send)
-		ret = put(rc, me, peer, LANE_SEND, w.seq, &a,
-			  d->poison ? NULL : d->send, d->poison ? 0 : b);
+		ret = put(rc, me, (uint32_t)peer, LANE_SEND, w.seq, 1, &a, &v,
+			  d->poison ? 0 : 1);
 	if (ret == 0)
 		ret = await(rc, &w);
 	if (ret != 0)
@@ -515,9 +605,10 @@ static int p2p_run(struct cgr__rcomm *rc, int me,
 		 * poison, or a corruption it saw). */
 		if (ret == CGR_ECORRUPT)
 			a.code = CGR_ECORRUPT;
-		(void)put(rc, me, peer, LANE_RECV, w.seq, &a, NULL, 0);
+		(void)put(rc, me, (uint32_t)peer, LANE_RECV, w.seq, 1, &a,
+			  NULL, 0);
 	}
-	free(got[peer]);
+	let_go(rc->j, got[peer]);
 	return ret;
 }
 
@@ -811,6 +902,9 @@ void cgr__rcomm_in(struct cgr_job *j, struct cgr__cmsg *cm)
 	struct cgr__rcomm *rc;
 	char why[240];
 
+	if (cm->m.type == CGR__RM_COMM_OP)
+		atomic_fetch_add_explicit(&j->st_comm_recv, cm->m.payload,
+					  memory_order_relaxed);
 	pthread_mutex_lock(&j->lock);
 	rc = listed(j, cm->m.gid);
 	if (cm->m.type == CGR__RM_COMM_ABORT) {

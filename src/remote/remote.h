@@ -40,6 +40,7 @@
 #define CGR_REMOTE_H
 
 #include <pthread.h>
+#include <sys/uio.h>
 
 #include "net/net.h"
 #include "run/run.h"
@@ -197,6 +198,7 @@ struct cgr_job {
 	_Atomic uint64_t st_data_sent, st_data_recv, st_ctrl, st_heartbeats;
 	_Atomic uint64_t st_late, st_lost;
 	_Atomic uint64_t st_bytes_sent, st_bytes_recv;
+	_Atomic uint64_t st_comm_sent, st_comm_recv;
 };
 
 /* ---- link.c ---------------------------------------------------------- */
@@ -206,9 +208,9 @@ struct cgr_job {
  * -ENOMEM. */
 int cgr__job_send(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
 		  const void *payload, size_t len);
-/* The same with a payload in two parts (b may be NULL when blen is 0). */
+/* The same with a payload in nv parts, one after the other. */
 int cgr__job_sendv(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
-		   const void *a, size_t alen, const void *b, size_t blen);
+		   const struct iovec *v, int nv);
 /* The next control message from rank `from` (CGR__RANK_NONE: any) of
  * type (0: any) and gid (type's gid-less ones: any) by the deadline: 0
  * (*out, the caller frees it), CGR_EHOSTLOST (from was lost),
