@@ -9,7 +9,9 @@
 # Open MPI's (perf/mpi_coll_bw, pml ucx, the same sizes), two rounds, and
 # a table: both times, their ratio, and for 16 MiB the fraction of the
 # link bound (the bytes each host must send at least, over the raw UCX
-# bandwidth measured above).  Root only.
+# bandwidth measured above); then the same on a communicator across the
+# hosts (cgr_comm_create; a task on each member runs the operations back
+# to back, as Open MPI's benchmark does) and its ratio.  Root only.
 # Usage: perf/hosts.sh [--coll] [--quick] [-w N] [-n N]   (from the build
 # tree: sh ../perf/hosts.sh; --coll: the collectives only)
 set -u
@@ -58,7 +60,7 @@ colls=allreduce,allgather,reducescatter,broadcast,alltoall
 for round in 1 2; do
 	echo "== round $round: cgr collective nodes across the hosts"
 	netns_mpirun 600 "$tmp/o" "$tmp/e" "$build/perf/hosts_coll" -s "$sizes" "$@"
-	grep '^hosts_coll ' "$tmp/o" | tee -a "$tmp/coll"
+	grep '^hosts_co[lm][lm] ' "$tmp/o" | tee -a "$tmp/coll"
 	grep -v '^$' "$tmp/e" | head -5
 	if [ -x "$build/perf/mpi_coll_bw" ]; then
 		echo "== round $round: Open MPI collectives (pml ucx, tcp)"
@@ -88,10 +90,12 @@ function med(k,   n, i, j, t, a) {
 }
 function put(k, x) { v[k, ++cnt[k]] = x }
 $1 == "hosts_coll" { put("cgr " $2 " " $3, $5); keys[$2 " " $3] = 1 }
+$1 == "hosts_comm" { put("comm " $2 " " $3, $5) }
 $1 == "mpi" { put("mpi " $2 " " nominal($3), $6) }
 END {
-	printf "%-14s %10s %12s %12s %8s %12s\n", "collective", "bytes",
-	       "cgr us", "Open MPI us", "cgr/MPI", "link bound"
+	printf "%-14s %10s %12s %12s %8s %12s %12s %9s\n", "collective",
+	       "bytes", "cgr us", "Open MPI us", "cgr/MPI", "link bound",
+	       "comm us", "comm/MPI"
 	n = split("allreduce allgather reducescatter broadcast alltoall", cs)
 	split("8 16777216", ss)
 	for (i = 1; i <= n; i++) for (j = 1; j <= 2; j++) {
@@ -100,7 +104,11 @@ END {
 		c = med("cgr " k); m = ("mpi " k) in cnt ? med("mpi " k) : 0
 		f = cs[i] == "allreduce" ? 4 / 3 : cs[i] == "broadcast" ? 1 : 2 / 3
 		lb = raw > 0 && ss[j] > 8 ? sprintf("%.2f", f * ss[j] / (raw * 1e3) / c) : "-"
-		printf "%-14s %10d %12.1f %12s %8s %12s\n", cs[i], ss[j], c,
-		       m ? sprintf("%.1f", m) : "-", m ? sprintf("%.2fx", c / m) : "-", lb
+		d = ("comm " k) in cnt ? med("comm " k) : 0
+		printf "%-14s %10d %12.1f %12s %8s %12s %12s %9s\n", cs[i],
+		       ss[j], c, m ? sprintf("%.1f", m) : "-",
+		       m ? sprintf("%.2fx", c / m) : "-", lb,
+		       d ? sprintf("%.1f", d) : "-",
+		       d && m ? sprintf("%.2fx", d / m) : "-"
 	}
 }' "$tmp/coll"

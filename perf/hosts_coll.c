@@ -16,8 +16,12 @@
  * float32 for the reducing kinds, bytes else; split kinds divide by the
  * members), 8 B and 16 MiB unless -s gives others.  Each case's number is the median over windows of the
  * median of its executions.  The link's and graphs' wait mode:
- * PERF_MODE=adaptive (default) or block.  Prints a line per case and a
- * JSON line per result ("hosts_coll").
+ * PERF_MODE=adaptive (default) or block.  Then the same kinds and sizes
+ * on a communicator across the hosts (cgr_comm_create over the three
+ * members): a task on each member runs the operations back to back, as
+ * MPI's benchmark does, and the driver's member's median is the case's
+ * number ("hosts_comm").  Prints a line per case and a JSON line per
+ * result ("hosts_coll", "hosts_comm").
  */
 #include "perf.h"
 
@@ -70,12 +74,6 @@ static int ack(cgr_task_ctx *tc, void *state, const cgr_value *in,
 	return 0;
 }
 
-static const cgr_export exports[] = {
-	{ "gen", gen, NULL, NULL },
-	{ "ack", ack, NULL, NULL },
-	{ NULL, NULL, NULL, NULL },
-};
-
 static const struct {
 	const char *name;
 	int kind;
@@ -109,6 +107,84 @@ static size_t in_bytes(int kind, size_t bytes)
 	}
 	return (cnt ? cnt : 1) * esz;
 }
+
+/* What a member's "loop" task does: reps operations of kind back to
+ * back on communicator id, its input in_bytes. */
+struct loop_arg {
+	uint64_t id, in_bytes, reps;
+	int32_t kind, pad;
+};
+
+static int run_comm_op(cgr_comm *c, int r, const struct loop_arg *a,
+		       const void *s, void *d)
+{
+	size_t cnt = a->in_bytes / (reducing(a->kind) ? 4 : 1);
+	cgr_dtype dt = reducing(a->kind) ? CGR_FLOAT32 : CGR_UINT8;
+
+	switch (a->kind) {
+	case CGR_COLL_ALLREDUCE:
+		return cgr_allreduce(c, r, s, d, cnt, dt, CGR_SUM, NULL, NULL);
+	case CGR_COLL_ALLGATHER:
+		return cgr_allgather(c, r, s, d, cnt, dt, NULL, NULL);
+	case CGR_COLL_REDUCESCATTER:
+		return cgr_reducescatter(c, r, s, d, cnt / NM, dt, CGR_SUM,
+					 NULL, NULL);
+	case CGR_COLL_BROADCAST:
+		return cgr_broadcast(c, r, s, d, cnt, dt, 0, NULL, NULL);
+	case CGR_COLL_ALLTOALL:
+		return cgr_alltoall(c, r, s, d, cnt / NM, dt, NULL, NULL);
+	default:
+		return -EINVAL;
+	}
+}
+
+/* loop: a member's reps operations on the communicator across hosts,
+ * back to back as MPI's benchmark runs them; the median of their times
+ * (double, us) out. */
+static int loop(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		size_t nin, cgr_value *out, size_t nout)
+{
+	const struct loop_arg *a = cgr_task_arg(tc);
+	static __thread unsigned char *s, *d;
+	static __thread size_t cap;
+	static __thread double *lat;
+	size_t need = a->in_bytes * NM + 64;
+	double *o = cgr_task_output_buffer(tc, 0, sizeof(double));
+	cgr_comm *c;
+	int r, ret;
+
+	(void)state, (void)in, (void)nin, (void)nout;
+	if (o == NULL || (ret = cgr_task_comm(tc, a->id, &c, &r)) != 0)
+		return o == NULL ? -ENOMEM : ret;
+	if (cap < need) {
+		free(s), free(d);
+		s = calloc(1, need), d = calloc(1, need);
+		cap = s && d ? need : 0;
+		if (cap == 0)
+			return -ENOMEM;
+	}
+	free(lat);
+	if ((lat = calloc(a->reps + 1, sizeof(*lat))) == NULL)
+		return -ENOMEM;
+	for (uint64_t i = 0; i < a->reps; i++) {
+		int64_t t0 = perf_now_ns();
+		if ((ret = run_comm_op(c, r, a, s, d)) != 0) {
+			cgr_task_set_error(tc, ret, "%s", cgr_comm_errmsg(c, r));
+			return ret;
+		}
+		lat[i] = (double)(perf_now_ns() - t0) / 1e3;
+	}
+	*o = perf_median(lat, a->reps);
+	out[0] = cgr_value_bytes(o, sizeof(*o));
+	return 0;
+}
+
+static const cgr_export exports[] = {
+	{ "gen", gen, NULL, NULL },
+	{ "ack", ack, NULL, NULL },
+	{ "loop", loop, NULL, NULL },
+	{ NULL, NULL, NULL, NULL },
+};
 
 static cgr_compiled *graph(cgr_ctx *ctx, cgr_worker *const *w, int kind,
 			   size_t bytes, int mode)
@@ -163,6 +239,87 @@ static cgr_compiled *graph(cgr_ctx *ctx, cgr_worker *const *w, int kind,
 	return c;
 }
 
+/* The "loop" graph: a task on each member running reps operations of
+ * kind on communicator id. */
+static cgr_compiled *loop_graph(cgr_ctx *ctx, cgr_worker *const *w,
+				uint64_t id, int kind, size_t bytes,
+				uint64_t reps)
+{
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	struct loop_arg la = { id, in_bytes(kind, bytes), reps, kind, 0 };
+	cgr_node *arg, *out[NM];
+	cgr_compiled *c = NULL;
+	cgr_graph *g;
+	int ret = cgr_graph_create(ctx, &g);
+
+	if (ret == 0)
+		ret = cgr_graph_input(g, 0, &arg);
+	for (size_t r = 0; r < NM && ret == 0; r++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		d.name = "loop";
+		d.fn = loop;
+		d.arg_data = &la;
+		d.arg_len = sizeof(la);
+		d.max_out_bytes = sizeof(double);
+		ret = cgr_graph_task(g, w[r], &d, &arg, 1, &out[r], 1);
+	}
+	if (ret == 0)
+		ret = cgr_graph_output(g, out, NM);
+	cp.get_timeout_ns = 600ll * 1000000000;
+	if (ret == 0)
+		ret = cgr_graph_compile(g, &cp, &c);
+	if (ret != 0)
+		fprintf(stderr, "loop graph %d %zu: %s\n", kind, bytes,
+			cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	return c;
+}
+
+/* The communicator's cases: per kind and size, the median over windows
+ * of the driver's member's median operation (us) in comm[k][s]. */
+static int comm_cases(cgr_ctx *ctx, cgr_worker *const *w, long iters,
+		      int windows, const size_t *sizes, size_t ns,
+		      double comm[][MAXS])
+{
+	static double med[64];
+	cgr_comm *cm;
+
+	if (cgr_comm_create(ctx, w, NM, CGR_BACKEND_CPU, &cm) != 0)
+		return 1;
+	for (size_t k = 0; k < NCOLL; k++)
+		for (size_t s = 0; s < ns; s++) {
+			long n = sizes[s] >= (1u << 20) ?
+					 (iters / 100 > 3 ? iters / 100 : 3) :
+					 iters;
+			uint64_t reps = (uint64_t)n;
+			cgr_compiled *c = loop_graph(ctx, w, cgr_comm_id(cm),
+						     colls[k].kind, sizes[s],
+						     reps);
+			for (int win = 0; c != NULL && win < windows; win++) {
+				unsigned char b = 0;
+				cgr_value a = cgr_value_bytes(&b, 1), o[NM];
+				cgr_ref ref;
+				if (cgr_execute(c, &a, 1, &ref) != 0 ||
+				    cgr_ref_get(c, ref, -1, o, NM) != 0 ||
+				    o[0].kind != CGR_VALUE_BYTES) {
+					fprintf(stderr, "comm %s: %s\n",
+						colls[k].name,
+						o[0].kind == CGR_VALUE_ERROR ?
+							o[0].u.error.msg : "?");
+					return 1;
+				}
+				memcpy(&med[win], o[0].u.bytes.data, 8);
+				cgr_ref_release(c, ref);
+			}
+			if (c == NULL)
+				return 1;
+			comm[k][s] = perf_median(med, (size_t)windows);
+			cgr_compiled_destroy(c);
+		}
+	cgr_comm_destroy(cm);
+	return 0;
+}
+
 /* One execution: ns, -1 on failure. */
 static int64_t run1(cgr_compiled *c, unsigned char b)
 {
@@ -202,6 +359,10 @@ static int drive(cgr_ctx *ctx, const struct perf_opts *o, const size_t *sizes,
 		if (cgr_worker_create(ctx, &wp, &w[r]) != 0)
 			return 1;
 	}
+	static double comm[NCOLL][MAXS];
+
+	if (comm_cases(ctx, w, iters, windows, sizes, ns, comm) != 0)
+		return 1;
 	lat = calloc((size_t)iters + 3, sizeof(*lat));
 	/* A worker serves one compiled graph at a time: case by case. */
 	for (size_t k = 0; k < NCOLL; k++)
@@ -240,6 +401,23 @@ static int drive(cgr_ctx *ctx, const struct perf_opts *o, const size_t *sizes,
 			       (double)sizes[s] / us / 1e3);
 			perf_json("hosts_coll", cs, "cgr", "time", us, "us",
 				  "\"bytes\":%zu", sizes[s]);
+		}
+	printf("cgr communicator across 3 hosts (cgr_comm_create with one "
+	       "member per host; a task on each runs the operations back to "
+	       "back; the driver's member's median, medians of %d "
+	       "windows):\n",
+	       windows);
+	for (size_t k = 0; k < NCOLL; k++)
+		for (size_t s = 0; s < ns; s++) {
+			char cs[48];
+			snprintf(cs, sizeof(cs), "%s-%zu", colls[k].name,
+				 sizes[s]);
+			printf("hosts_comm %-14s %10zu B  %10.1f us  %8.3f "
+			       "GB/s\n",
+			       colls[k].name, sizes[s], comm[k][s],
+			       (double)sizes[s] / comm[k][s] / 1e3);
+			perf_json("hosts_comm", cs, "cgr", "time", comm[k][s],
+				  "us", "\"bytes\":%zu", sizes[s]);
 		}
 	free(lat);
 	return 0;

@@ -41,10 +41,12 @@
 #define SEC 1000000000ll
 #define MAXM 6
 #define BIGC 3000
+#define SPLITC 8300 /* above the split, as large as OUTMAX allows */
 /* An output: the call's result (int32) in a 16-byte head, so that the
  * receive buffer after it is aligned for every dtype. */
 #define HEAD 16
 #define OUTMAX (HEAD + (size_t)MAXM * BIGC * 8)
+_Static_assert(HEAD + SPLITC * 8 <= OUTMAX, "room for split allreduces");
 
 enum { OP_P2P = 100, OP_GROUP = 101, OP_ABORT = 102 };
 
@@ -56,6 +58,7 @@ struct cmd {
 	uint8_t dtype, op, root;
 	uint8_t fault; /* 0, 1: `who` passes NULL, 2: `who` count + 1 */
 	uint8_t who;
+	uint8_t inplace; /* allreduce: send == recv on every rank */
 };
 
 /* Element e of rank r's input: 1..5 (1..2 for products), so that every
@@ -140,6 +143,11 @@ static size_t run_op(cgr_comm *cm, int n, int r, const struct cmd *c,
 		put(s, dt, e, elem(c, r, e));
 	if (c->fault == 2 && r == c->who)
 		cnt++;
+	if (c->inplace) {
+		memcpy(rb, s, nr * es);
+		free(s);
+		s = rb;
+	}
 	const void *sp = c->fault == 1 && r == c->who &&
 				 (c->kind == CGR_COLL_REDUCE ||
 				  c->kind == CGR_COLL_GATHER) ? NULL : s;
@@ -195,7 +203,8 @@ static size_t run_op(cgr_comm *cm, int n, int r, const struct cmd *c,
 	default:
 		ret = -EINVAL;
 	}
-	free(s);
+	if (s != rb)
+		free(s);
 	memset(out, 0, HEAD);
 	memcpy(out, &ret, 4);
 	return HEAD + nr * es;
@@ -402,6 +411,21 @@ static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
 			c.root = (uint8_t)((c.who + 1) % n);
 			one(g, ref, n, &c, 0, t);
 		}
+	/* Allreduces above the size that splits them (16 KiB: each rank
+	 * reduces one block, then every rank gathers them), counts that do
+	 * not divide among the ranks, in place and not. */
+	for (int dt = 0; dt < CGR_DTYPE_COUNT; dt++)
+		for (uint8_t ip = 0; ip < 2; ip++) {
+			c.kind = CGR_COLL_ALLREDUCE;
+			c.dtype = (uint8_t)dt;
+			c.count = SPLITC - 100 + (uint32_t)dt;
+			c.op = (uint8_t)((dt + ip) % CGR_REDOP_COUNT);
+			c.fault = 0;
+			c.inplace = ip;
+			c.seed++;
+			one(g, ref, n, &c, 0, t);
+		}
+	c.inplace = 0;
 	c.fault = 0;
 	c.kind = OP_GROUP;
 	one(g, NULL, n, &c, -ENOTSUP, t);

@@ -36,6 +36,7 @@
  * every share's failure and the list of shares are under j->lock.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -47,7 +48,12 @@
 #include "comm/reduce.h"
 #include "remote/remote.h"
 
-enum { LANE_COLL = 0, LANE_SEND = 1, LANE_RECV = 2 };
+enum { LANE_COLL = 0, LANE_SEND = 1, LANE_RECV = 2, LANE_GATHER = 3 };
+
+/* An allreduce of at least this many bytes (and one element per rank)
+ * runs as a reduce-scatter and an allgather: each rank reduces one block
+ * (the data each host sends: 2 (n - 1) / n inputs instead of n - 1). */
+#define SPLIT_BYTES ((size_t)16 << 10)
 
 #define REC sizeof(struct cgr__agree)
 
@@ -161,7 +167,8 @@ static int put(struct cgr__rcomm *rc, int me, uint32_t to, int lane,
 	       const struct iovec *v, int nv)
 {
 	struct cgr_job *j = rc->j;
-	uint32_t host = lane == LANE_COLL ? to : rc->host[to];
+	uint32_t host = lane == LANE_COLL || lane == LANE_GATHER ? to
+								  : rc->host[to];
 	struct iovec all[CGR_MAX_RANKS + 1];
 	struct cgr__cmsg *cm;
 	struct cgr__rmsg m;
@@ -286,7 +293,7 @@ static int await(struct cgr__rcomm *rc, struct want *w)
 		if (now < spin_end && j->wait_mode != CGR_WAIT_BLOCK) {
 			pthread_mutex_unlock(&j->lock);
 			if (!cgr__job_poll(j))
-				cgr__cpu_relax();
+				sched_yield();
 			pthread_mutex_lock(&j->lock);
 			continue;
 		}
@@ -311,17 +318,56 @@ static int await(struct cgr__rcomm *rc, struct want *w)
 
 /* ---- operations ----------------------------------------------------------- */
 
-/* How many bytes of rank `from`'s input (desc d) rank `to` needs (0:
- * none), and whether they are its block `to` (else the whole input).
- * b: bytes of count elements. */
-static size_t part(const struct cgr__coll_desc *d, int from, int to,
-		   size_t b, bool *block)
+/* One collective of rank me: its descriptor, bytes of count elements,
+ * and for an allreduce that is split (SPLIT_BYTES) the bytes of a block
+ * (rank q reduces bytes [q * blk, (q + 1) * blk) of the input, the last
+ * ones fewer or none). */
+struct op {
+	const struct cgr__coll_desc *d;
+	size_t b, blk;
+	bool split;
+};
+
+static void op_plan(struct op *o, const struct cgr__rcomm *rc,
+		    const struct cgr__coll_desc *d)
 {
+	size_t es = cgr_dtype_size(d->dtype), n = (size_t)rc->head.n;
+
+	o->d = d;
+	o->b = d->count * es;
+	o->split = d->kind == CGR_COLL_ALLREDUCE && o->b >= SPLIT_BYTES &&
+		   d->count >= n;
+	o->blk = o->split ? (d->count + n - 1) / n * es : 0;
+}
+
+/* Rank q's block of a split allreduce: its offset and its bytes. */
+static size_t blk_of(const struct op *o, int q, size_t *off)
+{
+	size_t at = (size_t)q * o->blk;
+
+	*off = at < o->b ? at : o->b;
+	return o->b - *off < o->blk ? o->b - *off : o->blk;
+}
+
+/* What of rank `from`'s input rank `to` needs: its bytes (0: none) and
+ * where they start in the input (*off); *block: whether that depends on
+ * `to` (else it is the same for every rank that needs any). */
+static size_t part(const struct op *o, int from, int to, size_t *off,
+		   bool *block)
+{
+	const struct cgr__coll_desc *d = o->d;
 	bool whole = false;
 
+	*off = 0;
 	*block = false;
 	switch (d->kind) {
 	case CGR_COLL_ALLREDUCE:
+		if (o->split) {
+			*block = true;
+			return blk_of(o, to, off);
+		}
+		whole = true;
+		break;
 	case CGR_COLL_ALLGATHER:
 		whole = true;
 		break;
@@ -342,40 +388,42 @@ static size_t part(const struct cgr__coll_desc *d, int from, int to,
 	default:
 		break;
 	}
-	return whole || *block ? b : 0;
+	if (*block)
+		*off = (size_t)to * o->b;
+	return whole || *block ? o->b : 0;
 }
 
 /*
  * Rank `from`'s message to the ranks of host h (but itself): what of its
  * input they need, once: the whole input if any of them needs it, or each
- * one's block, in rank order.  Its bytes; *off: where rank `to`'s part is
+ * one's block, in rank order.  Its bytes; *at: where rank `to`'s part is
  * in it (to on h).  v (may be NULL; room for CGR_MAX_RANKS): the parts,
  * *nv of them, from from's send buffer.  *refs: the ranks it is for.
  */
-static size_t host_msg(const struct cgr__rcomm *rc,
-		       const struct cgr__coll_desc *d, int from, uint32_t h,
-		       size_t b, int to, size_t *off, struct iovec *v, int *nv,
-		       uint32_t *refs)
+static size_t host_msg(const struct cgr__rcomm *rc, const struct op *o,
+		       int from, uint32_t h, int to, size_t *at,
+		       struct iovec *v, int *nv, uint32_t *refs)
 {
 	size_t len = 0;
 	bool block;
 
-	*off = 0;
+	*at = 0;
 	*nv = 0;
 	*refs = 0;
 	for (int q = 0; q < rc->head.n; q++) {
-		size_t l;
+		size_t l, off;
 		if (rc->host[q] != h || q == from)
 			continue;
 		++*refs;
-		l = part(d, from, q, b, &block);
+		l = part(o, from, q, &off, &block);
 		if (q == to)
-			*off = block ? len : 0;
+			*at = block ? len : 0;
 		if (l == 0 || (!block && len != 0))
 			continue;
 		if (v != NULL) {
-			const char *p = d->send;
-			v[*nv].iov_base = (void *)(uintptr_t)(block ? p + (size_t)q * b : p);
+			v[*nv].iov_base =
+				(void *)(uintptr_t)((const char *)o->d->send +
+						    off);
 			v[*nv].iov_len = l;
 		}
 		++*nv;
@@ -386,65 +434,78 @@ static size_t host_msg(const struct cgr__rcomm *rc,
 
 /* The data rank r holds for me: my own input's part, or its message's
  * (a wrong length sets *bad). */
-static const void *data_of(const struct cgr__rcomm *rc, int me, int r,
-			   const struct cgr__coll_desc *d, size_t b,
-			   struct cgr__cmsg **got, bool *bad)
+static const void *data_of(const struct cgr__rcomm *rc, const struct op *o,
+			   int me, int r, struct cgr__cmsg **got, bool *bad)
 {
-	size_t off, len;
+	size_t at, len;
 	uint32_t refs;
 	int nv;
 	bool block;
 
 	if (r == me) {
-		(void)part(d, r, me, b, &block);
-		return block ? (const char *)d->send + (size_t)me * b : d->send;
+		(void)part(o, r, me, &at, &block);
+		return (const char *)o->d->send + at;
 	}
-	len = host_msg(rc, d, r, rc->host[me], b, me, &off, NULL, &nv, &refs);
+	len = host_msg(rc, o, r, rc->host[me], me, &at, NULL, &nv, &refs);
 	if (got[r]->m.payload != REC + len)
 		*bad = true;
-	return got[r]->payload + REC + off;
+	return got[r]->payload + REC + at;
 }
 
-/* Rank me's result from every rank's data (the verdict agreed). */
-static int compute(struct cgr__rcomm *rc, int me,
-		   const struct cgr__coll_desc *d, size_t b,
+/* Folds srcs (n, rank order) into dst, count elements: dst may be one
+ * of them (in place) only as srcs[0]. */
+static int fold(const struct cgr__coll_desc *d, int n, int me, void *dst,
+		const void **src, size_t count, size_t bytes)
+{
+	void *own = NULL;
+
+	if (me != 0 && src[me] == dst) {
+		if ((own = malloc(bytes)) == NULL)
+			return -ENOMEM;
+		memcpy(own, dst, bytes);
+		src[me] = own;
+	}
+	cgr__reduce(dst, src, n, count, d->dtype, d->op, n);
+	free(own);
+	return 0;
+}
+
+/* Rank me's result from every rank's data (the verdict agreed); a split
+ * allreduce: its own block only (gathered after). */
+static int compute(struct cgr__rcomm *rc, int me, const struct op *o,
 		   struct cgr__cmsg **got)
 {
+	const struct cgr__coll_desc *d = o->d;
 	int n = rc->head.n, k = d->kind;
-	bool bad = false, fold = cgr__coll_reduces(k);
+	size_t b = o->b, at = 0, len = b;
 	const void *src[CGR_MAX_RANKS];
-	char *r = d->recv, *own = NULL;
+	char *r = d->recv;
+	bool bad = false;
 
 	if (b == 0 || (cgr__coll_out_at_root(k) && me != d->root))
 		return 0;
 	if (k == CGR_COLL_BROADCAST || k == CGR_COLL_SCATTER) {
-		const void *p = data_of(rc, me, d->root, d, b, got, &bad);
+		const void *p = data_of(rc, o, me, d->root, got, &bad);
 		if (!bad && p != r)
 			memcpy(r, p, b);
 	} else {
 		for (int q = 0; q < n; q++)
-			src[q] = data_of(rc, me, q, d, b, got, &bad);
+			src[q] = data_of(rc, o, me, q, got, &bad);
 	}
 	if (bad)
 		return fail_rank(rc, me, CGR_ECORRUPT,
 				 "%s: a peer's data has the wrong length",
 				 cgr__coll_kind_name(k));
-	if (fold) {
-		/* In place: the fold writes r while it reads the inputs in
-		 * rank order; only rank 0's input may be r itself. */
-		if (me != 0 && src[me] == r) {
-			if ((own = malloc(b)) == NULL)
-				return -ENOMEM;
-			memcpy(own, r, b);
-			src[me] = own;
-		}
-		cgr__reduce(r, src, n, d->count, d->dtype, d->op, n);
-		free(own);
-	} else if (k != CGR_COLL_BROADCAST && k != CGR_COLL_SCATTER) {
+	if (o->split)
+		len = blk_of(o, me, &at);
+	if (cgr__coll_reduces(k))
+		return len == 0 ? 0 :
+		       fold(d, n, me, r + at, src, len / cgr_dtype_size(d->dtype),
+			    len);
+	if (k != CGR_COLL_BROADCAST && k != CGR_COLL_SCATTER)
 		for (int q = 0; q < n; q++)
 			if (src[q] != r + (size_t)q * b)
 				memcpy(r + (size_t)q * b, src[q], b);
-	}
 	return 0;
 }
 
@@ -505,58 +566,127 @@ static int op_failed(struct cgr__rcomm *rc, int me, int kind, int ret)
 	return ret;
 }
 
-/* Rank me's messages of collective d: one to each host with ranks (but
- * me), carrying what they need of its input once. */
-static int coll_send(struct cgr__rcomm *rc, int me,
-		     const struct cgr__coll_desc *d, uint64_t seq,
-		     const struct cgr__agree *a, size_t b)
+/* Rank me's messages of collective o: one to each host with ranks (but
+ * me), carrying what they need of its input once (lane LANE_COLL); or,
+ * gathering a split allreduce (LANE_GATHER), its reduced block (gv; none
+ * if its record says it failed). */
+static int coll_send(struct cgr__rcomm *rc, int me, const struct op *o,
+		     int lane, uint64_t seq, const struct cgr__agree *a,
+		     const struct iovec *gv)
 {
 	struct iovec v[CGR_MAX_RANKS];
 	int ret = 0;
 
 	for (int r = 0; r < rc->head.n && ret == 0; r++) {
-		uint32_t h = rc->host[r], refs;
-		size_t off;
-		int nv, q = 0;
+		uint32_t h = rc->host[r], refs = 0;
+		size_t at;
+		int nv = 0, q = 0;
 		while (q < r && rc->host[q] != h)
 			q++;
 		if (q != r)
 			continue; /* h had its message */
-		/* Poisoned: the record alone. */
-		(void)host_msg(rc, d, me, h, b, -1, &off, d->poison ? NULL : v,
-			       &nv, &refs);
+		if (lane == LANE_COLL) {
+			/* Poisoned: the record alone. */
+			(void)host_msg(rc, o, me, h, -1, &at,
+				       o->d->poison ? NULL : v, &nv, &refs);
+			if (o->d->poison)
+				nv = 0;
+		} else {
+			for (q = 0; q < rc->head.n; q++)
+				refs += rc->host[q] == h && q != me;
+			if (a->code == 0)
+				v[nv++] = *gv;
+		}
 		if (refs != 0)
-			ret = put(rc, me, h, LANE_COLL, seq, refs, a, v,
-				  d->poison ? 0 : nv);
+			ret = put(rc, me, h, lane, seq, refs, a, v, nv);
 	}
 	return ret;
+}
+
+/* The second half of a split allreduce: every rank's reduced block to
+ * every rank.  res: this rank's result so far (its block's reduction). */
+static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
+			 uint64_t seq, int res)
+{
+	int n = rc->head.n, ret;
+	struct cgr__cmsg *got[CGR_MAX_RANKS] = { NULL };
+	struct want w = { rc->j->rank, LANE_GATHER, n - 1, seq, got,
+			  o->d->deadline };
+	struct cgr__agree a;
+	struct iovec v;
+	size_t at;
+
+	memset(&a, 0, sizeof(a));
+	a.code = res;
+	v.iov_len = blk_of(o, me, &at);
+	v.iov_base = (char *)o->d->recv + at;
+	got[me] = (struct cgr__cmsg *)&w; /* none from itself */
+	ret = coll_send(rc, me, o, LANE_GATHER, seq, &a, &v);
+	if (ret == 0)
+		ret = await(rc, &w);
+	got[me] = NULL;
+	if (ret != 0)
+		ret = op_failed(rc, me, CGR_COLL_ALLREDUCE, ret);
+	for (int q = 0; q < n && ret == 0; q++) {
+		const struct cgr__agree *t;
+		size_t len;
+		if (q == me)
+			continue;
+		t = (const void *)got[q]->payload;
+		len = blk_of(o, q, &at);
+		if (t->code != 0)
+			ret = fail_rank(rc, me, t->code, "allreduce #%llu: rank "
+							 "%d could not reduce "
+							 "its block (%d)",
+					(unsigned long long)seq, q, t->code);
+		else if (got[q]->m.payload != REC + len)
+			ret = fail_rank(rc, me, CGR_ECORRUPT,
+					"allreduce: a peer's block has the "
+					"wrong length");
+	}
+	for (int q = 0; q < n && ret == 0; q++)
+		if (q != me) {
+			size_t len = blk_of(o, q, &at);
+			memcpy((char *)o->d->recv + at,
+			       got[q]->payload + REC, len);
+		}
+	for (int q = 0; q < n; q++)
+		if (got[q] != NULL)
+			let_go(rc->j, got[q]);
+	return res != 0 ? res : ret;
 }
 
 static int coll_run(struct cgr__rcomm *rc, int me,
 		    const struct cgr__coll_desc *d)
 {
 	int n = rc->head.n, ret;
-	size_t b = d->count * cgr_dtype_size(d->dtype);
 	struct cgr__cmsg *got[CGR_MAX_RANKS] = { NULL };
 	struct want w = { rc->j->rank, LANE_COLL, n - 1, ++rc->seq[me], got,
 			  d->deadline };
 	struct cgr__agree a;
+	struct op o;
+	bool agreed = false;
 
+	op_plan(&o, rc, d);
 	cgr__agree_op(&a, d);
 	if ((ret = failed_now(rc, me, d->kind)) != 0)
 		return ret;
 	got[me] = (struct cgr__cmsg *)&w; /* none from itself */
-	ret = coll_send(rc, me, d, w.seq, &a, b);
+	ret = coll_send(rc, me, &o, LANE_COLL, w.seq, &a, NULL);
 	if (ret == 0)
 		ret = await(rc, &w);
 	got[me] = NULL;
 	if (ret != 0)
 		ret = op_failed(rc, me, d->kind, ret);
 	else if ((ret = verdict(rc, me, &a, got, w.seq)) == 0)
-		ret = compute(rc, me, d, b, got);
+		agreed = true, ret = compute(rc, me, &o, got);
 	for (int q = 0; q < n; q++)
 		if (got[q] != NULL)
 			let_go(rc->j, got[q]);
+	/* Agreed: every rank gathers, also one whose block failed (its
+	 * record says so). */
+	if (agreed && o.split)
+		ret = gather_blocks(rc, me, &o, w.seq, ret);
 	return ret;
 }
 
