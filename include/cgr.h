@@ -1209,7 +1209,10 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * its input that host's ranks need (the whole input for allreduce and
  * allgather, each one's block for reducescatter and alltoall, to the
  * root's host only for reduce and gather, from the root only for
- * broadcast and scatter; cgr_job_stats counts the bytes); reductions
+ * broadcast and scatter; cgr_job_stats counts the bytes); an allreduce
+ * of 16 KiB or more (and a count of at least the ranks) runs as a
+ * reduce-scatter, rank q folding block q, then an allgather of the
+ * blocks, so a host sends 2 (n - 1) / n inputs, not n - 1; reductions
  * fold in rank order (rank 0's
  * input op rank 1's op ...) on every rank, so the result is bit-identical
  * on every member and across host layouts.  Failures: a host of the
@@ -1217,7 +1220,9 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * CGR_EHOSTLOST (the message names the host), within the job's deadline;
  * cgr_comm_abort, or an operation past its deadline (-ETIMEDOUT there),
  * fails every host's with -ECANCELED.  cgr_comm_destroy on the driver
- * frees every host's share (the driver's leaving does too).
+ * frees every host's share (the driver's leaving does too); operations
+ * still waiting there are aborted (-ECANCELED) and waited for, 1 s at
+ * most.
  */
 
 /*

@@ -19,7 +19,8 @@
  * and receives around a ring; one member with an invalid argument (every
  * rank -EINVAL) or a different count (CGR_EMISMATCH); an allreduce of
  * int32 against a direct sum; groups refused; an abort by one member
- * (every rank -ECANCELED); what an allreduce sends between hosts (each
+ * (every rank -ECANCELED); the communicator destroyed while half its
+ * ranks wait in an allreduce (they return); what an allreduce sends between hosts (each
  * rank's input once per other host).  A member whose operation fails with
  * CGR_EHOSTLOST outputs an error value saying so (tests/net-graph's
  * losecomm: netcomm_allreduce).  Prints "comm OK layouts L executions E ..."
@@ -48,7 +49,7 @@
 #define OUTMAX (HEAD + (size_t)MAXM * BIGC * 8)
 _Static_assert(HEAD + SPLITC * 8 <= OUTMAX, "room for split allreduces");
 
-enum { OP_P2P = 100, OP_GROUP = 101, OP_ABORT = 102 };
+enum { OP_P2P = 100, OP_GROUP = 101, OP_ABORT = 102, OP_LONELY = 103 };
 
 /* The execution's argument: what every member does. */
 struct cmd {
@@ -195,6 +196,12 @@ static size_t run_op(cgr_comm *cm, int n, int r, const struct cmd *c,
 	case OP_GROUP:
 		ret = cgr_group_start(cm, r);
 		break;
+	case OP_LONELY:
+		/* Even ranks only: they wait until the communicator goes. */
+		ret = r % 2 ? 0 :
+			      cgr_allreduce(cm, r, sp, rp, cnt, dt, c->op, NULL,
+					    NULL);
+		break;
 	case OP_ABORT:
 		if (r == c->who)
 			cgr_comm_abort(cm);
@@ -265,6 +272,7 @@ static void *ref_main(void *arg)
 struct tally {
 	unsigned execs, outs, bad, direct;
 	uint64_t sent; /* crossing() */
+	unsigned waited; /* destroyed(): ranks that were in the call */
 	char msg[200];
 };
 
@@ -493,6 +501,45 @@ static void crossing(cgr_job *job, cgr_compiled *g, cgr_comm *cm, int n,
 	}
 }
 
+/* The driver destroys the communicator while half of its ranks wait in
+ * an allreduce the other half never calls: each waiting rank's call
+ * returns -ECANCELED (or, if the share went before the task looked for
+ * it, its task fails with -ENOENT: on any rank); the execution
+ * completes. */
+static void destroyed(cgr_compiled *g, cgr_comm *cm, int n, struct tally *t)
+{
+	struct cmd c = { .id = cgr_comm_id(cm), .count = 3,
+			 .dtype = CGR_INT32, .kind = OP_LONELY };
+	cgr_value av = cgr_value_bytes(&c, sizeof(c)), o[MAXM];
+	cgr_ref r;
+
+	t->execs++;
+	if (cgr_execute(g, &av, 1, &r) != 0) {
+		t->bad++;
+		return;
+	}
+	cgr_comm_destroy(cm);
+	if (cgr_ref_get(g, r, 30 * SEC, o, (size_t)n) != 0) {
+		fprintf(stderr, "comm: destroyed while in use: no result\n");
+		t->bad++;
+		return;
+	}
+	for (int q = 0; q < n; q++, t->outs++) {
+		int32_t code = 1;
+		if (o[q].kind == CGR_VALUE_BYTES && o[q].u.bytes.len >= HEAD) {
+			memcpy(&code, o[q].u.bytes.data, 4);
+			t->waited += code == -ECANCELED;
+		} else if (o[q].kind == CGR_VALUE_ERROR &&
+			   o[q].code == -ENOENT) {
+			code = q % 2 ? 0 : -ECANCELED; /* it was gone */
+		}
+		if (code != (q % 2 ? 0 : -ECANCELED) && t->bad++ < 6)
+			fprintf(stderr, "comm: destroyed while in use: rank %d "
+					"code %d\n", q, code);
+	}
+	cgr_ref_release(g, r);
+}
+
 int netcomm_allreduce(cgr_ctx *ctx, cgr_worker *const *w, cgr_compiled **g,
 		      cgr_comm **cm, cgr_value *arg)
 {
@@ -562,6 +609,10 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 			c.kind = CGR_COLL_ALLREDUCE;
 			one(g, NULL, n, &c, -ECANCELED, &t);
 		}
+		if (l == 2) {
+			destroyed(g, cm, n, &t);
+			cm = NULL;
+		}
 		cgr_compiled_destroy(g);
 		cgr_comm_destroy(cm);
 		cgr_comm_destroy(ref);
@@ -576,8 +627,9 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 	}
 	printf("comm OK layouts 4 executions %u outputs %u direct %u "
 	       "allreduce8_p50_us %.1f graph_p50_us %.1f "
-	       "allreduce_12000B_sent_from_host_B %llu\n",
+	       "allreduce_12000B_sent_from_host_B %llu "
+	       "destroyed_while_waiting %u\n",
 	       t.execs, t.outs, t.direct, op_us, base_us,
-	       (unsigned long long)t.sent);
+	       (unsigned long long)t.sent, t.waited);
 	return 0;
 }

@@ -71,8 +71,9 @@ struct cgr__rcomm {
 	uint64_t *sent, *rcvd;	 /* by rank * n + peer: its sends, receives */
 	char (*msg)[256];	 /* by rank: cgr_comm_errmsg */
 	bool driver;		 /* this process made it (COMM_FREE) */
-	/* Under j->lock: its failure (0: none) and why. */
-	int failed;
+	/* Under j->lock: its failure (0: none) and why; operations in
+	 * progress (destroy waits for them). */
+	int failed, busy;
 	char why[240];
 };
 
@@ -761,10 +762,17 @@ static int rc_op(cgr_comm *c, int me, const struct cgr__coll_desc *d,
 		p.poison_msg = "an operation on a stream: a communicator "
 			       "across hosts runs on the calling thread only";
 	}
+	pthread_mutex_lock(&rc->j->lock);
+	rc->busy++;
+	pthread_mutex_unlock(&rc->j->lock);
 	if (p.kind == CGR__COLL_SEND || p.kind == CGR__COLL_RECV)
 		ret = p2p_run(rc, me, &p);
 	else
 		ret = coll_run(rc, me, &p);
+	pthread_mutex_lock(&rc->j->lock);
+	if (--rc->busy == 0)
+		pthread_cond_broadcast(&rc->j->cond);
+	pthread_mutex_unlock(&rc->j->lock);
 	if (ret == 0 && out != NULL) {
 		struct cgr__dfuture *df;
 		if (cgr__dfuture_create(c->ctx, NULL, &df) < 0)
@@ -806,21 +814,42 @@ static void rc_free(struct cgr__rcomm *rc)
 	free(rc);
 }
 
+/* Under j->lock: operations still in progress are aborted and waited
+ * for, a second at most: whether none is left. */
+static bool idle_locked(struct cgr__rcomm *rc)
+{
+	struct cgr_job *j = rc->j;
+	int64_t until = cgr__now_ns() + 1000000000;
+	struct timespec ts = { until / 1000000000, until % 1000000000 };
+
+	if (rc->busy == 0)
+		return true;
+	pthread_mutex_unlock(&j->lock);
+	rc_abort(&rc->head);
+	pthread_mutex_lock(&j->lock);
+	while (rc->busy != 0 && cgr__now_ns() < until)
+		pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+	return rc->busy == 0;
+}
+
 static void rc_destroy(cgr_comm *c)
 {
 	struct cgr__rcomm *rc = rc_of(c);
 	struct cgr_job *j = rc->j;
+	bool idle;
 
 	if (rc->driver)
 		each_host(rc, send_plain, CGR__RM_COMM_FREE);
 	pthread_mutex_lock(&j->lock);
+	idle = idle_locked(rc);
 	for (struct cgr__rcomm **pp = &j->rcomms; *pp != NULL;
 	     pp = &(*pp)->next)
 		if (*pp == rc) {
 			*pp = rc->next;
 			break;
 		}
-	for (struct cgr__cmsg **pp = &j->box; *pp != NULL;) {
+	/* (Not idle: its messages stay with it.) */
+	for (struct cgr__cmsg **pp = &j->box; idle && *pp != NULL;) {
 		struct cgr__cmsg *cm = *pp;
 		if (cm->m.gid == c->id) {
 			*pp = cm->next;
@@ -830,7 +859,13 @@ static void rc_destroy(cgr_comm *c)
 		}
 	}
 	pthread_mutex_unlock(&j->lock);
-	rc_free(rc);
+	if (idle)
+		rc_free(rc);
+	else
+		cgr__err(&j->log, "communicator %llu: an operation still "
+				  "runs 1 s after its abort: its memory is "
+				  "left to it",
+			 (unsigned long long)c->id);
 }
 
 static const struct cgr__comm_ops rc_ops = {
