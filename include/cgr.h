@@ -1182,8 +1182,8 @@ int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
  * waiter.  Any thread.  Idempotent. */
 int cgr_comm_abort(cgr_comm *c);
 /* Frees the communicator; no operation may be pending (if one is, the
- * communicator is aborted first and waited for up to 1 s).  NULL is a
- * no-op. */
+ * communicator is aborted first and waited for up to 1 s; so are tasks
+ * that hold it: cgr_task_comm).  NULL is a no-op. */
 void cgr_comm_destroy(cgr_comm *c);
 int cgr_comm_size(const cgr_comm *c);
 /* The message of the last failed operation on this rank ("" if none). */
@@ -1201,10 +1201,11 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * rank (on any host, a rank whose worker is elsewhere is -EINVAL).  CPU
  * backend only (NCCL, process workers: -ENOTSUP).  Every collective and
  * send/recv, same semantics as on one host (agreement before data moves,
- * poisons, CGR_EMISMATCH, -EINVAL for what one rank sees), except:
- * operations run on the calling thread only (s must be NULL: an
- * operation on a stream fails on every rank with -ENOTSUP), no groups
- * (-ENOTSUP), and at most 1 GiB per message.  Each rank sends each host
+ * poisons, CGR_EMISMATCH, -EINVAL for what one rank sees, groups:
+ * their collectives in call order, then every send posted before any
+ * receive waits), except: operations run on the calling thread only (s
+ * must be NULL: an operation or group on a stream fails on every rank
+ * with -ENOTSUP), and at most 1 GiB per message.  Each rank sends each host
  * with other ranks one message: its agreement record and, once, what of
  * its input that host's ranks need (the whole input for allreduce and
  * allgather, each one's block for reducescatter and alltoall, to the
@@ -1489,9 +1490,12 @@ uint64_t cgr_task_seq(const cgr_task_ctx *tc);
 cgr_worker *cgr_task_worker(const cgr_task_ctx *tc);
 /* The communicator with this id (cgr_comm_id) whose member is this
  * task's worker, and the worker's rank in it: 0, -ENOENT (none here:
- * another context's, freed, or the worker is not a member), -EINVAL.
- * Across hosts, the way a task reaches its share of a communicator the
- * driver made (pass the id in an input or arg_data). */
+ * another context's, freed, or the worker is not a member), -ENOSPC (this
+ * run holds 8 already), -EINVAL.  The run holds it until the task
+ * returns: cgr_comm_destroy meanwhile aborts it (the task's operations
+ * fail with -ECANCELED) and waits for the task, 1 s at most.  Across
+ * hosts, the way a task reaches its share of a communicator the driver
+ * made (pass the id in an input or arg_data). */
 int cgr_task_comm(cgr_task_ctx *tc, uint64_t id, cgr_comm **out, int *rank);
 
 #ifdef __cplusplus

@@ -18,7 +18,8 @@
  * and 3000, a root on each rank in turn, reductions under every op; sends
  * and receives around a ring; one member with an invalid argument (every
  * rank -EINVAL) or a different count (CGR_EMISMATCH); an allreduce of
- * int32 against a direct sum; groups refused; an abort by one member
+ * int32 against a direct sum; groups (an allreduce and sends and
+ * receives among all ranks, itself too); an abort by one member
  * (every rank -ECANCELED); the communicator destroyed while half its
  * ranks wait in an allreduce (they return); what an allreduce sends between hosts (each
  * rank's input once per other host).  A member whose operation fails with
@@ -48,8 +49,15 @@
 #define HEAD 16
 #define OUTMAX (HEAD + (size_t)MAXM * BIGC * 8)
 _Static_assert(HEAD + SPLITC * 8 <= OUTMAX, "room for split allreduces");
+_Static_assert(HEAD + (MAXM + 1) * 1000 * 8 <= OUTMAX, "room for groups");
 
-enum { OP_P2P = 100, OP_GROUP = 101, OP_ABORT = 102, OP_LONELY = 103 };
+enum {
+	OP_P2P = 100,
+	OP_GROUP = 101,
+	OP_ABORT = 102,
+	OP_LONELY = 103,
+	OP_NONE = 104
+};
 
 /* The execution's argument: what every member does. */
 struct cmd {
@@ -119,6 +127,7 @@ static void sizes(const struct cmd *c, int n, int r, size_t *ns, size_t *nr)
 	case CGR_COLL_SCATTER: *ns = r == c->root ? all : 0; break;
 	case CGR_COLL_ALLTOALL: *ns = *nr = all; break;
 	case CGR_COLL_REDUCE: *nr = r == c->root ? k : 0; break;
+	case OP_GROUP: *nr = k + all; break;
 	default: break;
 	}
 }
@@ -137,7 +146,7 @@ static size_t run_op(cgr_comm *cm, int n, int r, const struct cmd *c,
 	sizes(c, n, r, &ns, &nr);
 	/* Room for a count one larger (fault 2: the operation may send
 	 * that before the ranks find they disagree). */
-	s = malloc((ns + (size_t)n) * es + 1);
+	s = calloc(ns + (size_t)n, es);
 	rb = out + HEAD;
 	memset(rb, 0xAB, nr * es);
 	for (size_t e = 0; e < ns; e++)
@@ -193,14 +202,30 @@ static size_t run_op(cgr_comm *cm, int n, int r, const struct cmd *c,
 		ret = a != 0 ? a : b;
 		break;
 	}
-	case OP_GROUP:
-		ret = cgr_group_start(cm, r);
+	case OP_GROUP: {
+		/* An allreduce, then a send to and a receive from every rank
+		 * (itself too), fused. */
+		int a = cgr_group_start(cm, r), b = 0;
+		b |= cgr_allreduce(cm, r, sp, rp, cnt, dt, c->op, NULL, NULL);
+		for (int q = 0; q < n; q++) {
+			int to = (r + q) % n, from = (r + n - q) % n;
+			b |= cgr_send(cm, r, sp, cnt, dt, to, NULL, NULL);
+			b |= cgr_recv(cm, r, rb + es * c->count * (size_t)(1 + from),
+				      cnt, dt, from, NULL, NULL);
+		}
+		ret = cgr_group_end(cm, r, NULL);
+		if (a != 0 || b != 0)
+			ret = 77; /* no call in a group fails by itself */
 		break;
+	}
 	case OP_LONELY:
 		/* Even ranks only: they wait until the communicator goes. */
 		ret = r % 2 ? 0 :
 			      cgr_allreduce(cm, r, sp, rp, cnt, dt, c->op, NULL,
 					    NULL);
+		break;
+	case OP_NONE:
+		ret = 0;
 		break;
 	case OP_ABORT:
 		if (r == c->who)
@@ -377,9 +402,10 @@ static void one(cgr_compiled *g, cgr_comm *ref, int n, const struct cmd *c,
 		if (!ok && t->bad++ < 6)
 			fprintf(stderr, "comm n %d kind %d dtype %d op %d root "
 					"%d count %u fault %d: rank %d differs "
-					"(code %d, %s)\n",
+					"(code %d, one host's %d, %s)\n",
 				n, c->kind, c->dtype, c->op, c->root, c->count,
 				c->fault, q, code,
+				ref != NULL ? *(int32_t *)(void *)rbuf[q] : want,
 				o[q].kind == CGR_VALUE_ERROR ? o[q].u.error.msg
 							     : "");
 	}
@@ -433,15 +459,26 @@ static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
 			c.seed++;
 			one(g, ref, n, &c, 0, t);
 		}
-	c.inplace = 0;
+	/* Groups: an allreduce and sends and receives among all ranks;
+	 * one rank's different count. */
+	for (int ci = 0; ci < 4; ci++)
+		for (uint8_t f = 0; f <= 2; f += 2) {
+			c.kind = OP_GROUP;
+			c.dtype = ci % 2 ? CGR_FLOAT64 : CGR_INT32;
+			c.count = counts[ci] == BIGC ? 1000 : counts[ci];
+			c.op = CGR_SUM;
+			c.inplace = 0;
+			c.fault = f;
+			c.who = (uint8_t)(c.seed++ % (unsigned)n);
+			if (f == 0 || c.count == 7)
+				one(g, ref, n, &c, 0, t);
+		}
 	c.fault = 0;
-	c.kind = OP_GROUP;
-	one(g, NULL, n, &c, -ENOTSUP, t);
 }
 
 /* The median time of an 8-byte allreduce (float32 x 2) across hosts, ns,
- * executions of the graph included, and of the graph alone (an empty
- * operation: a group refused). */
+ * executions of the graph included, and of the graph alone (no
+ * operation). */
 static void timed(cgr_compiled *g, cgr_comm *cm, int n, double *op_us,
 		  double *base_us)
 {
@@ -454,9 +491,9 @@ static void timed(cgr_compiled *g, cgr_comm *cm, int n, double *op_us,
 	for (int i = 0; i < R; i++)
 		for (int k = 0; k < 2; k++) {
 			struct timespec t0, t1;
-			c.kind = k ? CGR_COLL_ALLREDUCE : OP_GROUP;
+			c.kind = k ? CGR_COLL_ALLREDUCE : OP_NONE;
 			clock_gettime(CLOCK_MONOTONIC, &t0);
-			one(g, NULL, n, &c, k ? 0 : -ENOTSUP, &t);
+			one(g, NULL, n, &c, 0, &t);
 			clock_gettime(CLOCK_MONOTONIC, &t1);
 			(k ? a : b)[i] = (double)(t1.tv_sec - t0.tv_sec) * 1e6 +
 					 (double)(t1.tv_nsec - t0.tv_nsec) / 1e3;

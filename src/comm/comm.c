@@ -58,6 +58,55 @@ cgr_comm *cgr__comm_find(cgr_ctx *ctx, uint64_t id)
 	return c;
 }
 
+cgr_comm *cgr__comm_take(cgr_ctx *ctx, uint64_t id, const cgr_worker *w,
+			 int *rank)
+{
+	cgr_comm *c;
+
+	pthread_mutex_lock(&ctx->comm_lock);
+	for (c = ctx->comms; c != NULL; c = c->next) {
+		int r = 0;
+		if (c->id != id || c->members == NULL)
+			continue;
+		while (r < c->n && c->members[r] != w)
+			r++;
+		if (r < c->n) {
+			c->uses++;
+			*rank = r;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&ctx->comm_lock);
+	return c;
+}
+
+void cgr__comm_drop(cgr_comm *c)
+{
+	cgr_ctx *ctx = c->ctx;
+
+	pthread_mutex_lock(&ctx->comm_lock);
+	if (--c->uses == 0)
+		pthread_cond_broadcast(&ctx->comm_cond);
+	pthread_mutex_unlock(&ctx->comm_lock);
+}
+
+/* Under ctx->comm_lock: tasks that hold c are given 1 s to return after
+ * an abort: whether none holds it then. */
+static bool comm_unused(cgr_ctx *ctx, cgr_comm *c)
+{
+	int64_t until = cgr__now_ns() + 1000000000;
+	struct timespec ts = { until / 1000000000, until % 1000000000 };
+
+	if (c->uses == 0)
+		return true;
+	pthread_mutex_unlock(&ctx->comm_lock);
+	c->ops->abort(c);
+	pthread_mutex_lock(&ctx->comm_lock);
+	while (c->uses != 0 && cgr__now_ns() < until)
+		pthread_cond_timedwait(&ctx->comm_cond, &ctx->comm_lock, &ts);
+	return c->uses == 0;
+}
+
 static int comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 		       int backend, const struct cgr__comm_shm *shm,
 		       cgr_comm **out)
@@ -130,6 +179,7 @@ int cgr_comm_abort(cgr_comm *c)
 void cgr_comm_destroy(cgr_comm *c)
 {
 	cgr_ctx *ctx;
+	bool unused;
 
 	if (c == NULL)
 		return;
@@ -140,7 +190,15 @@ void cgr_comm_destroy(cgr_comm *c)
 			*pp = c->next;
 			break;
 		}
+	unused = comm_unused(ctx, c);
 	pthread_mutex_unlock(&ctx->comm_lock);
+	if (!unused) {
+		cgr__err(&ctx->log, "cgr_comm_destroy: a task still holds "
+				    "communicator %llu 1 s after its abort: "
+				    "it is left to it",
+			 (unsigned long long)c->id);
+		return;
+	}
 	if (c->members != NULL)
 		cgr__free(c->arena, c->members, (size_t)c->n * sizeof(*c->members),
 			  16);

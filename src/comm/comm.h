@@ -121,6 +121,9 @@ struct cgr_comm {
 	 * the next of the context's (ctx->comms, under ctx->comm_lock). */
 	uint64_t id;
 	struct cgr_comm *next;
+	/* Tasks holding it (cgr_task_comm, until they return; under
+	 * ctx->comm_lock): cgr_comm_destroy aborts it and waits for them. */
+	int uses;
 };
 
 /* A new communicator id of ctx's (never 0). */
@@ -133,6 +136,11 @@ int cgr__comm_finish(cgr_ctx *ctx, cgr_comm *c, cgr_worker *const *members,
 /* The communicator of ctx with id (NULL: none).  The caller keeps it
  * alive (cgr_comm_destroy while it is used is the caller's error). */
 cgr_comm *cgr__comm_find(cgr_ctx *ctx, uint64_t id);
+/* The communicator of ctx with id that has worker w as a member, and w's
+ * rank (NULL: none), taken for use (c->uses) until cgr__comm_drop. */
+cgr_comm *cgr__comm_take(cgr_ctx *ctx, uint64_t id, const cgr_worker *w,
+			 int *rank);
+void cgr__comm_drop(cgr_comm *c);
 
 /* Whether a collective of this backend can finish at any rank only after
  * every rank started it.  The CPU backend: yes, every rank reads every

@@ -76,6 +76,7 @@ struct cgr_ctx {
 	 * members are on several hosts (remote/rcomm.c): 1 if they are not
 	 * (the caller makes one here), else 0 (*out) or an error. */
 	pthread_mutex_t comm_lock;
+	pthread_cond_t comm_cond; /* a communicator's uses dropped to 0 */
 	struct cgr_comm *comms;
 	uint64_t comm_ids;
 	int (*comm_far)(cgr_ctx *ctx, struct cgr_worker *const *members,

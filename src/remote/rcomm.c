@@ -70,6 +70,7 @@ struct cgr__rcomm {
 	uint64_t *seq;		 /* by rank: its collectives so far */
 	uint64_t *sent, *rcvd;	 /* by rank * n + peer: its sends, receives */
 	char (*msg)[256];	 /* by rank: cgr_comm_errmsg */
+	struct rgroup *groups;	 /* by rank: its group in the making */
 	bool driver;		 /* this process made it (COMM_FREE) */
 	/* Under j->lock: its failure (0: none) and why; operations in
 	 * progress (destroy waits for them). */
@@ -691,40 +692,60 @@ static int coll_run(struct cgr__rcomm *rc, int me,
 	return ret;
 }
 
-/* A send (me to peer) or a receive (me from peer). */
-static int p2p_run(struct cgr__rcomm *rc, int me,
-		   const struct cgr__coll_desc *d)
+/* A send (me to peer) or a receive (me from peer) in two steps: post
+ * (a send's record and data go out; it takes its sequence number) and
+ * finish (a receive takes the sender's message, judges, copies and
+ * answers; a send takes the answer and judges the same).  Sends of a
+ * group are all posted before its receives finish: none waits for
+ * another. */
+struct p2p {
+	const struct cgr__coll_desc *d;
+	uint64_t seq;
+	struct cgr__agree a;
+	int ret; /* posting's */
+};
+
+static void p2p_post(struct cgr__rcomm *rc, int me, struct p2p *x)
 {
-	int n = rc->head.n, peer = d->root, ret;
+	const struct cgr__coll_desc *d = x->d;
 	bool send = d->kind == CGR__COLL_SEND;
 	size_t b = d->count * cgr_dtype_size(d->dtype);
 	uint64_t *ctr = send ? rc->sent : rc->rcvd;
+	struct iovec v = { (void *)(uintptr_t)d->send, b };
+
+	x->seq = ++ctr[(size_t)me * (size_t)rc->head.n + (size_t)d->root];
+	cgr__agree_op(&x->a, d);
+	if ((x->ret = failed_now(rc, me, d->kind)) == 0 && send)
+		x->ret = put(rc, me, (uint32_t)d->root, LANE_SEND, x->seq, 1,
+			     &x->a, &v, d->poison ? 0 : 1);
+}
+
+static int p2p_finish(struct cgr__rcomm *rc, int me, struct p2p *x)
+{
+	const struct cgr__coll_desc *d = x->d;
+	int n = rc->head.n, peer = d->root, ret = x->ret;
+	bool send = d->kind == CGR__COLL_SEND;
+	size_t b = d->count * cgr_dtype_size(d->dtype);
 	struct cgr__cmsg *got[CGR_MAX_RANKS];
 	struct want w = { (uint32_t)me, send ? LANE_RECV : LANE_SEND, 1,
-			  ++ctr[(size_t)me * (size_t)n + (size_t)peer], got,
-			  d->deadline };
-	struct iovec v = { (void *)(uintptr_t)d->send, b };
-	struct cgr__agree a, *theirs;
+			  x->seq, got, d->deadline };
+	struct cgr__agree *theirs;
 	char what[64];
 
+	if (ret != 0 && ret == rc->failed)
+		return ret; /* failed_now said why */
 	/* Only the peer's message is wanted. */
 	for (int q = 0; q < n; q++)
 		got[q] = q == peer ? NULL : (struct cgr__cmsg *)&w;
-	cgr__agree_op(&a, d);
 	snprintf(what, sizeof(what), "%s #%llu %s rank %d",
 		 send ? "send" : "recv", (unsigned long long)w.seq,
 		 send ? "to" : "from", peer);
-	if ((ret = failed_now(rc, me, d->kind)) != 0)
-		return ret;
-	if (send)
-		ret = put(rc, me, (uint32_t)peer, LANE_SEND, w.seq, 1, &a, &v,
-			  d->poison ? 0 : 1);
 	if (ret == 0)
 		ret = await(rc, &w);
 	if (ret != 0)
 		return op_failed(rc, me, d->kind, ret);
 	theirs = (struct cgr__agree *)(void *)got[peer]->payload;
-	ret = cgr__agree_p2p(&a, theirs, me, what, rc->msg[me],
+	ret = cgr__agree_p2p(&x->a, theirs, me, what, rc->msg[me],
 			     sizeof(rc->msg[me]));
 	if (!send && ret == 0 && got[peer]->m.payload != REC + b)
 		ret = fail_rank(rc, me, CGR_ECORRUPT,
@@ -735,11 +756,152 @@ static int p2p_run(struct cgr__rcomm *rc, int me,
 		/* The answer, once the data is in: this side's record (its
 		 * poison, or a corruption it saw). */
 		if (ret == CGR_ECORRUPT)
-			a.code = CGR_ECORRUPT;
-		(void)put(rc, me, (uint32_t)peer, LANE_RECV, w.seq, 1, &a,
+			x->a.code = CGR_ECORRUPT;
+		(void)put(rc, me, (uint32_t)peer, LANE_RECV, w.seq, 1, &x->a,
 			  NULL, 0);
 	}
 	let_go(rc->j, got[peer]);
+	return ret;
+}
+
+static int p2p_run(struct cgr__rcomm *rc, int me,
+		   const struct cgr__coll_desc *d)
+{
+	struct p2p x = { .d = d };
+
+	p2p_post(rc, me, &x);
+	return p2p_finish(rc, me, &x);
+}
+
+/* ---- groups ------------------------------------------------------------- */
+
+/* An operation of a group, held until its outermost end. */
+struct gop {
+	struct cgr__coll_desc d;
+	char msg[128]; /* the poison's message */
+	struct cgr__dfuture *fut;
+	struct p2p x;
+	int res;
+};
+
+struct rgroup {
+	int depth;
+	struct gop *ops;
+	size_t n, cap;
+	bool stream_set;
+	cgr_stream *s;
+};
+
+static int group_add(struct cgr__rcomm *rc, int me,
+		     const struct cgr__coll_desc *d, cgr_stream *s,
+		     cgr_future **out)
+{
+	struct rgroup *g = &rc->groups[me];
+	struct gop *o;
+
+	if (g->n == g->cap) {
+		size_t cap = g->cap ? 2 * g->cap : 8;
+		struct gop *ops = realloc(g->ops, cap * sizeof(*ops));
+		if (ops == NULL)
+			return -ENOMEM;
+		g->ops = ops;
+		g->cap = cap;
+	}
+	o = &g->ops[g->n];
+	memset(o, 0, sizeof(*o));
+	o->d = *d;
+	if (d->poison_msg != NULL) {
+		snprintf(o->msg, sizeof(o->msg), "%s", d->poison_msg);
+		o->d.poison_msg = o->msg;
+	}
+	if (!g->stream_set)
+		g->stream_set = true, g->s = s;
+	if (out != NULL && cgr__dfuture_create(rc->head.ctx, NULL, &o->fut) < 0)
+		return -ENOMEM;
+	if (o->fut != NULL)
+		*out = cgr__dfuture_pub(o->fut);
+	g->n++;
+	return 0;
+}
+
+static int rc_group_start(cgr_comm *c, int rank)
+{
+	struct cgr__rcomm *rc = rc_of(c);
+
+	if (!here(rc, rank))
+		return -EINVAL;
+	rc->groups[rank].depth++;
+	return 0;
+}
+
+/* The group's operations: collectives in call order, then every send
+ * posted, every receive finished, every send finished.  The first
+ * failure. */
+static int group_run(struct cgr__rcomm *rc, int me, struct rgroup *g)
+{
+	int ret = 0;
+
+	for (size_t i = 0; i < g->n; i++) {
+		struct gop *o = &g->ops[i];
+		o->x.d = &o->d;
+		if (g->s != NULL && o->d.poison == 0) {
+			o->d.poison = -ENOTSUP;
+			o->d.poison_msg = "a group on a stream: a communicator "
+					  "across hosts runs on the calling "
+					  "thread only";
+		}
+		if (o->d.kind != CGR__COLL_SEND && o->d.kind != CGR__COLL_RECV)
+			o->res = coll_run(rc, me, &o->d);
+	}
+	for (size_t i = 0; i < g->n; i++)
+		if (g->ops[i].d.kind == CGR__COLL_SEND ||
+		    g->ops[i].d.kind == CGR__COLL_RECV)
+			p2p_post(rc, me, &g->ops[i].x);
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t i = 0; i < g->n; i++) {
+			struct gop *o = &g->ops[i];
+			if (o->d.kind == (pass ? CGR__COLL_SEND : CGR__COLL_RECV))
+				o->res = p2p_finish(rc, me, &o->x);
+		}
+	for (size_t i = 0; i < g->n; i++) {
+		if (ret == 0)
+			ret = g->ops[i].res;
+		if (g->ops[i].fut != NULL)
+			cgr__dfuture_complete(g->ops[i].fut, g->ops[i].res);
+	}
+	return ret;
+}
+
+static int rc_group_end(cgr_comm *c, int rank, cgr_future **out)
+{
+	struct cgr__rcomm *rc = rc_of(c);
+	struct rgroup *g;
+	int ret;
+
+	if (out != NULL)
+		*out = NULL;
+	if (!here(rc, rank) || rc->groups[rank].depth == 0)
+		return -EINVAL;
+	g = &rc->groups[rank];
+	if (--g->depth > 0)
+		return 0;
+	pthread_mutex_lock(&rc->j->lock);
+	rc->busy++;
+	pthread_mutex_unlock(&rc->j->lock);
+	ret = group_run(rc, rank, g);
+	pthread_mutex_lock(&rc->j->lock);
+	if (--rc->busy == 0)
+		pthread_cond_broadcast(&rc->j->cond);
+	pthread_mutex_unlock(&rc->j->lock);
+	g->n = 0;
+	g->stream_set = false;
+	if (ret == 0 && out != NULL) {
+		struct cgr__dfuture *df;
+		if (cgr__dfuture_create(c->ctx, NULL, &df) < 0)
+			return -ENOMEM;
+		cgr__dfuture_complete(df, 0);
+		*out = cgr__dfuture_pub(df);
+	}
 	return ret;
 }
 
@@ -754,6 +916,8 @@ static int rc_op(cgr_comm *c, int me, const struct cgr__coll_desc *d,
 		*out = NULL;
 	if (!here(rc, me))
 		return -EINVAL; /* that rank's share is on another host */
+	if (rc->groups[me].depth > 0)
+		return group_add(rc, me, d, s, out);
 	if ((d->kind == CGR__COLL_SEND || d->kind == CGR__COLL_RECV) &&
 	    d->root == me)
 		return -EINVAL; /* would wait for itself: needs a group */
@@ -783,20 +947,6 @@ static int rc_op(cgr_comm *c, int me, const struct cgr__coll_desc *d,
 	return ret;
 }
 
-static int rc_group_start(cgr_comm *c, int rank)
-{
-	struct cgr__rcomm *rc = rc_of(c);
-
-	return fail_rank(rc, rank, -ENOTSUP,
-			 "groups do not cross hosts (yet)");
-}
-
-static int rc_group_end(cgr_comm *c, int rank, cgr_future **out)
-{
-	(void)out;
-	return rc_group_start(c, rank);
-}
-
 static const char *rc_errmsg(const cgr_comm *c, int rank)
 {
 	return ((const struct cgr__rcomm *)(const void *)c)->msg[rank];
@@ -806,6 +956,14 @@ static const char *rc_errmsg(const cgr_comm *c, int rank)
 
 static void rc_free(struct cgr__rcomm *rc)
 {
+	for (int r = 0; rc->groups != NULL && r < rc->head.n; r++) {
+		for (size_t i = 0; i < rc->groups[r].n; i++)
+			if (rc->groups[r].ops[i].fut != NULL)
+				cgr__dfuture_complete(rc->groups[r].ops[i].fut,
+						      -ECANCELED);
+		free(rc->groups[r].ops);
+	}
+	free(rc->groups);
 	free(rc->host);
 	free(rc->seq);
 	free(rc->sent);
@@ -900,7 +1058,8 @@ static int rc_make(cgr_ctx *ctx, struct cgr_job *j, cgr_worker *const *members,
 	    (rc->seq = calloc(n, sizeof(*rc->seq))) == NULL ||
 	    (rc->sent = calloc(n * n, sizeof(*rc->sent))) == NULL ||
 	    (rc->rcvd = calloc(n * n, sizeof(*rc->rcvd))) == NULL ||
-	    (rc->msg = calloc(n, sizeof(*rc->msg))) == NULL) {
+	    (rc->msg = calloc(n, sizeof(*rc->msg))) == NULL ||
+	    (rc->groups = calloc(n, sizeof(*rc->groups))) == NULL) {
 		if (rc != NULL)
 			rc_free(rc);
 		return -ENOMEM;

@@ -68,6 +68,13 @@ static void task_outputs_error(struct cgr_task_ctx *tc, uint64_t seq,
 	}
 }
 
+/* The run returned: the communicators it took go back. */
+static void task_comms_drop(struct cgr_task_ctx *tc)
+{
+	while (tc->nheld > 0)
+		cgr__comm_drop(tc->held[--tc->nheld]);
+}
+
 static void task_fail(struct cgr_task_ctx *tc, int ret)
 {
 	int code = tc->err_code;
@@ -183,6 +190,8 @@ void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 	atomic_store_explicit(&w->current_seq, seq, memory_order_relaxed);
 	ret = tc->fn(tc, w->state, tc->inv, tc->nin, tc->outv, tc->nout);
 	atomic_store_explicit(&w->current_task, NULL, memory_order_relaxed);
+	if (tc->nheld != 0)
+		task_comms_drop(tc);
 	if (ret != 0)
 		task_fail(tc, ret);
 	else
@@ -394,17 +403,24 @@ int cgr_task_comm(cgr_task_ctx *tc, uint64_t id, cgr_comm **out, int *rank)
 
 	if (tc == NULL || out == NULL || rank == NULL || tc->w == NULL)
 		return -EINVAL;
-	c = cgr__comm_find(tc->w->ctx, id);
-	if (c == NULL || c->members == NULL)
-		return -ENOENT;
-	for (int r = 0; r < c->n; r++)
-		if (c->members[r] == tc->w) {
-			*out = c;
-			*rank = r;
+	for (unsigned i = 0; i < tc->nheld; i++)
+		if (tc->held[i]->id == id) {
+			for (int r = 0; r < tc->held[i]->n; r++)
+				if (tc->held[i]->members[r] == tc->w)
+					*rank = r;
+			*out = tc->held[i];
 			return 0;
 		}
-	return -ENOENT;
+	if (tc->nheld == CGR__TASK_COMMS)
+		return -ENOSPC;
+	if ((c = cgr__comm_take(tc->w->ctx, id, tc->w, rank)) == NULL)
+		return -ENOENT;
+	tc->held[tc->nheld++] = c;
+	*out = c;
+	return 0;
 }
+
+
 
 void *cgr_task_output_buffer(cgr_task_ctx *tc, size_t i, size_t bytes)
 {
