@@ -1213,7 +1213,9 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * broadcast and scatter; cgr_job_stats counts the bytes); an allreduce
  * of 16 KiB or more (and a count of at least the ranks) runs as a
  * reduce-scatter, rank q folding block q, then an allgather of the
- * blocks, so a host sends 2 (n - 1) / n inputs, not n - 1; reductions
+ * blocks, so a host sends 2 (n - 1) / n inputs, not n - 1 (a broadcast
+ * of 16 KiB or more: a scatter from the root, then that allgather);
+ * reductions
  * fold in rank order (rank 0's
  * input op rank 1's op ...) on every rank, so the result is bit-identical
  * on every member and across host layouts.  Failures: a host of the

@@ -445,14 +445,17 @@ static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
 			c.root = (uint8_t)((c.who + 1) % n);
 			one(g, ref, n, &c, 0, t);
 		}
-	/* Allreduces above the size that splits them (16 KiB: each rank
-	 * reduces one block, then every rank gathers them), counts that do
-	 * not divide among the ranks, in place and not. */
-	for (int dt = 0; dt < CGR_DTYPE_COUNT; dt++)
+	/* Allreduces and broadcasts above the size that splits them (16 KiB:
+	 * each rank reduces, or takes from the root, one block, then every
+	 * rank gathers them), counts that do not divide among the ranks, in
+	 * place and not. */
+	for (int dt = 0; dt < 2 * CGR_DTYPE_COUNT; dt++)
 		for (uint8_t ip = 0; ip < 2; ip++) {
-			c.kind = CGR_COLL_ALLREDUCE;
-			c.dtype = (uint8_t)dt;
-			c.count = SPLITC - 100 + (uint32_t)dt;
+			c.kind = dt < CGR_DTYPE_COUNT ? CGR_COLL_ALLREDUCE
+						      : CGR_COLL_BROADCAST;
+			c.root = (uint8_t)(c.seed % (unsigned)n);
+			c.dtype = (uint8_t)(dt % CGR_DTYPE_COUNT);
+			c.count = SPLITC - 100 + (uint32_t)dt % CGR_DTYPE_COUNT;
 			c.op = (uint8_t)((dt + ip) % CGR_REDOP_COUNT);
 			c.fault = 0;
 			c.inplace = ip;

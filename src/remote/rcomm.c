@@ -52,7 +52,9 @@ enum { LANE_COLL = 0, LANE_SEND = 1, LANE_RECV = 2, LANE_GATHER = 3 };
 
 /* An allreduce of at least this many bytes (and one element per rank)
  * runs as a reduce-scatter and an allgather: each rank reduces one block
- * (the data each host sends: 2 (n - 1) / n inputs instead of n - 1). */
+ * (the data each host sends: 2 (n - 1) / n inputs instead of n - 1); a
+ * broadcast as a scatter and an allgather (the root sends 2 (n - 1) / n
+ * inputs, not n - 1). */
 #define SPLIT_BYTES ((size_t)16 << 10)
 
 #define REC sizeof(struct cgr__agree)
@@ -337,8 +339,9 @@ static void op_plan(struct op *o, const struct cgr__rcomm *rc,
 
 	o->d = d;
 	o->b = d->count * es;
-	o->split = d->kind == CGR_COLL_ALLREDUCE && o->b >= SPLIT_BYTES &&
-		   d->count >= n;
+	o->split = (d->kind == CGR_COLL_ALLREDUCE ||
+		    d->kind == CGR_COLL_BROADCAST) &&
+		   o->b >= SPLIT_BYTES && d->count >= n;
 	o->blk = o->split ? (d->count + n - 1) / n * es : 0;
 }
 
@@ -382,6 +385,10 @@ static size_t part(const struct op *o, int from, int to, size_t *off,
 		whole = to == d->root;
 		break;
 	case CGR_COLL_BROADCAST:
+		if (o->split && from == d->root) {
+			*block = true;
+			return blk_of(o, to, off);
+		}
 		whole = from == d->root;
 		break;
 	case CGR_COLL_SCATTER:
@@ -486,10 +493,13 @@ static int compute(struct cgr__rcomm *rc, int me, const struct op *o,
 
 	if (b == 0 || (cgr__coll_out_at_root(k) && me != d->root))
 		return 0;
+	if (o->split)
+		len = blk_of(o, me, &at);
 	if (k == CGR_COLL_BROADCAST || k == CGR_COLL_SCATTER) {
+		/* (Split: this rank's block of the root's input.) */
 		const void *p = data_of(rc, o, me, d->root, got, &bad);
-		if (!bad && p != r)
-			memcpy(r, p, b);
+		if (!bad && len != 0 && p != r + at)
+			memcpy(r + at, p, len);
 	} else {
 		for (int q = 0; q < n; q++)
 			src[q] = data_of(rc, o, me, q, got, &bad);
@@ -498,8 +508,6 @@ static int compute(struct cgr__rcomm *rc, int me, const struct op *o,
 		return fail_rank(rc, me, CGR_ECORRUPT,
 				 "%s: a peer's data has the wrong length",
 				 cgr__coll_kind_name(k));
-	if (o->split)
-		len = blk_of(o, me, &at);
 	if (cgr__coll_reduces(k))
 		return len == 0 ? 0 :
 		       fold(d, n, me, r + at, src, len / cgr_dtype_size(d->dtype),
@@ -605,8 +613,9 @@ static int coll_send(struct cgr__rcomm *rc, int me, const struct op *o,
 	return ret;
 }
 
-/* The second half of a split allreduce: every rank's reduced block to
- * every rank.  res: this rank's result so far (its block's reduction). */
+/* The second half of a split allreduce or broadcast: every rank's block
+ * (reduced, or taken from the root) to every rank.  res: this rank's
+ * result so far (its block's). */
 static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 			 uint64_t seq, int res)
 {
@@ -628,7 +637,7 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 		ret = await(rc, &w);
 	got[me] = NULL;
 	if (ret != 0)
-		ret = op_failed(rc, me, CGR_COLL_ALLREDUCE, ret);
+		ret = op_failed(rc, me, o->d->kind, ret);
 	for (int q = 0; q < n && ret == 0; q++) {
 		const struct cgr__agree *t;
 		size_t len;
@@ -637,14 +646,16 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 		t = (const void *)got[q]->payload;
 		len = blk_of(o, q, &at);
 		if (t->code != 0)
-			ret = fail_rank(rc, me, t->code, "allreduce #%llu: rank "
-							 "%d could not reduce "
-							 "its block (%d)",
+			ret = fail_rank(rc, me, t->code, "%s #%llu: rank %d "
+							 "could not make its "
+							 "block (%d)",
+					cgr__coll_kind_name(o->d->kind),
 					(unsigned long long)seq, q, t->code);
 		else if (got[q]->m.payload != REC + len)
 			ret = fail_rank(rc, me, CGR_ECORRUPT,
-					"allreduce: a peer's block has the "
-					"wrong length");
+					"%s: a peer's block has the wrong "
+					"length",
+					cgr__coll_kind_name(o->d->kind));
 	}
 	for (int q = 0; q < n && ret == 0; q++)
 		if (q != me) {
