@@ -238,27 +238,23 @@ else
 	show "$tmp/s.out" "$tmp/s.err"
 fi
 
-# 9: collectives across hosts.
-netns_mpirun 300 "$tmp/c.out" "$tmp/c.err" "$bin" coll
-rc=$?
-if [ $rc = 0 ] && grep -q '^coll OK' "$tmp/c.out"; then
-	echo "ok 9 - collectives across hosts equal one host's:" \
-	     "$(sed -n 's/^coll OK //p' "$tmp/c.out")"
-else
-	echo "not ok 9 - collectives across hosts (mpirun exit $rc)"
-	show "$tmp/c.out" "$tmp/c.err"
-fi
+# Runs the driver in mode $2 (test $1): ok with its "$2 OK" line's rest
+# after "$3", else its output.
+mode_check() {
+	netns_mpirun 300 "$tmp/$2.out" "$tmp/$2.err" "$bin" "$2"
+	rc=$?
+	if [ $rc = 0 ] && grep -q "^$2 OK" "$tmp/$2.out"; then
+		echo "ok $1 - $3: $(sed -n "s/^$2 OK //p" "$tmp/$2.out")"
+	else
+		echo "not ok $1 - $3 (mpirun exit $rc)"
+		show "$tmp/$2.out" "$tmp/$2.err"
+	fi
+}
 
-# 10: communicators across hosts, called directly.
-netns_mpirun 300 "$tmp/m.out" "$tmp/m.err" "$bin" comm
-rc=$?
-if [ $rc = 0 ] && grep -q '^comm OK' "$tmp/m.out"; then
-	echo "ok 10 - communicators across hosts equal one host's:" \
-	     "$(sed -n 's/^comm OK //p' "$tmp/m.out")"
-else
-	echo "not ok 10 - communicators across hosts (mpirun exit $rc)"
-	show "$tmp/m.out" "$tmp/m.err"
-fi
+# 9: collectives across hosts; 10: communicators across hosts, called
+# directly.
+mode_check 9 coll "collectives across hosts equal one host's"
+mode_check 10 comm "communicators across hosts equal one host's"
 
 # 11: a silent cut under a communicator's allreduce, then healed.
 lose_run losecomm cut3

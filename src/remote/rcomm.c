@@ -784,6 +784,32 @@ static int p2p_run(struct cgr__rcomm *rc, int me,
 	return p2p_finish(rc, me, &x);
 }
 
+/* An operation (or group) of this share starts or ends (destroy waits
+ * for none to be left). */
+static void busy(struct cgr__rcomm *rc, int d)
+{
+	pthread_mutex_lock(&rc->j->lock);
+	rc->busy += d;
+	if (rc->busy == 0)
+		pthread_cond_broadcast(&rc->j->cond);
+	pthread_mutex_unlock(&rc->j->lock);
+}
+
+/* A future already complete (the operation ran on the caller's thread),
+ * in *out if out is not NULL: ret, or -ENOMEM. */
+static int done_future(cgr_comm *c, int ret, cgr_future **out)
+{
+	struct cgr__dfuture *df;
+
+	if (ret != 0 || out == NULL)
+		return ret;
+	if (cgr__dfuture_create(c->ctx, NULL, &df) < 0)
+		return -ENOMEM;
+	cgr__dfuture_complete(df, 0);
+	*out = cgr__dfuture_pub(df);
+	return 0;
+}
+
 /* ---- groups ------------------------------------------------------------- */
 
 /* An operation of a group, held until its outermost end. */
@@ -896,24 +922,12 @@ static int rc_group_end(cgr_comm *c, int rank, cgr_future **out)
 	g = &rc->groups[rank];
 	if (--g->depth > 0)
 		return 0;
-	pthread_mutex_lock(&rc->j->lock);
-	rc->busy++;
-	pthread_mutex_unlock(&rc->j->lock);
+	busy(rc, 1);
 	ret = group_run(rc, rank, g);
-	pthread_mutex_lock(&rc->j->lock);
-	if (--rc->busy == 0)
-		pthread_cond_broadcast(&rc->j->cond);
-	pthread_mutex_unlock(&rc->j->lock);
+	busy(rc, -1);
 	g->n = 0;
 	g->stream_set = false;
-	if (ret == 0 && out != NULL) {
-		struct cgr__dfuture *df;
-		if (cgr__dfuture_create(c->ctx, NULL, &df) < 0)
-			return -ENOMEM;
-		cgr__dfuture_complete(df, 0);
-		*out = cgr__dfuture_pub(df);
-	}
-	return ret;
+	return done_future(c, ret, out);
 }
 
 static int rc_op(cgr_comm *c, int me, const struct cgr__coll_desc *d,
@@ -937,25 +951,13 @@ static int rc_op(cgr_comm *c, int me, const struct cgr__coll_desc *d,
 		p.poison_msg = "an operation on a stream: a communicator "
 			       "across hosts runs on the calling thread only";
 	}
-	pthread_mutex_lock(&rc->j->lock);
-	rc->busy++;
-	pthread_mutex_unlock(&rc->j->lock);
+	busy(rc, 1);
 	if (p.kind == CGR__COLL_SEND || p.kind == CGR__COLL_RECV)
 		ret = p2p_run(rc, me, &p);
 	else
 		ret = coll_run(rc, me, &p);
-	pthread_mutex_lock(&rc->j->lock);
-	if (--rc->busy == 0)
-		pthread_cond_broadcast(&rc->j->cond);
-	pthread_mutex_unlock(&rc->j->lock);
-	if (ret == 0 && out != NULL) {
-		struct cgr__dfuture *df;
-		if (cgr__dfuture_create(c->ctx, NULL, &df) < 0)
-			return -ENOMEM;
-		cgr__dfuture_complete(df, 0);
-		*out = cgr__dfuture_pub(df);
-	}
-	return ret;
+	busy(rc, -1);
+	return done_future(c, ret, out);
 }
 
 static const char *rc_errmsg(const cgr_comm *c, int rank)
