@@ -1201,11 +1201,11 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * rank (on any host, a rank whose worker is elsewhere is -EINVAL).  CPU
  * backend only (NCCL, process workers: -ENOTSUP).  Every collective and
  * send/recv, same semantics as on one host (agreement before data moves,
- * poisons, CGR_EMISMATCH, -EINVAL for what one rank sees, groups:
- * their collectives in call order, then every send posted before any
- * receive waits), except: operations run on the calling thread only (s
- * must be NULL: an operation or group on a stream fails on every rank
- * with -ENOTSUP), and at most 1 GiB per message.  Each rank sends each host
+ * poisons, CGR_EMISMATCH, -EINVAL for what one rank sees, groups: their
+ * collectives in call order, then every send posted before any receive
+ * waits; streams: the operation runs on the stream's executor, a rank's
+ * operations in call order across streams and its own thread), at most
+ * 1 GiB per message.  Each rank sends each host
  * with other ranks one message: its agreement record and, once, what of
  * its input that host's ranks need (the whole input for allreduce and
  * allgather, each one's block for reducescatter and alltoall, to the

@@ -19,7 +19,9 @@
  * and receives around a ring; one member with an invalid argument (every
  * rank -EINVAL) or a different count (CGR_EMISMATCH); an allreduce of
  * int32 against a direct sum; groups (an allreduce and sends and
- * receives among all ranks, itself too); an abort by one member
+ * receives among all ranks, itself too); the driver's host's ranks on
+ * streams (two operations there, then one on the task's thread, in call
+ * order); an abort by one member
  * (every rank -ECANCELED); the communicator destroyed while half its
  * ranks wait in an allreduce (they return); what an allreduce sends between hosts (each
  * rank's input once per other host).  A member whose operation fails with
@@ -56,8 +58,13 @@ enum {
 	OP_GROUP = 101,
 	OP_ABORT = 102,
 	OP_LONELY = 103,
-	OP_NONE = 104
+	OP_NONE = 104,
+	OP_STREAM = 105
 };
+
+/* The driver's process: a stream for each rank whose worker is here
+ * (OP_STREAM); NULL elsewhere and for the reference. */
+static cgr_stream *streams[MAXM];
 
 /* The execution's argument: what every member does. */
 struct cmd {
@@ -128,6 +135,7 @@ static void sizes(const struct cmd *c, int n, int r, size_t *ns, size_t *nr)
 	case CGR_COLL_ALLTOALL: *ns = *nr = all; break;
 	case CGR_COLL_REDUCE: *nr = r == c->root ? k : 0; break;
 	case OP_GROUP: *nr = k + all; break;
+	case OP_STREAM: *nr = 3 * k; break;
 	default: break;
 	}
 }
@@ -135,7 +143,7 @@ static void sizes(const struct cmd *c, int n, int r, size_t *ns, size_t *nr)
 /* Rank r's operation on c (n ranks): out gets the result (int32) and the
  * receive buffer; its length. */
 static size_t run_op(cgr_comm *cm, int n, int r, const struct cmd *c,
-		     unsigned char *out)
+		     unsigned char *out, bool ref)
 {
 	cgr_dtype dt = (cgr_dtype)c->dtype;
 	size_t es = cgr_dtype_size(dt), ns, nr;
@@ -227,6 +235,25 @@ static size_t run_op(cgr_comm *cm, int n, int r, const struct cmd *c,
 	case OP_NONE:
 		ret = 0;
 		break;
+	case OP_STREAM: {
+		/* An allreduce and a broadcast on the rank's stream (where
+		 * it has one), then one on its thread, which must wait for
+		 * them (call order). */
+		cgr_stream *st = ref ? NULL : streams[r];
+		cgr_future *f1 = NULL, *f2 = NULL;
+		char *rc = (char *)rb;
+		int a = cgr_allreduce(cm, r, sp, rp, cnt, dt, c->op, st, &f1);
+		int b = cgr_broadcast(cm, r, sp, rc + es * c->count, cnt, dt,
+				      c->root, st, &f2);
+		int d = cgr_allreduce(cm, r, sp, rc + 2 * es * c->count, cnt,
+				      dt, c->op, NULL, NULL);
+		int fa = f1 ? cgr_future_wait(f1, 30 * SEC) : a;
+		int fb = f2 ? cgr_future_wait(f2, 30 * SEC) : b;
+		cgr_future_release(f1);
+		cgr_future_release(f2);
+		ret = a ? a : b ? b : fa ? fa : fb ? fb : d;
+		break;
+	}
 	case OP_ABORT:
 		if (r == c->who)
 			cgr_comm_abort(cm);
@@ -265,7 +292,8 @@ int netcomm_task(cgr_task_ctx *tc, void *state, const cgr_value *in,
 	}
 	if ((o = cgr_task_output_buffer(tc, 0, OUTMAX)) == NULL)
 		return -ENOMEM;
-	out[0] = cgr_value_bytes(o, run_op(cm, cgr_comm_size(cm), me, &c, o));
+	out[0] = cgr_value_bytes(o, run_op(cm, cgr_comm_size(cm), me, &c, o,
+					   false));
 	memcpy(&ret, o, 4);
 	if (ret == CGR_EHOSTLOST) {
 		/* A host went: an error value saying which. */
@@ -290,7 +318,7 @@ static void *ref_main(void *arg)
 {
 	struct refjob *rj = arg;
 
-	rj->len = run_op(rj->cm, rj->n, rj->r, rj->c, rj->out);
+	rj->len = run_op(rj->cm, rj->n, rj->r, rj->c, rj->out, true);
 	return NULL;
 }
 
@@ -477,6 +505,20 @@ static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
 				one(g, ref, n, &c, 0, t);
 		}
 	c.fault = 0;
+	/* Ranks here on streams (the others on their threads). */
+	for (int ci = 0; ci < 4; ci++)
+		for (uint8_t f = 0; f <= 1; f++) {
+			c.kind = OP_STREAM;
+			c.dtype = CGR_FLOAT32;
+			c.count = ci == 3 ? 5000 : counts[ci];
+			c.op = CGR_SUM;
+			c.root = (uint8_t)(c.seed % (unsigned)n);
+			c.fault = f;
+			c.who = (uint8_t)(c.seed++ % (unsigned)n);
+			if (f == 0 || c.count == 7)
+				one(g, ref, n, &c, 0, t);
+		}
+	c.fault = 0;
 }
 
 /* The median time of an 8-byte allreduce (float32 x 2) across hosts, ns,
@@ -621,9 +663,16 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 		cgr_worker *mw[MAXM];
 		cgr_comm *cm = NULL, *ref = NULL;
 		cgr_compiled *g = NULL;
-		for (int r = 0; r < n; r++)
+		for (int r = 0; r < n; r++) {
 			mw[r] = w[layouts[l][1 + r]];
-		ret = cgr_comm_create(ctx, mw, (size_t)n, CGR_BACKEND_CPU, &cm);
+			if (layouts[l][1 + r] % 3 == 0 &&
+			    cgr_stream_create(ctx, CGR_DEVICE_SIM, 0,
+					      &streams[r]) != 0)
+				ret = -ENOMEM;
+		}
+		if (ret == 0)
+			ret = cgr_comm_create(ctx, mw, (size_t)n,
+					      CGR_BACKEND_CPU, &cm);
 		if (ret == 0)
 			ret = cgr_comm_create(ctx, NULL, (size_t)n,
 					      CGR_BACKEND_CPU, &ref);
@@ -656,6 +705,10 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 		cgr_compiled_destroy(g);
 		cgr_comm_destroy(cm);
 		cgr_comm_destroy(ref);
+		for (int r = 0; r < MAXM; r++) {
+			cgr_stream_destroy(streams[r]);
+			streams[r] = NULL;
+		}
 	}
 	for (int h = 0; h < 3; h++)
 		if (w[3 + h] != NULL)

@@ -73,12 +73,17 @@ struct cgr__rcomm {
 	uint64_t *sent, *rcvd;	 /* by rank * n + peer: its sends, receives */
 	char (*msg)[256];	 /* by rank: cgr_comm_errmsg */
 	struct rgroup *groups;	 /* by rank: its group in the making */
+	uint64_t *issued, *ran;	 /* by rank: its operations' turns */
 	bool driver;		 /* this process made it (COMM_FREE) */
 	/* Under j->lock: its failure (0: none) and why; operations in
 	 * progress (destroy waits for them). */
 	int failed, busy;
 	char why[240];
 };
+
+/* The stream whose executor runs this thread's operation now, if any
+ * (its waits watch for the stream's destruction). */
+static _Thread_local cgr_stream *on_stream;
 
 static struct cgr__rcomm *rc_of(cgr_comm *c)
 {
@@ -308,9 +313,20 @@ static int await(struct cgr__rcomm *rc, struct want *w)
 			pthread_mutex_lock(&j->lock);
 			continue;
 		}
-		if (w->deadline > 0) {
-			struct timespec ts = { w->deadline / 1000000000,
-					       w->deadline % 1000000000 };
+		if (on_stream != NULL && cgr__stream_stopping(on_stream)) {
+			ret = -ECANCELED; /* its stream goes */
+			break;
+		}
+		if (w->deadline > 0 || on_stream != NULL) {
+			/* (On a stream: a look at it every CGR__STOP_POLL_NS.) */
+			int64_t until = on_stream != NULL ?
+						now + CGR__STOP_POLL_NS :
+						w->deadline;
+			struct timespec ts;
+			if (w->deadline > 0 && w->deadline < until)
+				until = w->deadline;
+			ts.tv_sec = until / 1000000000;
+			ts.tv_nsec = until % 1000000000;
 			pthread_cond_timedwait(&j->cond, &j->lock, &ts);
 		} else {
 			pthread_cond_wait(&j->cond, &j->lock);
@@ -553,9 +569,10 @@ static int failed_now(struct cgr__rcomm *rc, int me, int kind)
 }
 
 /* An operation that could not finish its exchange (ret): past its
- * deadline (-ETIMEDOUT), the communicator's failure, or a message that
- * could not be sent.  The first and the last abort the communicator
- * everywhere: the ranks' sequences no longer line up. */
+ * deadline (-ETIMEDOUT), the communicator's failure, its stream's end
+ * (-ECANCELED), or a message that could not be sent.  All but the
+ * communicator's failure abort it everywhere: the ranks' sequences no
+ * longer line up. */
 static int op_failed(struct cgr__rcomm *rc, int me, int kind, int ret)
 {
 	const char *k = cgr__coll_kind_name(kind);
@@ -565,6 +582,9 @@ static int op_failed(struct cgr__rcomm *rc, int me, int kind, int ret)
 	check_lost(rc);
 	if (ret != -ETIMEDOUT && rc->failed != 0)
 		fail_rank(rc, me, ret = rc->failed, "%s: %s", k, rc->why);
+	else if (ret == -ECANCELED)
+		abort = true, fail_rank(rc, me, ret, "%s: its stream was "
+						     "destroyed", k);
 	else if (ret != -ETIMEDOUT)
 		abort = true, fail_rank(rc, me, ret, "%s: a message could not "
 						     "be sent (%d)", k, ret);
@@ -775,15 +795,6 @@ static int p2p_finish(struct cgr__rcomm *rc, int me, struct p2p *x)
 	return ret;
 }
 
-static int p2p_run(struct cgr__rcomm *rc, int me,
-		   const struct cgr__coll_desc *d)
-{
-	struct p2p x = { .d = d };
-
-	p2p_post(rc, me, &x);
-	return p2p_finish(rc, me, &x);
-}
-
 /* An operation (or group) of this share starts or ends (destroy waits
  * for none to be left). */
 static void busy(struct cgr__rcomm *rc, int d)
@@ -835,6 +846,7 @@ static int group_add(struct cgr__rcomm *rc, int me,
 {
 	struct rgroup *g = &rc->groups[me];
 	struct gop *o;
+	bool other = g->stream_set && s != g->s;
 
 	if (g->n == g->cap) {
 		size_t cap = g->cap ? 2 * g->cap : 8;
@@ -847,18 +859,26 @@ static int group_add(struct cgr__rcomm *rc, int me,
 	o = &g->ops[g->n];
 	memset(o, 0, sizeof(*o));
 	o->d = *d;
-	if (d->poison_msg != NULL) {
-		snprintf(o->msg, sizeof(o->msg), "%s", d->poison_msg);
+	if (other && o->d.poison == 0) {
+		/* One group, one stream: the peers fail too. */
+		o->d.poison = -EINVAL;
+		o->d.poison_msg = "invalid arguments: operations of one group "
+				  "on different streams";
+		out = NULL;
+	}
+	if (o->d.poison_msg != NULL) {
+		snprintf(o->msg, sizeof(o->msg), "%s", o->d.poison_msg);
 		o->d.poison_msg = o->msg;
 	}
 	if (!g->stream_set)
 		g->stream_set = true, g->s = s;
-	if (out != NULL && cgr__dfuture_create(rc->head.ctx, NULL, &o->fut) < 0)
+	if (out != NULL &&
+	    cgr__dfuture_create(rc->head.ctx, g->s, &o->fut) < 0)
 		return -ENOMEM;
 	if (o->fut != NULL)
 		*out = cgr__dfuture_pub(o->fut);
 	g->n++;
-	return 0;
+	return other && d->poison == 0 ? -EINVAL : 0;
 }
 
 static int rc_group_start(cgr_comm *c, int rank)
@@ -871,48 +891,165 @@ static int rc_group_start(cgr_comm *c, int rank)
 	return 0;
 }
 
-/* The group's operations: collectives in call order, then every send
- * posted, every receive finished, every send finished.  The first
- * failure. */
-static int group_run(struct cgr__rcomm *rc, int me, struct rgroup *g)
+/* Operations ops[0..n) of rank me as one: collectives in call order,
+ * then every send posted, every receive finished, every send finished.
+ * Each one's future completes; the first failure. */
+static int group_run(struct cgr__rcomm *rc, int me, struct gop *ops,
+		     size_t n)
 {
 	int ret = 0;
 
-	for (size_t i = 0; i < g->n; i++) {
-		struct gop *o = &g->ops[i];
+	for (size_t i = 0; i < n; i++) {
+		struct gop *o = &ops[i];
 		o->x.d = &o->d;
-		if (g->s != NULL && o->d.poison == 0) {
-			o->d.poison = -ENOTSUP;
-			o->d.poison_msg = "a group on a stream: a communicator "
-					  "across hosts runs on the calling "
-					  "thread only";
-		}
+		/* (The group's array moved since: its own copy.) */
+		if (o->d.poison_msg != NULL)
+			o->d.poison_msg = o->msg;
 		if (o->d.kind != CGR__COLL_SEND && o->d.kind != CGR__COLL_RECV)
 			o->res = coll_run(rc, me, &o->d);
 	}
-	for (size_t i = 0; i < g->n; i++)
-		if (g->ops[i].d.kind == CGR__COLL_SEND ||
-		    g->ops[i].d.kind == CGR__COLL_RECV)
-			p2p_post(rc, me, &g->ops[i].x);
+	for (size_t i = 0; i < n; i++)
+		if (ops[i].d.kind == CGR__COLL_SEND ||
+		    ops[i].d.kind == CGR__COLL_RECV)
+			p2p_post(rc, me, &ops[i].x);
 	for (int pass = 0; pass < 2; pass++)
-		for (size_t i = 0; i < g->n; i++) {
-			struct gop *o = &g->ops[i];
+		for (size_t i = 0; i < n; i++) {
+			struct gop *o = &ops[i];
 			if (o->d.kind == (pass ? CGR__COLL_SEND : CGR__COLL_RECV))
 				o->res = p2p_finish(rc, me, &o->x);
 		}
-	for (size_t i = 0; i < g->n; i++) {
+	for (size_t i = 0; i < n; i++) {
 		if (ret == 0)
-			ret = g->ops[i].res;
-		if (g->ops[i].fut != NULL)
-			cgr__dfuture_complete(g->ops[i].fut, g->ops[i].res);
+			ret = ops[i].res;
+		if (ops[i].fut != NULL)
+			cgr__dfuture_complete(ops[i].fut, ops[i].res);
+		ops[i].fut = NULL;
 	}
 	return ret;
+}
+
+/*
+ * Rank me's operations run in call order, on its thread or on streams:
+ * each takes a number (issued) and runs once every earlier one ran (ran,
+ * under j->lock).  One whose stream is being destroyed aborts the
+ * communicator (the earlier ones then end at once) and still waits for
+ * its turn.
+ */
+static void turn_wait(struct cgr__rcomm *rc, int me, uint64_t k)
+{
+	struct cgr_job *j = rc->j;
+	bool aborted = false;
+
+	pthread_mutex_lock(&j->lock);
+	while (rc->ran[me] != k) {
+		int64_t until = cgr__now_ns() + CGR__STOP_POLL_NS;
+		struct timespec ts = { until / 1000000000,
+				       until % 1000000000 };
+		if (on_stream != NULL && !aborted &&
+		    cgr__stream_stopping(on_stream)) {
+			aborted = true;
+			pthread_mutex_unlock(&j->lock);
+			rc_abort(&rc->head);
+			pthread_mutex_lock(&j->lock);
+			continue;
+		}
+		pthread_cond_timedwait(&j->cond, &j->lock, &ts);
+	}
+	pthread_mutex_unlock(&j->lock);
+}
+
+static void turn_done(struct cgr__rcomm *rc, int me)
+{
+	pthread_mutex_lock(&rc->j->lock);
+	rc->ran[me]++;
+	pthread_cond_broadcast(&rc->j->cond);
+	pthread_mutex_unlock(&rc->j->lock);
+}
+
+/* Operations of rank me enqueued on a stream: they run there, in turn. */
+struct batch {
+	struct cgr__rcomm *rc;
+	int me;
+	uint64_t k;
+	struct gop *ops;
+	size_t n;
+	struct cgr__dfuture *df; /* a group's, or NULL */
+};
+
+static int batch_exec(void *arg, cgr_stream *s, int err)
+{
+	struct batch *b = arg;
+	int ret;
+
+	on_stream = s;
+	if (err != 0) {
+		/* The device failed or the stream goes: poisoned, so that
+		 * the peers fail too. */
+		for (size_t i = 0; i < b->n; i++)
+			if (b->ops[i].d.poison == 0) {
+				b->ops[i].d.poison = err;
+				snprintf(b->ops[i].msg, sizeof(b->ops[i].msg),
+					 "device error: %s", cgr_strerror(err));
+				b->ops[i].d.poison_msg = b->ops[i].msg;
+			}
+	}
+	turn_wait(b->rc, b->me, b->k);
+	ret = group_run(b->rc, b->me, b->ops, b->n);
+	turn_done(b->rc, b->me);
+	busy(b->rc, -1);
+	if (b->df != NULL)
+		cgr__dfuture_complete(b->df, ret);
+	on_stream = NULL;
+	free(b->ops);
+	free(b);
+	return ret;
+}
+
+/* Runs ops (n; taken: malloc'd, or NULL and one) of rank me: here, its
+ * result; or on stream s, enqueued (0), the group's future (gout) made
+ * there. */
+static int batch_run(struct cgr__rcomm *rc, int me, struct gop *ops,
+		     size_t n, cgr_stream *s, cgr_future **gout)
+{
+	struct cgr__sop op = { .kind = CGR__SOP_CALL };
+	struct batch *b;
+	int ret;
+
+	busy(rc, 1);
+	if (s == NULL) {
+		uint64_t k = rc->issued[me]++;
+		turn_wait(rc, me, k);
+		ret = group_run(rc, me, ops, n);
+		turn_done(rc, me);
+		busy(rc, -1);
+		free(ops);
+		return ret;
+	}
+	if ((b = calloc(1, sizeof(*b))) == NULL ||
+	    (gout != NULL && cgr__dfuture_create(rc->head.ctx, s, &b->df) < 0)) {
+		busy(rc, -1);
+		free(b);
+		free(ops);
+		return -ENOMEM;
+	}
+	b->rc = rc, b->me = me, b->k = rc->issued[me]++;
+	b->ops = ops, b->n = n;
+	if (b->df != NULL)
+		*gout = cgr__dfuture_pub(b->df);
+	op.u.call.fn = batch_exec;
+	op.u.call.arg = b;
+	if ((ret = cgr__stream_enqueue(s, &op)) != 0)
+		batch_exec(b, s, ret); /* fails every rank alike */
+	return 0;
 }
 
 static int rc_group_end(cgr_comm *c, int rank, cgr_future **out)
 {
 	struct cgr__rcomm *rc = rc_of(c);
 	struct rgroup *g;
+	struct gop *ops;
+	cgr_stream *s;
+	size_t n;
 	int ret;
 
 	if (out != NULL)
@@ -922,11 +1059,16 @@ static int rc_group_end(cgr_comm *c, int rank, cgr_future **out)
 	g = &rc->groups[rank];
 	if (--g->depth > 0)
 		return 0;
-	busy(rc, 1);
-	ret = group_run(rc, rank, g);
-	busy(rc, -1);
-	g->n = 0;
+	/* The group's operations go with it: the rank's next group is
+	 * new. */
+	ops = g->ops, n = g->n;
+	s = g->stream_set ? g->s : NULL;
+	g->ops = NULL, g->n = g->cap = 0;
 	g->stream_set = false;
+	g->s = NULL;
+	if (s != NULL)
+		return batch_run(rc, rank, ops, n, s, out);
+	ret = batch_run(rc, rank, ops, n, NULL, NULL);
 	return done_future(c, ret, out);
 }
 
@@ -934,7 +1076,7 @@ static int rc_op(cgr_comm *c, int me, const struct cgr__coll_desc *d,
 		 cgr_stream *s, cgr_future **out)
 {
 	struct cgr__rcomm *rc = rc_of(c);
-	struct cgr__coll_desc p = *d;
+	struct gop *o;
 	int ret;
 
 	if (out != NULL)
@@ -946,17 +1088,24 @@ static int rc_op(cgr_comm *c, int me, const struct cgr__coll_desc *d,
 	if ((d->kind == CGR__COLL_SEND || d->kind == CGR__COLL_RECV) &&
 	    d->root == me)
 		return -EINVAL; /* would wait for itself: needs a group */
-	if (s != NULL && p.poison == 0) {
-		p.poison = -ENOTSUP;
-		p.poison_msg = "an operation on a stream: a communicator "
-			       "across hosts runs on the calling thread only";
+	if ((o = calloc(1, sizeof(*o))) == NULL)
+		return -ENOMEM;
+	o->d = *d;
+	if (d->poison_msg != NULL) {
+		snprintf(o->msg, sizeof(o->msg), "%s", d->poison_msg);
+		o->d.poison_msg = o->msg;
 	}
-	busy(rc, 1);
-	if (p.kind == CGR__COLL_SEND || p.kind == CGR__COLL_RECV)
-		ret = p2p_run(rc, me, &p);
-	else
-		ret = coll_run(rc, me, &p);
-	busy(rc, -1);
+	if (s != NULL) {
+		if (out != NULL &&
+		    cgr__dfuture_create(c->ctx, s, &o->fut) < 0) {
+			free(o);
+			return -ENOMEM;
+		}
+		if (o->fut != NULL)
+			*out = cgr__dfuture_pub(o->fut);
+		return batch_run(rc, me, o, 1, s, NULL);
+	}
+	ret = batch_run(rc, me, o, 1, NULL, NULL);
 	return done_future(c, ret, out);
 }
 
@@ -977,6 +1126,8 @@ static void rc_free(struct cgr__rcomm *rc)
 		free(rc->groups[r].ops);
 	}
 	free(rc->groups);
+	free(rc->issued);
+	free(rc->ran);
 	free(rc->host);
 	free(rc->seq);
 	free(rc->sent);
@@ -1072,7 +1223,9 @@ static int rc_make(cgr_ctx *ctx, struct cgr_job *j, cgr_worker *const *members,
 	    (rc->sent = calloc(n * n, sizeof(*rc->sent))) == NULL ||
 	    (rc->rcvd = calloc(n * n, sizeof(*rc->rcvd))) == NULL ||
 	    (rc->msg = calloc(n, sizeof(*rc->msg))) == NULL ||
-	    (rc->groups = calloc(n, sizeof(*rc->groups))) == NULL) {
+	    (rc->groups = calloc(n, sizeof(*rc->groups))) == NULL ||
+	    (rc->issued = calloc(n, sizeof(*rc->issued))) == NULL ||
+	    (rc->ran = calloc(n, sizeof(*rc->ran))) == NULL) {
 		if (rc != NULL)
 			rc_free(rc);
 		return -ENOMEM;
