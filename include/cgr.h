@@ -1494,8 +1494,9 @@ cgr_worker *cgr_task_worker(const cgr_task_ctx *tc);
  * task's worker, and the worker's rank in it: 0, -ENOENT (none here:
  * another context's, freed, or the worker is not a member), -ENOSPC (this
  * run holds 8 already), -EINVAL.  The run holds it until the task
- * returns: cgr_comm_destroy meanwhile aborts it (the task's operations
- * fail with -ECANCELED) and waits for the task, 1 s at most.  Across
+ * returns: cgr_comm_destroy from another thread meanwhile aborts it (the
+ * task's operations fail with -ECANCELED) and waits for the task, 1 s at
+ * most; the task itself may destroy it (then it must not use it).  Across
  * hosts, the way a task reaches its share of a communicator the driver
  * made (pass the id in an input or arg_data). */
 int cgr_task_comm(cgr_task_ctx *tc, uint64_t id, cgr_comm **out, int *rank);

@@ -8,11 +8,13 @@
  * arguments get -ENOENT and -EINVAL.  Ids are distinct and never 0.  The
  * communicator destroyed while two tasks hold it (one waiting in an
  * allreduce the third never calls): they are aborted (-ECANCELED), the
- * execution completes, and the destroy returns.
+ * execution completes, and the destroy returns.  A task that destroys
+ * what it took does not wait for itself.
  */
 #include <errno.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include <cgr.h>
@@ -26,7 +28,18 @@ struct cmd {
 	uint64_t id;
 	uint32_t seed;
 	uint8_t lonely; /* only ranks 0 and 1 call the allreduce */
+	uint8_t destroy; /* rank 0 takes it and destroys it itself */
+	cgr_worker *w0;
 };
+
+static _Atomic int held_logs; /* "still holds" in the log */
+
+static void logf_(void *arg, int level, const char *msg)
+{
+	(void)arg, (void)level;
+	if (strstr(msg, "still holds") != NULL)
+		atomic_fetch_add(&held_logs, 1);
+}
 
 static _Atomic int taken; /* tasks that hold the communicator */
 
@@ -48,6 +61,17 @@ static int member(cgr_task_ctx *tc, void *state, const cgr_value *in,
 
 	(void)state, (void)nin, (void)nout;
 	memcpy(&c, in[0].u.bytes.data, sizeof(c));
+	if (c.destroy) {
+		/* Only member 0: what it took, it may destroy. */
+		ret = 0;
+		if (cgr_task_worker(tc) == c.w0 &&
+		    (ret = cgr_task_comm(tc, c.id, &cm, &rank)) == 0)
+			cgr_comm_destroy(cm);
+		o[0] = ret;
+		o[1] = rank;
+		out[0] = cgr_value_bytes(o, (2 + COUNT) * 4);
+		return 0;
+	}
 	ret = cgr_task_comm(tc, c.id, &cm, &rank);
 	if (ret == 0) {
 		cgr_comm *again = NULL;
@@ -124,7 +148,7 @@ static void runs(cgr_compiled *c, cgr_comm *cm)
 	int bad = 0, execs = (int)t_scale(200);
 
 	for (int i = 0; i < execs; i++) {
-		struct cmd k = { cgr_comm_id(cm), (uint32_t)i, 0 };
+		struct cmd k = { cgr_comm_id(cm), (uint32_t)i, 0, 0, NULL };
 		cgr_value a = cgr_value_bytes(&k, sizeof(k)), o[N + 1];
 		cgr_ref ref;
 		if (cgr_execute(c, &a, 1, &ref) != 0 ||
@@ -160,7 +184,7 @@ static void runs(cgr_compiled *c, cgr_comm *cm)
 /* Destroyed while two tasks hold it, one of them waiting. */
 static void destroyed(cgr_compiled *c, cgr_comm *cm)
 {
-	struct cmd k = { cgr_comm_id(cm), 0, 1 };
+	struct cmd k = { cgr_comm_id(cm), 0, 1, 0, NULL };
 	cgr_value a = cgr_value_bytes(&k, sizeof(k)), o[N + 1];
 	cgr_ref ref;
 	int ret;
@@ -181,6 +205,32 @@ static void destroyed(cgr_compiled *c, cgr_comm *cm)
 		cgr_ref_release(c, ref);
 }
 
+/* A task destroys the communicator it took: no wait for itself. */
+static void self_destroy(cgr_ctx *ctx, cgr_compiled *c, cgr_worker *const *w)
+{
+	struct cmd k = { 0, 0, 0, 1, w[0] };
+	cgr_value a, o[N + 1];
+	cgr_comm *cm;
+	cgr_ref ref;
+	int64_t t0;
+	bool ok;
+
+	if (cgr_comm_create(ctx, w, N, CGR_BACKEND_CPU, &cm) != 0)
+		return;
+	k.id = cgr_comm_id(cm);
+	a = cgr_value_bytes(&k, sizeof(k));
+	t0 = t_now_ns();
+	ok = cgr_execute(c, &a, 1, &ref) == 0 &&
+	     cgr_ref_get(c, ref, 10000000000ll, o, N + 1) == 0 &&
+	     ((const int32_t *)o[0].u.bytes.data)[0] == 0;
+	t_ok(ok && atomic_load(&held_logs) == 0,
+	     "a task destroys the communicator it took: no wait for itself "
+	     "(%.1f ms, %d warnings)",
+	     (double)(t_now_ns() - t0) / 1e6, atomic_load(&held_logs));
+	if (ok)
+		cgr_ref_release(c, ref);
+}
+
 int main(int argc, char **argv)
 {
 	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
@@ -188,9 +238,12 @@ int main(int argc, char **argv)
 	cgr_worker *w[N + 1];
 	cgr_comm *cm, *other;
 	cgr_compiled *c;
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
 
 	t_init(argc, argv, 120);
-	if (cgr_ctx_create(NULL, &ctx) != 0)
+	cp.log_fn = logf_;
+	cp.log_level = CGR_LOG_WARN;
+	if (cgr_ctx_create(&cp, &ctx) != 0)
 		return 1;
 	for (int r = 0; r <= N; r++)
 		if (cgr_worker_create(ctx, &wp, &w[r]) != 0)
@@ -208,6 +261,7 @@ int main(int argc, char **argv)
 	if (c != NULL) {
 		runs(c, cm);
 		destroyed(c, cm);
+		self_destroy(ctx, c, w);
 		cgr_compiled_destroy(c);
 	}
 	cgr_comm_destroy(other);

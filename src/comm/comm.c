@@ -58,36 +58,71 @@ cgr_comm *cgr__comm_find(cgr_ctx *ctx, uint64_t id)
 	return c;
 }
 
-cgr_comm *cgr__comm_take(cgr_ctx *ctx, uint64_t id, const cgr_worker *w,
-			 int *rank)
-{
-	cgr_comm *c;
+/* What the calling thread's task run holds (cgr__comm_take). */
+static _Thread_local cgr_comm *held[CGR__TASK_COMMS];
+_Thread_local unsigned cgr__comm_nheld;
 
-	pthread_mutex_lock(&ctx->comm_lock);
-	for (c = ctx->comms; c != NULL; c = c->next) {
-		int r = 0;
-		if (c->id != id || c->members == NULL)
-			continue;
-		while (r < c->n && c->members[r] != w)
-			r++;
-		if (r < c->n) {
-			c->uses++;
-			*rank = r;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&ctx->comm_lock);
-	return c;
+static int rank_of(const cgr_comm *c, const cgr_worker *w)
+{
+	int r = 0;
+
+	while (r < c->n && c->members[r] != w)
+		r++;
+	return r < c->n ? r : -1;
 }
 
-void cgr__comm_drop(cgr_comm *c)
+int cgr__comm_take(cgr_ctx *ctx, uint64_t id, const cgr_worker *w,
+		   cgr_comm **out, int *rank)
 {
-	cgr_ctx *ctx = c->ctx;
+	cgr_comm *c;
+	int r = -1;
 
+	for (unsigned i = 0; i < cgr__comm_nheld; i++)
+		if (held[i]->ctx == ctx && held[i]->id == id &&
+		    (r = rank_of(held[i], w)) >= 0) {
+			*out = held[i];
+			*rank = r;
+			return 0;
+		}
+	if (cgr__comm_nheld == CGR__TASK_COMMS)
+		return -ENOSPC;
 	pthread_mutex_lock(&ctx->comm_lock);
-	if (--c->uses == 0)
-		pthread_cond_broadcast(&ctx->comm_cond);
+	for (c = ctx->comms; c != NULL; c = c->next)
+		if (c->id == id && c->members != NULL &&
+		    (r = rank_of(c, w)) >= 0) {
+			c->uses++;
+			break;
+		}
 	pthread_mutex_unlock(&ctx->comm_lock);
+	if (c == NULL)
+		return -ENOENT;
+	held[cgr__comm_nheld++] = c;
+	*out = c;
+	*rank = r;
+	return 0;
+}
+
+void cgr__comm_drop_held(void)
+{
+	while (cgr__comm_nheld > 0) {
+		cgr_comm *c = held[--cgr__comm_nheld];
+		pthread_mutex_lock(&c->ctx->comm_lock);
+		if (--c->uses == 0)
+			pthread_cond_broadcast(&c->ctx->comm_cond);
+		pthread_mutex_unlock(&c->ctx->comm_lock);
+	}
+}
+
+/* Under ctx->comm_lock: the calling thread lets c go if it holds it (a
+ * task destroying what it took). */
+static void unhold(cgr_comm *c)
+{
+	for (unsigned i = 0; i < cgr__comm_nheld; i++)
+		if (held[i] == c) {
+			held[i] = held[--cgr__comm_nheld];
+			c->uses--;
+			return;
+		}
 }
 
 /* Under ctx->comm_lock: tasks that hold c are given 1 s to return after
@@ -190,6 +225,7 @@ void cgr_comm_destroy(cgr_comm *c)
 			*pp = c->next;
 			break;
 		}
+	unhold(c);
 	unused = comm_unused(ctx, c);
 	pthread_mutex_unlock(&ctx->comm_lock);
 	if (!unused) {

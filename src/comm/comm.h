@@ -137,10 +137,14 @@ int cgr__comm_finish(cgr_ctx *ctx, cgr_comm *c, cgr_worker *const *members,
  * alive (cgr_comm_destroy while it is used is the caller's error). */
 cgr_comm *cgr__comm_find(cgr_ctx *ctx, uint64_t id);
 /* The communicator of ctx with id that has worker w as a member, and w's
- * rank (NULL: none), taken for use (c->uses) until cgr__comm_drop. */
-cgr_comm *cgr__comm_take(cgr_ctx *ctx, uint64_t id, const cgr_worker *w,
-			 int *rank);
-void cgr__comm_drop(cgr_comm *c);
+ * rank: 0 (*out, *rank), -ENOENT, -ENOSPC (the thread holds
+ * CGR__TASK_COMMS).  The calling thread holds it (c->uses) until
+ * cgr__comm_drop_held (a task's run: until it returns); once per thread. */
+#define CGR__TASK_COMMS 8
+int cgr__comm_take(cgr_ctx *ctx, uint64_t id, const cgr_worker *w,
+		   cgr_comm **out, int *rank);
+extern _Thread_local unsigned cgr__comm_nheld;
+void cgr__comm_drop_held(void);
 
 /* Whether a collective of this backend can finish at any rank only after
  * every rank started it.  The CPU backend: yes, every rank reads every

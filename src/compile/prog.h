@@ -83,7 +83,6 @@ struct cgr__task_job {
 
 /* A plain task's share of a program (struct cgr_task_ctx behind cgr.h's
  * cgr_task_ctx: what a task function is handed). */
-#define CGR__TASK_COMMS 8
 struct cgr_task_ctx {
 	/* What every run of the task touches first: two cache lines (the
 	 * ports' lists and the values' scratch follow in one block,
@@ -123,10 +122,6 @@ struct cgr_task_ctx {
 	struct cgr__adapt ad; /* its work, on a sim compute stream */
 	uint64_t inline_runs; /* executions whose work the thread ran */
 	char errmsg[256]; /* cgr_task_set_error's text (a failing run) */
-	/* Communicators this run took (cgr_task_comm): dropped when it
-	 * returns. */
-	struct cgr_comm *held[CGR__TASK_COMMS];
-	unsigned nheld;
 };
 
 /* A member's share of a collective (run/coll.c runs it). */

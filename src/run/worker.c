@@ -68,13 +68,6 @@ static void task_outputs_error(struct cgr_task_ctx *tc, uint64_t seq,
 	}
 }
 
-/* The run returned: the communicators it took go back. */
-static void task_comms_drop(struct cgr_task_ctx *tc)
-{
-	while (tc->nheld > 0)
-		cgr__comm_drop(tc->held[--tc->nheld]);
-}
-
 static void task_fail(struct cgr_task_ctx *tc, int ret)
 {
 	int code = tc->err_code;
@@ -190,8 +183,8 @@ void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 	atomic_store_explicit(&w->current_seq, seq, memory_order_relaxed);
 	ret = tc->fn(tc, w->state, tc->inv, tc->nin, tc->outv, tc->nout);
 	atomic_store_explicit(&w->current_task, NULL, memory_order_relaxed);
-	if (tc->nheld != 0)
-		task_comms_drop(tc);
+	if (cgr__comm_nheld != 0)
+		cgr__comm_drop_held(); /* what cgr_task_comm took */
 	if (ret != 0)
 		task_fail(tc, ret);
 	else
@@ -399,27 +392,10 @@ void cgr__prog_leave(struct cgr__prog *p, struct cgr__reactor *r)
 
 int cgr_task_comm(cgr_task_ctx *tc, uint64_t id, cgr_comm **out, int *rank)
 {
-	cgr_comm *c;
-
 	if (tc == NULL || out == NULL || rank == NULL || tc->w == NULL)
 		return -EINVAL;
-	for (unsigned i = 0; i < tc->nheld; i++)
-		if (tc->held[i]->id == id) {
-			for (int r = 0; r < tc->held[i]->n; r++)
-				if (tc->held[i]->members[r] == tc->w)
-					*rank = r;
-			*out = tc->held[i];
-			return 0;
-		}
-	if (tc->nheld == CGR__TASK_COMMS)
-		return -ENOSPC;
-	if ((c = cgr__comm_take(tc->w->ctx, id, tc->w, rank)) == NULL)
-		return -ENOENT;
-	tc->held[tc->nheld++] = c;
-	*out = c;
-	return 0;
+	return cgr__comm_take(tc->w->ctx, id, tc->w, out, rank);
 }
-
 
 
 void *cgr_task_output_buffer(cgr_task_ctx *tc, size_t i, size_t bytes)
