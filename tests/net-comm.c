@@ -22,7 +22,8 @@
  * receives among all ranks, itself too); the driver's host's ranks on
  * streams (two operations there, then one on the task's thread, in call
  * order); an abort by one member
- * (every rank -ECANCELED); the communicator destroyed while half its
+ * (every rank -ECANCELED); NCCL across hosts and a call for a rank on
+ * another host refused; the communicator destroyed while half its
  * ranks wait in an allreduce (they return); what an allreduce sends between hosts (each
  * rank's input once per other host).  A member whose operation fails with
  * CGR_EHOSTLOST outputs an error value saying so (tests/net-graph's
@@ -622,6 +623,25 @@ static void destroyed(cgr_compiled *g, cgr_comm *cm, int n, struct tally *t)
 	cgr_ref_release(g, r);
 }
 
+/* What a communicator across hosts refuses: NCCL (-ENOTSUP), and here,
+ * a rank whose worker is on another host (-EINVAL, at once). */
+static void refusals(cgr_ctx *ctx, cgr_worker *const *w, int n, cgr_comm *cm,
+		     struct tally *t)
+{
+	cgr_comm *x = NULL;
+	int32_t v = 1, o;
+	int a = cgr_comm_create(ctx, w, (size_t)n, CGR_BACKEND_NCCL, &x);
+	int b = cgr_allreduce(cm, 1, &v, &o, 1, CGR_INT32, CGR_SUM, NULL,
+			      NULL);
+
+	if (a != -ENOTSUP || b != -EINVAL) {
+		fprintf(stderr, "comm refusals: NCCL %d, a rank elsewhere %d\n",
+			a, b);
+		t->bad++;
+		cgr_comm_destroy(x);
+	}
+}
+
 int netcomm_allreduce(cgr_ctx *ctx, cgr_worker *const *w, cgr_compiled **g,
 		      cgr_comm **cm, cgr_value *arg)
 {
@@ -684,8 +704,10 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 			break;
 		}
 		cases(g, cm, ref, n, &t);
-		if (l == 0)
+		if (l == 0) {
 			timed(g, cm, n, &op_us, &base_us);
+			refusals(ctx, mw, n, cm, &t);
+		}
 		if (l == 3)
 			crossing(job, g, cm, n, &t);
 		if (l == 3) {
