@@ -1213,12 +1213,17 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * broadcast and scatter; cgr_job_stats counts the bytes); an allreduce
  * of 16 KiB or more (and a count of at least the ranks) runs as a
  * reduce-scatter, rank q folding block q, then an allgather of the
- * blocks, so a host sends 2 (n - 1) / n inputs, not n - 1 (a broadcast
- * of 16 KiB or more: a scatter from the root, then that allgather);
- * reductions
- * fold in rank order (rank 0's
- * input op rank 1's op ...) on every rank, so the result is bit-identical
- * on every member and across host layouts.  Failures: a host of the
+ * blocks, so a host sends 2 (n - 1) / n inputs, not n - 1; with several
+ * ranks on a host, hierarchically: each host's lowest rank folds its
+ * host's inputs, these leaders reduce-scatter and allgather the h
+ * partial results (a host sends 2 (h - 1) / h inputs, however many ranks
+ * it has) and the other ranks take the blocks from them.  A broadcast of
+ * 16 KiB or more: a scatter from the root, then an allgather.
+ * Reductions fold in rank order (rank 0's input op rank 1's op ...), and
+ * a hierarchical allreduce folds each host's ranks in rank order, then
+ * the hosts' results in the order of their lowest ranks (averages sum,
+ * then divide once); either way the result is bit-identical on every
+ * member, and integer results do not depend on the layout.  Failures: a host of the
  * communicator lost fails its pending and later operations with
  * CGR_EHOSTLOST (the message names the host), within the job's deadline;
  * cgr_comm_abort, or an operation past its deadline (-ETIMEDOUT there),

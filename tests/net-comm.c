@@ -25,7 +25,8 @@
  * (every rank -ECANCELED); NCCL across hosts and a call for a rank on
  * another host refused; the communicator destroyed while half its
  * ranks wait in an allreduce (they return); what an allreduce sends between hosts (each
- * rank's input once per other host).  A member whose operation fails with
+ * rank's input once per other host; split and hierarchical, 4/3 of an
+ * input from a host of two ranks).  A member whose operation fails with
  * CGR_EHOSTLOST outputs an error value saying so (tests/net-graph's
  * losecomm: netcomm_allreduce).  Prints "comm OK layouts L executions E ..."
  * with the median of 8-byte allreduces across the hosts.
@@ -325,7 +326,7 @@ static void *ref_main(void *arg)
 
 struct tally {
 	unsigned execs, outs, bad, direct;
-	uint64_t sent; /* crossing() */
+	uint64_t sent, sent_split; /* crossing() */
 	unsigned waited; /* destroyed(): ranks that were in the call */
 	char msg[200];
 };
@@ -582,6 +583,21 @@ static void crossing(cgr_job *job, cgr_compiled *g, cgr_comm *cm, int n,
 			(unsigned long long)b, (unsigned long long)t->sent);
 		t->bad++;
 	}
+	/* Split and hierarchical: the host's leader folds its two inputs,
+	 * sends the other leaders their two thirds and its third to both:
+	 * 4/3 of an input (plus records), not 2 (each rank's blocks). */
+	c.count = 8190;
+	cgr_job_stats_get(job, &x);
+	one(g, NULL, n, &c, 0, t);
+	cgr_job_stats_get(job, &y);
+	t->sent_split = y.comm_bytes_sent - x.comm_bytes_sent;
+	if (3 * t->sent_split < 4 * 4 * 8190 ||
+	    2 * t->sent_split >= 3 * 4 * 8190) {
+		fprintf(stderr, "comm: a split allreduce of %d B per rank sent "
+				"%llu B from the driver's host (want 4/3x)\n",
+			4 * 8190, (unsigned long long)t->sent_split);
+		t->bad++;
+	}
 }
 
 /* The driver destroys the communicator while half of its ranks wait in
@@ -743,8 +759,10 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 	printf("comm OK layouts 4 executions %u outputs %u direct %u "
 	       "allreduce8_p50_us %.1f graph_p50_us %.1f "
 	       "allreduce_12000B_sent_from_host_B %llu "
+	       "allreduce_32760B_sent_from_host_B %llu "
 	       "destroyed_while_waiting %u\n",
 	       t.execs, t.outs, t.direct, op_us, base_us,
-	       (unsigned long long)t.sent, t.waited);
+	       (unsigned long long)t.sent, (unsigned long long)t.sent_split,
+	       t.waited);
 	return 0;
 }

@@ -48,7 +48,13 @@
 #include "comm/reduce.h"
 #include "remote/remote.h"
 
-enum { LANE_COLL = 0, LANE_SEND = 1, LANE_RECV = 2, LANE_GATHER = 3 };
+enum {
+	LANE_COLL = 0,
+	LANE_SEND = 1,
+	LANE_RECV = 2,
+	LANE_GATHER = 3,
+	LANE_HOSTS = 4 /* hier: the leaders' blocks */
+};
 
 /* An allreduce of at least this many bytes (and one element per rank)
  * runs as a reduce-scatter and an allgather: each rank reduces one block
@@ -176,8 +182,8 @@ static int put(struct cgr__rcomm *rc, int me, uint32_t to, int lane,
 	       const struct iovec *v, int nv)
 {
 	struct cgr_job *j = rc->j;
-	uint32_t host = lane == LANE_COLL || lane == LANE_GATHER ? to
-								  : rc->host[to];
+	uint32_t host = lane == LANE_SEND || lane == LANE_RECV ? rc->host[to]
+							       : to;
 	struct iovec all[CGR_MAX_RANKS + 1];
 	struct cgr__cmsg *cm;
 	struct cgr__rmsg m;
@@ -343,28 +349,66 @@ static int await(struct cgr__rcomm *rc, struct want *w)
  * (rank q reduces bytes [q * blk, (q + 1) * blk) of the input, the last
  * ones fewer or none). */
 struct op {
+	const struct cgr__rcomm *rc;
 	const struct cgr__coll_desc *d;
 	size_t b, blk;
 	bool split;
+	/* A split allreduce with several ranks on a host runs in three
+	 * steps (hier): each host's leader (its lowest rank) folds its
+	 * host's inputs, the leaders reduce-scatter and allgather those
+	 * among themselves, every other rank takes the blocks from them.
+	 * own[q]: rank q's block (leaders in rank order: the hosts' order),
+	 * or -1; nown of them. */
+	bool hier;
+	int nown;
+	int own[CGR_MAX_RANKS];
 };
+
+/* The leader of host h (its lowest rank). */
+static int leader(const struct cgr__rcomm *rc, uint32_t h)
+{
+	int q = 0;
+
+	while (rc->host[q] != h)
+		q++;
+	return q;
+}
 
 static void op_plan(struct op *o, const struct cgr__rcomm *rc,
 		    const struct cgr__coll_desc *d)
 {
 	size_t es = cgr_dtype_size(d->dtype), n = (size_t)rc->head.n;
 
+	o->rc = rc;
 	o->d = d;
 	o->b = d->count * es;
 	o->split = (d->kind == CGR_COLL_ALLREDUCE ||
 		    d->kind == CGR_COLL_BROADCAST) &&
 		   o->b >= SPLIT_BYTES && d->count >= n;
-	o->blk = o->split ? (d->count + n - 1) / n * es : 0;
+	o->nown = 0;
+	for (int q = 0; q < (int)n; q++)
+		o->own[q] = !o->split ? -1 :
+			    d->kind == CGR_COLL_BROADCAST ||
+					    leader(rc, rc->host[q]) == q ?
+						  o->nown++ :
+						  -1;
+	o->hier = o->split && d->kind == CGR_COLL_ALLREDUCE &&
+		  o->nown < (int)n;
+	if (!o->hier)
+		for (int q = 0; q < (int)n; q++)
+			o->own[q] = o->split ? q : -1;
+	if (!o->hier)
+		o->nown = o->split ? (int)n : 0;
+	o->blk = o->split ? (d->count + (size_t)o->nown - 1) /
+				    (size_t)o->nown * es :
+			    0;
 }
 
-/* Rank q's block of a split allreduce: its offset and its bytes. */
+/* Rank q's block of a split operation: its offset and its bytes (none if
+ * it owns none). */
 static size_t blk_of(const struct op *o, int q, size_t *off)
 {
-	size_t at = (size_t)q * o->blk;
+	size_t at = o->own[q] < 0 ? o->b : (size_t)o->own[q] * o->blk;
 
 	*off = at < o->b ? at : o->b;
 	return o->b - *off < o->blk ? o->b - *off : o->blk;
@@ -383,6 +427,12 @@ static size_t part(const struct op *o, int from, int to, size_t *off,
 	*block = false;
 	switch (d->kind) {
 	case CGR_COLL_ALLREDUCE:
+		if (o->hier)
+			return to != from && o->own[to] >= 0 &&
+					       o->rc->host[to] ==
+						       o->rc->host[from] ?
+				       o->b :
+				       0;
 		if (o->split) {
 			*block = true;
 			return blk_of(o, to, off);
@@ -479,8 +529,8 @@ static const void *data_of(const struct cgr__rcomm *rc, const struct op *o,
 
 /* Folds srcs (n, rank order) into dst, count elements: dst may be one
  * of them (in place) only as srcs[0]. */
-static int fold(const struct cgr__coll_desc *d, int n, int me, void *dst,
-		const void **src, size_t count, size_t bytes)
+static int fold(const struct cgr__coll_desc *d, cgr_redop op, int div, int n,
+		int me, void *dst, const void **src, size_t count, size_t bytes)
 {
 	void *own = NULL;
 
@@ -490,9 +540,30 @@ static int fold(const struct cgr__coll_desc *d, int n, int me, void *dst,
 		memcpy(own, dst, bytes);
 		src[me] = own;
 	}
-	cgr__reduce(dst, src, n, count, d->dtype, d->op, n);
+	cgr__reduce(dst, src, n, count, d->dtype, op, div);
 	free(own);
 	return 0;
+}
+
+/* Hier, a leader: its host's inputs (src by rank) folded in rank order
+ * into its receive buffer (averages: summed, divided at the end). */
+static int host_fold(struct cgr__rcomm *rc, int me, const struct op *o,
+		     const void **src)
+{
+	const struct cgr__coll_desc *d = o->d;
+	const void *hs[CGR_MAX_RANKS];
+	int m = 0;
+
+	for (int q = 0; q < rc->head.n; q++)
+		if (rc->host[q] == rc->host[me])
+			hs[m++] = src[q];
+	if (m == 1) {
+		if (hs[0] != d->recv)
+			memcpy(d->recv, hs[0], o->b);
+		return 0;
+	}
+	return fold(d, d->op == CGR_AVG ? CGR_SUM : d->op, 1, m, 0, d->recv,
+		    hs, d->count, o->b);
 }
 
 /* Rank me's result from every rank's data (the verdict agreed); a split
@@ -511,6 +582,8 @@ static int compute(struct cgr__rcomm *rc, int me, const struct op *o,
 		return 0;
 	if (o->split)
 		len = blk_of(o, me, &at);
+	if (o->hier && o->own[me] < 0)
+		return 0; /* the leader folds this host's inputs */
 	if (k == CGR_COLL_BROADCAST || k == CGR_COLL_SCATTER) {
 		/* (Split: this rank's block of the root's input.) */
 		const void *p = data_of(rc, o, me, d->root, got, &bad);
@@ -524,10 +597,12 @@ static int compute(struct cgr__rcomm *rc, int me, const struct op *o,
 		return fail_rank(rc, me, CGR_ECORRUPT,
 				 "%s: a peer's data has the wrong length",
 				 cgr__coll_kind_name(k));
+	if (o->hier)
+		return host_fold(rc, me, o, src);
 	if (cgr__coll_reduces(k))
 		return len == 0 ? 0 :
-		       fold(d, n, me, r + at, src, len / cgr_dtype_size(d->dtype),
-			    len);
+		       fold(d, d->op, n, n, me, r + at, src,
+			    len / cgr_dtype_size(d->dtype), len);
 	if (k != CGR_COLL_BROADCAST && k != CGR_COLL_SCATTER)
 		for (int q = 0; q < n; q++)
 			if (src[q] != r + (size_t)q * b)
@@ -639,9 +714,9 @@ static int coll_send(struct cgr__rcomm *rc, int me, const struct op *o,
 static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 			 uint64_t seq, int res)
 {
-	int n = rc->head.n, ret;
-	struct cgr__cmsg *got[CGR_MAX_RANKS] = { NULL };
-	struct want w = { rc->j->rank, LANE_GATHER, n - 1, seq, got,
+	int n = rc->head.n, ret = 0;
+	struct cgr__cmsg *got[CGR_MAX_RANKS];
+	struct want w = { rc->j->rank, LANE_GATHER, 0, seq, got,
 			  o->d->deadline };
 	struct cgr__agree a;
 	struct iovec v;
@@ -651,17 +726,25 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 	a.code = res;
 	v.iov_len = blk_of(o, me, &at);
 	v.iov_base = (char *)o->d->recv + at;
-	got[me] = (struct cgr__cmsg *)&w; /* none from itself */
-	ret = coll_send(rc, me, o, LANE_GATHER, seq, &a, &v);
+	/* From every other rank with a block. */
+	for (int q = 0; q < n; q++) {
+		bool from = q != me && o->own[q] >= 0;
+		got[q] = from ? NULL : (struct cgr__cmsg *)&w;
+		w.nleft += from;
+	}
+	if (o->own[me] >= 0)
+		ret = coll_send(rc, me, o, LANE_GATHER, seq, &a, &v);
 	if (ret == 0)
 		ret = await(rc, &w);
-	got[me] = NULL;
+	for (int q = 0; q < n; q++)
+		if (got[q] == (struct cgr__cmsg *)&w)
+			got[q] = NULL;
 	if (ret != 0)
 		ret = op_failed(rc, me, o->d->kind, ret);
 	for (int q = 0; q < n && ret == 0; q++) {
 		const struct cgr__agree *t;
 		size_t len;
-		if (q == me)
+		if (got[q] == NULL)
 			continue;
 		t = (const void *)got[q]->payload;
 		len = blk_of(o, q, &at);
@@ -678,11 +761,77 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 					cgr__coll_kind_name(o->d->kind));
 	}
 	for (int q = 0; q < n && ret == 0; q++)
-		if (q != me) {
+		if (got[q] != NULL) {
 			size_t len = blk_of(o, q, &at);
 			memcpy((char *)o->d->recv + at,
 			       got[q]->payload + REC, len);
 		}
+	for (int q = 0; q < n; q++)
+		if (got[q] != NULL)
+			let_go(rc->j, got[q]);
+	return res != 0 ? res : ret;
+}
+
+/* Hier, a leader: block q of its host's fold (in its receive buffer) to
+ * each other leader q, and its own block folded from theirs, hosts in
+ * order (averages divided here).  res: its result so far (sent as its
+ * record's code: the others fail alike). */
+static int host_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
+		       uint64_t seq, int res)
+{
+	const struct cgr__coll_desc *d = o->d;
+	int n = rc->head.n, ret = 0;
+	struct cgr__cmsg *got[CGR_MAX_RANKS];
+	struct want w = { rc->j->rank, LANE_HOSTS, 0, seq, got, d->deadline };
+	const void *src[CGR_MAX_RANKS];
+	char *r = d->recv;
+	struct cgr__agree a;
+	size_t at, len;
+
+	memset(&a, 0, sizeof(a));
+	a.code = res;
+	for (int q = 0; q < n; q++) {
+		bool from = q != me && o->own[q] >= 0;
+		got[q] = from ? NULL : (struct cgr__cmsg *)&w;
+		w.nleft += from;
+		if (from && ret == 0) {
+			struct iovec v;
+			v.iov_len = blk_of(o, q, &at);
+			v.iov_base = r + at;
+			ret = put(rc, me, rc->host[q], LANE_HOSTS, seq, 1, &a,
+				  &v, res != 0 ? 0 : 1);
+		}
+	}
+	if (ret == 0)
+		ret = await(rc, &w);
+	for (int q = 0; q < n; q++)
+		if (got[q] == (struct cgr__cmsg *)&w)
+			got[q] = NULL;
+	if (ret != 0)
+		ret = op_failed(rc, me, d->kind, ret);
+	len = blk_of(o, me, &at);
+	for (int q = 0; q < n && ret == 0; q++) {
+		const struct cgr__agree *t;
+		if (o->own[q] < 0)
+			continue;
+		src[o->own[q]] = q == me ? (const void *)(r + at)
+					 : (const void *)(got[q]->payload + REC);
+		if (q == me)
+			continue;
+		t = (const void *)got[q]->payload;
+		if (t->code != 0)
+			ret = fail_rank(rc, me, t->code, "allreduce #%llu: rank "
+							 "%d could not fold its "
+							 "host's inputs (%d)",
+					(unsigned long long)seq, q, t->code);
+		else if (got[q]->m.payload != REC + len)
+			ret = fail_rank(rc, me, CGR_ECORRUPT,
+					"allreduce: a peer's block has the "
+					"wrong length");
+	}
+	if (ret == 0 && res == 0 && len != 0)
+		ret = fold(d, d->op, n, o->nown, o->own[me], r + at, src,
+			   len / cgr_dtype_size(d->dtype), len);
 	for (int q = 0; q < n; q++)
 		if (got[q] != NULL)
 			let_go(rc->j, got[q]);
@@ -718,6 +867,8 @@ static int coll_run(struct cgr__rcomm *rc, int me,
 			let_go(rc->j, got[q]);
 	/* Agreed: every rank gathers, also one whose block failed (its
 	 * record says so). */
+	if (agreed && o.hier && o.own[me] >= 0)
+		ret = host_blocks(rc, me, &o, w.seq, ret);
 	if (agreed && o.split)
 		ret = gather_blocks(rc, me, &o, w.seq, ret);
 	return ret;
