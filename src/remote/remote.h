@@ -10,7 +10,7 @@
  * end).  It waits on a reactor: its doorbell, the UCX worker's event fd,
  * and its next heartbeat.
  *
- * Three things travel between ranks:
+ * Four things travel between ranks:
  * - control messages (struct cgr__rmsg): the driver's requests to the
  *   rank that hosts a worker (create it, compile a graph, run it, tear it
  *   down, stop the worker) and their answers; served by cgr_job_serve
@@ -24,6 +24,10 @@
  *   reader's host, whose link writes it into its own copy of the slot
  *   (the data straight into it) and announces it on its own ring, in
  *   order per channel;
+ * - communicators across hosts (rcomm.c): each host with members has a
+ *   share; an operation's records and data travel as control messages
+ *   (CGR__RM_COMM_OP), kept in j->box until the ranks they are for take
+ *   them;
  * - admissions (a gated program elsewhere waits for them) and
  *   heartbeats.
  *
