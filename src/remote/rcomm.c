@@ -342,6 +342,21 @@ static int await(struct cgr__rcomm *rc, struct want *w)
 	return ret;
 }
 
+/* await, then the wait's own marks (got[q] == w: a rank it wants nothing
+ * from) cleared; a failure as op_failed says.  ret: the caller's so far
+ * (not 0: no wait). */
+static int op_failed(struct cgr__rcomm *rc, int me, int kind, int ret);
+static int await_marked(struct cgr__rcomm *rc, int me, int kind,
+			struct want *w, int ret)
+{
+	if (ret == 0)
+		ret = await(rc, w);
+	for (int q = 0; q < rc->head.n; q++)
+		if (w->got[q] == (struct cgr__cmsg *)w)
+			w->got[q] = NULL;
+	return ret != 0 ? op_failed(rc, me, kind, ret) : 0;
+}
+
 /* ---- operations ----------------------------------------------------------- */
 
 /* One collective of rank me: its descriptor, bytes of count elements,
@@ -734,13 +749,7 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 	}
 	if (o->own[me] >= 0)
 		ret = coll_send(rc, me, o, LANE_GATHER, seq, &a, &v);
-	if (ret == 0)
-		ret = await(rc, &w);
-	for (int q = 0; q < n; q++)
-		if (got[q] == (struct cgr__cmsg *)&w)
-			got[q] = NULL;
-	if (ret != 0)
-		ret = op_failed(rc, me, o->d->kind, ret);
+	ret = await_marked(rc, me, o->d->kind, &w, ret);
 	for (int q = 0; q < n && ret == 0; q++) {
 		const struct cgr__agree *t;
 		size_t len;
@@ -802,13 +811,7 @@ static int host_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 				  &v, res != 0 ? 0 : 1);
 		}
 	}
-	if (ret == 0)
-		ret = await(rc, &w);
-	for (int q = 0; q < n; q++)
-		if (got[q] == (struct cgr__cmsg *)&w)
-			got[q] = NULL;
-	if (ret != 0)
-		ret = op_failed(rc, me, d->kind, ret);
+	ret = await_marked(rc, me, d->kind, &w, ret);
 	len = blk_of(o, me, &at);
 	for (int q = 0; q < n && ret == 0; q++) {
 		const struct cgr__agree *t;
@@ -855,12 +858,8 @@ static int coll_run(struct cgr__rcomm *rc, int me,
 		return ret;
 	got[me] = (struct cgr__cmsg *)&w; /* none from itself */
 	ret = coll_send(rc, me, &o, LANE_COLL, w.seq, &a, NULL);
-	if (ret == 0)
-		ret = await(rc, &w);
-	got[me] = NULL;
-	if (ret != 0)
-		ret = op_failed(rc, me, d->kind, ret);
-	else if ((ret = verdict(rc, me, &a, got, w.seq)) == 0)
+	ret = await_marked(rc, me, d->kind, &w, ret);
+	if (ret == 0 && (ret = verdict(rc, me, &a, got, w.seq)) == 0)
 		agreed = true, ret = compute(rc, me, &o, got);
 	for (int q = 0; q < n; q++)
 		if (got[q] != NULL)
@@ -922,10 +921,8 @@ static int p2p_finish(struct cgr__rcomm *rc, int me, struct p2p *x)
 	snprintf(what, sizeof(what), "%s #%llu %s rank %d",
 		 send ? "send" : "recv", (unsigned long long)w.seq,
 		 send ? "to" : "from", peer);
-	if (ret == 0)
-		ret = await(rc, &w);
-	if (ret != 0)
-		return op_failed(rc, me, d->kind, ret);
+	if ((ret = await_marked(rc, me, d->kind, &w, ret)) != 0)
+		return ret;
 	theirs = (struct cgr__agree *)(void *)got[peer]->payload;
 	ret = cgr__agree_p2p(&x->a, theirs, me, what, rc->msg[me],
 			     sizeof(rc->msg[me]));
