@@ -587,9 +587,9 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * straight from the writer's slot into the reader's, by UCX rendezvous
  * when large), once per host however many of its workers read it.  Pointers and file descriptors inside a value mean nothing
  * on the other host.  Collective nodes may have members on several hosts
- * (see cgr_graph_collective).  Not across hosts yet: device tasks and
- * device tensors, a collective node on a communicator of the caller's
- * with members on several hosts, device-transport edges
+ * (see cgr_graph_collective), over values or on a communicator across
+ * hosts (cgr_coll_params.comm).  Not across hosts yet: device tasks and
+ * device tensors, device-transport edges
  * (CGR_TRANSPORT_DEVICE) to or from a worker there, process workers in a
  * graph that has workers on other hosts, eager execution (each refused
  * with -ENOTSUP, saying so).  Within a host, rings and shared memory as
@@ -1332,7 +1332,9 @@ typedef struct cgr_coll_params {
 	int kind;	      /* enum cgr_coll_kind */
 	cgr_redop op;	      /* reducing kinds */
 	int root;	      /* rank (index in members) for rooted kinds */
-	cgr_comm *comm;	      /* NULL: one made at compile per member set */
+	cgr_comm *comm;	      /* NULL: one made at compile per member set
+				 (members on several hosts: over values);
+				 it must outlive the compiled graphs */
 	/* Agree once: on the first execution whose inputs are all tensors
 	 * that agree (an execution with an error value or a mismatch
 	 * agrees again next time).  A member whose shape later changes
@@ -1391,14 +1393,22 @@ enum cgr_overlap_mode {
  * execution, its origin kept, the collective added to its path.
  *
  * Members on several hosts (cgr_worker_params.rank): the same kinds,
- * values and error values, without a communicator (comm must be NULL,
- * on the CPU).  Each member receives every member's input it needs and
- * computes its own outputs; reductions fold the members' data in rank
- * order (rank 0 op rank 1 op ...), so every member's result is the same
- * bits (integers: as on one host; floating point may differ from one
- * host's CPU communicator in the last bits).  With static_shape every
- * execution is still judged: a later change is CGR_EMISMATCH naming the
- * rank, a member's error value reaches every output with its own code.
+ * values and error values, on the CPU.  With comm NULL each member
+ * receives every member's input it needs and computes its own outputs;
+ * reductions fold the members' data in rank order (rank 0 op rank 1 op
+ * ...), so every member's result is the same bits (integers: as on one
+ * host; floating point may differ from one host's CPU communicator in
+ * the last bits).  With comm a communicator across hosts (cgr_comm_create
+ * on the driver; rank i on member i's host, else -ENOTSUP at compile)
+ * the members exchange their records in an allgather on it every
+ * execution, then move the data with its algorithms (an allreduce of 16
+ * KiB or more: reduce-scatter and allgather, a leader per host; its fold
+ * order, see cgr_comm_create); a member's error value reaches the others
+ * whole.  Teardown while members wait in it for one that never comes
+ * aborts that communicator (-ECANCELED from then on); it must outlive
+ * the graphs compiled with it.  With static_shape every execution is
+ * still judged: a later change is CGR_EMISMATCH naming the rank, a
+ * member's error value reaches every output with its own code.
  * Returns 0, -EINVAL, -ENOMEM.
  */
 int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,

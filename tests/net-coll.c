@@ -4,9 +4,10 @@
  * three network namespaces).
  *
  * Every collective kind, with reducing ones under every operation, over
- * five layouts: 2 and 3 hosts with 1 and 2 members each (layouts[]).  Each member's input is made by a task on its own
- * worker ("gen", exported: it runs on the host of its worker) from the
- * execution's argument: a dtype (every one), a count (0, 1, odd, large),
+ * five layouts: 2 and 3 hosts with 1 and 2 members each (layouts[]).
+ * Each member's input is made by a task on its own worker ("gen",
+ * exported: it runs on the host of its worker) from the execution's
+ * argument: a dtype (every one), a count (0, 1, odd, large),
  * and a fault: none, one member's task failing (its error value must
  * reach every output, its origin kept), or one member's shape differing
  * (CGR_EMISSMATCH on every output).  The same graph on as many thread
@@ -15,6 +16,12 @@
  * are exact in every float type and the order of reduction cannot show);
  * an allreduce's sum is also checked against a direct computation.  A
  * static-shape allreduce and a bucket (two tensors per member) too.
+ * Every graph is built twice: over values (each member reads the inputs
+ * it needs), and on a communicator across hosts made over the same
+ * members (cgr_coll_params.comm: the members agree and move the data
+ * through it).  On a communicator also: the bytes an allreduce sends
+ * from a host (bytes_far), the refusals (refusals), a teardown while
+ * members wait in it (torn).
  * Prints "coll OK graphs G executions E outputs O" or what differed.
  */
 #include <errno.h>
@@ -23,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cgr.h>
 
@@ -32,13 +40,15 @@
 #define MAXM 6		  /* members at most */
 #define BIG 10000	  /* the large count (times the members) */
 #define MAXB (4u << 20) /* bytes of a value at most */
+#define SLOW (2 * SEC)	  /* a late member's delay */
 
 /* The execution's argument, read by every member's gen. */
 struct arg {
 	uint32_t seed;
 	uint32_t count; /* elements of each member's input */
 	uint8_t dtype;	/* cgr_dtype */
-	uint8_t fault;	/* 0 none, 1 error value at `who`, 2 shape at `who` */
+	uint8_t fault;	/* 0 none, 1 error value at `who`, 2 shape at `who`,
+			   3 `who` late (SLOW) */
 	uint8_t who;
 	uint8_t twice;	/* a bucket: the second tensor's count is doubled */
 };
@@ -127,6 +137,11 @@ int netcoll_gen(cgr_task_ctx *tc, void *state, const cgr_value *in,
 	if (in[0].kind != CGR_VALUE_BYTES || in[0].u.bytes.len != sizeof(a))
 		return -EINVAL;
 	memcpy(&a, in[0].u.bytes.data, sizeof(a));
+	if (a.fault == 3 && a.who == r) {
+		/* Late: the others wait in the collective meanwhile. */
+		struct timespec ts = { SLOW / SEC, 0 };
+		nanosleep(&ts, NULL);
+	}
 	if (a.fault == 1 && a.who == r) {
 		cgr_task_set_error(tc, -EDOM, "member %u refuses seed %u", r,
 				   a.seed);
@@ -150,7 +165,7 @@ int netcoll_gen(cgr_task_ctx *tc, void *state, const cgr_value *in,
  * every output a graph output; k tensors per member (a bucket). */
 static int build(cgr_ctx *ctx, cgr_worker *const *w, int m, int kind,
 		 cgr_redop op, int root, int stat, int k, int mode,
-		 cgr_compiled **out)
+		 cgr_comm *comm, cgr_compiled **out)
 {
 	cgr_coll_params p = CGR_COLL_PARAMS_INIT;
 	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
@@ -185,6 +200,7 @@ static int build(cgr_ctx *ctx, cgr_worker *const *w, int m, int kind,
 	p.static_shape = stat;
 	p.ntensors = (size_t)k;
 	p.max_out_bytes = MAXB;
+	p.comm = comm;
 	if (ret == 0)
 		ret = cgr_graph_collective(g, &p, w, (size_t)m, in, (size_t)nin,
 					   o, (size_t)nout);
@@ -283,7 +299,7 @@ static bool direct_sum(const cgr_value *o, const struct arg *a, int m)
 }
 
 struct tally {
-	unsigned graphs, execs, outs, bad, direct;
+	unsigned graphs, execs, outs, bad, direct, comm;
 };
 
 /* Runs the executions of one graph pair, comparing every output. */
@@ -366,28 +382,39 @@ static void compare(cgr_compiled *cf, cgr_compiled *cn, int m, int kind,
 			}
 }
 
+/* One collective across hosts against one host.  via_comm: on a
+ * communicator across hosts the test makes over the same members (its
+ * ranks their order), not over values every member reads. */
 static int one(cgr_ctx *ctx, cgr_worker *const *far, cgr_worker *const *near,
-	       int m, int kind, cgr_redop op, int stat, int k,
+	       int m, int kind, cgr_redop op, int stat, int k, bool via_comm,
 	       struct tally *t)
 {
 	cgr_compiled *cf = NULL, *cn = NULL;
+	cgr_comm *cm = NULL;
 	int root = 1;
 	bool rooted_out = kind == CGR_COLL_REDUCE || kind == CGR_COLL_GATHER;
 	int nout = rooted_out ? 1 : m * k;
 
-	if (build(ctx, far, m, kind, op, root, stat, k, CGR_WAIT_ADAPTIVE,
+	if ((via_comm &&
+	     cgr_comm_create(ctx, far, (size_t)m, CGR_BACKEND_CPU, &cm) != 0) ||
+	    build(ctx, far, m, kind, op, root, stat, k, CGR_WAIT_ADAPTIVE, cm,
 		  &cf) != 0 ||
 	    build(ctx, near, m, kind, op, root, stat, k, CGR_WAIT_ADAPTIVE,
-		  &cn) != 0) {
+		  NULL, &cn) != 0) {
+		fprintf(stderr, "coll kind %d m %d%s: not built\n", kind, m,
+			via_comm ? " on a communicator" : "");
 		t->bad++;
 		if (cf != NULL)
 			cgr_compiled_destroy(cf);
+		cgr_comm_destroy(cm);
 		return 1;
 	}
 	t->graphs++;
+	t->comm += via_comm;
 	compare(cf, cn, m, kind, op, stat, nout, t);
 	cgr_compiled_destroy(cf);
 	cgr_compiled_destroy(cn);
+	cgr_comm_destroy(cm);
 	return 0;
 }
 
@@ -396,7 +423,7 @@ int netcoll_allreduce(cgr_ctx *ctx, cgr_worker *const *w, int mode,
 {
 	static struct arg a = { 7, 64, CGR_INT32, 0, 0, 0 };
 	int ret = build(ctx, w, 3, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 0, 1, mode,
-			out);
+			NULL, out);
 
 	*arg = cgr_value_bytes(&a, sizeof(a));
 	return ret;
@@ -429,7 +456,7 @@ static void crossings(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *f,
 	unsigned execs = t->execs;
 
 	cgr_job_stats_get(job, &a);
-	one(ctx, f, n, 4, CGR_COLL_ALLGATHER, CGR_SUM, 0, 1, t);
+	one(ctx, f, n, 4, CGR_COLL_ALLGATHER, CGR_SUM, 0, 1, false, t);
 	cgr_job_stats_get(job, &b);
 	execs = t->execs - execs;
 	if (b.data_sent - a.data_sent != 3ull * execs ||
@@ -459,7 +486,7 @@ static void slices(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *f,
 	cgr_ref r;
 
 	if (build(ctx, f, 3, CGR_COLL_ALLTOALL, CGR_SUM, 1, 0, 1,
-		  CGR_WAIT_ADAPTIVE, &c) != 0) {
+		  CGR_WAIT_ADAPTIVE, NULL, &c) != 0) {
 		t->bad++;
 		return;
 	}
@@ -485,6 +512,154 @@ static void slices(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *f,
 	cgr_compiled_destroy(c);
 }
 
+/* What one execution of an allreduce of 3 hosts x 2 (layout 4) sends
+ * from this host: over values every member's input crosses to each other
+ * host (4 inputs); on a communicator its leaders reduce-scatter and
+ * allgather (4/3 of an input, and the records).  The argument crosses
+ * too in both. */
+static void bytes_far(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *f6,
+		      struct tally *t)
+{
+	struct arg a = { 3, 6 * BIG, CGR_INT32, 0, 0, 0 };
+	cgr_value av = cgr_value_bytes(&a, sizeof(a)), o[6];
+	cgr_worker *f[6];
+	uint64_t sent[2] = { 0, 0 }, in = 4ull * a.count;
+
+	for (int i = 0; i < 6; i++)
+		f[i] = f6[layouts[4].host[i]];
+	for (int via = 0; via < 2; via++) {
+		cgr_compiled *c = NULL;
+		cgr_comm *cm = NULL;
+		cgr_job_stats x, y;
+		cgr_ref r;
+		if ((via && cgr_comm_create(ctx, f, 6, CGR_BACKEND_CPU, &cm)) ||
+		    build(ctx, f, 6, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 0, 1,
+			  CGR_WAIT_ADAPTIVE, cm, &c) != 0) {
+			t->bad++;
+			cgr_comm_destroy(cm);
+			return;
+		}
+		cgr_job_stats_get(job, &x);
+		if (cgr_execute(c, &av, 1, &r) != 0 ||
+		    cgr_ref_get(c, r, 30 * SEC, o, 6) != 0) {
+			t->bad++;
+		} else {
+			cgr_job_stats_get(job, &y);
+			sent[via] = y.bytes_sent - x.bytes_sent +
+				    y.comm_bytes_sent - x.comm_bytes_sent;
+			for (int q = 0; q < 6; q++)
+				t->bad += o[q].kind != CGR_VALUE_TENSOR ||
+					  vbytes(&o[q]) != in;
+			cgr_ref_release(c, r);
+			t->execs++;
+		}
+		cgr_compiled_destroy(c);
+		cgr_comm_destroy(cm);
+	}
+	printf("coll bytes: an allreduce of %llu B over 3 hosts x 2 sent "
+	       "%llu B from this host over values, %llu B on a "
+	       "communicator\n",
+	       (unsigned long long)in, (unsigned long long)sent[0],
+	       (unsigned long long)sent[1]);
+	if (sent[0] < 4 * in || sent[1] >= 2 * in || sent[1] < 4 * in / 3) {
+		t->bad++;
+		fprintf(stderr, "coll bytes: want at least %llu over values, "
+			"%llu to %llu on a communicator\n",
+			(unsigned long long)(4 * in),
+			(unsigned long long)(4 * in / 3),
+			(unsigned long long)(2 * in));
+	}
+}
+
+/* A communicator across hosts that cannot serve a collective node: one
+ * whose ranks are on other hosts than the members (the compile says
+ * which), and one of a single host for members on several. */
+static void refusals(cgr_ctx *ctx, cgr_worker *const *far,
+		     cgr_worker *const *near, struct tally *t)
+{
+	cgr_worker *rev[3] = { far[2], far[1], far[0] };
+	cgr_compiled *c = NULL;
+	cgr_comm *cm = NULL;
+	int ret;
+
+	if (cgr_comm_create(ctx, rev, 3, CGR_BACKEND_CPU, &cm) != 0) {
+		t->bad++;
+		return;
+	}
+	ret = build(ctx, far, 3, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 0, 1,
+		    CGR_WAIT_ADAPTIVE, cm, &c);
+	t->bad += ret != -ENOTSUP;
+	cgr_compiled_destroy(c);
+	cgr_comm_destroy(cm);
+	cm = NULL, c = NULL;
+	if (cgr_comm_create(ctx, near, 3, CGR_BACKEND_CPU, &cm) != 0) {
+		t->bad++;
+		return;
+	}
+	ret = build(ctx, far, 3, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 0, 1,
+		    CGR_WAIT_ADAPTIVE, cm, &c);
+	t->bad += ret != -ENOTSUP;
+	cgr_compiled_destroy(c);
+	cgr_comm_destroy(cm);
+}
+
+/* Teardown while members wait in the communicator for a late one (its
+ * gen sleeps SLOW): it returns, the execution's outputs are error
+ * values, and the communicator is aborted (its ranks' sequences no
+ * longer line up): rank 0's next call fails with -ECANCELED.  Rank 0 is
+ * known to wait once this host sent its records (comm_bytes_sent). */
+static void torn(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far,
+		 struct tally *t)
+{
+	struct arg a = { 9, 64, CGR_INT32, 3, 2, 0 };
+	cgr_value av = cgr_value_bytes(&a, sizeof(a)), o[3];
+	cgr_job_stats x, y;
+	cgr_compiled *c = NULL;
+	cgr_comm *cm = NULL;
+	int32_t one = 1;
+	cgr_ref r;
+	int ret;
+
+	if (cgr_comm_create(ctx, far, 3, CGR_BACKEND_CPU, &cm) != 0 ||
+	    build(ctx, far, 3, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 0, 1,
+		  CGR_WAIT_ADAPTIVE, cm, &c) != 0) {
+		t->bad++;
+		cgr_comm_destroy(cm);
+		return;
+	}
+	cgr_job_stats_get(job, &x);
+	if (cgr_execute(c, &av, 1, &r) != 0) {
+		t->bad++;
+	} else {
+		do
+			cgr_job_stats_get(job, &y);
+		while (y.comm_bytes_sent == x.comm_bytes_sent);
+		ret = cgr_compiled_teardown(c, 10 * SEC);
+		if (ret != 0)
+			fprintf(stderr, "coll torn: teardown %s\n",
+				cgr_strerror(ret));
+		t->bad += ret != 0;
+		ret = cgr_ref_get(c, r, 5 * SEC, o, 3);
+		if (ret == 0)
+			for (int q = 0; q < 3; q++)
+				t->bad += o[q].kind != CGR_VALUE_ERROR;
+		/* (Or aborted by another host's member that stopped
+		 * first.) */
+		if (strstr(cgr_comm_errmsg(cm, 0), "torn down") == NULL &&
+		    strstr(cgr_comm_errmsg(cm, 0), "aborted") == NULL) {
+			t->bad++;
+			fprintf(stderr, "coll torn: rank 0 says '%s'\n",
+				cgr_comm_errmsg(cm, 0));
+		}
+		ret = cgr_allreduce(cm, 0, &one, &one, 1, CGR_INT32, CGR_SUM,
+				    NULL, NULL);
+		t->bad += ret != -ECANCELED;
+		t->execs++;
+	}
+	cgr_compiled_destroy(c);
+	cgr_comm_destroy(cm);
+}
+
 static int layout_run(cgr_ctx *ctx, cgr_job *job, const struct layout *l,
 		      cgr_worker *const *far6, cgr_worker *const *near6,
 		      struct tally *t)
@@ -505,18 +680,23 @@ static int layout_run(cgr_ctx *ctx, cgr_job *job, const struct layout *l,
 		if (kind == CGR_COLL_ALLGATHER && l->host[1] == 1 &&
 		    l->host[2] == 3 && m == 4) {
 			crossings(ctx, job, f, n, t);
+			one(ctx, f, n, m, kind, CGR_SUM, 0, 1, true, t);
 			continue;
 		}
 		for (int op = 0; op < nops; op++)
-			one(ctx, f, n, m, kind,
-			    (cgr_redop)(kind == CGR_COLL_ALLREDUCE ? op :
-								     op * CGR_MAX),
-			    0, 1, t);
+			for (int via = 0; via < 2; via++)
+				one(ctx, f, n, m, kind,
+				    (cgr_redop)(kind == CGR_COLL_ALLREDUCE ?
+							op :
+							op * CGR_MAX),
+				    0, 1, via, t);
 	}
 	/* Static shapes, and a bucket of two tensors. */
-	one(ctx, f, n, m, CGR_COLL_ALLREDUCE, CGR_SUM, 1, 1, t);
-	one(ctx, f, n, m, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 2, t);
-	one(ctx, f, n, m, CGR_COLL_ALLGATHER, CGR_SUM, 0, 2, t);
+	for (int via = 0; via < 2; via++) {
+		one(ctx, f, n, m, CGR_COLL_ALLREDUCE, CGR_SUM, 1, 1, via, t);
+		one(ctx, f, n, m, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 2, via, t);
+		one(ctx, f, n, m, CGR_COLL_ALLGATHER, CGR_SUM, 0, 2, via, t);
+	}
 	if (m == 3)
 		slices(ctx, job, f, t);
 	return 0;
@@ -530,7 +710,7 @@ int netcoll_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3,
 	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
 	struct tally t = { 0 };
 	char name[8];
-	int made = 3, want = NLAYOUT * 17;
+	int made = 3, want = NLAYOUT * 17 * 2;
 
 	/* A second worker on each host, and as many here. */
 	for (; made < 6; made++) {
@@ -548,16 +728,23 @@ int netcoll_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3,
 	}
 	for (size_t i = 0; i < NLAYOUT && made == 6; i++)
 		layout_run(ctx, job, &layouts[i], far, near, &t);
-	/* Per layout: 14 kinds and operations, static, two buckets. */
-	printf("coll %s layouts %d graphs %u executions %u outputs %u "
-	       "direct %u bad %u\n",
-	       t.bad == 0 && t.graphs == (unsigned)want && t.direct > 0 ?
+	refusals(ctx, far, near, &t);
+	if (made == 6)
+		bytes_far(ctx, job, far, &t);
+	torn(ctx, job, far, &t);
+	/* Per layout: 14 kinds and operations, static, two buckets; each
+	 * over values and on a communicator. */
+	printf("coll %s layouts %d graphs %u (on a communicator %u) "
+	       "executions %u outputs %u direct %u bad %u\n",
+	       t.bad == 0 && t.graphs == (unsigned)want &&
+			       t.comm == (unsigned)want / 2 && t.direct > 0 ?
 		       "OK" :
 		       "BAD",
-	       NLAYOUT, t.graphs, t.execs, t.outs, t.direct, t.bad);
+	       NLAYOUT, t.graphs, t.comm, t.execs, t.outs, t.direct, t.bad);
 	for (int i = 3; i < made; i++) {
 		cgr_worker_destroy(far[i], 5 * SEC);
 		cgr_worker_destroy(near[i], 5 * SEC);
 	}
-	return t.bad != 0 || t.graphs != (unsigned)want || t.direct == 0;
+	return t.bad != 0 || t.graphs != (unsigned)want ||
+	       t.comm != (unsigned)want / 2 || t.direct == 0;
 }

@@ -12,8 +12,9 @@
  *      byte-identical to the local graph's and to a direct computation,
  *      in order.  Prints "pipeline OK ..." with both medians.  Then
  *      what does not cross hosts yet (a device task, a collective on a
- *      communicator of the caller's, a device edge, a process worker,
- *      eager execution) is refused, saying so ("refusals OK").
+ *      communicator of the caller's whose ranks are elsewhere, a device
+ *      edge, a process worker, eager execution) is refused, saying so
+ *      ("refusals OK").
  *  coll: every collective kind with members on several hosts against
  *      the same graph on one host (tests/net-coll.c): "coll OK ...".
  *  comm: communicators over workers of several hosts, called directly by
@@ -318,7 +319,7 @@ static cgr_graph *chain(cgr_ctx *ctx, cgr_worker *a, cgr_worker *b,
 
 /* What does not cross hosts yet is refused at compile, saying so: a
  * device task on another host, a collective node with a member there on
- * a communicator of the caller's, a
+ * a communicator of the caller's whose ranks are on other hosts, a
  * device-transport edge to it, a process worker in a graph with workers
  * on other hosts, eager execution of such a graph. */
 static int refusals(cgr_ctx *ctx, cgr_worker *const *far)
@@ -327,6 +328,7 @@ static int refusals(cgr_ctx *ctx, cgr_worker *const *far)
 	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
 	cgr_worker *pw = NULL;
 	cgr_comm *comm = NULL;
+	cgr_worker *rev[2];
 	cgr_coll_params cp = CGR_COLL_PARAMS_INIT;
 	cgr_graph *g = NULL;
 	cgr_node *in, *n[2], *o[2];
@@ -349,10 +351,11 @@ static int refusals(cgr_ctx *ctx, cgr_worker *const *far)
 	bad += refused(g, "device-task", false);
 	d.flags = 0;
 	/* An allreduce over rank 0 and rank 1 on a communicator made by
-	 * the caller. */
+	 * the caller whose rank 0 is on rank 1 (and 1 on 0). */
 	g = NULL;
 	cp.kind = CGR_COLL_ALLREDUCE;
-	if (cgr_comm_create(ctx, far, 2, CGR_BACKEND_CPU, &comm) ||
+	rev[0] = far[1], rev[1] = far[0];
+	if (cgr_comm_create(ctx, rev, 2, CGR_BACKEND_CPU, &comm) ||
 	    cgr_graph_create(ctx, &g) || cgr_graph_input(g, 0, &in) ||
 	    cgr_graph_task(g, far[0], &d, &in, 1, &n[0], 1) ||
 	    cgr_graph_task(g, far[1], &d, &in, 1, &n[1], 1) ||

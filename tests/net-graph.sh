@@ -32,7 +32,12 @@
 #    1 and 2 members each, five layouts): every kind, operation and dtype,
 #    counts 0, 1, odd and large, an error value and a shape mismatch at
 #    one member, static shapes, buckets; every output the same value as
-#    the same graph's on one host (tests/net-coll.c);
+#    the same graph's on one host (tests/net-coll.c); each graph twice:
+#    over values, and on a communicator across hosts (cgr_comm_create)
+#    given to the node, which also sends an allreduce's input 4/3 times
+#    from a host of two members, not 4, refuses a communicator whose
+#    ranks are elsewhere, and is aborted by a teardown that finds members
+#    waiting in it;
 # 10 communicators over workers of several hosts (2 and 3 hosts with 1
 #    and 2 members, four layouts), called directly by a task on each
 #    member: every collective, dtype and op, sends and receives, counts

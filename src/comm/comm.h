@@ -60,6 +60,11 @@ struct cgr__coll_desc {
 	 * communicator: the ranks' operation sequences no longer line up
 	 * (NCCL's rule: abort after a timeout). */
 	int64_t deadline;
+	/* Across hosts (remote/rcomm.c): when *stop becomes nonzero (a
+	 * graph's teardown) a wait gives up: -ECANCELED, and the
+	 * communicator is aborted (as after a deadline).  NULL: none.
+	 * Others ignore it (their ranks agreed before they call). */
+	const _Atomic uint32_t *stop;
 	/* 0, or a negative code: this rank has no valid data.  Every rank's
 	 * operation then fails with the code of the lowest poisoned rank;
 	 * nobody's buffers are touched. */
@@ -124,6 +129,9 @@ struct cgr_comm {
 	/* Tasks holding it (cgr_task_comm, until they return; under
 	 * ctx->comm_lock): cgr_comm_destroy aborts it and waits for them. */
 	int uses;
+	/* Across hosts: the job rank each rank runs on (remote/rcomm.c);
+	 * NULL: all on this host. */
+	const uint32_t *hosts;
 };
 
 /* A new communicator id of ctx's (never 0). */

@@ -95,7 +95,7 @@ static int create_comms(struct cgr__cc *cc)
 		for (size_t k = 0; k < c->progs[i].nops; k++) {
 			struct cgr__coll_rt *cr = c->progs[i].ops[k].coll;
 			if (c->progs[i].ops[k].kind != CGR__OP_COLL ||
-			    cr->spans)
+			    (cr->spans && !cr->far))
 				continue; /* across hosts: no communicator */
 			ret = coll_comm(cc, cc->by_id[cr->task_id], &cr->comm);
 			if (ret < 0)

@@ -104,13 +104,16 @@ static int coll_placement(struct cgr__cc *cc, const struct cgr__task *t,
 
 /* Whether collective t has members on several hosts (worker->host).  Its
  * members then each read every input they need over channels and
- * compute their own outputs (run/coll.c): what crosses hosts is values,
- * so a communicator of the caller's, NCCL and device edges cannot. */
+ * compute their own outputs (run/coll.c), or, on a caller's communicator
+ * that spans hosts (rank i on member i's host), agree and move the data
+ * through it; NCCL and device edges cannot. */
 static int coll_spans(struct cgr__cc *cc, const struct cgr__task *t,
 		      bool *spans)
 {
 	const cgr_worker *a = t->members[0], *b = NULL;
+	const cgr_comm *user = t->cp.comm;
 	const char *no = NULL;
+	char why[160];
 
 	for (size_t i = 1; i < t->nmembers && b == NULL; i++)
 		if (t->members[i]->host != a->host)
@@ -118,11 +121,20 @@ static int coll_spans(struct cgr__cc *cc, const struct cgr__task *t,
 	*spans = b != NULL;
 	if (b == NULL)
 		return 0;
-	if (t->cp.comm != NULL)
+	if (user != NULL && user->hosts == NULL)
 		no = "a communicator of the caller's does not span hosts";
-	else if (t->edge)
+	for (size_t i = 0; no == NULL && user != NULL && i < t->nmembers; i++)
+		if (user->hosts[i] != t->members[i]->host) {
+			snprintf(why, sizeof(why),
+				 "its communicator's rank %zu is on rank %u, "
+				 "member %s on rank %u",
+				 i, user->hosts[i], t->members[i]->name,
+				 t->members[i]->host);
+			no = why;
+		}
+	if (no == NULL && t->edge)
 		no = "device edges do not cross hosts yet";
-	else if (cc->nccl[t->id])
+	else if (no == NULL && cc->nccl[t->id])
 		no = "NCCL does not cross hosts yet";
 	if (no == NULL)
 		return 0;
@@ -465,7 +477,8 @@ static bool spans_reads(const struct cgr__cc *cc, const struct cgr__task *t,
 {
 	const cgr_node *n = t->in[i];
 
-	return t->coll && cc->spans[t->id] && n->kind != CGR__NODE_CONST &&
+	return t->coll && cc->spans[t->id] && t->cp.comm == NULL &&
+	       n->kind != CGR__NODE_CONST &&
 	       node_owner(n) != w &&
 	       (!cgr__coll_out_at_root(t->coll) ||
 		cgr__task_rank(t, w) == t->cp.root);
@@ -747,6 +760,7 @@ static int lower_coll(struct pl *pl, struct cgr__task *t, int rank)
 	cr->overlap = t->cp.overlap;
 	cr->nccl = cc->nccl[t->id];
 	cr->spans = cc->spans[t->id];
+	cr->far = cr->spans && user != NULL;
 	if (cr->spans) {
 		/* Finishing proves only that its inputs were made; it runs
 		 * on the thread, after the READs of them. */

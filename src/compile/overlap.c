@@ -130,8 +130,9 @@ static void op_inputs(struct ov *o, const struct cgr__op *op,
 		/* Across hosts a member with outputs reads every member's
 		 * input. */
 		const struct cgr__coll_rt *cr = op->coll;
-		bool all = cr->spans && (!cgr__coll_out_at_root(cr->kind) ||
-					 cr->rank == cr->root);
+		bool all = cr->spans && !cr->far &&
+			   (!cgr__coll_out_at_root(cr->kind) ||
+			    cr->rank == cr->root);
 		const unsigned *in = all ? cr->all_in_ports : cr->in_ports;
 		size_t nin = all ? (size_t)cr->n * cr->k : cr->k;
 		for (size_t q = 0; q < nin; q++)

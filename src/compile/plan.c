@@ -777,13 +777,21 @@ static int coll_scratch(struct cgr_compiled *c, struct cgr__coll_rt *cr)
 	cr->cached = cgr__c_alloc(c, n * k * sizeof(struct cgr__agree));
 	if (cr->mine == NULL || cr->cached == NULL)
 		return -ENOMEM;
-	if (cr->spans) {
+	if (cr->spans && !cr->far) {
 		/* This execution's records (cached keeps the first that
 		 * agreed), and a verdict per tensor. */
 		cr->late = cgr__c_alloc(c, n * k * sizeof(struct cgr__agree));
 		cr->verdicts = cgr__c_alloc(c, k * sizeof(struct cgr__verdict));
 		return cr->late && cr->verdicts ? 0 : -ENOMEM;
 	}
+	/* On a communicator across hosts: the records of this execution
+	 * (static shapes), and an error value another host's member
+	 * contributed (run/coll.c, far_forward). */
+	if (cr->far &&
+	    ((cr->late = cgr__c_alloc(c, n * k * sizeof(struct cgr__agree))) ==
+		     NULL ||
+	     (cr->far_err = cgr__c_alloc(c, CGR__FAR_ERR)) == NULL))
+		return -ENOMEM;
 	if (cr->nccl && cr->static_shape &&
 	    (cr->late = cgr__c_alloc(c, n * sizeof(struct cgr__agree))) == NULL)
 		return -ENOMEM;
@@ -838,6 +846,7 @@ static int ld_coll(struct cgr__cc *cc, const struct cgr__plan *pl, size_t pi,
 	cr->static_shape = (e->flags & CGR__PLAN_STATIC) != 0;
 	cr->joins_all = (e->flags & CGR__PLAN_JOINS_ALL) != 0;
 	cr->spans = (e->flags & CGR__PLAN_SPANS) != 0;
+	cr->far = cr->spans && t->cp.comm != NULL;
 	cr->overlap = e->overlap;
 	cr->nccl = (e->flags & CGR__PLAN_NCCL) != 0;
 	cr->edge = (e->flags & CGR__PLAN_EDGE) != 0;

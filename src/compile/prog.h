@@ -56,6 +56,9 @@ enum cgr__stream_class {
 };
 
 #define CGR__NO_PORT 0xffffffffu
+/* An error value as it crosses hosts in a collective on a communicator
+ * across hosts: a slot's header and the inline data it always fits. */
+#define CGR__FAR_ERR (CGR__SLOT_HDR + CGR__INLINE_BYTES)
 
 /*
  * Where a stream task's work on a sim stream runs (cgr_compile_params.
@@ -143,8 +146,10 @@ struct cgr__coll_rt {
 	bool async;	   /* overlap: runs on the communication stream */
 	bool joins_all;	   /* finishing proves every member started it */
 	/* Members on several hosts: each reads every member's input and
-	 * computes its own outputs; no board, no communicator. */
-	bool spans;
+	 * computes its own outputs; no board, no communicator.  far: on a
+	 * caller's communicator that spans hosts instead (spans too): the
+	 * members agree and move the data through it (run/coll.c). */
+	bool spans, far;
 	int sclass;	   /* overlap: its stream (enum cgr__stream_class) */
 	uint32_t sidx;	   /* overlap: its place in its stream's order (or,
 			      on the thread, among the thread's) */
@@ -175,6 +180,9 @@ struct cgr__coll_rt {
 	 * (n * k), read from the inputs' slots here. */
 	struct cgr__agree *late;
 	void *dscratch;
+	/* far: CGR__FAR_ERR bytes, where a member's error value from
+	 * another host lands (a slot's header and inline data). */
+	void *far_err;
 	size_t cap; /* data capacity of the outputs, the same on every member */
 	char *name;
 	/* Overlap: the job runs on the worker's communication stream, then

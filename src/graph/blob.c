@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "chan/chan.h"
+#include "comm/comm.h"
 #include "graph/graph.h"
 
 #define BLOB_MAGIC 0x47524743u /* "CGRG" */
@@ -47,6 +48,7 @@ struct blob_task {
 	/* A collective (coll: its kind, 0 for a plain task): its params. */
 	int32_t coll, op, root, static_shape, overlap, backend;
 	uint64_t ntensors;
+	uint64_t comm; /* cgr_comm_id of the caller's communicator, or 0 */
 };
 
 struct blob_worker {
@@ -165,6 +167,7 @@ static int pack_task(cgr_graph *g, struct wbuf *b, const struct cgr__task *t)
 	bt.overlap = t->cp.overlap;
 	bt.backend = t->cp.backend;
 	bt.ntensors = t->cp.ntensors;
+	bt.comm = cgr_comm_id(t->cp.comm);
 	put(b, &bt, sizeof(bt));
 	put(b, t->name, bt.name_len);
 	put(b, fn, bt.fn_len);
@@ -417,6 +420,13 @@ static int make_coll(struct unpack *u, uint32_t ti, const char *name,
 	cp.ntensors = bt->ntensors;
 	cp.overlap = bt->overlap;
 	cp.backend = bt->backend;
+	/* A caller's communicator: this host's share of it (one that spans
+	 * hosts has one on every host with members, remote/rcomm.c). */
+	if (bt->comm != 0 &&
+	    (cp.comm = cgr__comm_find(u->g->ctx, bt->comm)) == NULL)
+		return bad(u->r, "collective %s: communicator %llu is not on "
+				 "this host",
+			   name, (unsigned long long)bt->comm);
 	for (uint32_t i = 0; i < bt->nmembers; i++)
 		m[i] = u->ws[u->mem[ti][i]];
 	io = cgr__alloc(&u->g->ctx->arena, nb, 16);

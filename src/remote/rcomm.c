@@ -27,10 +27,12 @@
  *
  * Failures: a host of the communicator lost fails it (CGR_EHOSTLOST,
  * sticky, the message names the host); an abort or an operation past its
- * deadline fails it with -ECANCELED on every host (COMM_ABORT), the
- * operation that timed out with -ETIMEDOUT.  Streams and groups do not
- * cross hosts: an operation on a stream is poisoned with -ENOTSUP (so
- * that every rank fails, none waits), a group is refused.
+ * deadline, or one whose graph was torn down while it waited (a
+ * collective node's: cgr__coll_desc.stop), fails it with -ECANCELED on
+ * every host (COMM_ABORT), the operation that timed out with -ETIMEDOUT.
+ * Groups run their collectives in call order, then post every send
+ * before any receive waits; an operation on a stream runs on the
+ * stream's executor, in its rank's call order (turn_wait).
  *
  * Threads: each rank's operations run on the calling thread; the box,
  * every share's failure and the list of shares are under j->lock.
@@ -239,6 +241,7 @@ struct want {
 	uint64_t seq;
 	struct cgr__cmsg **got;
 	int64_t deadline;
+	const _Atomic uint32_t *stop; /* cgr__coll_desc.stop */
 };
 
 /* Under j->lock: the box's messages for w; whether all are in. */
@@ -283,7 +286,14 @@ static void check_lost(struct cgr__rcomm *rc)
 			fail_locked(rc, CGR_EHOSTLOST, why);
 }
 
-/* Waits for w's messages: 0, the communicator's failure, or -ETIMEDOUT.
+static bool stopped(const struct want *w)
+{
+	return w->stop != NULL &&
+	       atomic_load_explicit(w->stop, memory_order_acquire) != 0;
+}
+
+/* Waits for w's messages: 0, the communicator's failure, -ETIMEDOUT, or
+ * -ECANCELED (its stream or its graph stops: on_stream, w->stop).
  * Spins moving the link itself for the job's spin time, then sleeps. */
 static int await(struct cgr__rcomm *rc, struct want *w)
 {
@@ -319,13 +329,15 @@ static int await(struct cgr__rcomm *rc, struct want *w)
 			pthread_mutex_lock(&j->lock);
 			continue;
 		}
-		if (on_stream != NULL && cgr__stream_stopping(on_stream)) {
-			ret = -ECANCELED; /* its stream goes */
+		if ((on_stream != NULL && cgr__stream_stopping(on_stream)) ||
+		    stopped(w)) {
+			ret = -ECANCELED; /* its stream, or its graph, goes */
 			break;
 		}
-		if (w->deadline > 0 || on_stream != NULL) {
-			/* (On a stream: a look at it every CGR__STOP_POLL_NS.) */
-			int64_t until = on_stream != NULL ?
+		if (w->deadline > 0 || on_stream != NULL || w->stop != NULL) {
+			/* (On a stream or for a graph: a look every
+			 * CGR__STOP_POLL_NS.) */
+			int64_t until = on_stream != NULL || w->stop != NULL ?
 						now + CGR__STOP_POLL_NS :
 						w->deadline;
 			struct timespec ts;
@@ -659,8 +671,8 @@ static int failed_now(struct cgr__rcomm *rc, int me, int kind)
 }
 
 /* An operation that could not finish its exchange (ret): past its
- * deadline (-ETIMEDOUT), the communicator's failure, its stream's end
- * (-ECANCELED), or a message that could not be sent.  All but the
+ * deadline (-ETIMEDOUT), the communicator's failure, its stream's or its
+ * graph's end (-ECANCELED), or a message that could not be sent.  All but the
  * communicator's failure abort it everywhere: the ranks' sequences no
  * longer line up. */
 static int op_failed(struct cgr__rcomm *rc, int me, int kind, int ret)
@@ -673,8 +685,10 @@ static int op_failed(struct cgr__rcomm *rc, int me, int kind, int ret)
 	if (ret != -ETIMEDOUT && rc->failed != 0)
 		fail_rank(rc, me, ret = rc->failed, "%s: %s", k, rc->why);
 	else if (ret == -ECANCELED)
-		abort = true, fail_rank(rc, me, ret, "%s: its stream was "
-						     "destroyed", k);
+		abort = true,
+		fail_rank(rc, me, ret, "%s: %s", k,
+			  on_stream != NULL ? "its stream was destroyed" :
+					      "its graph was torn down");
 	else if (ret != -ETIMEDOUT)
 		abort = true, fail_rank(rc, me, ret, "%s: a message could not "
 						     "be sent (%d)", k, ret);
@@ -732,7 +746,7 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 	int n = rc->head.n, ret = 0;
 	struct cgr__cmsg *got[CGR_MAX_RANKS];
 	struct want w = { rc->j->rank, LANE_GATHER, 0, seq, got,
-			  o->d->deadline };
+			  o->d->deadline, o->d->stop };
 	struct cgr__agree a;
 	struct iovec v;
 	size_t at;
@@ -791,7 +805,8 @@ static int host_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 	const struct cgr__coll_desc *d = o->d;
 	int n = rc->head.n, ret = 0;
 	struct cgr__cmsg *got[CGR_MAX_RANKS];
-	struct want w = { rc->j->rank, LANE_HOSTS, 0, seq, got, d->deadline };
+	struct want w = { rc->j->rank, LANE_HOSTS, 0, seq, got,
+			  d->deadline, d->stop };
 	const void *src[CGR_MAX_RANKS];
 	char *r = d->recv;
 	struct cgr__agree a;
@@ -847,7 +862,7 @@ static int coll_run(struct cgr__rcomm *rc, int me,
 	int n = rc->head.n, ret;
 	struct cgr__cmsg *got[CGR_MAX_RANKS] = { NULL };
 	struct want w = { rc->j->rank, LANE_COLL, n - 1, ++rc->seq[me], got,
-			  d->deadline };
+			  d->deadline, d->stop };
 	struct cgr__agree a;
 	struct op o;
 	bool agreed = false;
@@ -909,7 +924,7 @@ static int p2p_finish(struct cgr__rcomm *rc, int me, struct p2p *x)
 	size_t b = d->count * cgr_dtype_size(d->dtype);
 	struct cgr__cmsg *got[CGR_MAX_RANKS];
 	struct want w = { (uint32_t)me, send ? LANE_RECV : LANE_SEND, 1,
-			  x->seq, got, d->deadline };
+			  x->seq, got, d->deadline, d->stop };
 	struct cgr__agree *theirs;
 	char what[64];
 
@@ -1381,6 +1396,7 @@ static int rc_make(cgr_ctx *ctx, struct cgr_job *j, cgr_worker *const *members,
 	memcpy(rc->host, host, n * sizeof(*host));
 	rc->j = j;
 	rc->head.ops = &rc_ops;
+	rc->head.hosts = rc->host;
 	if ((ret = cgr__comm_finish(ctx, &rc->head, members, n,
 				    CGR_BACKEND_CPU, id)) < 0)
 		return ret; /* rc_destroy freed it (not listed yet) */

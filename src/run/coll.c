@@ -99,20 +99,12 @@ static struct cgr__slot_hdr *error_input(const struct cgr__coll_rt *cr,
 	return h;
 }
 
-/* Rank `from` contributed an error value as its input j: it reaches every
- * output of this member, its origin kept, this collective added to its
- * path.  Without one there (an error only its description shows, such as
- * bytes on NCCL) the collective is the origin: err, msg. */
-static void coll_forward(struct cgr__coll_rt *cr, uint64_t seq, int from,
-			 size_t j, int err, const char *msg)
+/* Error value eh (a member's input) to every output of this member. */
+static void forward_from(struct cgr__coll_rt *cr, uint64_t seq,
+			 const struct cgr__slot_hdr *eh)
 {
-	struct cgr__slot_hdr *eh = error_input(cr, seq, from, j);
 	char hop[CGR__ERR_NAME + 24];
 
-	if (eh == NULL) {
-		coll_fail(cr, seq, err, msg);
-		return;
-	}
 	snprintf(hop, sizeof(hop), "%s %s", cgr__coll_kind_name(cr->kind),
 		 cr->name);
 	for (size_t q = 0; q < cr->k; q++) {
@@ -122,6 +114,31 @@ static void coll_forward(struct cgr__coll_rt *cr, uint64_t seq, int from,
 		p = &cr->c->ports[cr->out_ports[q]];
 		cgr__error_forward(cgr__port_slot(p, seq), p->cap, eh, hop);
 	}
+}
+
+static void far_forward(struct cgr__coll_rt *cr, uint64_t seq, int from,
+			size_t j, int err, const char *msg);
+
+/* Rank `from` contributed an error value as its input j: it reaches every
+ * output of this member, its origin kept, this collective added to its
+ * path.  Without one there (an error only its description shows, such as
+ * bytes on NCCL) the collective is the origin: err, msg.  On a
+ * communicator across hosts every member takes it from `from`
+ * (far_forward). */
+static void coll_forward(struct cgr__coll_rt *cr, uint64_t seq, int from,
+			 size_t j, int err, const char *msg)
+{
+	struct cgr__slot_hdr *eh;
+
+	if (cr->far) {
+		far_forward(cr, seq, from, j, err, msg);
+		return;
+	}
+	if ((eh = error_input(cr, seq, from, j)) == NULL) {
+		coll_fail(cr, seq, err, msg);
+		return;
+	}
+	forward_from(cr, seq, eh);
 }
 
 /* A verdict that fails: forwarded from the rank that contributed an error
@@ -197,6 +214,7 @@ static int coll_call(struct cgr__coll_rt *cr, uint64_t seq,
 	sim_comm(cr);
 	if (!cr->nccl) {
 		d->agreed = agreed;
+		d->stop = cr->far ? &cr->c->ctl->stop : NULL;
 		return cgr__comm_coll(cr->comm, cr->rank, d, NULL, NULL);
 	}
 	d->agreed = true;
@@ -821,6 +839,108 @@ static void spans_run(struct cgr__coll_rt *cr, uint64_t seq)
 		spans_compute(cr, seq, j, &v[j]);
 }
 
+/* ---- on a communicator across hosts -------------------------------- */
+
+/*
+ * A collective on a caller's communicator whose ranks are on several
+ * hosts (far) has no board: every execution the members exchange their
+ * records in an allgather over the communicator itself, so each reaches
+ * the verdict the board would have given, then the data moves with the
+ * communicator's own algorithms (remote/rcomm.c: one message per rank
+ * and host, reduce-scatter and allgather, a leader per host).  With
+ * static shapes the records still cross every execution (this
+ * execution's go to late, compared with the first that agreed).  A
+ * member's error value reaches the others whole in a broadcast from it
+ * (far_forward).  Teardown while a member waits in the communicator
+ * cancels its operation, which aborts the communicator: its ranks'
+ * sequences no longer line up.
+ */
+
+/* An operation on the communicator of CGR_UINT8 count bytes. */
+static int far_call(struct cgr__coll_rt *cr, int kind, const void *send,
+		    void *recv, size_t count, int root)
+{
+	struct cgr__coll_desc d;
+
+	memset(&d, 0, sizeof(d));
+	d.kind = kind;
+	d.send = send;
+	d.recv = recv;
+	d.count = count;
+	d.dtype = CGR_UINT8;
+	d.op = CGR_SUM;
+	d.root = root;
+	d.stop = &cr->c->ctl->stop;
+	return cgr__comm_coll(cr->comm, cr->rank, &d, NULL, NULL);
+}
+
+/* Rank `from`'s error value (its input j), on every member alike: a
+ * broadcast of its slot's header and inline data, checked, then forwarded
+ * whole.  If it holds none (an error only its description shows), or the
+ * communicator fails, the collective is the origin. */
+static void far_forward(struct cgr__coll_rt *cr, uint64_t seq, int from,
+			size_t j, int err, const char *msg)
+{
+	struct cgr__slot_hdr *eh = cr->far_err;
+	int ret;
+
+	if (cr->rank == from) {
+		const struct cgr__slot_hdr *mine = error_input(cr, seq, from, j);
+		memset(eh, 0, CGR__FAR_ERR);
+		if (mine != NULL && mine->len <= CGR__INLINE_BYTES &&
+		    !mine->big) {
+			memcpy(eh, mine, CGR__SLOT_HDR + mine->len);
+			eh->big_off = 0;
+		}
+	}
+	ret = far_call(cr, CGR_COLL_BROADCAST, cr->rank == from ? eh : NULL,
+		       eh, CGR__FAR_ERR, from);
+	if (ret < 0)
+		comm_fail(cr, seq, ret);
+	else if (eh->kind != CGR_VALUE_ERROR ||
+		 cgr__slot_check(eh, CGR__INLINE_BYTES, 0) < 0)
+		coll_fail(cr, seq, err, msg);
+	else
+		forward_from(cr, seq, eh);
+}
+
+/* This execution on the communicator: the records, the verdict, the
+ * move.  -ECANCELED when teardown cut the exchange short. */
+static int far_run(struct cgr__coll_rt *cr, uint64_t seq)
+{
+	bool keep = cr->static_shape && cr->have_cached;
+	size_t rb = cr->k * sizeof(struct cgr__agree);
+	struct cgr__verdict v, sv;
+	int ret;
+
+	cgr__coll_describe(cr, seq);
+	ret = far_call(cr, CGR_COLL_ALLGATHER, cr->mine,
+		       keep ? cr->late : cr->cached, rb, 0);
+	if (ret == -ECANCELED &&
+	    atomic_load_explicit(&cr->c->ctl->stop, memory_order_acquire)) {
+		coll_fail(cr, seq, -ECANCELED, "the graph was torn down");
+		return -ECANCELED;
+	}
+	if (ret < 0) {
+		comm_fail(cr, seq, ret);
+		return 0;
+	}
+	if (keep) {
+		/* An error value anywhere first (as on one host, where it
+		 * poisons the operation), then a change of static shape. */
+		judge(cr, cr->late, 1, cr->cap, &v);
+		if (v.err == 0 && cgr__agree_static(cr->kind, cr->n, cr->root,
+						    cr->cached, cr->late, &sv))
+			v = sv;
+		if (v.err != 0) {
+			verdict_fail(cr, seq, &v, 0, v.msg);
+			return 0;
+		}
+	}
+	cgr__coll_move(cr, seq, true);
+	return 0;
+}
+
 /* NCCL: the slot's operation, if any: 1 done (its outputs hold error
  * values if it failed), 0 still running.  Never blocks. */
 int cgr__coll_device_test(struct cgr__coll_rt *cr, uint64_t seq)
@@ -870,6 +990,8 @@ int cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq, struct cgr__reactor *r)
 {
 	bool agreed = false;
 
+	if (cr->far)
+		return far_run(cr, seq);
 	if (cr->spans) {
 		spans_run(cr, seq);
 		return 0;
