@@ -1401,12 +1401,14 @@ enum cgr_overlap_mode {
  * the last bits).  With comm a communicator across hosts (cgr_comm_create
  * on the driver; rank i on member i's host, else -ENOTSUP at compile)
  * the members exchange their records in an allgather on it every
- * execution, then move the data with its algorithms (an allreduce of 16
- * KiB or more: reduce-scatter and allgather, a leader per host; its fold
- * order, see cgr_comm_create); a member's error value reaches the others
- * whole.  Teardown while members wait in it for one that never comes
- * aborts that communicator (-ECANCELED from then on); it must outlive
- * the graphs compiled with it.  With static_shape every execution is
+ * execution (with their inputs if at most 1 KiB: then that is the whole
+ * move, folded as over values), then move larger data with its
+ * algorithms (an allreduce of 16 KiB or more: reduce-scatter and
+ * allgather, a leader per host; its fold order, see cgr_comm_create); a
+ * member's error value reaches the others whole.  Teardown leaves it
+ * whole for the next graph, unless members wait in it for one that never
+ * comes: that aborts it (-ECANCELED from then on).  It must outlive the
+ * graphs compiled with it.  With static_shape every execution is
  * still judged: a later change is CGR_EMISMATCH naming the rank, a
  * member's error value reaches every output with its own code.
  * Returns 0, -EINVAL, -ENOMEM.

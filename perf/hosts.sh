@@ -9,9 +9,11 @@
 # Open MPI's (perf/mpi_coll_bw, pml ucx, the same sizes), two rounds, and
 # a table: both times, their ratio, and for 16 MiB the fraction of the
 # link bound (the bytes each host must send at least, over the raw UCX
-# bandwidth measured above); then the same on a communicator across the
-# hosts (cgr_comm_create; a task on each member runs the operations back
-# to back, as Open MPI's benchmark does) and its ratio.  Root only.
+# bandwidth measured above); the same nodes on a communicator across the
+# hosts (cgr_coll_params.comm, "node+comm"), measured window by window
+# with the nodes over values; then that communicator alone
+# (cgr_comm_create; a task on each member runs the operations back to
+# back, as Open MPI's benchmark does) and its ratio.  Root only.
 # Usage: perf/hosts.sh [--coll] [--quick] [-w N] [-n N]   (from the build
 # tree: sh ../perf/hosts.sh; --coll: the collectives only)
 set -u
@@ -60,7 +62,7 @@ colls=allreduce,allgather,reducescatter,broadcast,alltoall
 for round in 1 2; do
 	echo "== round $round: cgr collective nodes across the hosts"
 	netns_mpirun 600 "$tmp/o" "$tmp/e" "$build/perf/hosts_coll" -s "$sizes" "$@"
-	grep '^hosts_co[lm][lm] ' "$tmp/o" | tee -a "$tmp/coll"
+	grep '^hosts_\(coll\|comm\|ncomm\) ' "$tmp/o" | tee -a "$tmp/coll"
 	grep -v '^$' "$tmp/e" | head -5
 	if [ -x "$build/perf/mpi_coll_bw" ]; then
 		echo "== round $round: Open MPI collectives (pml ucx, tcp)"
@@ -91,11 +93,12 @@ function med(k,   n, i, j, t, a) {
 function put(k, x) { v[k, ++cnt[k]] = x }
 $1 == "hosts_coll" { put("cgr " $2 " " $3, $5); keys[$2 " " $3] = 1 }
 $1 == "hosts_comm" { put("comm " $2 " " $3, $5) }
+$1 == "hosts_ncomm" { put("ncomm " $2 " " $3, $5) }
 $1 == "mpi" { put("mpi " $2 " " nominal($3), $6) }
 END {
-	printf "%-14s %10s %12s %12s %8s %12s %12s %9s\n", "collective",
-	       "bytes", "cgr us", "Open MPI us", "cgr/MPI", "link bound",
-	       "comm us", "comm/MPI"
+	printf "%-14s %10s %12s %12s %8s %12s %12s %9s %12s %9s\n",
+	       "collective", "bytes", "cgr us", "Open MPI us", "cgr/MPI",
+	       "link bound", "node+comm us", "/MPI", "comm us", "comm/MPI"
 	n = split("allreduce allgather reducescatter broadcast alltoall", cs)
 	split("8 16777216", ss)
 	for (i = 1; i <= n; i++) for (j = 1; j <= 2; j++) {
@@ -105,9 +108,12 @@ END {
 		f = cs[i] == "allreduce" ? 4 / 3 : cs[i] == "broadcast" ? 1 : 2 / 3
 		lb = raw > 0 && ss[j] > 8 ? sprintf("%.2f", f * ss[j] / (raw * 1e3) / c) : "-"
 		d = ("comm " k) in cnt ? med("comm " k) : 0
-		printf "%-14s %10d %12.1f %12s %8s %12s %12s %9s\n", cs[i],
-		       ss[j], c, m ? sprintf("%.1f", m) : "-",
+		e = ("ncomm " k) in cnt ? med("ncomm " k) : 0
+		printf "%-14s %10d %12.1f %12s %8s %12s %12s %9s %12s %9s\n",
+		       cs[i], ss[j], c, m ? sprintf("%.1f", m) : "-",
 		       m ? sprintf("%.2fx", c / m) : "-", lb,
+		       e ? sprintf("%.1f", e) : "-",
+		       e && m ? sprintf("%.2fx", e / m) : "-",
 		       d ? sprintf("%.1f", d) : "-",
 		       d && m ? sprintf("%.2fx", d / m) : "-"
 	}

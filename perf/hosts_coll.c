@@ -3,9 +3,10 @@
  * PMIx launcher started (perf/hosts.sh runs it on three network
  * namespaces, then Open MPI's perf/mpi_coll_bw on the same ones, with the
  * same mpirun and transport).  Rank 0 drives a graph per collective and
- * size, one after the other: a task on each member (one worker on each rank) makes its input
- * (writing one element per execution: the rest of its buffer stays, as
- * MPI's benchmark sends the same buffer again), the collective over the
+ * size, one after the other: a task on each member (one worker on each
+ * rank) makes its input (writing one element per execution: the rest of
+ * its buffer stays, as MPI's benchmark sends the same buffer again), the
+ * collective over the
  * three members, and on each member a task that reads its output and
  * answers 8 bytes (the graph's outputs): an execution ends when every
  * member has its output.  Its time, execute to result, includes the
@@ -14,14 +15,17 @@
  *
  * Sizes as mpi_coll_bw has them (the bytes of the whole operation:
  * float32 for the reducing kinds, bytes else; split kinds divide by the
- * members), 8 B and 16 MiB unless -s gives others.  Each case's number is the median over windows of the
- * median of its executions.  The link's and graphs' wait mode:
+ * members), 8 B and 16 MiB unless -s gives others.  Each case's number
+ * is the median over windows of the median of its executions.  Each
+ * window runs the node over values, then the same node on a
+ * communicator across the hosts (cgr_coll_params.comm: "hosts_ncomm"),
+ * alternating.  The link's and graphs' wait mode:
  * PERF_MODE=adaptive (default) or block.  Then the same kinds and sizes
  * on a communicator across the hosts (cgr_comm_create over the three
  * members): a task on each member runs the operations back to back, as
  * MPI's benchmark does, and the driver's member's median is the case's
  * number ("hosts_comm").  Prints a line per case and a JSON line per
- * result ("hosts_coll", "hosts_comm").
+ * result ("hosts_coll", "hosts_ncomm", "hosts_comm").
  */
 #include "perf.h"
 
@@ -187,7 +191,7 @@ static const cgr_export exports[] = {
 };
 
 static cgr_compiled *graph(cgr_ctx *ctx, cgr_worker *const *w, int kind,
-			   size_t bytes, int mode)
+			   size_t bytes, int mode, cgr_comm *comm)
 {
 	cgr_coll_params p = CGR_COLL_PARAMS_INIT;
 	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
@@ -214,6 +218,7 @@ static cgr_compiled *graph(cgr_ctx *ctx, cgr_worker *const *w, int kind,
 	p.kind = kind;
 	p.op = CGR_SUM;
 	p.max_out_bytes = cap;
+	p.comm = comm;
 	if (ret == 0)
 		ret = cgr_graph_collective(g, &p, w, NM, in, nin, out, NM);
 	/* Every member's output seen where it is: 8 bytes each back. */
@@ -331,11 +336,59 @@ static int64_t run1(cgr_compiled *c, unsigned char b)
 	    cgr_ref_get(c, ref, -1, o, NM) != 0)
 		return -1;
 	for (int r = 0; r < NM; r++)
-		if (o[r].kind != CGR_VALUE_BYTES)
+		if (o[r].kind != CGR_VALUE_BYTES) {
+			if (o[r].kind == CGR_VALUE_ERROR)
+				fprintf(stderr, "member %d: %s\n", r,
+					o[r].u.error.msg);
+			cgr_ref_release(c, ref);
 			return -1;
+		}
 	t0 = perf_now_ns() - t0;
 	cgr_ref_release(c, ref);
 	return t0;
+}
+
+/* One window of case (kind, bytes): n executions of the node over values
+ * (comm NULL) or on comm; their median (us), -1 on failure.  Compiled
+ * per window: a worker serves one graph at a time, and the two variants
+ * alternate window by window. */
+static double window(cgr_ctx *ctx, cgr_worker *const *w, int kind,
+		     size_t bytes, int mode, cgr_comm *comm, long n,
+		     double *lat)
+{
+	cgr_compiled *c = graph(ctx, w, kind, bytes, mode, comm);
+
+	if (c == NULL || run1(c, 1) < 0) {
+		cgr_compiled_destroy(c);
+		return -1;
+	}
+	for (long i = 0; i < n; i++) {
+		int64_t t = run1(c, (unsigned char)i);
+		if (t < 0) {
+			cgr_compiled_destroy(c);
+			return -1;
+		}
+		lat[i] = (double)t / 1e3;
+	}
+	cgr_compiled_destroy(c);
+	return perf_median(lat, (size_t)n);
+}
+
+static void report(const char *tag, const size_t *sizes, size_t ns,
+		   int windows, double (*med)[MAXS][64])
+{
+	for (size_t k = 0; k < NCOLL; k++)
+		for (size_t s = 0; s < ns; s++) {
+			double us = perf_median(med[k][s], (size_t)windows);
+			char cs[48];
+			snprintf(cs, sizeof(cs), "%s-%zu", colls[k].name,
+				 sizes[s]);
+			printf("%s %-14s %10zu B  %10.1f us  %8.3f GB/s\n",
+			       tag, colls[k].name, sizes[s], us,
+			       (double)sizes[s] / us / 1e3);
+			perf_json(tag, cs, "cgr", "time", us, "us",
+				  "\"bytes\":%zu", sizes[s]);
+		}
 }
 
 static int drive(cgr_ctx *ctx, const struct perf_opts *o, const size_t *sizes,
@@ -346,7 +399,8 @@ static int drive(cgr_ctx *ctx, const struct perf_opts *o, const size_t *sizes,
 	int mode = env && !strcmp(env, "block") ? CGR_WAIT_BLOCK :
 						  CGR_WAIT_ADAPTIVE;
 	cgr_worker *w[NM];
-	static double med[NCOLL][MAXS][64];
+	static double med[NCOLL][MAXS][64], onc[NCOLL][MAXS][64];
+	cgr_comm *cm = NULL;
 	double *lat;
 	long iters = o->iters;
 	int windows = o->windows > 64 ? 64 : o->windows;
@@ -364,44 +418,33 @@ static int drive(cgr_ctx *ctx, const struct perf_opts *o, const size_t *sizes,
 	if (comm_cases(ctx, w, iters, windows, sizes, ns, comm) != 0)
 		return 1;
 	lat = calloc((size_t)iters + 3, sizeof(*lat));
-	/* A worker serves one compiled graph at a time: case by case. */
+	if (lat == NULL ||
+	    cgr_comm_create(ctx, w, NM, CGR_BACKEND_CPU, &cm) != 0)
+		return 1;
 	for (size_t k = 0; k < NCOLL; k++)
-		for (size_t s = 0; s < ns; s++) {
-			cgr_compiled *c = graph(ctx, w, colls[k].kind, sizes[s],
-						mode);
-			if (c == NULL || run1(c, 1) < 0)
-				return 1;
+		for (size_t s = 0; s < ns; s++)
 			for (int win = 0; win < windows; win++) {
 				/* Big ones: fewer, at least 3. */
 				long n = sizes[s] >= (1u << 20) ?
 						 (iters / 100 > 3 ? iters / 100 : 3) :
 						 iters;
-				for (long i = 0; i < n; i++) {
-					int64_t t = run1(c, (unsigned char)i);
-					if (t < 0)
-						return 1;
-					lat[i] = (double)t / 1e3;
-				}
-				med[k][s][win] = perf_median(lat, (size_t)n);
+				med[k][s][win] = window(ctx, w, colls[k].kind,
+							sizes[s], mode, NULL,
+							n, lat);
+				onc[k][s][win] = window(ctx, w, colls[k].kind,
+							sizes[s], mode, cm, n,
+							lat);
+				if (med[k][s][win] < 0 || onc[k][s][win] < 0)
+					return 1;
 			}
-			cgr_compiled_destroy(c);
-		}
+	cgr_comm_destroy(cm);
 	printf("cgr collectives across 3 hosts (%s; execute to result, one "
-	       "member per host; medians of %d windows):\n",
+	       "member per host; medians of %d windows): over values\n",
 	       mode == CGR_WAIT_BLOCK ? "parked" : "adaptive", windows);
-	for (size_t k = 0; k < NCOLL; k++)
-		for (size_t s = 0; s < ns; s++) {
-			double us = perf_median(med[k][s], (size_t)windows);
-			char cs[48];
-			snprintf(cs, sizeof(cs), "%s-%zu", colls[k].name,
-				 sizes[s]);
-			printf("hosts_coll %-14s %10zu B  %10.1f us  %8.3f "
-			       "GB/s\n",
-			       colls[k].name, sizes[s], us,
-			       (double)sizes[s] / us / 1e3);
-			perf_json("hosts_coll", cs, "cgr", "time", us, "us",
-				  "\"bytes\":%zu", sizes[s]);
-		}
+	report("hosts_coll", sizes, ns, windows, med);
+	printf("the same nodes on a communicator across the hosts "
+	       "(cgr_coll_params.comm), window by window with the above:\n");
+	report("hosts_ncomm", sizes, ns, windows, onc);
 	printf("cgr communicator across 3 hosts (cgr_comm_create with one "
 	       "member per host; a task on each runs the operations back to "
 	       "back; the driver's member's median, medians of %d "

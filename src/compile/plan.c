@@ -48,8 +48,10 @@ uint64_t cgr__plan_sum(const void *img, size_t len)
  * collective reached before any READ or task is one this worker only
  * receives from (a member with an input made it first): on the thread its
  * agreement, and a WAIT for one started on a communication stream, wait
- * for the root's data, so for the root's admission.  The start on a
- * stream and waits for an earlier execution show nothing: skipped.
+ * for the root's data, so for the root's admission.  Not one on a
+ * communicator across hosts (far): its members send their records
+ * first, which a teardown would cut short.  The start on a stream and
+ * waits for an earlier execution show nothing: skipped.
  */
 static bool prog_gated(const struct cgr__prog *p)
 {
@@ -64,7 +66,7 @@ static bool prog_gated(const struct cgr__prog *p)
 		       !((op->kind == CGR__OP_COLL ||
 			  op->kind == CGR__OP_WAIT ||
 			  op->kind == CGR__OP_RUN) &&
-			 !cr->nccl);
+			 !cr->nccl && !cr->far);
 	}
 	return false;
 }
@@ -790,7 +792,13 @@ static int coll_scratch(struct cgr_compiled *c, struct cgr__coll_rt *cr)
 	if (cr->far &&
 	    ((cr->late = cgr__c_alloc(c, n * k * sizeof(struct cgr__agree))) ==
 		     NULL ||
-	     (cr->far_err = cgr__c_alloc(c, CGR__FAR_ERR)) == NULL))
+	     (cr->far_err = cgr__c_alloc(c, CGR__FAR_ERR)) == NULL ||
+	     (cr->far_mine = cgr__c_alloc(
+		      c, k * sizeof(struct cgr__agree) + CGR__FAR_SMALL)) ==
+		     NULL ||
+	     (cr->far_all = cgr__c_alloc(
+		      c, n * (k * sizeof(struct cgr__agree) +
+			      CGR__FAR_SMALL))) == NULL))
 		return -ENOMEM;
 	if (cr->nccl && cr->static_shape &&
 	    (cr->late = cgr__c_alloc(c, n * sizeof(struct cgr__agree))) == NULL)

@@ -59,6 +59,9 @@ enum cgr__stream_class {
 /* An error value as it crosses hosts in a collective on a communicator
  * across hosts: a slot's header and the inline data it always fits. */
 #define CGR__FAR_ERR (CGR__SLOT_HDR + CGR__INLINE_BYTES)
+/* There, an input of at most this many bytes travels with its member's
+ * records: one exchange moves it (run/coll.c, far_small). */
+#define CGR__FAR_SMALL 1024u
 
 /*
  * Where a stream task's work on a sim stream runs (cgr_compile_params.
@@ -181,8 +184,12 @@ struct cgr__coll_rt {
 	struct cgr__agree *late;
 	void *dscratch;
 	/* far: CGR__FAR_ERR bytes, where a member's error value from
-	 * another host lands (a slot's header and inline data). */
+	 * another host lands (a slot's header and inline data); what this
+	 * member sends in the exchange (its k records, then up to
+	 * CGR__FAR_SMALL bytes of its input) and what it gathers (n of
+	 * those). */
 	void *far_err;
+	unsigned char *far_mine, *far_all;
 	size_t cap; /* data capacity of the outputs, the same on every member */
 	char *name;
 	/* Overlap: the job runs on the worker's communication stream, then

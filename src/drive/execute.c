@@ -344,9 +344,12 @@ int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
 	 * inside a collective for a member that already left returns.  No
 	 * thread waits inside NCCL (run/launch.c): a worker leaving with
 	 * an NCCL operation still pending aborts that communicator itself,
-	 * and the others stay whole (finalized, not aborted, at free). */
+	 * and the others stay whole (finalized, not aborted, at free).  One
+	 * across hosts neither: its waits watch ctl->stop themselves (only
+	 * an operation cut short aborts it, remote/rcomm.c). */
 	for (size_t i = 0; i < c->nused_comms; i++)
-		if (c->used_comms[i]->backend != CGR_BACKEND_NCCL)
+		if (c->used_comms[i]->backend != CGR_BACKEND_NCCL &&
+		    c->used_comms[i]->hosts == NULL)
 			cgr_comm_abort(c->used_comms[i]);
 	/* T3: every kind of worker is asked to leave (worker processes are
 	 * told), then each waits for its own by the deadline: a thread stuck

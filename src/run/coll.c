@@ -746,12 +746,13 @@ static void spans_describe(struct cgr__coll_rt *cr, uint64_t seq)
 		}
 }
 
-/* This member's output j from every member's input j, as verdict v
- * says (v->count elements of a member's block). */
-static void spans_compute(struct cgr__coll_rt *cr, uint64_t seq, size_t j,
-			  const struct cgr__verdict *v)
+/* This member's output j from every member's input j (src: rank r's
+ * data, NULL where it has none), as verdict v says (v->count elements
+ * of a member's block). */
+static void compute_from(struct cgr__coll_rt *cr, uint64_t seq, size_t j,
+			 const struct cgr__verdict *v,
+			 const unsigned char **src)
 {
-	const unsigned char *src[CGR_MAX_RANKS];
 	const cgr_dtype dt = (cgr_dtype)v->out.dtype;
 	const size_t blk = v->count * cgr_dtype_size(dt);
 	const size_t me = (size_t)cr->rank;
@@ -763,11 +764,6 @@ static void spans_compute(struct cgr__coll_rt *cr, uint64_t seq, size_t j,
 		return; /* reduce and gather: the root's only */
 	p = &cr->c->ports[cr->out_ports[j]];
 	dst = cgr__port_place(p, seq, v->out_bytes);
-	for (int r = 0; r < n; r++) {
-		cgr_value in;
-		spans_load(cr, seq, r, j, &in);
-		src[r] = data_of(&in);
-	}
 	switch (cr->kind) {
 	case CGR_COLL_REDUCESCATTER:
 		for (int r = 0; r < n; r++)
@@ -795,6 +791,19 @@ static void spans_compute(struct cgr__coll_rt *cr, uint64_t seq, size_t j,
 		break;
 	}
 	set_out(p, seq, v);
+}
+
+static void spans_compute(struct cgr__coll_rt *cr, uint64_t seq, size_t j,
+			  const struct cgr__verdict *v)
+{
+	const unsigned char *src[CGR_MAX_RANKS];
+
+	for (int r = 0; r < cr->n; r++) {
+		cgr_value in;
+		spans_load(cr, seq, r, j, &in);
+		src[r] = data_of(&in);
+	}
+	compute_from(cr, seq, j, v, src);
 }
 
 static void spans_run(struct cgr__coll_rt *cr, uint64_t seq)
@@ -904,18 +913,69 @@ static void far_forward(struct cgr__coll_rt *cr, uint64_t seq, int from,
 		forward_from(cr, seq, eh);
 }
 
-/* This execution on the communicator: the records, the verdict, the
- * move.  -ECANCELED when teardown cut the exchange short. */
+/* The bytes of this member's input j (0: none, or not data). */
+static size_t input_bytes(const cgr_value *in)
+{
+	if (in->kind == CGR_VALUE_TENSOR)
+		return cgr_tensor_nbytes(&in->u.tensor);
+	return in->kind == CGR_VALUE_BYTES ? in->u.bytes.len : 0;
+}
+
+/* The exchange: this member's k records and, if it has one input of at
+ * most CGR__FAR_SMALL bytes, that input, to every member; their records
+ * into recs (n * k), the rest stays in far_all. */
+static int far_exchange(struct cgr__coll_rt *cr, uint64_t seq,
+			struct cgr__agree *recs)
+{
+	size_t rb = cr->k * sizeof(struct cgr__agree);
+	size_t each = rb + CGR__FAR_SMALL;
+	cgr_value in;
+	size_t b;
+	int ret;
+
+	memcpy(cr->far_mine, cr->mine, rb);
+	load_input(cr, seq, 0, &in);
+	b = input_bytes(&in);
+	if (cr->k == 1 && b != 0 && b <= CGR__FAR_SMALL)
+		memcpy(cr->far_mine + rb, data_of(&in), b);
+	ret = far_call(cr, CGR_COLL_ALLGATHER, cr->far_mine, cr->far_all, each,
+		       0);
+	for (int r = 0; ret == 0 && r < cr->n; r++)
+		memcpy(&recs[(size_t)r * cr->k], cr->far_all + (size_t)r * each,
+		       rb);
+	return ret;
+}
+
+/* An agreed execution of one input each of at most CGR__FAR_SMALL bytes:
+ * every member computes its outputs from what the exchange gathered, as
+ * members over values do (the same fold order), without a second
+ * exchange. */
+static void far_small(struct cgr__coll_rt *cr, uint64_t seq,
+		      const struct cgr__verdict *v)
+{
+	const unsigned char *src[CGR_MAX_RANKS];
+	size_t each = sizeof(struct cgr__agree) + CGR__FAR_SMALL;
+
+	for (int r = 0; r < cr->n; r++)
+		src[r] = has_input(cr->kind, r, cr->root) ?
+				 cr->far_all + (size_t)r * each +
+					 sizeof(struct cgr__agree) :
+				 NULL;
+	atomic_store_explicit(&cr->moved, v->in_bytes, memory_order_relaxed);
+	compute_from(cr, seq, 0, v, src);
+}
+
+/* This execution on the communicator: the exchange, the verdict, the
+ * move (none for small inputs).  -ECANCELED when teardown cut the
+ * exchange short. */
 static int far_run(struct cgr__coll_rt *cr, uint64_t seq)
 {
 	bool keep = cr->static_shape && cr->have_cached;
-	size_t rb = cr->k * sizeof(struct cgr__agree);
 	struct cgr__verdict v, sv;
 	int ret;
 
 	cgr__coll_describe(cr, seq);
-	ret = far_call(cr, CGR_COLL_ALLGATHER, cr->mine,
-		       keep ? cr->late : cr->cached, rb, 0);
+	ret = far_exchange(cr, seq, keep ? cr->late : cr->cached);
 	if (ret == -ECANCELED &&
 	    atomic_load_explicit(&cr->c->ctl->stop, memory_order_acquire)) {
 		coll_fail(cr, seq, -ECANCELED, "the graph was torn down");
@@ -925,19 +985,27 @@ static int far_run(struct cgr__coll_rt *cr, uint64_t seq)
 		comm_fail(cr, seq, ret);
 		return 0;
 	}
-	if (keep) {
-		/* An error value anywhere first (as on one host, where it
-		 * poisons the operation), then a change of static shape. */
-		judge(cr, cr->late, 1, cr->cap, &v);
-		if (v.err == 0 && cgr__agree_static(cr->kind, cr->n, cr->root,
-						    cr->cached, cr->late, &sv))
-			v = sv;
-		if (v.err != 0) {
-			verdict_fail(cr, seq, &v, 0, v.msg);
-			return 0;
-		}
+	if (cr->k > 1) {
+		cgr__coll_move(cr, seq, true); /* a bucket: no static shapes */
+		return 0;
 	}
-	cgr__coll_move(cr, seq, true);
+	/* An error value anywhere first (as on one host, where it poisons
+	 * the operation), then a change of static shape. */
+	judge(cr, keep ? cr->late : cr->cached, 1, cr->cap, &v);
+	if (v.err == 0 && keep &&
+	    cgr__agree_static(cr->kind, cr->n, cr->root, cr->cached, cr->late,
+			      &sv))
+		v = sv;
+	if (v.err != 0) {
+		verdict_fail(cr, seq, &v, 0, v.msg);
+		return 0;
+	}
+	if (v.in_bytes > CGR__FAR_SMALL) {
+		cgr__coll_move(cr, seq, true);
+		return 0;
+	}
+	cr->have_cached = true;
+	far_small(cr, seq, &v);
 	return 0;
 }
 
