@@ -419,11 +419,15 @@ static int one(cgr_ctx *ctx, cgr_worker *const *far, cgr_worker *const *near,
 }
 
 int netcoll_allreduce(cgr_ctx *ctx, cgr_worker *const *w, int mode,
-		      cgr_compiled **out, cgr_value *arg)
+		      cgr_comm **cm, cgr_compiled **out, cgr_value *arg)
 {
 	static struct arg a = { 7, 64, CGR_INT32, 0, 0, 0 };
-	int ret = build(ctx, w, 3, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 0, 1, mode,
-			NULL, out);
+	int ret = cm != NULL ? cgr_comm_create(ctx, w, 3, CGR_BACKEND_CPU, cm)
+			     : 0;
+
+	if (ret == 0)
+		ret = build(ctx, w, 3, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 0, 1,
+			    mode, cm != NULL ? *cm : NULL, out);
 
 	*arg = cgr_value_bytes(&a, sizeof(a));
 	return ret;

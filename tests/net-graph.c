@@ -32,6 +32,8 @@
  *      execution must fail alike.
  *  losecomm: the same over a communicator of the three hosts whose
  *      members' tasks call its allreduce (tests/net-comm.c).
+ *  losencomm: losecoll's allreduce node on such a communicator
+ *      (cgr_coll_params.comm).
  *  idle: compiles, prints "steady", then waits (no executions) until the
  *      log says a host was lost, and checks the graph refuses executes.
  *
@@ -522,10 +524,11 @@ static int gaps(cgr_ctx *ctx, unsigned n)
 	return bad != 0;
 }
 
-/* lose / idle / losecoll / losecomm: a host goes (the script's doing);
- * what the driver sees (losecoll (coll 1): of an allreduce over the three
- * hosts, its members waiting for each other's inputs; losecomm (2): the
- * same on a communicator, called by a task on each). */
+/* lose / idle / losecoll / losecomm / losencomm: a host goes (the
+ * script's doing); what the driver sees (losecoll (coll 1): of an
+ * allreduce over the three hosts, its members waiting for each other's
+ * inputs; losecomm (2): the same on a communicator, called by a task on
+ * each; losencomm (3): the allreduce node on a communicator). */
 static int lose(cgr_ctx *ctx, bool idle, int coll)
 {
 	cgr_worker *w[3];
@@ -541,7 +544,10 @@ static int lose(cgr_ctx *ctx, bool idle, int coll)
 
 	if (mk_worker(ctx, "w0", 0, &w[0]) || mk_worker(ctx, "w1", 1, &w[1]) ||
 	    mk_worker(ctx, "w2", 2, &w[2]) ||
-	    (coll == 1 ? netcoll_allreduce(ctx, w, CGR_WAIT_BLOCK, &c, &a) :
+	    (coll == 1 ? netcoll_allreduce(ctx, w, CGR_WAIT_BLOCK, NULL, &c,
+					   &a) :
+	     coll == 3 ? netcoll_allreduce(ctx, w, CGR_WAIT_BLOCK, &cm, &c,
+					   &a) :
 	     coll == 2 ? netcomm_allreduce(ctx, w, &c, &cm, &a) :
 			 build(ctx, w, CGR_WAIT_BLOCK, &c)))
 		return 1;
@@ -661,9 +667,10 @@ int main(int argc, char **argv)
 		ret = gaps(ctx, argc > 2 ? (unsigned)atoi(argv[2]) : 1000);
 	else
 		ret = lose(ctx, strcmp(mode, "idle") == 0,
-			   strcmp(mode, "losecoll") == 0   ? 1 :
-			   strcmp(mode, "losecomm") == 0 ? 2 :
-							   0);
+			   strcmp(mode, "losecoll") == 0    ? 1 :
+			   strcmp(mode, "losecomm") == 0  ? 2 :
+			   strcmp(mode, "losencomm") == 0 ? 3 :
+							    0);
 	cgr_ctx_destroy(ctx);
 	cgr_job_leave(job);
 	printf("driver %s\n", ret == 0 ? "done" : "FAILED");

@@ -36,8 +36,8 @@
 #    over values, and on a communicator across hosts (cgr_comm_create)
 #    given to the node, which also sends an allreduce's input 4/3 times
 #    from a host of two members, not 4, refuses a communicator whose
-#    ranks are elsewhere, and is aborted by a teardown that finds members
-#    waiting in it;
+#    ranks are elsewhere, serves one graph after another, and is aborted
+#    by a teardown that finds members waiting in it;
 # 10 communicators over workers of several hosts (2 and 3 hosts with 1
 #    and 2 members, four layouts), called directly by a task on each
 #    member: every collective, dtype and op, sends and receives, counts
@@ -47,12 +47,14 @@
 # 11 as 7, under a communicator's allreduce: the pending execution's
 #    outputs are CGR_EHOSTLOST error values naming host 3 (the members on
 #    hosts 1 and 2 stop waiting for it), the rest as in 3; healed;
-# 12 nothing left behind.
+# 12 as 11, under an allreduce node on a communicator across hosts
+#    (cgr_coll_params.comm); healed;
+# 13 nothing left behind.
 # Every step under timeout -k.  Skipped without root, ip, unshare, tc,
 # mpirun, a build with PMIx and UCX; and under TSan (PMIx's and UCX's own
 # threads are not instrumented).  TAP.
 set -u
-N=12
+N=13
 echo "1..$N"
 bin=${abs_top_builddir:?run from make check}/tests/net-graph
 skip_all() {
@@ -267,11 +269,17 @@ netns_heal 3
 lost_check losecomm 11 3500 \
 	"a silent cut of host 3 under a communicator's allreduce"
 
+# 12: the same under an allreduce node on a communicator, then healed.
+lose_run losencomm cut3
+netns_heal 3
+lost_check losencomm 12 3500 \
+	"a silent cut of host 3 under an allreduce node on a communicator"
+
 netns_cleanup
 trap - EXIT INT TERM HUP
 left=$(netns_left)
 if [ "$left" = 0 ]; then
-	echo "ok 12 - nothing left behind (namespaces, links, processes)"
+	echo "ok 13 - nothing left behind (namespaces, links, processes)"
 else
-	echo "not ok 12 - $left namespaces or links left behind"
+	echo "not ok 13 - $left namespaces or links left behind"
 fi

@@ -10,9 +10,10 @@ int netcoll_gen(cgr_task_ctx *tc, void *state, const cgr_value *in,
 		size_t nin, cgr_value *out, size_t nout);
 /* An allreduce (sum of int32) over w[0..2] in wait mode `mode`, each
  * member's input made on its own worker; *arg the argument each
- * execution takes. */
+ * execution takes.  cm not NULL: on a communicator across hosts it makes
+ * over w (*cm; the caller destroys it after the graph). */
 int netcoll_allreduce(cgr_ctx *ctx, cgr_worker *const *w, int mode,
-		      cgr_compiled **out, cgr_value *arg);
+		      cgr_comm **cm, cgr_compiled **out, cgr_value *arg);
 /* Every collective across the hosts of far3 (a worker on each of ranks
  * 0, 1, 2, and a second one it makes on each) in five layouts against
  * the same on near3 (three here, and three more); 0 when all agree.

@@ -121,9 +121,13 @@ bool cgr__graph_lost(struct cgr_compiled *c, unsigned index, int code,
 	for (size_t i = 0; i < c->nprogs; i++)
 		cgr__bell_ring_force(c->progs[i].bell);
 	/* Collectives in progress fail on every surviving member (a CPU
-	 * communicator's abort flag is shared with every process). */
+	 * communicator's abort flag is shared with every process).  Not one
+	 * across hosts: its waits watch ctl->stop, and a lost host fails it
+	 * (remote/rcomm.c; this may run under its job's lock, from the
+	 * link's loss of a host). */
 	for (size_t i = 0; i < c->nused_comms; i++)
-		cgr_comm_abort(c->used_comms[i]);
+		if (c->used_comms[i]->hosts == NULL)
+			cgr_comm_abort(c->used_comms[i]);
 	return true;
 }
 
