@@ -582,29 +582,20 @@ static void refusals(cgr_ctx *ctx, cgr_worker *const *far,
 		     cgr_worker *const *near, struct tally *t)
 {
 	cgr_worker *rev[3] = { far[2], far[1], far[0] };
-	cgr_compiled *c = NULL;
-	cgr_comm *cm = NULL;
-	int ret;
+	cgr_worker *const *over[2] = { rev, near };
 
-	if (cgr_comm_create(ctx, rev, 3, CGR_BACKEND_CPU, &cm) != 0) {
-		t->bad++;
-		return;
+	for (int i = 0; i < 2; i++) {
+		cgr_compiled *c = NULL;
+		cgr_comm *cm = NULL;
+		if (cgr_comm_create(ctx, over[i], 3, CGR_BACKEND_CPU, &cm) != 0) {
+			t->bad++;
+			continue;
+		}
+		t->bad += build(ctx, far, 3, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 0,
+				1, CGR_WAIT_ADAPTIVE, cm, &c) != -ENOTSUP;
+		cgr_compiled_destroy(c);
+		cgr_comm_destroy(cm);
 	}
-	ret = build(ctx, far, 3, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 0, 1,
-		    CGR_WAIT_ADAPTIVE, cm, &c);
-	t->bad += ret != -ENOTSUP;
-	cgr_compiled_destroy(c);
-	cgr_comm_destroy(cm);
-	cm = NULL, c = NULL;
-	if (cgr_comm_create(ctx, near, 3, CGR_BACKEND_CPU, &cm) != 0) {
-		t->bad++;
-		return;
-	}
-	ret = build(ctx, far, 3, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 0, 1,
-		    CGR_WAIT_ADAPTIVE, cm, &c);
-	t->bad += ret != -ENOTSUP;
-	cgr_compiled_destroy(c);
-	cgr_comm_destroy(cm);
 }
 
 /* A communicator serves one graph after another (teardown leaves it
