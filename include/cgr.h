@@ -965,11 +965,13 @@ int cgr_ref_release(cgr_compiled *c, cgr_ref ref);
  * the driver thread at once.  From a task of this graph: -EDEADLK,
  * nothing done.
  * CPU communicators are aborted at once (a member waiting in one for a
- * member that left returns).  NCCL communicators are not: a leaving
- * worker first finishes the NCCL operations it enqueued (for half the
- * timeout, its peers do the same), so a clean teardown leaves them whole
- * (finalized when freed); only one with an operation still on a device
- * then (waiting for a stuck member) is aborted.
+ * member that left returns), but for one across hosts: its members'
+ * waits see the teardown themselves, and only one cut short aborts it
+ * (else it stays whole for the next graph).  NCCL communicators are
+ * not: a leaving worker first finishes the NCCL operations it enqueued
+ * (for half the timeout, its peers do the same), so a clean teardown
+ * leaves them whole (finalized when freed); only one with an operation
+ * still on a device then (waiting for a stuck member) is aborted.
  */
 int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns);
 
@@ -1223,8 +1225,8 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * a hierarchical allreduce folds each host's ranks in rank order, then
  * the hosts' results in the order of their lowest ranks (averages sum,
  * then divide once); either way the result is bit-identical on every
- * member, and integer results do not depend on the layout.  Failures: a host of the
- * communicator lost fails its pending and later operations with
+ * member, and integer results do not depend on the layout.  Failures: a
+ * host of the communicator lost fails its pending and later operations with
  * CGR_EHOSTLOST (the message names the host), within the job's deadline;
  * cgr_comm_abort, or an operation past its deadline (-ETIMEDOUT there),
  * fails every host's with -ECANCELED.  cgr_comm_destroy on the driver
@@ -1399,7 +1401,7 @@ enum cgr_overlap_mode {
  * ...), so every member's result is the same bits (integers: as on one
  * host; floating point may differ from one host's CPU communicator in
  * the last bits).  With comm a communicator across hosts (cgr_comm_create
- * on the driver; rank i on member i's host, else -ENOTSUP at compile)
+ * on the driver over the members in their order, else -ENOTSUP at compile)
  * the members exchange their records in an allgather on it every
  * execution (with their inputs if at most 1 KiB: then that is the whole
  * move, folded as over values), then move larger data with its

@@ -577,14 +577,17 @@ static void bytes_far(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *f6,
 
 /* A communicator across hosts that cannot serve a collective node: one
  * whose ranks are on other hosts than the members (the compile says
- * which), and one of a single host for members on several. */
+ * which), one of a single host for members on several, and one whose
+ * rank 0 is another worker on member 0's host (far[3]: its rank 0 could
+ * be issued from two threads). */
 static void refusals(cgr_ctx *ctx, cgr_worker *const *far,
 		     cgr_worker *const *near, struct tally *t)
 {
 	cgr_worker *rev[3] = { far[2], far[1], far[0] };
-	cgr_worker *const *over[2] = { rev, near };
+	cgr_worker *other[3] = { far[3], far[1], far[2] };
+	cgr_worker *const *over[3] = { rev, near, other };
 
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		cgr_compiled *c = NULL;
 		cgr_comm *cm = NULL;
 		if (cgr_comm_create(ctx, over[i], 3, CGR_BACKEND_CPU, &cm) != 0) {

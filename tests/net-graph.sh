@@ -36,7 +36,7 @@
 #    over values, and on a communicator across hosts (cgr_comm_create)
 #    given to the node, which also sends an allreduce's input 4/3 times
 #    from a host of two members, not 4, refuses a communicator whose
-#    ranks are elsewhere, serves one graph after another, and is aborted
+#    ranks are elsewhere or other workers, serves one graph after another, and is aborted
 #    by a teardown that finds members waiting in it;
 # 10 communicators over workers of several hosts (2 and 3 hosts with 1
 #    and 2 members, four layouts), called directly by a task on each

@@ -113,7 +113,7 @@ static int coll_spans(struct cgr__cc *cc, const struct cgr__task *t,
 	const cgr_worker *a = t->members[0], *b = NULL;
 	const cgr_comm *user = t->cp.comm;
 	const char *no = NULL;
-	char why[160];
+	char why[256];
 
 	for (size_t i = 1; i < t->nmembers && b == NULL; i++)
 		if (t->members[i]->host != a->host)
@@ -123,6 +123,8 @@ static int coll_spans(struct cgr__cc *cc, const struct cgr__task *t,
 		return 0;
 	if (user != NULL && user->hosts == NULL)
 		no = "a communicator of the caller's does not span hosts";
+	/* Rank i's operations come from member i's worker only (else two
+	 * threads could issue one rank's at once). */
 	for (size_t i = 0; no == NULL && user != NULL && i < t->nmembers; i++)
 		if (user->hosts[i] != t->members[i]->host) {
 			snprintf(why, sizeof(why),
@@ -130,6 +132,15 @@ static int coll_spans(struct cgr__cc *cc, const struct cgr__task *t,
 				 "member %s on rank %u",
 				 i, user->hosts[i], t->members[i]->name,
 				 t->members[i]->host);
+			no = why;
+		} else if (user->members != NULL &&
+			   user->members[i] != NULL &&
+			   user->members[i] != t->members[i]) {
+			snprintf(why, sizeof(why),
+				 "its communicator's rank %zu is worker %s, "
+				 "member %zu is %s",
+				 i, user->members[i]->name, i,
+				 t->members[i]->name);
 			no = why;
 		}
 	if (no == NULL && t->edge)
