@@ -13,7 +13,9 @@
 # hosts (cgr_coll_params.comm, "node+comm"), measured window by window
 # with the nodes over values; then that communicator alone
 # (cgr_comm_create; a task on each member runs the operations back to
-# back, as Open MPI's benchmark does) and its ratio.  Root only.
+# back, as Open MPI's benchmark does) and its ratio; and an allreduce node
+# of 16 MiB over two members per host, over values and on a
+# communicator (hierarchical).  Root only.
 # Usage: perf/hosts.sh [--coll] [--quick] [-w N] [-n N]   (from the build
 # tree: sh ../perf/hosts.sh; --coll: the collectives only)
 set -u
@@ -62,7 +64,7 @@ colls=allreduce,allgather,reducescatter,broadcast,alltoall
 for round in 1 2; do
 	echo "== round $round: cgr collective nodes across the hosts"
 	netns_mpirun 600 "$tmp/o" "$tmp/e" "$build/perf/hosts_coll" -s "$sizes" "$@"
-	grep '^hosts_\(coll\|comm\|ncomm\) ' "$tmp/o" | tee -a "$tmp/coll"
+	grep '^hosts_\(coll\|comm\|ncomm\|hier\) ' "$tmp/o" | tee -a "$tmp/coll"
 	grep -v '^$' "$tmp/e" | head -5
 	if [ -x "$build/perf/mpi_coll_bw" ]; then
 		echo "== round $round: Open MPI collectives (pml ucx, tcp)"
@@ -94,6 +96,7 @@ function put(k, x) { v[k, ++cnt[k]] = x }
 $1 == "hosts_coll" { put("cgr " $2 " " $3, $5); keys[$2 " " $3] = 1 }
 $1 == "hosts_comm" { put("comm " $2 " " $3, $5) }
 $1 == "hosts_ncomm" { put("ncomm " $2 " " $3, $5) }
+$1 == "hosts_hier" { put("hier " $2, $6) }
 $1 == "mpi" { put("mpi " $2 " " nominal($3), $6) }
 END {
 	printf "%-14s %10s %12s %12s %8s %12s %12s %9s %12s %9s\n",
@@ -117,4 +120,10 @@ END {
 		       d ? sprintf("%.1f", d) : "-",
 		       d && m ? sprintf("%.2fx", d / m) : "-"
 	}
+	if (("hier values") in cnt && ("hier comm") in cnt)
+		printf "allreduce node of 16 MiB, two members on each host: " \
+		       "%.1f ms over values, %.1f ms on a communicator " \
+		       "(%.2fx)\n", med("hier values") / 1e3,
+		       med("hier comm") / 1e3,
+		       med("hier comm") / med("hier values")
 }' "$tmp/coll"

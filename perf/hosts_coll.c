@@ -34,6 +34,10 @@
 #include <cgr.h>
 
 #define NM 3
+#define MAXM 6 /* the hierarchical case: two members per host */
+
+/* Members of the node graphs (graph, run1): NM, or MAXM for hier_case. */
+static int nm = NM;
 #define MAXC 8
 #define MAXS 8
 
@@ -195,8 +199,8 @@ static cgr_compiled *graph(cgr_ctx *ctx, cgr_worker *const *w, int kind,
 {
 	cgr_coll_params p = CGR_COLL_PARAMS_INIT;
 	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
-	cgr_node *arg, *in[NM], *out[NM], *acks[NM];
-	size_t nin = kind == CGR_COLL_BROADCAST ? 1 : NM;
+	cgr_node *arg, *in[MAXM], *out[MAXM], *acks[MAXM];
+	size_t nin = kind == CGR_COLL_BROADCAST ? 1 : (size_t)nm;
 	size_t ib = in_bytes(kind, bytes), cap = NM * ib + 4096;
 	uint64_t targ[2] = { ib, reducing(kind) };
 	cgr_compiled *c = NULL;
@@ -220,9 +224,10 @@ static cgr_compiled *graph(cgr_ctx *ctx, cgr_worker *const *w, int kind,
 	p.max_out_bytes = cap;
 	p.comm = comm;
 	if (ret == 0)
-		ret = cgr_graph_collective(g, &p, w, NM, in, nin, out, NM);
+		ret = cgr_graph_collective(g, &p, w, (size_t)nm, in, nin, out,
+					   (size_t)nm);
 	/* Every member's output seen where it is: 8 bytes each back. */
-	for (size_t r = 0; r < NM && ret == 0; r++) {
+	for (size_t r = 0; r < (size_t)nm && ret == 0; r++) {
 		cgr_task_desc d = CGR_TASK_DESC_INIT;
 		d.name = "ack";
 		d.fn = ack;
@@ -230,7 +235,7 @@ static cgr_compiled *graph(cgr_ctx *ctx, cgr_worker *const *w, int kind,
 		ret = cgr_graph_task(g, w[r], &d, &out[r], 1, &acks[r], 1);
 	}
 	if (ret == 0)
-		ret = cgr_graph_output(g, acks, NM);
+		ret = cgr_graph_output(g, acks, (size_t)nm);
 	cp.max_inflight = 1;
 	cp.max_value_bytes = cap;
 	cp.wait_mode = mode;
@@ -328,14 +333,14 @@ static int comm_cases(cgr_ctx *ctx, cgr_worker *const *w, long iters,
 /* One execution: ns, -1 on failure. */
 static int64_t run1(cgr_compiled *c, unsigned char b)
 {
-	cgr_value a = cgr_value_bytes(&b, 1), o[NM];
+	cgr_value a = cgr_value_bytes(&b, 1), o[MAXM];
 	cgr_ref ref;
 	int64_t t0 = perf_now_ns();
 
 	if (cgr_execute(c, &a, 1, &ref) != 0 ||
-	    cgr_ref_get(c, ref, -1, o, NM) != 0)
+	    cgr_ref_get(c, ref, -1, o, (size_t)nm) != 0)
 		return -1;
-	for (int r = 0; r < NM; r++)
+	for (int r = 0; r < nm; r++)
 		if (o[r].kind != CGR_VALUE_BYTES) {
 			if (o[r].kind == CGR_VALUE_ERROR)
 				fprintf(stderr, "member %d: %s\n", r,
@@ -391,6 +396,61 @@ static void report(const char *tag, const size_t *sizes, size_t ns,
 		}
 }
 
+/*
+ * The hierarchical case: an allreduce of 16 MiB over two members on each
+ * host (w3 and a second worker it makes on each rank, rank order), over
+ * values (a host receives the 4 inputs of the other hosts) and on a
+ * communicator over the six (a leader per host folds its two, the
+ * leaders reduce-scatter and allgather: a host sends 4/3 of an input),
+ * window by window.  Prints "hosts_hier" lines.
+ */
+static int hier_case(cgr_ctx *ctx, cgr_worker *const *w3, long n,
+		     int windows, int mode, double *lat)
+{
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	cgr_worker *w[MAXM] = { NULL };
+	double med[2][64];
+	const char *how[2] = { "values", "comm" };
+	cgr_comm *cm = NULL;
+	int ret = 0;
+
+	for (int r = 0; r < NM && ret == 0; r++) {
+		char name[8];
+		snprintf(name, sizeof(name), "m%db", r);
+		wp.name = name;
+		wp.rank = r;
+		w[2 * r] = w3[r];
+		ret = cgr_worker_create(ctx, &wp, &w[2 * r + 1]);
+	}
+	nm = MAXM;
+	if (ret == 0)
+		ret = cgr_comm_create(ctx, w, MAXM, CGR_BACKEND_CPU, &cm);
+	for (int win = 0; win < windows && ret == 0; win++)
+		for (int v = 0; v < 2 && ret == 0; v++) {
+			med[v][win] = window(ctx, w, CGR_COLL_ALLREDUCE,
+					     16u << 20, mode, v ? cm : NULL, n,
+					     lat);
+			ret = med[v][win] < 0;
+		}
+	nm = NM;
+	cgr_comm_destroy(cm);
+	for (int r = 0; r < NM; r++)
+		cgr_worker_destroy(w[2 * r + 1], 5000000000ll);
+	if (ret != 0)
+		return 1;
+	printf("an allreduce node of 16 MiB over two members per host (six), "
+	       "over values and on a communicator, window by window:\n");
+	for (int v = 0; v < 2; v++) {
+		double us = perf_median(med[v], (size_t)windows);
+		printf("hosts_hier %-8s allreduce %10u B  %10.1f us  %8.3f "
+		       "GB/s\n",
+		       how[v], 16u << 20, us, (double)(16u << 20) / us / 1e3);
+		perf_json("hosts_hier", how[v], "cgr", "time", us, "us",
+			  "\"bytes\":%u", 16u << 20);
+	}
+	return 0;
+}
+
 static int drive(cgr_ctx *ctx, const struct perf_opts *o, const size_t *sizes,
 		 size_t ns)
 {
@@ -438,6 +498,9 @@ static int drive(cgr_ctx *ctx, const struct perf_opts *o, const size_t *sizes,
 					return 1;
 			}
 	cgr_comm_destroy(cm);
+	if (hier_case(ctx, w, iters / 100 > 3 ? iters / 100 : 3, windows, mode,
+		      lat) != 0)
+		return 1;
 	printf("cgr collectives across 3 hosts (%s; execute to result, one "
 	       "member per host; medians of %d windows): over values\n",
 	       mode == CGR_WAIT_BLOCK ? "parked" : "adaptive", windows);
