@@ -134,6 +134,16 @@ struct cgr_comm {
 	const uint32_t *hosts;
 };
 
+/* Whether a graph that stops leaves c alone (teardown, a lost worker or
+ * host): across hosts its waits watch the graph's stop themselves
+ * (cgr__coll_desc.stop) and a lost host fails it, so an abort would
+ * only kill a communicator the next graph may use (and its abort takes
+ * the job's lock, which a host's loss may hold). */
+static inline bool cgr__comm_stops_itself(const cgr_comm *c)
+{
+	return c->hosts != NULL;
+}
+
 /* A new communicator id of ctx's (never 0). */
 uint64_t cgr__comm_new_id(cgr_ctx *ctx);
 /* Completes c's head as cgr_comm_create does (members copied, may be NULL,

@@ -105,8 +105,8 @@ static int coll_placement(struct cgr__cc *cc, const struct cgr__task *t,
 /* Whether collective t has members on several hosts (worker->host).  Its
  * members then each read every input they need over channels and
  * compute their own outputs (run/coll.c), or, on a caller's communicator
- * that spans hosts (rank i on member i's host), agree and move the data
- * through it; NCCL and device edges cannot. */
+ * that spans hosts (rank i is member i), agree and move the data through
+ * it; NCCL and device edges cannot. */
 static int coll_spans(struct cgr__cc *cc, const struct cgr__task *t,
 		      bool *spans)
 {

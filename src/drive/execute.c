@@ -345,11 +345,10 @@ int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
 	 * thread waits inside NCCL (run/launch.c): a worker leaving with
 	 * an NCCL operation still pending aborts that communicator itself,
 	 * and the others stay whole (finalized, not aborted, at free).  One
-	 * across hosts neither: its waits watch ctl->stop themselves (only
-	 * an operation cut short aborts it, remote/rcomm.c). */
+	 * across hosts neither (cgr__comm_stops_itself). */
 	for (size_t i = 0; i < c->nused_comms; i++)
 		if (c->used_comms[i]->backend != CGR_BACKEND_NCCL &&
-		    c->used_comms[i]->hosts == NULL)
+		    !cgr__comm_stops_itself(c->used_comms[i]))
 			cgr_comm_abort(c->used_comms[i]);
 	/* T3: every kind of worker is asked to leave (worker processes are
 	 * told), then each waits for its own by the deadline: a thread stuck

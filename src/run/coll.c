@@ -921,6 +921,14 @@ static size_t input_bytes(const cgr_value *in)
 	return in->kind == CGR_VALUE_BYTES ? in->u.bytes.len : 0;
 }
 
+/* Bytes of one member's part of the exchange: its k records, then
+ * (one tensor each: k 1) room for a small input. */
+static size_t far_each(const struct cgr__coll_rt *cr)
+{
+	return cr->k * sizeof(struct cgr__agree) +
+	       (cr->k == 1 ? CGR__FAR_SMALL : 0);
+}
+
 /* The exchange: this member's k records and, if it has one input of at
  * most CGR__FAR_SMALL bytes, that input, to every member; their records
  * into recs (n * k), the rest stays in far_all. */
@@ -928,7 +936,7 @@ static int far_exchange(struct cgr__coll_rt *cr, uint64_t seq,
 			struct cgr__agree *recs)
 {
 	size_t rb = cr->k * sizeof(struct cgr__agree);
-	size_t each = rb + CGR__FAR_SMALL;
+	size_t each = far_each(cr);
 	cgr_value in;
 	size_t b;
 	int ret;
@@ -954,7 +962,7 @@ static void far_small(struct cgr__coll_rt *cr, uint64_t seq,
 		      const struct cgr__verdict *v)
 {
 	const unsigned char *src[CGR_MAX_RANKS];
-	size_t each = sizeof(struct cgr__agree) + CGR__FAR_SMALL;
+	size_t each = far_each(cr);
 
 	for (int r = 0; r < cr->n; r++)
 		src[r] = has_input(cr->kind, r, cr->root) ?

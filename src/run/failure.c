@@ -121,12 +121,10 @@ bool cgr__graph_lost(struct cgr_compiled *c, unsigned index, int code,
 	for (size_t i = 0; i < c->nprogs; i++)
 		cgr__bell_ring_force(c->progs[i].bell);
 	/* Collectives in progress fail on every surviving member (a CPU
-	 * communicator's abort flag is shared with every process).  Not one
-	 * across hosts: its waits watch ctl->stop, and a lost host fails it
-	 * (remote/rcomm.c; this may run under its job's lock, from the
-	 * link's loss of a host). */
+	 * communicator's abort flag is shared with every process), but for
+	 * one across hosts (cgr__comm_stops_itself). */
 	for (size_t i = 0; i < c->nused_comms; i++)
-		if (c->used_comms[i]->hosts == NULL)
+		if (!cgr__comm_stops_itself(c->used_comms[i]))
 			cgr_comm_abort(c->used_comms[i]);
 	return true;
 }
