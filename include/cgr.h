@@ -1220,7 +1220,10 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * host's inputs, these leaders reduce-scatter and allgather the h
  * partial results (a host sends 2 (h - 1) / h inputs, however many ranks
  * it has) and the other ranks take the blocks from them.  A broadcast of
- * 16 KiB or more: a scatter from the root, then an allgather.
+ * 16 KiB or more: a scatter from the root, then an allgather.  Data of
+ * 64 KiB or more for another host leaves straight from the rank's send
+ * or receive buffer (no copy on the way out; UCX rendezvous), and the
+ * operation does not return before UCX is done with it.
  * Reductions fold in rank order (rank 0's input op rank 1's op ...), and
  * a hierarchical allreduce folds each host's ranks in rank order, then
  * the hosts' results in the order of their lowest ranks (averages sum,

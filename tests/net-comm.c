@@ -15,7 +15,8 @@
  * the same inputs: every member's output must be the same, byte for byte
  * (receive buffers start filled with 0xAB, so what an operation must not
  * touch is checked too).  Every collective, every dtype, counts 0, 1, 7
- * and 3000, a root on each rank in turn, reductions under every op; sends
+ * and 3000 (and 25000 of 8 bytes, whose messages leave straight from
+ * the ranks' buffers), a root on each rank in turn, reductions under every op; sends
  * and receives around a ring; one member with an invalid argument (every
  * rank -EINVAL) or a different count (CGR_EMISMATCH); an allreduce of
  * int32 against a direct sum; groups (an allreduce and sends and
@@ -47,11 +48,14 @@
 #define SEC 1000000000ll
 #define MAXM 6
 #define BIGC 3000
-#define SPLITC 8300 /* above the split, as large as OUTMAX allows */
+#define SPLITC 8300 /* above the split */
+/* Messages of 64 KiB and more leave straight from a rank's buffers: a
+ * count whose blocks are that large too (3 blocks of 8-byte elements). */
+#define ZCC 25000
 /* An output: the call's result (int32) in a 16-byte head, so that the
  * receive buffer after it is aligned for every dtype. */
 #define HEAD 16
-#define OUTMAX (HEAD + (size_t)MAXM * BIGC * 8)
+#define OUTMAX (HEAD + (size_t)MAXM * ZCC * 8)
 _Static_assert(HEAD + SPLITC * 8 <= OUTMAX, "room for split allreduces");
 _Static_assert(HEAD + (MAXM + 1) * 1000 * 8 <= OUTMAX, "room for groups");
 
@@ -492,6 +496,23 @@ static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
 			c.seed++;
 			one(g, ref, n, &c, 0, t);
 		}
+	/* Data of 64 KiB and more to another host leaves straight from the
+	 * rank's buffers, the operation waiting until UCX is done with
+	 * them: every kind with such messages (split blocks too), in place
+	 * and not. */
+	for (int k = CGR_COLL_ALLREDUCE; k <= CGR_COLL_ALLTOALL + 1; k++)
+		for (uint8_t ip = 0; ip < 2; ip++) {
+			c.kind = k > CGR_COLL_ALLTOALL ? OP_P2P : k;
+			c.dtype = ip ? CGR_FLOAT64 : CGR_INT64;
+			c.count = ZCC;
+			c.op = ip ? CGR_MAX : CGR_SUM;
+			c.root = (uint8_t)(c.seed % (unsigned)n);
+			c.inplace = ip && (k == CGR_COLL_ALLREDUCE ||
+					   k == CGR_COLL_BROADCAST);
+			c.seed++;
+			one(g, ref, n, &c, 0, t);
+		}
+	c.inplace = 0;
 	/* Groups: an allreduce and sends and receives among all ranks;
 	 * one rank's different count. */
 	for (int ci = 0; ci < 4; ci++)

@@ -102,7 +102,7 @@ void cgr__ucx_close(struct cgr__ucx *u);
  * from progress too, once when a peer's endpoint fails (UCX saw the peer
  * go); sends to it fail from then on.
  */
-#define CGR__UCX_HDR_MAX 256
+#define CGR__UCX_HDR_MAX 1024
 struct cgr__ucx_msg {
 	const void *hdr;
 	size_t hlen;
@@ -122,7 +122,10 @@ void cgr__ucx_set_handler(struct cgr__ucx *u, cgr__ucx_fn fn,
 int cgr__ucx_fetch(struct cgr__ucx *u, void *rndv, void *buf, size_t len,
 		   cgr__ucx_done_fn done, void *arg);
 void cgr__ucx_drop_data(struct cgr__ucx *u, void *rndv);
-/* Posts hdr (hlen <= CGR__UCX_HDR_MAX bytes, copied) and len bytes of data
+/* The largest header cgr__ucx_post takes: CGR__UCX_HDR_MAX, or less if
+ * the worker's transports carry less (ucp_worker_query). */
+size_t cgr__ucx_max_hdr(const struct cgr__ucx *u);
+/* Posts hdr (hlen <= cgr__ucx_max_hdr bytes, copied) and len bytes of data
  * (not copied: data stays valid until the send completes) to peer: 0
  * (sent, data may be reused; done not called), 1 (in flight:
  * done(arg, status) from a later progress; done may be NULL), -ECONNRESET

@@ -122,6 +122,12 @@ void cgr__ucx_peer_close(struct cgr__ucx *u, uint32_t peer, const char *why)
 	(void)u, (void)peer, (void)why;
 }
 
+size_t cgr__ucx_max_hdr(const struct cgr__ucx *u)
+{
+	(void)u;
+	return 0;
+}
+
 size_t cgr__ucx_inflight(const struct cgr__ucx *u)
 {
 	(void)u;
@@ -172,6 +178,7 @@ struct api {
 	void (*context_print_info)(const ucp_context_h, FILE *);
 	ucs_status_t (*worker_get_efd)(ucp_worker_h, int *);
 	ucs_status_t (*worker_arm)(ucp_worker_h);
+	ucs_status_t (*worker_query)(ucp_worker_h, ucp_worker_attr_t *);
 };
 
 #define SYM(field, name) { #name, offsetof(struct api, field), false }
@@ -199,6 +206,7 @@ static const struct cgr__lib_sym syms[] = {
 	SYM(context_print_info, ucp_context_print_info),
 	SYM(worker_get_efd, ucp_worker_get_efd),
 	SYM(worker_arm, ucp_worker_arm),
+	SYM(worker_query, ucp_worker_query),
 };
 #undef SYM
 
@@ -234,6 +242,7 @@ struct cgr__ucx {
 	struct sendrec *free_recs;
 	size_t inflight;
 	int efd;
+	size_t max_hdr; /* the largest AM header the worker sends */
 };
 
 /* A send in flight (handler mode), or a fetch's completion. */
@@ -528,6 +537,15 @@ static int start(struct cgr__ucx *u, char *why, size_t len)
 	if (st == UCS_OK)
 		st = u->f.worker_get_address(u->w, &u->addr, &u->addr_len);
 	if (st == UCS_OK) {
+		ucp_worker_attr_t wa;
+		memset(&wa, 0, sizeof(wa));
+		wa.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+		u->max_hdr = u->f.worker_query(u->w, &wa) == UCS_OK &&
+					     wa.max_am_header < CGR__UCX_HDR_MAX ?
+				     wa.max_am_header :
+				     CGR__UCX_HDR_MAX;
+	}
+	if (st == UCS_OK) {
 		memset(&ap, 0, sizeof(ap));
 		ap.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
 				UCP_AM_HANDLER_PARAM_FIELD_CB |
@@ -818,7 +836,7 @@ int cgr__ucx_post(struct cgr__ucx *u, uint32_t peer, const void *hdr,
 	struct sendrec *r;
 	ucp_request_param_t rp;
 
-	if (peer >= u->npeers || hlen > CGR__UCX_HDR_MAX)
+	if (peer >= u->npeers || hlen > u->max_hdr)
 		return -EINVAL;
 	if (u->lost[peer])
 		return -ECONNRESET;
@@ -884,6 +902,11 @@ void cgr__ucx_peer_close(struct cgr__ucx *u, uint32_t peer, const char *why)
 	/* A forced close completes without the peer; progress until it
 	 * did (its sends in flight end in error on the way). */
 	(void)wait_req(u, q, now_ns() + 1000000000);
+}
+
+size_t cgr__ucx_max_hdr(const struct cgr__ucx *u)
+{
+	return u->max_hdr;
 }
 
 size_t cgr__ucx_inflight(const struct cgr__ucx *u)

@@ -35,6 +35,12 @@ struct cgr__omsg {
 	struct cgr__omsg *next;
 	uint32_t to;
 	size_t len;
+	/* Sent from the caller's memory (cgr__job_sendz): data, dlen bytes
+	 * after buf's len; done(arg, status) once UCX is done with it. */
+	const void *data;
+	size_t dlen;
+	cgr__ucx_done_fn done;
+	void *arg;
 	unsigned char buf[]; /* struct cgr__rmsg, then its payload */
 };
 
@@ -98,6 +104,45 @@ static void free_done(void *arg, int status)
 	free(arg);
 }
 
+/* A message sent from its sender's memory is out (or failed). */
+static void sendz_done(void *arg, int status)
+{
+	struct cgr__omsg *o = arg;
+
+	o->done(o->arg, status);
+	free(o);
+}
+
+/* Posts o: the message's header and buf, then its data: from buf
+ * (copied there), or straight from the sender's memory, buf then riding
+ * in the AM header (lhdr.chan: its bytes). */
+static int post_out(struct cgr_job *j, struct cgr__omsg *o)
+{
+	unsigned char hb[CGR__UCX_HDR_MAX];
+	struct cgr__lhdr h;
+	int ret;
+
+	cgr__lhdr_init(j, &h, CGR__LM_CTRL, o->to);
+	if ((ret = cgr__job_ep(j, o->to)) != 0)
+		return ret;
+	if (o->done == NULL)
+		return cgr__ucx_post(j->ucx, o->to, &h, sizeof(h), o->buf,
+				     o->len, free_done, o);
+	h.chan = (uint32_t)o->len;
+	memcpy(hb, &h, sizeof(h));
+	memcpy(hb + sizeof(h), o->buf, o->len);
+	return cgr__ucx_post(j->ucx, o->to, hb, sizeof(h) + o->len, o->data,
+			     o->dlen, sendz_done, o);
+}
+
+/* o leaves without UCX (sent at once, failed, or its peer is lost). */
+static void out_end(struct cgr__omsg *o, int status)
+{
+	if (o->done != NULL)
+		o->done(o->arg, status);
+	free(o);
+}
+
 /* Link thread: posts what was queued. */
 static bool flush_out(struct cgr_job *j)
 {
@@ -105,7 +150,6 @@ static bool flush_out(struct cgr_job *j)
 	bool did = false;
 
 	for (;;) {
-		struct cgr__lhdr h;
 		uint32_t to;
 		int ret;
 		pthread_mutex_lock(&j->lock);
@@ -122,17 +166,13 @@ static bool flush_out(struct cgr_job *j)
 		did = true;
 		if (atomic_load_explicit(&j->peers[o->to].lost,
 					 memory_order_acquire)) {
-			free(o);
+			out_end(o, -ECONNRESET);
 			continue;
 		}
 		to = o->to;
-		cgr__lhdr_init(j, &h, CGR__LM_CTRL, to);
-		ret = cgr__job_ep(j, to);
-		if (ret == 0)
-			ret = cgr__ucx_post(j->ucx, to, &h, sizeof(h), o->buf,
-					    o->len, free_done, o);
-		if (ret != 1)
-			free(o); /* sent (or failed): UCX is done with it */
+		ret = post_out(j, o);
+		if (ret != 1) /* sent (or failed): UCX is done with it */
+			out_end(o, ret < 0 ? ret : 0);
 		sent_to(j, to, ret < 0 ? ret : 0);
 		atomic_fetch_add_explicit(&j->st_ctrl, 1,
 					  memory_order_relaxed);
@@ -147,15 +187,19 @@ int cgr__job_send(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
 	return cgr__job_sendv(j, to, m, &v, 1);
 }
 
-int cgr__job_sendv(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
-		   const struct iovec *v, int nv)
+/* m and v (copied), then data (dlen bytes, not copied: see
+ * cgr__job_sendz) to `to`'s queue. */
+static int queue_out(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
+		     const struct iovec *v, int nv, const void *data,
+		     size_t dlen, cgr__ucx_done_fn done, void *arg)
 {
 	struct cgr__omsg *o;
 	size_t len = 0, at = sizeof(*m);
 
 	for (int i = 0; i < nv; i++)
 		len += v[i].iov_len;
-	if (to >= j->size || to == j->rank || len > CGR__RMSG_MAX_PAYLOAD)
+	if (to >= j->size || to == j->rank ||
+	    len + dlen > CGR__RMSG_MAX_PAYLOAD)
 		return -EINVAL;
 	if (cgr__job_lost(j, to, NULL))
 		return CGR_EHOSTLOST;
@@ -165,8 +209,12 @@ int cgr__job_sendv(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
 	o->next = NULL;
 	o->to = to;
 	o->len = sizeof(*m) + len;
+	o->data = data;
+	o->dlen = dlen;
+	o->done = done;
+	o->arg = arg;
 	memcpy(o->buf, m, sizeof(*m));
-	((struct cgr__rmsg *)(void *)o->buf)->payload = len;
+	((struct cgr__rmsg *)(void *)o->buf)->payload = len + dlen;
 	for (int i = 0; i < nv; i++) {
 		if (v[i].iov_len)
 			memcpy(o->buf + at, v[i].iov_base, v[i].iov_len);
@@ -179,6 +227,33 @@ int cgr__job_sendv(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
 	pthread_mutex_unlock(&j->lock);
 	cgr__job_kick(j);
 	return 0;
+}
+
+int cgr__job_sendv(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
+		   const struct iovec *v, int nv)
+{
+	return queue_out(j, to, m, v, nv, NULL, 0, NULL, NULL);
+}
+
+size_t cgr__job_sendz_room(const struct cgr_job *j)
+{
+	size_t max = cgr__ucx_max_hdr(j->ucx), h = sizeof(struct cgr__lhdr) +
+						   sizeof(struct cgr__rmsg);
+
+	return max > h ? max - h : 0;
+}
+
+int cgr__job_sendz(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
+		   const struct iovec *v, int nv, const void *data, size_t len,
+		   cgr__ucx_done_fn done, void *arg)
+{
+	size_t pre = 0;
+
+	for (int i = 0; i < nv; i++)
+		pre += v[i].iov_len;
+	if (done == NULL || pre > cgr__job_sendz_room(j))
+		return -EINVAL;
+	return queue_out(j, to, m, v, nv, data, len, done, arg);
 }
 
 /* A control message that is in (link thread): to the inbox. */
@@ -218,11 +293,15 @@ static void ctrl_fetched(void *arg, int status)
 static void ctrl_in(struct cgr_job *j, const struct cgr__lhdr *h,
 		    const struct cgr__ucx_msg *m)
 {
+	/* pre: the message's first bytes, in the AM header (sendz). */
+	size_t pre = h->chan, len = pre + m->len;
 	struct cgr__cmsg *cm;
 
-	if (m->len < sizeof(struct cgr__rmsg) ||
-	    m->len > sizeof(struct cgr__rmsg) + CGR__RMSG_MAX_PAYLOAD ||
-	    (cm = malloc(sizeof(*cm) + m->len - sizeof(cm->m))) == NULL) {
+	if ((pre != 0 && (pre < sizeof(struct cgr__rmsg) ||
+			  m->hlen != sizeof(*h) + pre)) ||
+	    len < sizeof(struct cgr__rmsg) ||
+	    len > sizeof(struct cgr__rmsg) + CGR__RMSG_MAX_PAYLOAD ||
+	    (cm = malloc(sizeof(*cm) + len - sizeof(cm->m))) == NULL) {
 		if (m->rndv != NULL)
 			cgr__ucx_drop_data(j->ucx, m->rndv);
 		atomic_fetch_add_explicit(&j->st_late, 1,
@@ -230,9 +309,11 @@ static void ctrl_in(struct cgr_job *j, const struct cgr__lhdr *h,
 		return;
 	}
 	cm->from = h->from;
-	cm->len = m->len;
+	cm->len = len;
+	memcpy(&cm->m, (const unsigned char *)m->hdr + sizeof(*h), pre);
 	if (m->rndv == NULL) {
-		memcpy(&cm->m, m->data, m->len);
+		if (m->len != 0)
+			memcpy((unsigned char *)&cm->m + pre, m->data, m->len);
 		if (ctrl_ok(cm))
 			inbox_put(j, cm);
 		else
@@ -241,8 +322,8 @@ static void ctrl_in(struct cgr_job *j, const struct cgr__lhdr *h,
 	}
 	/* Until it is in, next carries the job (ctrl_fetched). */
 	cm->next = (void *)j;
-	switch (cgr__ucx_fetch(j->ucx, m->rndv, &cm->m, m->len, ctrl_fetched,
-			       cm)) {
+	switch (cgr__ucx_fetch(j->ucx, m->rndv, (unsigned char *)&cm->m + pre,
+			       m->len, ctrl_fetched, cm)) {
 	case 0:
 		ctrl_fetched(cm, 0);
 		break;
@@ -849,7 +930,7 @@ static void job_free(struct cgr_job *j)
 	while (j->out_head != NULL) {
 		struct cgr__omsg *o = j->out_head;
 		j->out_head = o->next;
-		free(o);
+		out_end(o, -ECONNRESET);
 	}
 	cgr__rcomm_box_free(j);
 	cgr__ucx_close(j->ucx);

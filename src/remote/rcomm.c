@@ -83,10 +83,18 @@ struct cgr__rcomm {
 	struct rgroup *groups;	 /* by rank: its group in the making */
 	uint64_t *issued, *ran;	 /* by rank: its operations' turns */
 	bool driver;		 /* this process made it (COMM_FREE) */
+	/* By rank: its messages whose data UCX reads straight from the
+	 * rank's buffers (put), in flight (under j->lock). */
+	struct zout *zout;
 	/* Under j->lock: its failure (0: none) and why; operations in
 	 * progress (destroy waits for them). */
 	int failed, busy;
 	char why[240];
+};
+
+struct zout {
+	struct cgr__rcomm *rc;
+	unsigned n;
 };
 
 /* The stream whose executor runs this thread's operation now, if any
@@ -176,6 +184,54 @@ static int rc_abort(cgr_comm *c)
 
 /* ---- messages ----------------------------------------------------------- */
 
+/* Data of at least this many bytes to another host leaves straight from
+ * the rank's buffer (cgr__job_sendz), its operation waiting until UCX is
+ * done with it (zout_wait); less is copied (cheaper than the wait). */
+#define ZC_BYTES ((size_t)64 << 10)
+
+/* A message of a rank sent from its buffer is out (the link's thread). */
+static void zout_done(void *arg, int status)
+{
+	struct zout *z = arg;
+	struct cgr_job *j = z->rc->j;
+
+	(void)status; /* a failed send: its peer is lost (check_lost) */
+	pthread_mutex_lock(&j->lock);
+	if (--z->n == 0)
+		pthread_cond_broadcast(&j->cond);
+	pthread_mutex_unlock(&j->lock);
+}
+
+/* Until UCX is done with rank me's buffers: before its operation writes
+ * where it sent from, and before the operation ends.  No deadline: a
+ * send ends, in error too, once its peer is lost (the link closes the
+ * endpoint by force). */
+static void zout_wait(struct cgr__rcomm *rc, int me)
+{
+	struct cgr_job *j = rc->j;
+	int64_t spin_end = cgr__now_ns() + j->spin_ns;
+	bool parked = false;
+
+	pthread_mutex_lock(&j->lock);
+	while (rc->zout[me].n != 0) {
+		if (cgr__now_ns() < spin_end &&
+		    j->wait_mode != CGR_WAIT_BLOCK) {
+			pthread_mutex_unlock(&j->lock);
+			if (!cgr__job_poll(j))
+				sched_yield();
+			pthread_mutex_lock(&j->lock);
+		} else if (!parked) {
+			parked = true;
+			pthread_mutex_unlock(&j->lock);
+			cgr__job_park(j);
+			pthread_mutex_lock(&j->lock);
+		} else {
+			pthread_cond_wait(&j->cond, &j->lock);
+		}
+	}
+	pthread_mutex_unlock(&j->lock);
+}
+
 /* A message: its record, then its data in nv parts.  to: the receiving
  * rank (sends and receives), or the host whose ranks take it (a
  * collective's: refs of them, each takes the same message). */
@@ -203,6 +259,22 @@ static int put(struct cgr__rcomm *rc, int me, uint32_t to, int lane,
 	all[0].iov_len = REC;
 	for (int i = 0; i < nv; i++)
 		all[1 + i] = v[i], len += v[i].iov_len;
+	if (host != j->rank && nv == 1 && v[0].iov_len >= ZC_BYTES &&
+	    REC <= cgr__job_sendz_room(j)) {
+		struct zout *z = &rc->zout[me];
+		int ret;
+		pthread_mutex_lock(&j->lock);
+		z->n++;
+		pthread_mutex_unlock(&j->lock);
+		ret = cgr__job_sendz(j, host, &m, all, 1, v[0].iov_base,
+				     v[0].iov_len, zout_done, z);
+		if (ret == 0)
+			atomic_fetch_add_explicit(&j->st_comm_sent, len,
+						  memory_order_relaxed);
+		else
+			zout_done(z, ret);
+		return ret;
+	}
 	if (host != j->rank) {
 		int ret = cgr__job_sendv(j, host, &m, all, nv + 1);
 		if (ret == 0)
@@ -366,6 +438,8 @@ static int await_marked(struct cgr__rcomm *rc, int me, int kind,
 	for (int q = 0; q < rc->head.n; q++)
 		if (w->got[q] == (struct cgr__cmsg *)w)
 			w->got[q] = NULL;
+	/* The next step may write where this one sent from. */
+	zout_wait(rc, me);
 	return ret != 0 ? op_failed(rc, me, kind, ret) : 0;
 }
 
@@ -1081,6 +1155,7 @@ static int group_run(struct cgr__rcomm *rc, int me, struct gop *ops,
 			if (o->d.kind == (pass ? CGR__COLL_SEND : CGR__COLL_RECV))
 				o->res = p2p_finish(rc, me, &o->x);
 		}
+	zout_wait(rc, me); /* (a send that failed at once waited for none) */
 	for (size_t i = 0; i < n; i++) {
 		if (ret == 0)
 			ret = ops[i].res;
@@ -1296,6 +1371,7 @@ static void rc_free(struct cgr__rcomm *rc)
 	free(rc->sent);
 	free(rc->rcvd);
 	free(rc->msg);
+	free(rc->zout);
 	free(rc);
 }
 
@@ -1388,12 +1464,15 @@ static int rc_make(cgr_ctx *ctx, struct cgr_job *j, cgr_worker *const *members,
 	    (rc->msg = calloc(n, sizeof(*rc->msg))) == NULL ||
 	    (rc->groups = calloc(n, sizeof(*rc->groups))) == NULL ||
 	    (rc->issued = calloc(n, sizeof(*rc->issued))) == NULL ||
-	    (rc->ran = calloc(n, sizeof(*rc->ran))) == NULL) {
+	    (rc->ran = calloc(n, sizeof(*rc->ran))) == NULL ||
+	    (rc->zout = calloc(n, sizeof(*rc->zout))) == NULL) {
 		if (rc != NULL)
 			rc_free(rc);
 		return -ENOMEM;
 	}
 	memcpy(rc->host, host, n * sizeof(*host));
+	for (size_t r = 0; r < n; r++)
+		rc->zout[r].rc = rc;
 	rc->j = j;
 	rc->head.ops = &rc_ops;
 	rc->head.hosts = rc->host;

@@ -215,6 +215,18 @@ int cgr__job_send(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
 /* The same with a payload in nv parts, one after the other. */
 int cgr__job_sendv(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
 		   const struct iovec *v, int nv);
+/* The same with the payload's last len bytes sent straight from data (no
+ * copy; by rendezvous when large): data must stay as it is until
+ * done(arg, status) says UCX is done with it (status 0: sent; negative:
+ * not, the peer lost or the job gone).  Returning 0, done runs once
+ * later, from the thread that moves the link (never under job->lock);
+ * returning an error (CGR_EHOSTLOST, -EINVAL, -ENOMEM), never.
+ * The parts before data (v) travel in the message's UCX header: at most
+ * cgr__job_sendz_room bytes of them (-EINVAL). */
+int cgr__job_sendz(struct cgr_job *j, uint32_t to, const struct cgr__rmsg *m,
+		   const struct iovec *v, int nv, const void *data, size_t len,
+		   cgr__ucx_done_fn done, void *arg);
+size_t cgr__job_sendz_room(const struct cgr_job *j);
 /* The next control message from rank `from` (CGR__RANK_NONE: any) of
  * type (0: any) and gid (type's gid-less ones: any) by the deadline: 0
  * (*out, the caller frees it), CGR_EHOSTLOST (from was lost),
