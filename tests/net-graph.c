@@ -11,10 +11,18 @@
  *      value crossing hosts, 4 executions in flight; every output
  *      byte-identical to the local graph's and to a direct computation,
  *      in order.  Prints "pipeline OK ..." with both medians.  Then
- *      what does not cross hosts yet (a device task, a collective on a
- *      communicator of the caller's whose ranks are elsewhere, a device
- *      edge, a process worker, eager execution) is refused, saying so
- *      ("refusals OK").
+ *      what does not cross hosts yet (a collective on a communicator of
+ *      the caller's whose ranks are elsewhere, a device edge, a process
+ *      worker, eager execution) is refused, saying so ("refusals OK").
+ *  gpu: CUDA workers on ranks 1 and 2 (and here), over the CUDA model
+ *      (tests/fake_cudart.c, which every host loads from the driver
+ *      context's cudart_path): a chain of device tasks and stream tasks
+ *      that copy their CUDA tensors to host memory, hop by hop across
+ *      hosts, every output checked against a direct computation; a
+ *      device missing there reported as -ENODEV; what device tasks on
+ *      other hosts cannot do yet refused (their CUDA tensors read on
+ *      another host, as a graph output, by a collective; one made here
+ *      read there): "gpu OK ...".
  *  coll: every collective kind with members on several hosts against
  *      the same graph on one host (tests/net-coll.c): "coll OK ...".
  *  comm: communicators over workers of several hosts, called directly by
@@ -115,10 +123,74 @@ static int stage(cgr_task_ctx *tc, void *state, const cgr_value *in,
 	return 0;
 }
 
+/* gpu: CUDA workers on other hosts (the CUDA model, tests/fake_cudart.c,
+ * loaded on every host from the driver context's cudart_path). */
+#ifdef CGR_FAKE_CUDART
+/* A CUDA worker's state: host memory a device task mixes into (its output
+ * points there and is copied to the device after the task). */
+static int gpu_init(void *arg, void **state)
+{
+	(void)arg;
+	*state = malloc(MAXV);
+	return *state != NULL ? 0 : -ENOMEM;
+}
+
+static void gpu_fini(void *arg, void *state)
+{
+	(void)arg;
+	free(state);
+}
+
+/* A device task: its input (bytes) mixed, as a CUDA tensor of uint8;
+ * stage 1 refuses what stage() does. */
+static int gpu_mix(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	static __thread int64_t shape[1];
+	int k = *(const unsigned char *)cgr_task_arg(tc);
+
+	(void)nin, (void)nout;
+	if (in[0].kind != CGR_VALUE_BYTES || in[0].u.bytes.len > MAXV)
+		return -EINVAL;
+	if (k == 1 && in[0].u.bytes.len > 0 &&
+	    ((const unsigned char *)in[0].u.bytes.data)[0] == 0xEE) {
+		cgr_task_set_error(tc, -EDOM, "stage 1 refuses 0xEE (%zu B)",
+				   in[0].u.bytes.len);
+		return -EDOM;
+	}
+	mix(state, in[0].u.bytes.data, in[0].u.bytes.len, k);
+	shape[0] = (int64_t)in[0].u.bytes.len;
+	out[0] = cgr_value_tensor(state, kDLUInt, 8, 1, shape);
+	return 0;
+}
+
+/* A stream task: its input (a CUDA tensor of uint8) as bytes, copied to
+ * host memory by its stream. */
+static int gpu_d2h(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	const DLTensor *t = &in[0].u.tensor;
+
+	(void)tc, (void)state, (void)nin, (void)nout;
+	if (in[0].kind != CGR_VALUE_TENSOR || t->ndim != 1 ||
+	    t->device.device_type != kDLCUDA)
+		return -EINVAL;
+	out[0] = cgr_value_bytes((const char *)t->data + t->byte_offset,
+				 (size_t)t->shape[0]);
+	return 0;
+}
+
+#endif
+
 static const cgr_export exports[] = {
 	{ "stage", stage, NULL, NULL },
 	{ "gen", netcoll_gen, NULL, NULL },
 	{ "netcomm_task", netcomm_task, NULL, NULL },
+#ifdef CGR_FAKE_CUDART
+	{ "gpu_mix", gpu_mix, NULL, NULL },
+	{ "gpu_d2h", gpu_d2h, NULL, NULL },
+	{ "gpu_state", NULL, gpu_init, gpu_fini },
+#endif
 	{ NULL, NULL, NULL, NULL },
 };
 
@@ -320,10 +392,10 @@ static cgr_graph *chain(cgr_ctx *ctx, cgr_worker *a, cgr_worker *b,
 }
 
 /* What does not cross hosts yet is refused at compile, saying so: a
- * device task on another host, a collective node with a member there on
- * a communicator of the caller's whose ranks are on other hosts, a
- * device-transport edge to it, a process worker in a graph with workers
- * on other hosts, eager execution of such a graph. */
+ * collective node with a member there on a communicator of the caller's
+ * whose ranks are on other hosts, a device-transport edge to it, a
+ * process worker in a graph with workers on other hosts, eager execution
+ * of such a graph (device tasks there: gpu). */
 static int refusals(cgr_ctx *ctx, cgr_worker *const *far)
 {
 	cgr_task_desc d = CGR_TASK_DESC_INIT;
@@ -342,16 +414,6 @@ static int refusals(cgr_ctx *ctx, cgr_worker *const *far)
 	d.arg_data = &kb;
 	d.arg_len = 1;
 	d.max_out_bytes = 64;
-	/* A device task on rank 1. */
-	d.flags = CGR_TASK_DEVICE;
-	if (cgr_graph_create(ctx, &g) || cgr_graph_input(g, 0, &in) ||
-	    cgr_graph_task(g, far[1], &d, &in, 1, &n[0], 1) ||
-	    cgr_graph_output(g, n, 1)) {
-		cgr_graph_destroy(g);
-		g = NULL;
-	}
-	bad += refused(g, "device-task", false);
-	d.flags = 0;
 	/* An allreduce over rank 0 and rank 1 on a communicator made by
 	 * the caller whose rank 0 is on rank 1 (and 1 on 0). */
 	g = NULL;
@@ -524,6 +586,168 @@ static int gaps(cgr_ctx *ctx, unsigned n)
 	return bad != 0;
 }
 
+#ifdef CGR_FAKE_CUDART
+/* A task of fn on w, reading *in, with k as its argument. */
+static int gpu_task(cgr_graph *g, cgr_worker *w, const char *name,
+		    cgr_task_fn fn, unsigned flags, int k, cgr_node *in,
+		    cgr_node **out)
+{
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	unsigned char kb = (unsigned char)k;
+
+	d.name = name;
+	d.fn = fn;
+	d.flags = flags;
+	d.arg_data = &kb;
+	d.arg_len = 1;
+	d.max_out_bytes = MAXV;
+	return cgr_graph_task(g, w, &d, &in, 1, out, 1);
+}
+
+/* in -> mix 0 on a CUDA worker of rank 1 -> to host there -> mix 1 on
+ * one of rank 2 -> to host there -> stage 2 on a thread here -> out: the
+ * pipeline's function, without stage 1's refusal. */
+static int gpu_build(cgr_ctx *ctx, cgr_worker *const *w, cgr_compiled **out)
+{
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	cgr_graph *g;
+	cgr_node *n, *m;
+	unsigned char k2 = 2;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	int ret = cgr_graph_create(ctx, &g);
+
+	if (ret == 0)
+		ret = cgr_graph_input(g, 0, &n);
+	if (ret == 0)
+		ret = gpu_task(g, w[1], "s0", gpu_mix, CGR_TASK_DEVICE, 0, n, &m);
+	if (ret == 0)
+		ret = gpu_task(g, w[1], "c0", gpu_d2h, CGR_TASK_STREAM, 0, m, &n);
+	if (ret == 0)
+		ret = gpu_task(g, w[2], "s1", gpu_mix, CGR_TASK_DEVICE, 1, n, &m);
+	if (ret == 0)
+		ret = gpu_task(g, w[2], "c1", gpu_d2h, CGR_TASK_STREAM, 0, m, &n);
+	d.name = "s2", d.fn = stage, d.arg_data = &k2, d.arg_len = 1;
+	d.max_out_bytes = MAXV;
+	if (ret == 0)
+		ret = cgr_graph_task(g, w[0], &d, &n, 1, &m, 1);
+	if (ret == 0)
+		ret = cgr_graph_output(g, &m, 1);
+	cp.max_inflight = 4;
+	cp.max_value_bytes = MAXV;
+	cp.get_timeout_ns = 30 * SEC;
+	if (ret == 0)
+		ret = cgr_graph_compile(g, &cp, out);
+	if (ret != 0)
+		fprintf(stderr, "gpu build: %s: %s\n", cgr_strerror(ret),
+			cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	return ret;
+}
+
+/* What a device task on another host cannot do yet is refused at
+ * compile, saying so: its output read on another host (by a task there,
+ * by the driver as a graph output, by a collective), and a device tensor
+ * of this host read there. */
+static int gpu_refusals(cgr_ctx *ctx, cgr_worker *const *w, cgr_worker *here)
+{
+	cgr_coll_params cp = CGR_COLL_PARAMS_INIT;
+	cgr_worker *mem[2] = { w[1], w[2] };
+	cgr_graph *g;
+	cgr_node *in, *a[2], *b[2], *o[2];
+	int bad = 0;
+
+	for (int v = 0; v < 4; v++) {
+		static const char *what[] = { "device-out-other-host",
+					      "device-out-graph-output",
+					      "device-out-collective",
+					      "device-in-from-here" };
+		int ret = cgr_graph_create(ctx, &g);
+		if (ret == 0)
+			ret = cgr_graph_input(g, 0, &in);
+		if (ret == 0)
+			ret = gpu_task(g, v == 3 ? here : w[1], "d1", gpu_mix,
+				       CGR_TASK_DEVICE, 0, in, &a[0]);
+		if (ret == 0 && v == 0)
+			ret = gpu_task(g, w[2], "h2", gpu_d2h, CGR_TASK_STREAM,
+				       0, a[0], &b[0]);
+		if (ret == 0 && v == 1)
+			b[0] = a[0];
+		if (ret == 0 && v == 2) {
+			ret = gpu_task(g, w[2], "d2", gpu_mix,
+				       CGR_TASK_DEVICE, 0, in, &a[1]);
+			cp.kind = CGR_COLL_ALLREDUCE;
+			if (ret == 0)
+				ret = cgr_graph_collective(g, &cp, mem, 2, a,
+							   2, o, 2);
+			b[0] = o[0];
+		}
+		if (ret == 0 && v == 3)
+			ret = gpu_task(g, w[1], "h1", gpu_d2h, CGR_TASK_STREAM,
+				       0, a[0], &b[0]);
+		if (ret == 0)
+			ret = cgr_graph_output(g, b, 1);
+		if (ret != 0) {
+			cgr_graph_destroy(g);
+			g = NULL;
+		}
+		bad += refused(g, what[v], false);
+	}
+	return bad;
+}
+
+static int gpu(cgr_ctx *ctx)
+{
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	cgr_worker *w[6] = { NULL }, *none = NULL;
+	cgr_compiled *cf = NULL, *cn = NULL;
+	unsigned n = getenv("NET_N") ? (unsigned)atoi(getenv("NET_N")) : 200;
+	unsigned ef = 0, en = 0;
+	double pf = 0, pn = 0;
+	int bf = 0, bn = 0, br, nodev;
+	bool ok;
+
+	/* g0 here, g1 on rank 1, g2 on rank 2; l0..l2 all here. */
+	wp.init = gpu_init, wp.fini = gpu_fini, wp.device = 0;
+	for (int k = 0; k < 6; k++) {
+		char name[8];
+		snprintf(name, sizeof(name), "%c%d", k < 3 ? 'g' : 'l', k % 3);
+		wp.name = name, wp.rank = k < 3 ? k : -1;
+		if (cgr_worker_create(ctx, &wp, &w[k]) != 0) {
+			printf("gpu BAD: worker %s on rank %d\n", name,
+			       wp.rank);
+			return 1;
+		}
+	}
+	/* The model has one device (FAKE_CUDA_NDEV): device 1 there is
+	 * none, and the driver hears why. */
+	wp.name = "nodev", wp.rank = 1, wp.device = 1;
+	nodev = cgr_worker_create(ctx, &wp, &none);
+	if (gpu_build(ctx, w, &cf) != 0 || gpu_build(ctx, w + 3, &cn) != 0)
+		return 1;
+	for (int r = 0; r < 2; r++) { /* interleaved */
+		double a, b;
+		unsigned e1, e2;
+		bf += drive(cf, n, &a, &e1);
+		bn += drive(cn, n, &b, &e2);
+		pf += a / 2, pn += b / 2, ef += e1, en += e2;
+	}
+	cgr_compiled_destroy(cf);
+	cgr_compiled_destroy(cn);
+	br = gpu_refusals(ctx, w, w[0]);
+	ok = bf == 0 && bn == 0 && ef == en && (n <= 13 || ef > 0) &&
+	     br == 0 && nodev == -ENODEV;
+	printf("gpu %s executions %u mismatches %d/%d errors %u/%u "
+	       "far_p50_us %.1f near_p50_us %.1f device-1-on-rank-1 %s\n",
+	       ok ? "OK" : "BAD", 2 * n, bf, bn, ef, en, pf, pn,
+	       cgr_strerror(nodev));
+	for (int k = 0; k < 6; k++)
+		cgr_worker_destroy(w[k], 5 * SEC);
+	if (none != NULL)
+		cgr_worker_destroy(none, 5 * SEC);
+	return !ok;
+}
+#endif
+
 /* lose / idle / losecoll / losecomm / losencomm: a host goes (the
  * script's doing); what the driver sees (losecoll (coll 1): of an
  * allreduce over the three hosts, its members waiting for each other's
@@ -653,6 +877,17 @@ int main(int argc, char **argv)
 	cp.exports = exports;
 	cp.log_fn = logf_;
 	cp.log_level = CGR_LOG_INFO;
+#ifdef CGR_FAKE_CUDART
+	if (strcmp(mode, "gpu") == 0)
+		cp.cudart_path = CGR_FAKE_CUDART; /* every host loads it */
+#else
+	if (strcmp(mode, "gpu") == 0) {
+		printf("gpu SKIP: a build without the CUDA toolkit has no "
+		       "CUDA model\n");
+		cgr_job_leave(job);
+		return 0;
+	}
+#endif
 	if ((ret = cgr_ctx_create(&cp, &ctx)) != 0) {
 		cgr_job_leave(job);
 		return 1;
@@ -663,6 +898,10 @@ int main(int argc, char **argv)
 		ret = coll(ctx, job);
 	else if (strcmp(mode, "comm") == 0)
 		ret = comm(ctx, job);
+#ifdef CGR_FAKE_CUDART
+	else if (strcmp(mode, "gpu") == 0)
+		ret = gpu(ctx);
+#endif
 	else if (strcmp(mode, "gaps") == 0)
 		ret = gaps(ctx, argc > 2 ? (unsigned)atoi(argv[2]) : 1000);
 	else

@@ -49,12 +49,19 @@
 #    hosts 1 and 2 stop waiting for it), the rest as in 3; healed;
 # 12 as 11, under an allreduce node on a communicator across hosts
 #    (cgr_coll_params.comm); healed;
-# 13 nothing left behind.
+# 13 CUDA workers on ranks 1 and 2 over the CUDA model (every host loads
+#    the driver context's cudart_path): device tasks and stream tasks
+#    that copy their tensors to host memory, hop by hop across hosts,
+#    every output equal to a direct computation; a device a host lacks
+#    is -ENODEV; a device task's tensors read on another host, as a
+#    graph output or by a collective, and one of this host read there,
+#    refused at compile, saying so;
+# 14 nothing left behind.
 # Every step under timeout -k.  Skipped without root, ip, unshare, tc,
 # mpirun, a build with PMIx and UCX; and under TSan (PMIx's and UCX's own
 # threads are not instrumented).  TAP.
 set -u
-N=13
+N=14
 echo "1..$N"
 bin=${abs_top_builddir:?run from make check}/tests/net-graph
 skip_all() {
@@ -275,11 +282,25 @@ netns_heal 3
 lost_check losencomm 12 3500 \
 	"a silent cut of host 3 under an allreduce node on a communicator"
 
+# 13: CUDA workers on other hosts (the CUDA model).
+netns_mpirun 120 "$tmp/gpu.out" "$tmp/gpu.err" "$bin" gpu
+rc=$?
+if [ $rc = 0 ] && grep -q '^gpu SKIP' "$tmp/gpu.out"; then
+	echo "ok 13 # SKIP $(sed -n 's/^gpu SKIP: //p' "$tmp/gpu.out")"
+elif [ $rc = 0 ] && grep -q '^gpu OK' "$tmp/gpu.out"; then
+	echo "ok 13 - CUDA workers on other hosts (the CUDA model):" \
+	     "$(sed -n 's/^gpu OK //p' "$tmp/gpu.out"); refused:" \
+	     "$(sed -n 's/^refusal OK \([^:]*\):.*/\1/p' "$tmp/gpu.out" | xargs)"
+else
+	echo "not ok 13 - CUDA workers on other hosts (mpirun exit $rc)"
+	show "$tmp/gpu.out" "$tmp/gpu.err"
+fi
+
 netns_cleanup
 trap - EXIT INT TERM HUP
 left=$(netns_left)
 if [ "$left" = 0 ]; then
-	echo "ok 13 - nothing left behind (namespaces, links, processes)"
+	echo "ok 14 - nothing left behind (namespaces, links, processes)"
 else
-	echo "not ok 13 - $left namespaces or links left behind"
+	echo "not ok 14 - $left namespaces or links left behind"
 fi

@@ -401,6 +401,11 @@ void cgr__value_load_view(struct cgr__slot_hdr *h, size_t cap, cgr_value *v,
  * be (cgr__port_big_off; 0: it has no big area). */
 int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap,
 		    int64_t big_off);
+/* cgr__slot_check for slot h of port p, which also takes a CUDA tensor
+ * in p's device slot for h's buffer (written by this process: a device
+ * task's output). */
+int cgr__port_slot_check(const struct cgr__port *p,
+			 const struct cgr__slot_hdr *h);
 /* The value in slot h, pointing into it (a list laid out elsewhere: an
  * error value saying so). */
 void cgr__value_load(struct cgr__slot_hdr *h, cgr_value *v);

@@ -655,6 +655,27 @@ int cgr__slot_check(const struct cgr__slot_hdr *h, size_t cap,
 	}
 }
 
+int cgr__port_slot_check(const struct cgr__port *p,
+			 const struct cgr__slot_hdr *h)
+{
+	size_t b;
+
+	if (p->dmem == NULL || h->kind != CGR_VALUE_TENSOR ||
+	    h->dev_type != kDLCUDA)
+		return cgr__slot_check(h, p->cap, cgr__port_big_off(p, h));
+	/* A CUDA tensor: only where this process's device slot for this
+	 * buffer is (a pointer of another process's means nothing here). */
+	b = (size_t)((const unsigned char *)h - p->mem) / p->stride;
+	return !h->big && h->dev_id == p->dev && h->ndim >= 0 &&
+				       h->ndim <= CGR_MAX_NDIM &&
+				       h->len <= p->cap &&
+				       slot_tensor_len(h) == h->len &&
+				       h->ref == (uint64_t)(uintptr_t)(p->dmem +
+								       b * p->cap) ?
+		       0 :
+		       -EPROTO;
+}
+
 /* List item i of a slot another process laid out at base, read at h:
  * its data at the same offset of this mapping, its shape copied into the
  * view; -EPROTO if it does not lie inside the slot's cap bytes. */

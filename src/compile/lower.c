@@ -437,8 +437,11 @@ static int lay_ports(struct cgr__cc *cc, struct lay *L, const bool *out_node,
 				       c->nslots, n->name, true,
 				       out_node[n->id]);
 			/* Its device slots come at create (not when only
-			 * planning). */
-			c->ports[pi].dev = cc->node_dev[n->id];
+			 * planning), on its task's host only: a device
+			 * task's outputs stay there (remote/). */
+			if (n->task->coll ||
+			    n->task->w->host == c->ctx->host)
+				c->ports[pi].dev = cc->node_dev[n->id];
 		}
 		if (ret < 0)
 			return ret;

@@ -260,7 +260,7 @@ int cgr_ref_get(cgr_compiled *c, cgr_ref ref, int64_t timeout_ns,
 						  cgr__port_bufhdr(p, buf) :
 						  cgr__port_slot(p, ref);
 		if (cgr__unlikely(c->seg != NULL) &&
-		    cgr__slot_check(h, p->cap, cgr__port_big_off(p, h)) < 0) {
+		    cgr__port_slot_check(p, h) < 0) {
 			/* Written by a worker process, and not right. */
 			memset(&outs[o], 0, sizeof(outs[o]));
 			outs[o].kind = CGR_VALUE_ERROR;

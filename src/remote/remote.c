@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "compile/compile.h"
+#include "device/lib.h"
 #include "remote/remote.h"
 
 /* This file's table (at its end); the registry names it. */
@@ -83,14 +84,16 @@ static int export_of(cgr_ctx *ctx, const cgr_worker_params *p,
 static int remote_check(cgr_worker *w, const cgr_worker_params *p,
 			const cgr_export **e)
 {
-	const char *bad = NULL;
+	const char *bad = NULL, *rt = cgr__lib_asked(w->ctx, CGR__LIB_CUDART);
 
 	if (p->arg != NULL)
 		bad = "takes arg_data (copied there), not arg";
 	else if (p->arg_len > ARG_MAX || (p->arg_len && p->arg_data == NULL))
 		bad = "takes at most 64 KiB of arg_data";
-	else if (p->device >= 0)
-		bad = "has no CUDA device (not across hosts yet)";
+	else if (p->device >= 0 && rt != NULL &&
+		 strlen(rt) >= sizeof(((struct cgr__rmsg *)0)->text))
+		bad = "loads the context's cudart_path there: a path of at "
+		      "most 399 bytes";
 	else if (p->join_addr != NULL)
 		bad = "is started by the job's launcher, not joined";
 	else if (export_of(w->ctx, p, e) < 0)
@@ -111,6 +114,7 @@ static int remote_create(cgr_worker *w, const cgr_worker_params *p)
 	struct rworker *rw;
 	struct cgr__rmsg m;
 	struct cgr__cmsg *r;
+	const char *rt;
 	int ret = remote_check(w, p, &e);
 
 	if (ret < 0)
@@ -130,6 +134,10 @@ static int remote_create(cgr_worker *w, const cgr_worker_params *p)
 	m.flags = w->ctx->flags;
 	snprintf(m.name, sizeof(m.name), "%s", w->name);
 	snprintf(m.fn, sizeof(m.fn), "%s", rw->fn);
+	/* The CUDA runtime the serving rank loads: the one this context
+	 * was given (NULL: there, by soname too). */
+	rt = cgr__lib_asked(w->ctx, CGR__LIB_CUDART);
+	snprintf(m.text, sizeof(m.text), "%s", rt != NULL ? rt : "");
 	ret = cgr__job_send(j, rw->rank, &m, p->arg_data, p->arg_len);
 	if (ret == 0)
 		ret = cgr__job_await(j, rw->rank, CGR__RM_READY, w->index + 1,
@@ -187,6 +195,61 @@ static bool remote_dead(const cgr_worker *w, const char **why)
 	return cgr__job_lost(rw_of(w)->job, rw_of(w)->rank, why);
 }
 
+/* Whether n is an output of a device task (CGR_TASK_DEVICE): a CUDA
+ * tensor in its worker's device memory. */
+static bool device_out(const cgr_node *n)
+{
+	return n != NULL && n->kind == CGR__NODE_TASK && !n->task->coll &&
+	       (n->task->flags & CGR_TASK_DEVICE);
+}
+
+/* Device task t on w (another host): its outputs stay on w's host (read
+ * there over the host transport as on one host), never read elsewhere
+ * nor a graph output; a collective there takes none (that would be
+ * NCCL). */
+static int device_stays(cgr_graph *g, const struct cgr__task *t,
+			const cgr_worker *w)
+{
+	for (const struct cgr__task *u = g->tasks; u != NULL; u = u->next)
+		for (size_t i = 0; i < u->nin; i++) {
+			if (u->in[i] == NULL ||
+			    u->in[i]->kind != CGR__NODE_TASK ||
+			    u->in[i]->task != t)
+				continue;
+			for (size_t k = 0; k < cgr__task_nworkers(u); k++) {
+				const cgr_worker *r = cgr__task_worker(u, k);
+				if (u->coll == 0 && r->host == w->host)
+					continue;
+				return cgr__graph_fail(
+					g, -ENOTSUP,
+					"%s: output %s of device task %s "
+					"(worker %s, rank %u) is read by %s "
+					"%s on worker %s (rank %u): a device "
+					"task's outputs on another host are "
+					"read there by tasks only, not yet "
+					"by collectives (NCCL) nor across "
+					"hosts (a stream task there can copy "
+					"them to host memory)",
+					u->name, u->in[i]->name, t->name,
+					w->name, w->host, cgr__coll_name(u->coll),
+					u->name, r->name, r->host);
+			}
+		}
+	for (size_t i = 0; i < g->noutputs; i++)
+		if (g->outputs[i]->kind == CGR__NODE_TASK &&
+		    g->outputs[i]->task == t)
+			return cgr__graph_fail(
+				g, -ENOTSUP,
+				"output %zu of the graph is %s, a device "
+				"tensor of task %s on worker %s (rank %u): "
+				"device tensors do not cross hosts yet (a "
+				"stream task there can copy it to host "
+				"memory)",
+				i, g->outputs[i]->name, t->name, w->name,
+				w->host);
+	return 0;
+}
+
 static int remote_check_task(cgr_graph *g, const struct cgr__task *t,
 			     const cgr_worker *w, bool eager)
 {
@@ -195,12 +258,6 @@ static int remote_check_task(cgr_graph *g, const struct cgr__task *t,
 				       "%s: eager execution runs on thread "
 				       "workers of this process only (%s is "
 				       "on rank %u, another host)",
-				       t->name, w->name, rw_of(w)->rank);
-	/* A collective across hosts: compile/lower.c (coll_spans). */
-	if (t->flags & CGR_TASK_DEVICE)
-		return cgr__graph_fail(g, -ENOTSUP,
-				       "task %s on worker %s (rank %u): device "
-				       "tasks do not run on other hosts yet",
 				       t->name, w->name, rw_of(w)->rank);
 	/* A device-transport edge becomes a collective at compile. */
 	for (size_t i = 0; i < t->nin + t->nout; i++) {
@@ -216,6 +273,22 @@ static int remote_check_task(cgr_graph *g, const struct cgr__task *t,
 					       n->name, w->name,
 					       rw_of(w)->rank);
 	}
+	/* A device tensor made on another host than w's (this one's: its
+	 * own device task is checked below). */
+	for (size_t i = 0; i < t->nin; i++)
+		if (device_out(t->in[i]) && t->in[i]->task->w->host != w->host)
+			return cgr__graph_fail(
+				g, -ENOTSUP,
+				"%s: its input %s is a device tensor of task "
+				"%s on worker %s (rank %u), and %s is on rank "
+				"%u: device tensors do not cross hosts yet",
+				t->name, t->in[i]->name, t->in[i]->task->name,
+				t->in[i]->task->w->name,
+				t->in[i]->task->w->host, w->name, w->host);
+	/* A collective across hosts: compile/lower.c (coll_spans); one
+	 * that reads device tensors made here: device_stays. */
+	if (!t->coll && (t->flags & CGR_TASK_DEVICE))
+		return device_stays(g, t, w);
 	return 0;
 }
 

@@ -94,9 +94,13 @@ static int grow(struct server *s, unsigned i)
 	return 0;
 }
 
+/* The context of this rank's workers, made at the first SPEC: the
+ * driver's log level and flags, and the CUDA runtime its context loads
+ * (text; "": by soname). */
 static int ctx_make(struct server *s, const struct cgr__rmsg *m)
 {
 	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	char rt[sizeof(m->text)];
 	int ret;
 
 	if (s->ctx != NULL)
@@ -106,6 +110,8 @@ static int ctx_make(struct server *s, const struct cgr__rmsg *m)
 	cp.log_level = m->log_level;
 	cp.flags = m->flags;
 	cp.exports = s->ex;
+	snprintf(rt, sizeof(rt), "%.*s", (int)sizeof(rt) - 1, m->text);
+	cp.cudart_path = rt[0] ? rt : NULL;
 	if ((ret = cgr_ctx_create(&cp, &s->ctx)) < 0)
 		return ret;
 	s->ctx->job = s->j;

@@ -145,7 +145,7 @@ void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 		const struct cgr__port *p = &c->ports[tc->in_ports[i]];
 		struct cgr__slot_hdr *h = cgr__port_slot(p, seq);
 		if (cgr__unlikely(c->seg != NULL) &&
-		    cgr__slot_check(h, p->cap, cgr__port_big_off(p, h)) < 0) {
+		    cgr__port_slot_check(p, h) < 0) {
 			/* Written by another process, and not right. */
 			task_outputs_error(tc, seq, CGR_ECORRUPT,
 					   "an input's slot holds no valid "
