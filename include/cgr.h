@@ -589,20 +589,21 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * on the other host.  Collective nodes may have members on several hosts
  * (see cgr_graph_collective), over values or on a communicator across
  * hosts (cgr_coll_params.comm).  A worker on another host may own a
- * CUDA device (cgr_worker_params.device): that rank loads the CUDA
- * runtime this context was given (cgr_ctx_params.cudart_path, at most
- * 399 bytes; NULL: by soname there), and a device it lacks fails
- * cgr_worker_create with -ENODEV.  Stream tasks and device tasks run
- * there as on one host; a device task's outputs (CUDA tensors) stay on
- * their host, read there by tasks over the host transport, and travel
- * on as host values once a stream task there copied them to host
- * memory.  Not across hosts yet: a CUDA tensor read on another host than
- * its maker's (by a task, or as a graph output), NCCL (a collective over
- * device tensors, or a device-transport edge, CGR_TRANSPORT_DEVICE, with
- * a member on another host than the driver's), process workers in a graph that has workers
- * on other hosts, eager execution (each refused at compile with
- * -ENOTSUP, saying so).  Within a host, rings and shared memory as
- * always: only values whose reader is on another host travel.
+ * CUDA device (cgr_worker_params.device): that rank loads the GPU
+ * libraries this context was given (cgr_ctx_params.cudart_path and
+ * nccl_path, at most 398 bytes together, else -EINVAL; NULL: by soname
+ * there), and a device it lacks fails cgr_worker_create with -ENODEV.
+ * Stream tasks, device tasks, and collectives and device-transport
+ * edges (CGR_TRANSPORT_DEVICE) through NCCL whose members are all on one
+ * host run there as on one host.  CUDA tensors stay on the host that
+ * made them: read there, and carried on to other hosts as host values
+ * once a stream task there copied them to host memory.  Not across
+ * hosts yet: a CUDA tensor read on another host than its maker's (by a
+ * task, a collective, a device-transport edge, or as a graph output:
+ * NCCL between hosts), process workers in a graph that has workers on
+ * other hosts, eager execution (each refused at compile with -ENOTSUP,
+ * saying so).  Within a host, rings and shared memory as always: only
+ * values whose reader is on another host travel.
  *
  * Transport: UCX active messages, one UCX worker per process (its link).
  * A thread that writes a value for another host sends it itself; a

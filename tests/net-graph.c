@@ -14,15 +14,17 @@
  *      what does not cross hosts yet (a collective on a communicator of
  *      the caller's whose ranks are elsewhere, a device edge, a process
  *      worker, eager execution) is refused, saying so ("refusals OK").
- *  gpu: CUDA workers on ranks 1 and 2 (and here), over the CUDA model
- *      (tests/fake_cudart.c, which every host loads from the driver
- *      context's cudart_path): a chain of device tasks and stream tasks
- *      that copy their CUDA tensors to host memory, hop by hop across
- *      hosts, every output checked against a direct computation; a
- *      device missing there reported as -ENODEV; what device tasks on
- *      other hosts cannot do yet refused (their CUDA tensors read on
- *      another host, as a graph output, by a collective; one made here
- *      read there): "gpu OK ...".
+ *  gpu: CUDA workers on ranks 1 and 2, two GPUs each, over the models
+ *      of CUDA and NCCL (tests/fake_cudart.c, tests/fake_nccl.c, which
+ *      every host loads from the driver context's cudart_path and
+ *      nccl_path): device tasks, a device edge and an allreduce through
+ *      NCCL within each host, stream tasks copying CUDA tensors to host
+ *      memory to cross hosts, against the same graph on one host (every
+ *      output also checked against a direct computation); a device
+ *      missing there reported as -ENODEV; a CUDA tensor read on another
+ *      host (by a task, a collective, a device edge, as a graph output)
+ *      refused: "gpu OK ...".  Each serving rank then prints what its
+ *      NCCL model saw ("nccl rank R ops N misuse M order ok").
  *  coll: every collective kind with members on several hosts against
  *      the same graph on one host (tests/net-coll.c): "coll OK ...".
  *  comm: communicators over workers of several hosts, called directly by
@@ -48,6 +50,7 @@
  * The ranks print what the script checks; the driver exits 0 when every
  * check it made held.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -604,14 +607,19 @@ static int gpu_task(cgr_graph *g, cgr_worker *w, const char *name,
 	return cgr_graph_task(g, w, &d, &in, 1, out, 1);
 }
 
-/* in -> mix 0 on a CUDA worker of rank 1 -> to host there -> mix 1 on
- * one of rank 2 -> to host there -> stage 2 on a thread here -> out: the
- * pipeline's function, without stage 1's refusal. */
+/*
+ * in -> mix 0 on a CUDA worker of rank 1 (device 0) -> a device edge
+ * (NCCL there) to one on device 1 -> to host there -> mix 1 on both
+ * CUDA workers of rank 2 -> an allreduce (max: the same tensor) over
+ * them, NCCL there -> to host there -> stage 2 on a thread here -> out:
+ * the pipeline's function.  w: here, rank 1's two, rank 2's two.
+ */
 static int gpu_build(cgr_ctx *ctx, cgr_worker *const *w, cgr_compiled **out)
 {
 	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	cgr_coll_params ar = CGR_COLL_PARAMS_INIT;
 	cgr_graph *g;
-	cgr_node *n, *m;
+	cgr_node *n, *m, *x[2], *y[2];
 	unsigned char k2 = 2;
 	cgr_task_desc d = CGR_TASK_DESC_INIT;
 	int ret = cgr_graph_create(ctx, &g);
@@ -621,11 +629,21 @@ static int gpu_build(cgr_ctx *ctx, cgr_worker *const *w, cgr_compiled **out)
 	if (ret == 0)
 		ret = gpu_task(g, w[1], "s0", gpu_mix, CGR_TASK_DEVICE, 0, n, &m);
 	if (ret == 0)
-		ret = gpu_task(g, w[1], "c0", gpu_d2h, CGR_TASK_STREAM, 0, m, &n);
+		ret = cgr_node_set_transport(m, CGR_TRANSPORT_DEVICE, 0);
 	if (ret == 0)
-		ret = gpu_task(g, w[2], "s1", gpu_mix, CGR_TASK_DEVICE, 1, n, &m);
+		ret = gpu_task(g, w[2], "c0", gpu_d2h, CGR_TASK_STREAM, 0, m, &n);
 	if (ret == 0)
-		ret = gpu_task(g, w[2], "c1", gpu_d2h, CGR_TASK_STREAM, 0, m, &n);
+		ret = gpu_task(g, w[3], "s1", gpu_mix, CGR_TASK_DEVICE, 1, n,
+			       &x[0]);
+	if (ret == 0)
+		ret = gpu_task(g, w[4], "s1b", gpu_mix, CGR_TASK_DEVICE, 1, n,
+			       &x[1]);
+	ar.kind = CGR_COLL_ALLREDUCE, ar.op = CGR_MAX, ar.name = "ar";
+	if (ret == 0)
+		ret = cgr_graph_collective(g, &ar, w + 3, 2, x, 2, y, 2);
+	if (ret == 0)
+		ret = gpu_task(g, w[3], "c1", gpu_d2h, CGR_TASK_STREAM, 0, y[0],
+			       &n);
 	d.name = "s2", d.fn = stage, d.arg_data = &k2, d.arg_len = 1;
 	d.max_out_bytes = MAXV;
 	if (ret == 0)
@@ -646,8 +664,8 @@ static int gpu_build(cgr_ctx *ctx, cgr_worker *const *w, cgr_compiled **out)
 
 /* What a device task on another host cannot do yet is refused at
  * compile, saying so: its output read on another host (by a task there,
- * by the driver as a graph output, by a collective), and a device tensor
- * of this host read there. */
+ * by the driver as a graph output, by a collective, over a device edge),
+ * and a device tensor of this host read there.  w: here, rank 1, rank 2. */
 static int gpu_refusals(cgr_ctx *ctx, cgr_worker *const *w, cgr_worker *here)
 {
 	cgr_coll_params cp = CGR_COLL_PARAMS_INIT;
@@ -656,11 +674,12 @@ static int gpu_refusals(cgr_ctx *ctx, cgr_worker *const *w, cgr_worker *here)
 	cgr_node *in, *a[2], *b[2], *o[2];
 	int bad = 0;
 
-	for (int v = 0; v < 4; v++) {
+	for (int v = 0; v < 5; v++) {
 		static const char *what[] = { "device-out-other-host",
 					      "device-out-graph-output",
 					      "device-out-collective",
-					      "device-in-from-here" };
+					      "device-in-from-here",
+					      "device-edge-other-host" };
 		int ret = cgr_graph_create(ctx, &g);
 		if (ret == 0)
 			ret = cgr_graph_input(g, 0, &in);
@@ -684,6 +703,11 @@ static int gpu_refusals(cgr_ctx *ctx, cgr_worker *const *w, cgr_worker *here)
 		if (ret == 0 && v == 3)
 			ret = gpu_task(g, w[1], "h1", gpu_d2h, CGR_TASK_STREAM,
 				       0, a[0], &b[0]);
+		if (ret == 0 && v == 4 &&
+		    (ret = cgr_node_set_transport(a[0], CGR_TRANSPORT_DEVICE,
+						  0)) == 0)
+			ret = gpu_task(g, w[2], "h2", gpu_d2h, CGR_TASK_STREAM,
+				       0, a[0], &b[0]);
 		if (ret == 0)
 			ret = cgr_graph_output(g, b, 1);
 		if (ret != 0) {
@@ -695,10 +719,39 @@ static int gpu_refusals(cgr_ctx *ctx, cgr_worker *const *w, cgr_worker *here)
 	return bad;
 }
 
+#ifdef CGR_FAKE_NCCL
+/* What the NCCL model of this process saw (a serving rank's, after its
+ * graphs): "nccl rank R ops N misuse M order ok|<why>". */
+static void nccl_report(int rank)
+{
+	void *h = dlopen(CGR_FAKE_NCCL, RTLD_NOW | RTLD_NOLOAD);
+	long (*ops)(void) = NULL, (*misuse)(void) = NULL;
+	int (*order)(char *, size_t) = NULL;
+	char why[256] = "";
+
+	if (h != NULL) {
+		*(void **)&ops = dlsym(h, "fake_nccl_ops");
+		*(void **)&misuse = dlsym(h, "fake_nccl_misuse");
+		*(void **)&order = dlsym(h, "fake_nccl_order");
+	}
+	if (ops == NULL || misuse == NULL || order == NULL) {
+		printf("nccl rank %d not loaded\n", rank);
+		return;
+	}
+	printf("nccl rank %d ops %ld misuse %ld order %s\n", rank, ops(),
+	       misuse(), order(why, sizeof(why)) == 0 ? "ok" : why);
+}
+#endif
+
 static int gpu(cgr_ctx *ctx)
 {
+	/* Across hosts: g0 here, g1 and g1b on rank 1, g2 and g2b on rank
+	 * 2; on one host: l0 .. l2b, all here.  Devices 0 and 1. */
+	static const char *names[10] = { "g0", "g1", "g1b", "g2", "g2b",
+					 "l0", "l1", "l1b", "l2", "l2b" };
+	static const int rank[5] = { 0, 1, 1, 2, 2 }, dev[5] = { 0, 0, 1, 0, 1 };
 	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
-	cgr_worker *w[6] = { NULL }, *none = NULL;
+	cgr_worker *w[10] = { NULL }, *none = NULL;
 	cgr_compiled *cf = NULL, *cn = NULL;
 	unsigned n = getenv("NET_N") ? (unsigned)atoi(getenv("NET_N")) : 200;
 	unsigned ef = 0, en = 0;
@@ -706,23 +759,22 @@ static int gpu(cgr_ctx *ctx)
 	int bf = 0, bn = 0, br, nodev;
 	bool ok;
 
-	/* g0 here, g1 on rank 1, g2 on rank 2; l0..l2 all here. */
-	wp.init = gpu_init, wp.fini = gpu_fini, wp.device = 0;
-	for (int k = 0; k < 6; k++) {
-		char name[8];
-		snprintf(name, sizeof(name), "%c%d", k < 3 ? 'g' : 'l', k % 3);
-		wp.name = name, wp.rank = k < 3 ? k : -1;
+	wp.init = gpu_init, wp.fini = gpu_fini;
+	for (int k = 0; k < 10; k++) {
+		wp.name = names[k];
+		wp.rank = k < 5 ? rank[k] : -1;
+		wp.device = dev[k % 5];
 		if (cgr_worker_create(ctx, &wp, &w[k]) != 0) {
-			printf("gpu BAD: worker %s on rank %d\n", name,
+			printf("gpu BAD: worker %s on rank %d\n", names[k],
 			       wp.rank);
 			return 1;
 		}
 	}
-	/* The model has one device (FAKE_CUDA_NDEV): device 1 there is
+	/* The model has two devices (FAKE_CUDA_NDEV): device 2 there is
 	 * none, and the driver hears why. */
-	wp.name = "nodev", wp.rank = 1, wp.device = 1;
+	wp.name = "nodev", wp.rank = 1, wp.device = 2;
 	nodev = cgr_worker_create(ctx, &wp, &none);
-	if (gpu_build(ctx, w, &cf) != 0 || gpu_build(ctx, w + 3, &cn) != 0)
+	if (gpu_build(ctx, w, &cf) != 0 || gpu_build(ctx, w + 5, &cn) != 0)
 		return 1;
 	for (int r = 0; r < 2; r++) { /* interleaved */
 		double a, b;
@@ -733,14 +785,17 @@ static int gpu(cgr_ctx *ctx)
 	}
 	cgr_compiled_destroy(cf);
 	cgr_compiled_destroy(cn);
-	br = gpu_refusals(ctx, w, w[0]);
+	{
+		cgr_worker *r3[3] = { w[0], w[1], w[3] };
+		br = gpu_refusals(ctx, r3, w[0]);
+	}
 	ok = bf == 0 && bn == 0 && ef == en && (n <= 13 || ef > 0) &&
 	     br == 0 && nodev == -ENODEV;
 	printf("gpu %s executions %u mismatches %d/%d errors %u/%u "
-	       "far_p50_us %.1f near_p50_us %.1f device-1-on-rank-1 %s\n",
+	       "far_p50_us %.1f near_p50_us %.1f device-2-on-rank-1 %s\n",
 	       ok ? "OK" : "BAD", 2 * n, bf, bn, ef, en, pf, pn,
 	       cgr_strerror(nodev));
-	for (int k = 0; k < 6; k++)
+	for (int k = 0; k < 10; k++)
 		cgr_worker_destroy(w[k], 5 * SEC);
 	if (none != NULL)
 		cgr_worker_destroy(none, 5 * SEC);
@@ -845,6 +900,8 @@ int main(int argc, char **argv)
 	int ret;
 
 	cgr_worker_main(argc, argv, exports); /* a worker process ends here */
+	if (strcmp(mode, "gpu") == 0) /* the CUDA model's, on every rank */
+		setenv("FAKE_CUDA_NDEV", "2", 1);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (getenv("NET_SIZES_MAX") != NULL) /* a slow link: smaller */
 		for (size_t i = 0; i < NSIZES; i++)
@@ -868,6 +925,10 @@ int main(int argc, char **argv)
 		ret = cgr_job_serve(job, exports);
 		printf("serve rank %d: %s\n", cgr_job_rank(job),
 		       ret == 0 ? "done" : cgr_strerror(ret));
+#ifdef CGR_FAKE_NCCL
+		if (strcmp(mode, "gpu") == 0)
+			nccl_report(cgr_job_rank(job));
+#endif
 		cgr_job_leave(job);
 		/* A lost driver is what some runs are about: no failure
 		 * for mpirun to abort the job over. */
@@ -878,8 +939,12 @@ int main(int argc, char **argv)
 	cp.log_fn = logf_;
 	cp.log_level = CGR_LOG_INFO;
 #ifdef CGR_FAKE_CUDART
-	if (strcmp(mode, "gpu") == 0)
-		cp.cudart_path = CGR_FAKE_CUDART; /* every host loads it */
+	if (strcmp(mode, "gpu") == 0) { /* every host loads them */
+		cp.cudart_path = CGR_FAKE_CUDART;
+#ifdef CGR_FAKE_NCCL
+		cp.nccl_path = CGR_FAKE_NCCL;
+#endif
+	}
 #else
 	if (strcmp(mode, "gpu") == 0) {
 		printf("gpu SKIP: a build without the CUDA toolkit has no "

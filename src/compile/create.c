@@ -25,15 +25,17 @@ static bool same_use(const struct cgr__cc *cc, const struct cgr__task *t,
 }
 
 /* A communicator for collective t's members: in a graph with process
- * workers, a CPU one whose shared state is in the graph's segment (every
- * process makes it in the same order, so at the same offset; the driver
- * sets it up). */
+ * workers or workers on other hosts, a CPU one whose shared state is in
+ * the graph's segment (every process makes it in the same order, so at
+ * the same offset; the driver sets it up); NCCL's, of this process's
+ * threads (process workers take no NCCL collective, and one with
+ * members on another host runs there: create_comms). */
 static int make_comm(struct cgr__cc *cc, struct cgr__task *t, cgr_comm **out)
 {
 	struct cgr_compiled *c = cc->c;
 	struct cgr__comm_shm shm;
 
-	if (c->seg == NULL)
+	if (c->seg == NULL || cc->nccl[t->id])
 		return cgr_comm_create(c->ctx, t->members, t->nmembers,
 				       cc->nccl[t->id] ? CGR_BACKEND_NCCL :
 							 CGR_BACKEND_CPU,
@@ -97,6 +99,8 @@ static int create_comms(struct cgr__cc *cc)
 			if (c->progs[i].ops[k].kind != CGR__OP_COLL ||
 			    (cr->spans && !cr->far))
 				continue; /* across hosts: no communicator */
+			if (cr->nccl && c->progs[i].w->host != c->ctx->host)
+				continue; /* NCCL's ranks of another host */
 			ret = coll_comm(cc, cc->by_id[cr->task_id], &cr->comm);
 			if (ret < 0)
 				return ret;

@@ -27,7 +27,8 @@
 /* ---- placement: host or device, CPU or NCCL ---------------------- */
 
 /* Why collective t cannot run on NCCL (NULL: it can): its members must
- * own CUDA devices, each its own. */
+ * own CUDA devices, each its own (device 0 of two hosts is two GPUs:
+ * members on several hosts are coll_spans' to refuse). */
 static const char *nccl_refusal(const struct cgr__task *t, char *buf,
 				size_t len)
 {
@@ -43,7 +44,8 @@ static const char *nccl_refusal(const struct cgr__task *t, char *buf,
 			return buf;
 		}
 		for (size_t j = 0; j < i; j++)
-			if (t->members[j]->device == t->members[i]->device) {
+			if (t->members[j]->device == t->members[i]->device &&
+			    t->members[j]->host == t->members[i]->host) {
 				snprintf(buf, len,
 					 "members %s and %s share CUDA device "
 					 "%d (NCCL needs one GPU per rank)",

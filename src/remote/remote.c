@@ -81,19 +81,37 @@ static int export_of(cgr_ctx *ctx, const cgr_worker_params *p,
 	return -EINVAL;
 }
 
+/* The GPU libraries the serving rank loads: the files this context was
+ * given (cgr_ctx_params.cudart_path, nccl_path; each "" if none: by
+ * soname there), one after the other, each ending in NUL, into text (a
+ * SPEC's; NULL: only checked); -ENAMETOOLONG if they do not fit. */
+static int libs_put(cgr_ctx *ctx, char *text)
+{
+	const char *rt = cgr__lib_asked(ctx, CGR__LIB_CUDART);
+	const char *nc = cgr__lib_asked(ctx, CGR__LIB_NCCL);
+	size_t a = rt != NULL ? strlen(rt) : 0, b = nc != NULL ? strlen(nc) : 0;
+
+	if (a + b + 2 > sizeof(((struct cgr__rmsg *)0)->text))
+		return -ENAMETOOLONG;
+	if (text != NULL) {
+		memcpy(text, rt != NULL ? rt : "", a + 1);
+		memcpy(text + a + 1, nc != NULL ? nc : "", b + 1);
+	}
+	return 0;
+}
+
 static int remote_check(cgr_worker *w, const cgr_worker_params *p,
 			const cgr_export **e)
 {
-	const char *bad = NULL, *rt = cgr__lib_asked(w->ctx, CGR__LIB_CUDART);
+	const char *bad = NULL;
 
 	if (p->arg != NULL)
 		bad = "takes arg_data (copied there), not arg";
 	else if (p->arg_len > ARG_MAX || (p->arg_len && p->arg_data == NULL))
 		bad = "takes at most 64 KiB of arg_data";
-	else if (p->device >= 0 && rt != NULL &&
-		 strlen(rt) >= sizeof(((struct cgr__rmsg *)0)->text))
-		bad = "loads the context's cudart_path there: a path of at "
-		      "most 399 bytes";
+	else if (p->device >= 0 && libs_put(w->ctx, NULL) < 0)
+		bad = "loads the context's cudart_path and nccl_path there: "
+		      "at most 398 bytes together";
 	else if (p->join_addr != NULL)
 		bad = "is started by the job's launcher, not joined";
 	else if (export_of(w->ctx, p, e) < 0)
@@ -114,7 +132,6 @@ static int remote_create(cgr_worker *w, const cgr_worker_params *p)
 	struct rworker *rw;
 	struct cgr__rmsg m;
 	struct cgr__cmsg *r;
-	const char *rt;
 	int ret = remote_check(w, p, &e);
 
 	if (ret < 0)
@@ -134,10 +151,7 @@ static int remote_create(cgr_worker *w, const cgr_worker_params *p)
 	m.flags = w->ctx->flags;
 	snprintf(m.name, sizeof(m.name), "%s", w->name);
 	snprintf(m.fn, sizeof(m.fn), "%s", rw->fn);
-	/* The CUDA runtime the serving rank loads: the one this context
-	 * was given (NULL: there, by soname too). */
-	rt = cgr__lib_asked(w->ctx, CGR__LIB_CUDART);
-	snprintf(m.text, sizeof(m.text), "%s", rt != NULL ? rt : "");
+	(void)libs_put(w->ctx, m.text);
 	ret = cgr__job_send(j, rw->rank, &m, p->arg_data, p->arg_len);
 	if (ret == 0)
 		ret = cgr__job_await(j, rw->rank, CGR__RM_READY, w->index + 1,
@@ -195,44 +209,55 @@ static bool remote_dead(const cgr_worker *w, const char **why)
 	return cgr__job_lost(rw_of(w)->job, rw_of(w)->rank, why);
 }
 
-/* Whether n is an output of a device task (CGR_TASK_DEVICE): a CUDA
- * tensor in its worker's device memory. */
-static bool device_out(const cgr_node *n)
+/* The host (job rank) whose device memory holds node n's data, or -1:
+ * the outputs of a device task (CGR_TASK_DEVICE), and of a collective
+ * over such outputs (NCCL: its members are on one host, or the compile
+ * refuses it, compile/lower.c). */
+static int dev_host(const cgr_node *n)
 {
-	return n != NULL && n->kind == CGR__NODE_TASK && !n->task->coll &&
-	       (n->task->flags & CGR_TASK_DEVICE);
+	const struct cgr__task *t;
+
+	if (n == NULL || n->kind != CGR__NODE_TASK)
+		return -1;
+	t = n->task;
+	if (!t->coll)
+		return (t->flags & CGR_TASK_DEVICE) ? (int)t->w->host : -1;
+	for (size_t i = 0; i < t->nin; i++)
+		if (t->in[i] != NULL &&
+		    t->in[i]->transport != CGR_TRANSPORT_DEVICE &&
+		    dev_host(t->in[i]) >= 0)
+			return (int)t->members[0]->host;
+	return t->edge ? (int)t->members[0]->host : -1;
 }
 
-/* Device task t on w (another host): its outputs stay on w's host (read
- * there over the host transport as on one host), never read elsewhere
- * nor a graph output; a collective there takes none (that would be
- * NCCL). */
+/* t (on w, another host) makes CUDA tensors there: each stays there,
+ * read by tasks and collectives of that host only (a device-transport
+ * edge is a collective: compile/lower.c), never a graph output. */
 static int device_stays(cgr_graph *g, const struct cgr__task *t,
 			const cgr_worker *w)
 {
 	for (const struct cgr__task *u = g->tasks; u != NULL; u = u->next)
 		for (size_t i = 0; i < u->nin; i++) {
-			if (u->in[i] == NULL ||
-			    u->in[i]->kind != CGR__NODE_TASK ||
-			    u->in[i]->task != t)
+			const cgr_node *n = u->in[i];
+			if (n == NULL || n->kind != CGR__NODE_TASK ||
+			    n->task != t || n->transport == CGR_TRANSPORT_DEVICE)
 				continue;
 			for (size_t k = 0; k < cgr__task_nworkers(u); k++) {
 				const cgr_worker *r = cgr__task_worker(u, k);
-				if (u->coll == 0 && r->host == w->host)
+				if (r->host == w->host)
 					continue;
 				return cgr__graph_fail(
 					g, -ENOTSUP,
-					"%s: output %s of device task %s "
-					"(worker %s, rank %u) is read by %s "
-					"%s on worker %s (rank %u): a device "
-					"task's outputs on another host are "
-					"read there by tasks only, not yet "
-					"by collectives (NCCL) nor across "
-					"hosts (a stream task there can copy "
-					"them to host memory)",
-					u->name, u->in[i]->name, t->name,
-					w->name, w->host, cgr__coll_name(u->coll),
-					u->name, r->name, r->host);
+					"%s: %s, a CUDA tensor of %s %s on "
+					"worker %s (rank %u), is read by %s "
+					"%s on worker %s (rank %u): device "
+					"tensors do not cross hosts yet (a "
+					"stream task there can copy them to "
+					"host memory)",
+					u->name, n->name, cgr__coll_name(t->coll),
+					t->name, w->name, w->host,
+					cgr__coll_name(u->coll), u->name,
+					r->name, r->host);
 			}
 		}
 	for (size_t i = 0; i < g->noutputs; i++)
@@ -240,13 +265,12 @@ static int device_stays(cgr_graph *g, const struct cgr__task *t,
 		    g->outputs[i]->task == t)
 			return cgr__graph_fail(
 				g, -ENOTSUP,
-				"output %zu of the graph is %s, a device "
-				"tensor of task %s on worker %s (rank %u): "
-				"device tensors do not cross hosts yet (a "
-				"stream task there can copy it to host "
-				"memory)",
-				i, g->outputs[i]->name, t->name, w->name,
-				w->host);
+				"output %zu of the graph is %s, a CUDA tensor "
+				"of %s %s on worker %s (rank %u): device "
+				"tensors do not cross hosts yet (a stream "
+				"task there can copy it to host memory)",
+				i, g->outputs[i]->name, cgr__coll_name(t->coll),
+				t->name, w->name, w->host);
 	return 0;
 }
 
@@ -259,35 +283,26 @@ static int remote_check_task(cgr_graph *g, const struct cgr__task *t,
 				       "workers of this process only (%s is "
 				       "on rank %u, another host)",
 				       t->name, w->name, rw_of(w)->rank);
-	/* A device-transport edge becomes a collective at compile. */
-	for (size_t i = 0; i < t->nin + t->nout; i++) {
-		const cgr_node *n = i < t->nin ? t->in[i] : t->out[i - t->nin];
-		if (n != NULL && n->transport == CGR_TRANSPORT_DEVICE)
-			return cgr__graph_fail(g, -ENOTSUP,
-					       "%s: its %s %s has the device "
-					       "transport, and %s is on rank "
-					       "%u: device edges do not cross "
-					       "hosts yet",
-					       t->name,
-					       i < t->nin ? "input" : "output",
-					       n->name, w->name,
-					       rw_of(w)->rank);
-	}
-	/* A device tensor made on another host than w's (this one's: its
-	 * own device task is checked below). */
-	for (size_t i = 0; i < t->nin; i++)
-		if (device_out(t->in[i]) && t->in[i]->task->w->host != w->host)
+	/* A CUDA tensor of another host (a device-transport edge is a
+	 * collective of its producer and readers: compile/lower.c refuses
+	 * one across hosts). */
+	for (size_t i = 0; i < t->nin; i++) {
+		const cgr_node *n = t->in[i];
+		int h = n != NULL && n->transport != CGR_TRANSPORT_DEVICE ?
+				dev_host(n) :
+				-1;
+		if (h >= 0 && (uint32_t)h != w->host)
 			return cgr__graph_fail(
 				g, -ENOTSUP,
-				"%s: its input %s is a device tensor of task "
-				"%s on worker %s (rank %u), and %s is on rank "
-				"%u: device tensors do not cross hosts yet",
-				t->name, t->in[i]->name, t->in[i]->task->name,
-				t->in[i]->task->w->name,
-				t->in[i]->task->w->host, w->name, w->host);
-	/* A collective across hosts: compile/lower.c (coll_spans); one
-	 * that reads device tensors made here: device_stays. */
-	if (!t->coll && (t->flags & CGR_TASK_DEVICE))
+				"%s: its input %s is a CUDA tensor made on "
+				"rank %d, and %s is on rank %u: device tensors "
+				"do not cross hosts yet",
+				t->name, n->name, h, w->name, w->host);
+	}
+	/* What t makes on w's device stays on w's host. */
+	if ((!t->coll && (t->flags & CGR_TASK_DEVICE)) ||
+	    (t->coll && t->nmembers > 0 && t->members[0] == w &&
+	     dev_host(t->out[0]) >= 0))
 		return device_stays(g, t, w);
 	return 0;
 }

@@ -95,12 +95,13 @@ static int grow(struct server *s, unsigned i)
 }
 
 /* The context of this rank's workers, made at the first SPEC: the
- * driver's log level and flags, and the CUDA runtime its context loads
- * (text; "": by soname). */
+ * driver's log level and flags, and the GPU libraries its context loads
+ * (text: the CUDA runtime's file, NUL, NCCL's, NUL; "": by soname). */
 static int ctx_make(struct server *s, const struct cgr__rmsg *m)
 {
 	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
-	char rt[sizeof(m->text)];
+	char libs[sizeof(m->text) + 1];
+	size_t a;
 	int ret;
 
 	if (s->ctx != NULL)
@@ -110,8 +111,11 @@ static int ctx_make(struct server *s, const struct cgr__rmsg *m)
 	cp.log_level = m->log_level;
 	cp.flags = m->flags;
 	cp.exports = s->ex;
-	snprintf(rt, sizeof(rt), "%.*s", (int)sizeof(rt) - 1, m->text);
-	cp.cudart_path = rt[0] ? rt : NULL;
+	memcpy(libs, m->text, sizeof(m->text));
+	libs[sizeof(m->text)] = 0;
+	a = strlen(libs);
+	cp.cudart_path = libs[0] ? libs : NULL;
+	cp.nccl_path = a < sizeof(m->text) && libs[a + 1] ? libs + a + 1 : NULL;
 	if ((ret = cgr_ctx_create(&cp, &s->ctx)) < 0)
 		return ret;
 	s->ctx->job = s->j;
