@@ -1348,7 +1348,9 @@ typedef struct cgr_coll_params {
 	cgr_redop op;	      /* reducing kinds */
 	int root;	      /* rank (index in members) for rooted kinds */
 	cgr_comm *comm;	      /* NULL: one made at compile per member set
-				 (members on several hosts: over values);
+				 (members on several hosts: over values, or
+				 for an allreduce of 1 MiB or more one
+				 across hosts, see cgr_graph_collective);
 				 it must outlive the compiled graphs */
 	/* Agree once: on the first execution whose inputs are all tensors
 	 * that agree (an execution with an error value or a mismatch
@@ -1369,10 +1371,11 @@ typedef struct cgr_coll_params {
 	int overlap;	      /* CGR_OVERLAP_*: 0 follows the graph */
 	/* enum cgr_backend of the communicator made at compile (comm NULL):
 	 * AUTO is NCCL when every input is a device output (CGR_TASK_DEVICE)
-	 * and the members own distinct CUDA devices, else CPU.  Asking for
-	 * one that cannot run it fails the compile, naming why (device
-	 * tensors on the CPU communicator, host tensors or a shared GPU on
-	 * NCCL). */
+	 * and the members own distinct CUDA devices, else CPU (members on
+	 * several hosts: see comm above; CPU keeps them over values).
+	 * Asking for one that cannot run it fails the compile, naming why
+	 * (device tensors on the CPU communicator, host tensors or a shared
+	 * GPU on NCCL). */
 	int backend;
 } cgr_coll_params;
 #define CGR_COLL_PARAMS_INIT \
@@ -1409,7 +1412,12 @@ enum cgr_overlap_mode {
  *
  * Members on several hosts (cgr_worker_params.rank): the same kinds,
  * values and error values, on the CPU.  With comm NULL each member
- * receives every member's input it needs and computes its own outputs;
+ * receives every member's input it needs and computes its own outputs
+ * (over values), except an allreduce of backend AUTO whose output
+ * capacity (max_out_bytes, else the compile's max_value_bytes) is 1 MiB
+ * or more: the compile makes it a communicator across hosts over its
+ * members (as below, freed with the compiled graph; backend CPU keeps
+ * it over values);
  * reductions fold the members' data in rank order (rank 0 op rank 1 op
  * ...), so every member's result is the same bits (integers: as on one
  * host; floating point may differ from one host's CPU communicator in

@@ -223,6 +223,9 @@ static cgr_compiled *graph(cgr_ctx *ctx, cgr_worker *const *w, int kind,
 	p.op = CGR_SUM;
 	p.max_out_bytes = cap;
 	p.comm = comm;
+	/* Without one: over values (AUTO would give an allreduce of 1 MiB
+	 * or more a communicator of its own, the hosts_ncomm case). */
+	p.backend = comm == NULL ? CGR_BACKEND_CPU : CGR_BACKEND_AUTO;
 	if (ret == 0)
 		ret = cgr_graph_collective(g, &p, w, (size_t)nm, in, nin, out,
 					   (size_t)nm);

@@ -163,6 +163,11 @@ int netcoll_gen(cgr_task_ctx *tc, void *state, const cgr_value *in,
 
 /* One collective over m members (gen on each, inputs from argument 0),
  * every output a graph output; k tensors per member (a bucket). */
+/* Nodes without a communicator: over values (CGR_BACKEND_CPU), or as
+ * the compile chooses (AUTO: an allreduce of capacity MAXB across hosts
+ * gets a communicator of its own). */
+static int backend_auto;
+
 static int build(cgr_ctx *ctx, cgr_worker *const *w, int m, int kind,
 		 cgr_redop op, int root, int stat, int k, int mode,
 		 cgr_comm *comm, cgr_compiled **out)
@@ -201,6 +206,8 @@ static int build(cgr_ctx *ctx, cgr_worker *const *w, int m, int kind,
 	p.ntensors = (size_t)k;
 	p.max_out_bytes = MAXB;
 	p.comm = comm;
+	p.backend = comm == NULL && !backend_auto ? CGR_BACKEND_CPU :
+						    CGR_BACKEND_AUTO;
 	if (ret == 0)
 		ret = cgr_graph_collective(g, &p, w, (size_t)m, in, (size_t)nin,
 					   o, (size_t)nout);
@@ -519,29 +526,40 @@ static void slices(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *f,
 /* What one execution of an allreduce of 3 hosts x 2 (layout 4) sends
  * from this host: over values every member's input crosses to each other
  * host (4 inputs); on a communicator its leaders reduce-scatter and
- * allgather (4/3 of an input, and the records).  The argument crosses
- * too in both. */
+ * allgather (4/3 of an input, and the records), the user's or the one
+ * the compile makes for a node of capacity 1 MiB or more (AUTO).  The
+ * argument crosses too in each.  The outputs of the three the same,
+ * byte for byte. */
 static void bytes_far(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *f6,
 		      struct tally *t)
 {
+	static const char *how[3] = { "over values", "on a communicator",
+				      "on the compile's communicator" };
 	struct arg a = { 3, 6 * BIG, CGR_INT32, 0, 0, 0 };
 	cgr_value av = cgr_value_bytes(&a, sizeof(a)), o[6];
 	cgr_worker *f[6];
-	uint64_t sent[2] = { 0, 0 }, in = 4ull * a.count;
+	uint64_t sent[3] = { 0, 0, 0 }, in = 4ull * a.count;
+	unsigned char *first = malloc(6 * in);
 
 	for (int i = 0; i < 6; i++)
 		f[i] = f6[layouts[4].host[i]];
-	for (int via = 0; via < 2; via++) {
+	for (int via = 0; via < 3 && first != NULL; via++) {
 		cgr_compiled *c = NULL;
 		cgr_comm *cm = NULL;
 		cgr_job_stats x, y;
 		cgr_ref r;
-		if ((via && cgr_comm_create(ctx, f, 6, CGR_BACKEND_CPU, &cm)) ||
-		    build(ctx, f, 6, CGR_COLL_ALLREDUCE, CGR_SUM, 0, 0, 1,
-			  CGR_WAIT_ADAPTIVE, cm, &c) != 0) {
+		int ret = via != 1 ? 0 :
+				     cgr_comm_create(ctx, f, 6, CGR_BACKEND_CPU,
+						     &cm);
+		backend_auto = via == 2;
+		if (ret == 0)
+			ret = build(ctx, f, 6, CGR_COLL_ALLREDUCE, CGR_SUM, 0,
+				    0, 1, CGR_WAIT_ADAPTIVE, cm, &c);
+		backend_auto = 0;
+		if (ret != 0) {
 			t->bad++;
 			cgr_comm_destroy(cm);
-			return;
+			break;
 		}
 		cgr_job_stats_get(job, &x);
 		if (cgr_execute(c, &av, 1, &r) != 0 ||
@@ -551,21 +569,32 @@ static void bytes_far(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *f6,
 			cgr_job_stats_get(job, &y);
 			sent[via] = y.bytes_sent - x.bytes_sent +
 				    y.comm_bytes_sent - x.comm_bytes_sent;
-			for (int q = 0; q < 6; q++)
-				t->bad += o[q].kind != CGR_VALUE_TENSOR ||
-					  vbytes(&o[q]) != in;
+			for (int q = 0; q < 6; q++) {
+				bool ok = o[q].kind == CGR_VALUE_TENSOR &&
+					  vbytes(&o[q]) == in;
+				if (ok && via == 0)
+					memcpy(first + q * in,
+					       o[q].u.tensor.data, in);
+				else if (ok)
+					ok = memcmp(first + q * in,
+						    o[q].u.tensor.data,
+						    in) == 0;
+				t->bad += !ok;
+			}
 			cgr_ref_release(c, r);
 			t->execs++;
 		}
 		cgr_compiled_destroy(c);
 		cgr_comm_destroy(cm);
 	}
+	free(first);
 	printf("coll bytes: an allreduce of %llu B over 3 hosts x 2 sent "
-	       "%llu B from this host over values, %llu B on a "
-	       "communicator\n",
-	       (unsigned long long)in, (unsigned long long)sent[0],
-	       (unsigned long long)sent[1]);
-	if (sent[0] < 4 * in || sent[1] >= 2 * in || sent[1] < 4 * in / 3) {
+	       "from this host %llu B %s, %llu B %s, %llu B %s\n",
+	       (unsigned long long)in, (unsigned long long)sent[0], how[0],
+	       (unsigned long long)sent[1], how[1],
+	       (unsigned long long)sent[2], how[2]);
+	if (sent[0] < 4 * in || sent[1] >= 2 * in || sent[1] < 4 * in / 3 ||
+	    sent[2] >= 2 * in || sent[2] < 4 * in / 3) {
 		t->bad++;
 		fprintf(stderr, "coll bytes: want at least %llu over values, "
 			"%llu to %llu on a communicator\n",

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "drive/drive.h"
@@ -68,17 +69,101 @@ static int prepare(cgr_compiled *c, cgr_graph *g)
 	return 0;
 }
 
+/*
+ * Across hosts, an allreduce node of AUTO backend without a communicator
+ * whose output capacity is at least CGR__AUTO_COMM_BYTES runs on one made
+ * now over its members (a communicator across hosts: reduce-scatter and
+ * allgather, a leader per host) instead of over values (every member
+ * reading every input: n - 1 whole inputs into each host).  Made before
+ * the graph's description is packed, which names it to the other hosts;
+ * freed with the compiled graph.  Small values in such a node pay the
+ * communicator's exchange (about 150 us more here), hence the bound.
+ */
+#define CGR__AUTO_COMM_BYTES ((size_t)1 << 20)
+
+/* Whether collective t gets a communicator of its own (see above). */
+static bool auto_comm_wanted(const struct cgr__task *t, size_t def_cap)
+{
+	size_t cap = t->max_out_bytes ? t->max_out_bytes : def_cap;
+	bool spans = false;
+
+	if (t->coll != CGR_COLL_ALLREDUCE || t->cp.comm != NULL ||
+	    t->cp.backend != CGR_BACKEND_AUTO || cap < CGR__AUTO_COMM_BYTES)
+		return false;
+	for (size_t i = 1; i < t->nmembers; i++)
+		spans |= t->members[i]->host != t->members[0]->host;
+	for (size_t i = 0; spans && i < t->nin; i++) {
+		const cgr_node *n = t->in[i];
+		if (n->kind == CGR__NODE_TASK && !n->task->coll &&
+		    (n->task->flags & CGR_TASK_DEVICE))
+			return false; /* device tensors: NCCL's, not ours */
+	}
+	return spans;
+}
+
+/* The communicators auto_comm_wanted asks for, each set as its node's
+ * (made[i] for the i-th; *nmade of them): 0, or the failure (every one
+ * made undone). */
+static int auto_comms(cgr_graph *g, const cgr_compile_params *prm,
+		      cgr_comm **made, size_t *nmade)
+{
+	cgr_compile_params pp;
+	int ret;
+
+	*nmade = 0;
+	if (cgr__compile_params(&pp, prm) < 0)
+		return 0; /* the compile says what is wrong with them */
+	for (struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
+		if (!auto_comm_wanted(t, pp.max_value_bytes))
+			continue;
+		ret = cgr_comm_create(g->ctx, t->members, t->nmembers,
+				      CGR_BACKEND_CPU, &made[*nmade]);
+		if (ret < 0)
+			return cgr__graph_fail(g, ret,
+					       "%s %s: its communicator across "
+					       "hosts could not be made (%s)",
+					       cgr__coll_name(t->coll), t->name,
+					       cgr_strerror(ret));
+		t->cp.comm = made[(*nmade)++];
+	}
+	return 0;
+}
+
+/* Gives back what auto_comms did: the nodes' communicators unset, and
+ * destroyed unless c (compiled) keeps them. */
+static void auto_comms_end(cgr_graph *g, cgr_comm **made, size_t nmade,
+			   cgr_compiled *c)
+{
+	for (struct cgr__task *t = g->tasks; t != NULL; t = t->next)
+		for (size_t i = 0; i < nmade; i++)
+			if (t->cp.comm == made[i])
+				t->cp.comm = NULL;
+	for (size_t i = 0; i < nmade; i++)
+		if (c != NULL)
+			c->comms[c->ncomms++] = made[i];
+		else
+			cgr_comm_destroy(made[i]);
+}
+
 int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
 		      cgr_compiled **out)
 {
 	cgr_compiled *c;
+	cgr_comm **made;
+	size_t nmade = 0;
 	int ret;
 
 	if (g == NULL || out == NULL)
 		return -EINVAL;
 	if ((ret = check_workers(g)) < 0)
 		return ret;
-	ret = cgr__graph_build(g, prm, -1, &c);
+	if ((made = calloc(g->ntasks + 1, sizeof(*made))) == NULL)
+		return -ENOMEM;
+	ret = auto_comms(g, prm, made, &nmade);
+	if (ret == 0)
+		ret = cgr__graph_build(g, prm, -1, &c);
+	auto_comms_end(g, made, nmade, ret == 0 ? c : NULL);
+	free(made);
 	if (ret < 0)
 		return ret;
 	if ((ret = prepare(c, g)) < 0) {
