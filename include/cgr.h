@@ -1230,7 +1230,13 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * host's inputs, these leaders reduce-scatter and allgather the h
  * partial results (a host sends 2 (h - 1) / h inputs, however many ranks
  * it has) and the other ranks take the blocks from them.  A broadcast of
- * 16 KiB or more: a scatter from the root, then an allgather.  Data of
+ * 128 KiB or more over three hosts or more is a chain, after the
+ * records' exchange: the root sends it in chunks (64 KiB to 1 MiB) to
+ * one rank of the next host, which passes each chunk on to the next
+ * host as soon as it has it, and so on (each host receives it once and
+ * sends it once at most), each of these ranks giving it to the other
+ * ranks of its host; one of 16 KiB or more otherwise: a scatter from the
+ * root, then an allgather.  Data of
  * 64 KiB or more for another host leaves straight from the rank's send
  * or receive buffer (no copy on the way out; UCX rendezvous), and the
  * operation does not return before UCX is done with it.

@@ -330,7 +330,7 @@ static void *ref_main(void *arg)
 
 struct tally {
 	unsigned execs, outs, bad, direct;
-	uint64_t sent, sent_split; /* crossing() */
+	uint64_t sent, sent_split, sent_chain; /* crossing() */
 	unsigned waited; /* destroyed(): ranks that were in the call */
 	char msg[200];
 };
@@ -619,6 +619,22 @@ static void crossing(cgr_job *job, cgr_compiled *g, cgr_comm *cm, int n,
 			4 * 8190, (unsigned long long)t->sent_split);
 		t->bad++;
 	}
+	/* A broadcast of 200,000 B from rank 0 over the three hosts is a
+	 * chain: rank 0's host sends it once, to the next host, which
+	 * passes each chunk on to the last (not scatter and allgather:
+	 * 4/3 of it from each host, nor once to each host: 2x). */
+	c.kind = CGR_COLL_BROADCAST, c.count = ZCC, c.dtype = CGR_INT64;
+	c.root = 0;
+	cgr_job_stats_get(job, &x);
+	one(g, NULL, n, &c, 0, t);
+	cgr_job_stats_get(job, &y);
+	t->sent_chain = y.comm_bytes_sent - x.comm_bytes_sent;
+	if (t->sent_chain < 8 * ZCC || 8 * t->sent_chain >= 9 * 8 * ZCC) {
+		fprintf(stderr, "comm: a broadcast of %d B sent %llu B from "
+				"the root's host (want 1x)\n",
+			8 * ZCC, (unsigned long long)t->sent_chain);
+		t->bad++;
+	}
 }
 
 /* The driver destroys the communicator while half of its ranks wait in
@@ -781,9 +797,11 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 	       "allreduce8_p50_us %.1f graph_p50_us %.1f "
 	       "allreduce_12000B_sent_from_host_B %llu "
 	       "allreduce_32760B_sent_from_host_B %llu "
+	       "broadcast_200000B_sent_from_host_B %llu "
 	       "destroyed_while_waiting %u\n",
 	       t.execs, t.outs, t.direct, op_us, base_us,
 	       (unsigned long long)t.sent, (unsigned long long)t.sent_split,
+	       (unsigned long long)t.sent_chain,
 	       t.waited);
 	return 0;
 }

@@ -55,8 +55,21 @@ enum {
 	LANE_SEND = 1,
 	LANE_RECV = 2,
 	LANE_GATHER = 3,
-	LANE_HOSTS = 4 /* hier: the leaders' blocks */
+	LANE_HOSTS = 4, /* hier: the leaders' blocks */
+	LANE_CHAIN = 5, /* a chained broadcast's chunks, host to host */
+	LANE_LOCAL = 6	/* its data to the other ranks of a host */
 };
+
+/* A broadcast of at least this many bytes over three hosts or more runs
+ * as a chain (after the records' exchange): the root's host sends it to
+ * the next host in chunks of CHAIN_CHUNK bytes (or more: at most 65535
+ * chunks), whose rank forwards each chunk to the next host as soon as it
+ * has it, and so on: every host receives it once and sends it once at
+ * most, the hops overlapping, instead of the root's host sending it to
+ * every host (or scatter and allgather: 2 (n - 1) / n inputs from each). */
+#define CHAIN_BYTES ((size_t)128 << 10)
+#define CHAIN_CHUNK_MIN ((size_t)64 << 10)
+#define CHAIN_CHUNK_MAX ((size_t)1 << 20)
 
 /* An allreduce of at least this many bytes (and one element per rank)
  * runs as a reduce-scatter and an allgather: each rank reduces one block
@@ -463,6 +476,13 @@ struct op {
 	bool hier;
 	int nown;
 	int own[CGR_MAX_RANKS];
+	/* A chained broadcast: its hosts' carriers in chain order (the
+	 * root, then each other host's lowest rank), nchain of them, and
+	 * its chunks' bytes. */
+	bool chain;
+	int nchain;
+	int carrier[CGR_MAX_RANKS];
+	size_t chunk;
 };
 
 /* The leader of host h (its lowest rank). */
@@ -475,6 +495,33 @@ static int leader(const struct cgr__rcomm *rc, uint32_t h)
 	return q;
 }
 
+/* A broadcast's chain (struct op): whether it has one. */
+static bool chain_plan(struct op *o, const struct cgr__rcomm *rc,
+		       const struct cgr__coll_desc *d)
+{
+	int n = rc->head.n;
+
+	o->nchain = 0;
+	if (d->kind != CGR_COLL_BROADCAST || o->b < CHAIN_BYTES ||
+	    d->root < 0 || d->root >= n)
+		return false;
+	o->carrier[o->nchain++] = d->root;
+	for (int q = 0; q < n; q++) {
+		int c = 0;
+		while (c < o->nchain && rc->host[o->carrier[c]] != rc->host[q])
+			c++;
+		if (c == o->nchain)
+			o->carrier[o->nchain++] = q;
+	}
+	o->chunk = o->b / 8;
+	o->chunk = o->chunk < CHAIN_CHUNK_MIN ? CHAIN_CHUNK_MIN :
+		   o->chunk > CHAIN_CHUNK_MAX ? CHAIN_CHUNK_MAX :
+						o->chunk;
+	if (o->chunk < (o->b + 65534) / 65535)
+		o->chunk = (o->b + 65534) / 65535;
+	return o->nchain >= 3;
+}
+
 static void op_plan(struct op *o, const struct cgr__rcomm *rc,
 		    const struct cgr__coll_desc *d)
 {
@@ -483,9 +530,10 @@ static void op_plan(struct op *o, const struct cgr__rcomm *rc,
 	o->rc = rc;
 	o->d = d;
 	o->b = d->count * es;
+	o->chain = chain_plan(o, rc, d);
 	o->split = (d->kind == CGR_COLL_ALLREDUCE ||
 		    d->kind == CGR_COLL_BROADCAST) &&
-		   o->b >= SPLIT_BYTES && d->count >= n;
+		   o->b >= SPLIT_BYTES && d->count >= n && !o->chain;
 	o->nown = 0;
 	for (int q = 0; q < (int)n; q++)
 		o->own[q] = !o->split ? -1 :
@@ -552,6 +600,8 @@ static size_t part(const struct op *o, int from, int to, size_t *off,
 		whole = to == d->root;
 		break;
 	case CGR_COLL_BROADCAST:
+		if (o->chain)
+			return 0; /* the records first, then the chain */
 		if (o->split && from == d->root) {
 			*block = true;
 			return blk_of(o, to, off);
@@ -685,6 +735,8 @@ static int compute(struct cgr__rcomm *rc, int me, const struct op *o,
 		len = blk_of(o, me, &at);
 	if (o->hier && o->own[me] < 0)
 		return 0; /* the leader folds this host's inputs */
+	if (o->chain)
+		return 0; /* chain_run moves it */
 	if (k == CGR_COLL_BROADCAST || k == CGR_COLL_SCATTER) {
 		/* (Split: this rank's block of the root's input.) */
 		const void *p = data_of(rc, o, me, d->root, got, &bad);
@@ -930,6 +982,111 @@ static int host_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 	return res != 0 ? res : ret;
 }
 
+/* The key of chunk k of a chained broadcast's operation seq (its
+ * messages' sequence: at most 65536 chunks). */
+static uint64_t chain_key(uint64_t seq, size_t k)
+{
+	return seq << 16 | (uint64_t)k;
+}
+
+/* Takes rank `from`'s message of operation d on lane, key seq, for this
+ * host: its data (len bytes) into dst; 0, its record's failure, CGR_ECORRUPT (a wrong
+ * length), or the wait's (the communicator then failed: op_failed). */
+static int chain_take(struct cgr__rcomm *rc, int me,
+		      const struct cgr__coll_desc *d, int from, int lane,
+		      uint64_t seq, void *dst, size_t len)
+{
+	struct cgr__cmsg *got[CGR_MAX_RANKS];
+	struct want w = { rc->j->rank, lane, 1, seq, got, d->deadline,
+			  d->stop };
+	const struct cgr__agree *t;
+	int ret;
+
+	for (int q = 0; q < rc->head.n; q++)
+		got[q] = q == from ? NULL : (struct cgr__cmsg *)&w;
+	if ((ret = await(rc, &w)) != 0)
+		return op_failed(rc, me, d->kind, ret);
+	t = (const void *)got[from]->payload;
+	if (t->code != 0)
+		ret = fail_rank(rc, me, t->code,
+				"broadcast: rank %d could not pass it on (%d)",
+				from, t->code);
+	else if (got[from]->m.payload != REC + len)
+		ret = fail_rank(rc, me, CGR_ECORRUPT,
+				"broadcast: a peer's chunk has the wrong "
+				"length");
+	else if (len != 0)
+		memcpy(dst, got[from]->payload + REC, len);
+	let_go(rc->j, got[from]);
+	return ret;
+}
+
+/*
+ * A chained broadcast (op_plan), rank me, the verdict agreed.  A carrier
+ * (o->carrier[c]) takes each chunk from the previous host's (the root has
+ * them all), passes it on to the next host's at once, and gives the
+ * whole to the other ranks of its host; any other rank takes it from its
+ * host's carrier.  A carrier that fails passes its failure on (a record
+ * without data) in place of the chunk, and stops: nobody waits for data
+ * that will not come.  res: this rank's result so far.
+ */
+static int chain_run(struct cgr__rcomm *rc, int me, const struct op *o,
+		     uint64_t seq, int res)
+{
+	const struct cgr__coll_desc *d = o->d;
+	size_t nk = (o->b + o->chunk - 1) / o->chunk;
+	int c = 0, here_c = 0, nlocal = 0, ret = res, next, prev;
+	char *r = d->recv;
+	struct cgr__agree a;
+	struct iovec v;
+
+	while (c < o->nchain && o->carrier[c] != me)
+		c++;
+	while (rc->host[o->carrier[here_c]] != rc->host[me])
+		here_c++;
+	for (int q = 0; q < rc->head.n; q++)
+		nlocal += rc->host[q] == rc->host[me] &&
+			  q != o->carrier[here_c];
+	if (c == o->nchain) /* not a carrier */
+		return chain_take(rc, me, d, o->carrier[here_c], LANE_LOCAL,
+				  seq, r, o->b);
+	next = c + 1 < o->nchain ? o->carrier[c + 1] : -1;
+	prev = c > 0 ? o->carrier[c - 1] : -1;
+	if (prev < 0 && d->send != r)
+		memcpy(r, d->send, o->b);
+	memset(&a, 0, sizeof(a));
+	for (size_t k = 0; k < nk; k++) {
+		size_t off = k * o->chunk;
+		int pr = 0;
+		v.iov_base = r + off;
+		v.iov_len = o->b - off < o->chunk ? o->b - off : o->chunk;
+		if (prev >= 0 && ret == 0)
+			ret = chain_take(rc, me, d, prev, LANE_CHAIN,
+					 chain_key(seq, k), r + off,
+					 v.iov_len);
+		a.code = ret;
+		if (next >= 0)
+			pr = put(rc, me, rc->host[next], LANE_CHAIN,
+				 chain_key(seq, k), 1, &a, &v, ret != 0 ? 0 : 1);
+		if (pr != 0 && ret == 0)
+			ret = op_failed(rc, me, d->kind, pr);
+		if (ret != 0)
+			break;
+	}
+	a.code = ret;
+	v.iov_base = r;
+	v.iov_len = o->b;
+	if (nlocal > 0) {
+		int pr = put(rc, me, rc->host[me], LANE_LOCAL, seq,
+			     (uint32_t)nlocal, &a, &v, ret != 0 ? 0 : 1);
+		if (pr != 0 && ret == 0)
+			ret = op_failed(rc, me, d->kind, pr);
+	}
+	/* The caller may write where the chunks were sent from. */
+	zout_wait(rc, me);
+	return ret;
+}
+
 static int coll_run(struct cgr__rcomm *rc, int me,
 		    const struct cgr__coll_desc *d)
 {
@@ -959,6 +1116,8 @@ static int coll_run(struct cgr__rcomm *rc, int me,
 		ret = host_blocks(rc, me, &o, w.seq, ret);
 	if (agreed && o.split)
 		ret = gather_blocks(rc, me, &o, w.seq, ret);
+	if (agreed && o.chain)
+		ret = chain_run(rc, me, &o, w.seq, ret);
 	return ret;
 }
 
