@@ -49,13 +49,14 @@
 #    hosts 1 and 2 stop waiting for it), the rest as in 3; healed;
 # 12 as 11, under an allreduce node on a communicator across hosts
 #    (cgr_coll_params.comm); healed;
-# 13 CUDA workers on ranks 1 and 2, two GPUs each, over the models of
+# 13 CUDA workers on the three hosts, two GPUs each, over the models of
 #    CUDA and NCCL (every host loads the driver context's cudart_path and
-#    nccl_path): device tasks, a device edge and an allreduce through
-#    NCCL within each host, stream tasks that copy tensors to host memory
-#    to cross hosts, every output equal to the same graph's on one host
-#    and to a direct computation; each serving rank's NCCL model ran the
-#    operations and saw nothing NCCL forbids; a device a host lacks is
+#    nccl_path): device tasks, a device edge on host 2 and an allreduce
+#    on hosts 3 and 1 through NCCL within the host, stream tasks that
+#    copy tensors to host memory to cross hosts, every output equal to
+#    the same graph's on one host and to a direct computation; each
+#    host's NCCL model ran the operations and saw nothing NCCL forbids;
+#    a device a host lacks is
 #    -ENODEV; a CUDA tensor read on another host (by a task, a
 #    collective, a device edge, as a graph output) refused at compile,
 #    saying so;
@@ -291,8 +292,8 @@ rc=$?
 if [ $rc = 0 ] && grep -q '^gpu SKIP' "$tmp/gpu.out"; then
 	echo "ok 13 # SKIP $(sed -n 's/^gpu SKIP: //p' "$tmp/gpu.out")"
 elif [ $rc = 0 ] && grep -q '^gpu OK' "$tmp/gpu.out" &&
-	[ "$(grep -c '^nccl rank [12] ops [1-9][0-9]* misuse 0 order ok$' \
-		"$tmp/gpu.out")" = 2 ]; then
+	[ "$(grep -c '^nccl rank [012] ops [1-9][0-9]* misuse 0 order ok$' \
+		"$tmp/gpu.out")" = 3 ]; then
 	echo "ok 13 - GPU workers on other hosts (the CUDA and NCCL models):" \
 	     "$(sed -n 's/^gpu OK //p' "$tmp/gpu.out");" \
 	     "$(grep '^nccl rank' "$tmp/gpu.out" | sort | xargs); refused:" \
