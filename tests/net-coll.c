@@ -166,7 +166,7 @@ int netcoll_gen(cgr_task_ctx *tc, void *state, const cgr_value *in,
 /* Nodes without a communicator: over values (CGR_BACKEND_CPU), or as
  * the compile chooses (AUTO: an allreduce of capacity MAXB across hosts
  * gets a communicator of its own). */
-static int backend_auto;
+int netcoll_backend_auto;
 
 static int build(cgr_ctx *ctx, cgr_worker *const *w, int m, int kind,
 		 cgr_redop op, int root, int stat, int k, int mode,
@@ -206,7 +206,7 @@ static int build(cgr_ctx *ctx, cgr_worker *const *w, int m, int kind,
 	p.ntensors = (size_t)k;
 	p.max_out_bytes = MAXB;
 	p.comm = comm;
-	p.backend = comm == NULL && !backend_auto ? CGR_BACKEND_CPU :
+	p.backend = comm == NULL && !netcoll_backend_auto ? CGR_BACKEND_CPU :
 						    CGR_BACKEND_AUTO;
 	if (ret == 0)
 		ret = cgr_graph_collective(g, &p, w, (size_t)m, in, (size_t)nin,
@@ -551,11 +551,11 @@ static void bytes_far(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *f6,
 		int ret = via != 1 ? 0 :
 				     cgr_comm_create(ctx, f, 6, CGR_BACKEND_CPU,
 						     &cm);
-		backend_auto = via == 2;
+		netcoll_backend_auto = via == 2;
 		if (ret == 0)
 			ret = build(ctx, f, 6, CGR_COLL_ALLREDUCE, CGR_SUM, 0,
 				    0, 1, CGR_WAIT_ADAPTIVE, cm, &c);
-		backend_auto = 0;
+		netcoll_backend_auto = 0;
 		if (ret != 0) {
 			t->bad++;
 			cgr_comm_destroy(cm);

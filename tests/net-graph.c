@@ -45,6 +45,8 @@
  *      members' tasks call its allreduce (tests/net-comm.c).
  *  losencomm: losecoll's allreduce node on such a communicator
  *      (cgr_coll_params.comm).
+ *  loseacomm: losecoll's allreduce node, backend AUTO: the compile gives
+ *      it a communicator across the hosts of its own.
  *  idle: compiles, prints "steady", then waits (no executions) until the
  *      log says a host was lost, and checks the graph refuses executes.
  *
@@ -814,11 +816,12 @@ static int gpu(cgr_ctx *ctx)
 }
 #endif
 
-/* lose / idle / losecoll / losecomm / losencomm: a host goes (the
- * script's doing); what the driver sees (losecoll (coll 1): of an
- * allreduce over the three hosts, its members waiting for each other's
- * inputs; losecomm (2): the same on a communicator, called by a task on
- * each; losencomm (3): the allreduce node on a communicator). */
+/* lose / idle / losecoll / losecomm / losencomm / loseacomm: a host
+ * goes (the script's doing); what the driver sees (losecoll (coll 1): of
+ * an allreduce over the three hosts, its members waiting for each
+ * other's inputs; losecomm (2): the same on a communicator, called by a
+ * task on each; losencomm (3): the allreduce node on a communicator;
+ * loseacomm (4): on the one the compile gave it). */
 static int lose(cgr_ctx *ctx, bool idle, int coll)
 {
 	cgr_worker *w[3];
@@ -834,8 +837,9 @@ static int lose(cgr_ctx *ctx, bool idle, int coll)
 
 	if (mk_worker(ctx, "w0", 0, &w[0]) || mk_worker(ctx, "w1", 1, &w[1]) ||
 	    mk_worker(ctx, "w2", 2, &w[2]) ||
-	    (coll == 1 ? netcoll_allreduce(ctx, w, CGR_WAIT_BLOCK, NULL, &c,
-					   &a) :
+	    (coll == 1 || coll == 4 ?
+		     (netcoll_backend_auto = coll == 4,
+		      netcoll_allreduce(ctx, w, CGR_WAIT_BLOCK, NULL, &c, &a)) :
 	     coll == 3 ? netcoll_allreduce(ctx, w, CGR_WAIT_BLOCK, &cm, &c,
 					   &a) :
 	     coll == 2 ? netcomm_allreduce(ctx, w, &c, &cm, &a) :
@@ -985,6 +989,7 @@ int main(int argc, char **argv)
 			   strcmp(mode, "losecoll") == 0    ? 1 :
 			   strcmp(mode, "losecomm") == 0  ? 2 :
 			   strcmp(mode, "losencomm") == 0 ? 3 :
+			   strcmp(mode, "loseacomm") == 0 ? 4 :
 							    0);
 	cgr_ctx_destroy(ctx);
 	cgr_job_leave(job);

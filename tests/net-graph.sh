@@ -49,7 +49,9 @@
 #    hosts 1 and 2 stop waiting for it), the rest as in 3; healed;
 # 12 as 11, under an allreduce node on a communicator across hosts
 #    (cgr_coll_params.comm); healed;
-# 13 CUDA workers on the three hosts, two GPUs each, over the models of
+# 13 as 12, under an allreduce node that the compile gave a communicator
+#    of its own (capacity of 1 MiB or more, backend AUTO); healed;
+# 14 CUDA workers on the three hosts, two GPUs each, over the models of
 #    CUDA and NCCL (every host loads the driver context's cudart_path and
 #    nccl_path): device tasks, a device edge on host 2 and an allreduce
 #    on hosts 3 and 1 through NCCL within the host, stream tasks that
@@ -60,12 +62,12 @@
 #    -ENODEV; a CUDA tensor read on another host (by a task, a
 #    collective, a device edge, as a graph output) refused at compile,
 #    saying so;
-# 14 nothing left behind.
+# 15 nothing left behind.
 # Every step under timeout -k.  Skipped without root, ip, unshare, tc,
 # mpirun, a build with PMIx and UCX; and under TSan (PMIx's and UCX's own
 # threads are not instrumented).  TAP.
 set -u
-N=14
+N=15
 echo "1..$N"
 bin=${abs_top_builddir:?run from make check}/tests/net-graph
 skip_all() {
@@ -286,20 +288,26 @@ netns_heal 3
 lost_check losencomm 12 3500 \
 	"a silent cut of host 3 under an allreduce node on a communicator"
 
-# 13: CUDA workers on other hosts (the CUDA model).
+# 13: the same under an allreduce node on the compile's communicator.
+lose_run loseacomm cut3
+netns_heal 3
+lost_check loseacomm 13 3500 \
+	"a silent cut of host 3 under an allreduce node on its own communicator"
+
+# 14: CUDA workers on other hosts (the CUDA model).
 netns_mpirun 120 "$tmp/gpu.out" "$tmp/gpu.err" "$bin" gpu
 rc=$?
 if [ $rc = 0 ] && grep -q '^gpu SKIP' "$tmp/gpu.out"; then
-	echo "ok 13 # SKIP $(sed -n 's/^gpu SKIP: //p' "$tmp/gpu.out")"
+	echo "ok 14 # SKIP $(sed -n 's/^gpu SKIP: //p' "$tmp/gpu.out")"
 elif [ $rc = 0 ] && grep -q '^gpu OK' "$tmp/gpu.out" &&
 	[ "$(grep -c '^nccl rank [012] ops [1-9][0-9]* misuse 0 order ok$' \
 		"$tmp/gpu.out")" = 3 ]; then
-	echo "ok 13 - GPU workers on other hosts (the CUDA and NCCL models):" \
+	echo "ok 14 - GPU workers on other hosts (the CUDA and NCCL models):" \
 	     "$(sed -n 's/^gpu OK //p' "$tmp/gpu.out");" \
 	     "$(grep '^nccl rank' "$tmp/gpu.out" | sort | xargs); refused:" \
 	     "$(sed -n 's/^refusal OK \([^:]*\):.*/\1/p' "$tmp/gpu.out" | xargs)"
 else
-	echo "not ok 13 - CUDA workers on other hosts (mpirun exit $rc)"
+	echo "not ok 14 - CUDA workers on other hosts (mpirun exit $rc)"
 	show "$tmp/gpu.out" "$tmp/gpu.err"
 fi
 
@@ -307,7 +315,7 @@ netns_cleanup
 trap - EXIT INT TERM HUP
 left=$(netns_left)
 if [ "$left" = 0 ]; then
-	echo "ok 14 - nothing left behind (namespaces, links, processes)"
+	echo "ok 15 - nothing left behind (namespaces, links, processes)"
 else
-	echo "not ok 14 - $left namespaces or links left behind"
+	echo "not ok 15 - $left namespaces or links left behind"
 fi

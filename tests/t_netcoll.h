@@ -14,6 +14,10 @@ int netcoll_gen(cgr_task_ctx *tc, void *state, const cgr_value *in,
  * over w (*cm; the caller destroys it after the graph). */
 int netcoll_allreduce(cgr_ctx *ctx, cgr_worker *const *w, int mode,
 		      cgr_comm **cm, cgr_compiled **out, cgr_value *arg);
+/* Set: a node without a communicator is built with backend AUTO (an
+ * allreduce there gets one of its own at compile), else CPU (over
+ * values). */
+extern int netcoll_backend_auto;
 /* Every collective across the hosts of far3 (a worker on each of ranks
  * 0, 1, 2, and a second one it makes on each) in five layouts against
  * the same on near3 (three here, and three more); 0 when all agree.
