@@ -666,14 +666,12 @@ int cgr__port_slot_check(const struct cgr__port *p,
 	/* A CUDA tensor: only where this process's device slot for this
 	 * buffer is (a pointer of another process's means nothing here). */
 	b = (size_t)((const unsigned char *)h - p->mem) / p->stride;
-	return !h->big && h->dev_id == p->dev && h->ndim >= 0 &&
-				       h->ndim <= CGR_MAX_NDIM &&
-				       h->len <= p->cap &&
-				       slot_tensor_len(h) == h->len &&
-				       h->ref == (uint64_t)(uintptr_t)(p->dmem +
-								       b * p->cap) ?
-		       0 :
-		       -EPROTO;
+	if (h->big || h->dev_id != p->dev || h->ndim < 0 ||
+	    h->ndim > CGR_MAX_NDIM || h->len > p->cap ||
+	    slot_tensor_len(h) != h->len ||
+	    h->ref != (uint64_t)(uintptr_t)(p->dmem + b * p->cap))
+		return -EPROTO;
+	return 0;
 }
 
 /* List item i of a slot another process laid out at base, read at h:

@@ -102,8 +102,8 @@ static bool auto_comm_wanted(const struct cgr__task *t, size_t def_cap)
 }
 
 /* The communicators auto_comm_wanted asks for, each set as its node's
- * (made[i] for the i-th; *nmade of them): 0, or the failure (every one
- * made undone). */
+ * (made[i] for the i-th; *nmade of them): 0, or the failure (g's errmsg
+ * says which); either way auto_comms_end gives back those made. */
 static int auto_comms(cgr_graph *g, const cgr_compile_params *prm,
 		      cgr_comm **made, size_t *nmade)
 {

@@ -990,8 +990,9 @@ static uint64_t chain_key(uint64_t seq, size_t k)
 }
 
 /* Takes rank `from`'s message of operation d on lane, key seq, for this
- * host: its data (len bytes) into dst; 0, its record's failure, CGR_ECORRUPT (a wrong
- * length), or the wait's (the communicator then failed: op_failed). */
+ * host: its data (len bytes) into dst; 0, its record's failure,
+ * CGR_ECORRUPT (a wrong length), or the wait's (the communicator then
+ * failed: op_failed). */
 static int chain_take(struct cgr__rcomm *rc, int me,
 		      const struct cgr__coll_desc *d, int from, int lane,
 		      uint64_t seq, void *dst, size_t len)

@@ -212,7 +212,8 @@ static bool remote_dead(const cgr_worker *w, const char **why)
 /* The host (job rank) whose device memory holds node n's data, or -1:
  * the outputs of a device task (CGR_TASK_DEVICE), and of a collective
  * over such outputs (NCCL: its members are on one host, or the compile
- * refuses it, compile/lower.c). */
+ * refuses it, compile/lower.c).  (Device edges become collectives only
+ * at compile, after these checks.) */
 static int dev_host(const cgr_node *n)
 {
 	const struct cgr__task *t;
@@ -227,7 +228,7 @@ static int dev_host(const cgr_node *n)
 		    t->in[i]->transport != CGR_TRANSPORT_DEVICE &&
 		    dev_host(t->in[i]) >= 0)
 			return (int)t->members[0]->host;
-	return t->edge ? (int)t->members[0]->host : -1;
+	return -1;
 }
 
 /* t (on w, another host) makes CUDA tensors there: each stays there,
@@ -254,8 +255,9 @@ static int device_stays(cgr_graph *g, const struct cgr__task *t,
 					"tensors do not cross hosts yet (a "
 					"stream task there can copy them to "
 					"host memory)",
-					u->name, n->name, cgr__coll_name(t->coll),
-					t->name, w->name, w->host,
+					u->name, n->name,
+					cgr__coll_name(t->coll), t->name,
+					w->name, w->host,
 					cgr__coll_name(u->coll), u->name,
 					r->name, r->host);
 			}
