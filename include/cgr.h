@@ -597,10 +597,11 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * edges (CGR_TRANSPORT_DEVICE) through NCCL whose members are all on one
  * host run there as on one host.  CUDA tensors stay on the host that
  * made them: read there, and carried on to other hosts as host values
- * once a stream task there copied them to host memory.  Not across
- * hosts yet: a CUDA tensor read on another host than its maker's (by a
- * task, a collective, a device-transport edge, or as a graph output:
- * NCCL between hosts), process workers in a graph that has workers on
+ * once a stream task there copied them to host memory, or moved by
+ * tasks through an NCCL communicator across hosts (cgr_comm_create).
+ * Not across hosts yet: a CUDA tensor read on another host than its
+ * maker's in a graph (by a task, a collective node, a device-transport
+ * edge, or as a graph output), process workers in a graph that has workers on
  * other hosts, eager execution (each refused at compile with -ENOTSUP,
  * saying so).  Within a host, rings and shared memory as always: only
  * values whose reader is on another host travel.
@@ -1210,8 +1211,18 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * communicator spans hosts.  Each host with members gets a share of it
  * under the same id before cgr_comm_create returns; a task on a member
  * finds it there with cgr_task_comm and calls the operations with its
- * rank (on any host, a rank whose worker is elsewhere is -EINVAL).  CPU
- * backend only (NCCL, process workers: -ENOTSUP).  Every collective and
+ * rank (on any host, a rank whose worker is elsewhere is -EINVAL).
+ * Process workers: -ENOTSUP.  CGR_BACKEND_NCCL (every member owns a CUDA
+ * device, else -EINVAL): the driver's NCCL makes the unique id, every
+ * host initialises its ranks from it (cgr_comm_create returns once all
+ * ranks of all hosts joined, or fails past 30 s), and before every
+ * launch the ranks agree over two CPU communicators across hosts as on
+ * one host (records only; the data moves through NCCL), so the
+ * semantics are those of an NCCL communicator on one host; a lost host
+ * fails it (CGR_EHOSTLOST) once a rank polls it; a build without NCCL:
+ * -EOPNOTSUPP.  Collective nodes and device edges through NCCL across
+ * hosts are not done yet (refused at compile, see "Across hosts").  The
+ * rest of this paragraph is the CPU backend's.  Every collective and
  * send/recv, same semantics as on one host (agreement before data moves,
  * poisons, CGR_EMISMATCH, -EINVAL for what one rank sees, groups: their
  * collectives in call order, then every send posted before any receive

@@ -42,6 +42,19 @@
  * they share in the same order.  FAKE_NCCL_VERSION in the environment
  * sets the version reported (default 2.28.9).  ncclCommInitAll (blocking
  * communicators, settled from the start) is kept for perf/nccl_path.
+ *
+ * Across processes (hosts): with FAKE_NCCL_SPAN_DIR in the environment
+ * of the process that calls ncclGetUniqueId, the id names a file there
+ * (a world in shared memory: process-shared lock and condition, each
+ * rank's input copied in), so ranks of one communicator may be in several
+ * processes that map it: each rank computes its own output from every
+ * rank's copied input, and a send is copied into its receiver's mailbox
+ * (at most FAKE_NCCL_SPAN_CAP bytes an input, default 1 MiB; 16 ranks).
+ * An abort there ends every process's waits, and their ranks then report
+ * ncclRemoteError (what NCCL reports when a peer went).  Two ranks on one
+ * device of one host (hostname) are "Duplicate GPU".  Holds and injected
+ * failures leave such worlds alone (FAKE_NCCL_SPAN_STALL_AFTER: see
+ * xcollective); fake_nccl_ops counts each rank's operations there.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -50,6 +63,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <nccl.h>
 
@@ -101,8 +117,11 @@ struct cslot {
 	struct fop op[];
 };
 
+struct xworld;
+
 struct world {
 	uint64_t magic;
+	struct xworld *x; /* across processes: the shared world, else NULL */
 	int n, joined, id;
 	int *dev;
 	_Atomic int *inflight; /* per rank: groups launched, not run yet */
@@ -390,6 +409,333 @@ static cgr_redop cgr_op(ncclRedOp_t op)
 	return map[op];
 }
 
+
+/* ---- worlds across processes (FAKE_NCCL_SPAN_DIR) -------------------- */
+
+#define XMAXR 16 /* ranks */
+#define XFS 4	 /* collectives in flight */
+#define XPQ 4	 /* sends in flight per (sender, receiver) */
+
+struct xop {
+	int kind, dt, op, root;
+	uint64_t count;
+};
+
+struct xslot {
+	uint64_t seq;
+	int arrived, left;
+	struct xop op[XMAXR];
+};
+
+struct xq {
+	uint64_t head, tail;
+	uint64_t count[XPQ];
+	int dt[XPQ];
+};
+
+/* The file's head; the data follows: each slot's inputs (XFS x XMAXR),
+ * then each pair's mailbox (XMAXR x XMAXR x XPQ), cap bytes each. */
+struct xworld {
+	uint64_t magic;
+	int n, joined, dead;
+	uint64_t cap;
+	int dev[XMAXR];
+	char host[XMAXR][64];
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct xslot cs[XFS];
+	struct xq pq[XMAXR * XMAXR];
+};
+
+#define XHEAD ((sizeof(struct xworld) + 4095) & ~(size_t)4095)
+
+static size_t xsize(uint64_t cap)
+{
+	return XHEAD + (size_t)(XFS * XMAXR + XMAXR * XMAXR * XPQ) * cap;
+}
+
+static unsigned char *xin(struct xworld *x, int slot, int r)
+{
+	return (unsigned char *)x + XHEAD +
+	       ((size_t)slot * XMAXR + (size_t)r) * x->cap;
+}
+
+static unsigned char *xbox(struct xworld *x, int from, int to, uint64_t i)
+{
+	return (unsigned char *)x + XHEAD +
+	       ((size_t)XFS * XMAXR +
+		(((size_t)from * XMAXR + (size_t)to) * XPQ + i % XPQ)) *
+		       x->cap;
+}
+
+static void xpath(char *p, size_t len, const char *dir, uint64_t magic)
+{
+	snprintf(p, len, "%s/fake-nccl-%016llx", dir,
+		 (unsigned long long)magic);
+}
+
+/* A new world's file (by the id's maker): 0, or -1. */
+static int xcreate(const char *dir, uint64_t magic)
+{
+	const char *e = getenv("FAKE_NCCL_SPAN_CAP");
+	uint64_t cap = e != NULL ? strtoull(e, NULL, 0) : (1u << 20);
+	pthread_mutexattr_t ma;
+	pthread_condattr_t ca;
+	struct xworld *x;
+	char path[512];
+	int fd;
+
+	cap = (cap + 63) & ~(uint64_t)63;
+	xpath(path, sizeof(path), dir, magic);
+	fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, (off_t)xsize(cap)) != 0) {
+		close(fd);
+		return -1;
+	}
+	x = mmap(NULL, XHEAD, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (x == MAP_FAILED)
+		return -1;
+	x->cap = cap;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+	pthread_mutex_init(&x->mu, &ma);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
+	pthread_cond_init(&x->cv, &ca);
+	__atomic_store_n(&x->magic, magic, __ATOMIC_RELEASE);
+	munmap(x, XHEAD);
+	return 0;
+}
+
+/* The world of id magic made by another process (or this one). */
+static struct xworld *xopen(const char *dir, uint64_t magic, int n)
+{
+	struct xworld *x;
+	char path[512];
+	uint64_t cap;
+	int fd;
+
+	xpath(path, sizeof(path), dir, magic);
+	if ((fd = open(path, O_RDWR)) < 0)
+		return NULL;
+	x = mmap(NULL, XHEAD, PROT_READ, MAP_SHARED, fd, 0);
+	if (x == MAP_FAILED ||
+	    __atomic_load_n(&x->magic, __ATOMIC_ACQUIRE) != magic) {
+		close(fd);
+		return NULL;
+	}
+	cap = x->cap;
+	munmap(x, XHEAD);
+	x = mmap(NULL, xsize(cap), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (x == MAP_FAILED)
+		return NULL;
+	pthread_mutex_lock(&x->mu);
+	if (x->n == 0)
+		x->n = n;
+	else if (x->n != n)
+		bad("ranks of one id disagree on the size");
+	pthread_mutex_unlock(&x->mu);
+	return x;
+}
+
+/* Bytes of rank r's input to op (n ranks). */
+static size_t xinput(const struct fop *o, int r, int n)
+{
+	size_t b = o->count * tsize(o->dt);
+
+	switch (o->kind) {
+	case K_REDUCESCATTER:
+	case K_ALLTOALL:
+		return (size_t)n * b;
+	case K_SCATTER:
+		return r == o->root ? (size_t)n * b : 0;
+	case K_BROADCAST:
+		return r == o->root ? b : 0;
+	default:
+		return b;
+	}
+}
+
+/* Rank r's output of slot i's collective, from every rank's input. */
+static void xcompute(struct xworld *x, int i, int r, const struct fop *o)
+{
+	int n = x->n, root = o->root;
+	size_t b = o->count * tsize(o->dt);
+	const void *srcs[XMAXR];
+	unsigned char *rb = o->recv;
+
+	switch (o->kind) {
+	case K_ALLREDUCE:
+	case K_REDUCE:
+	case K_REDUCESCATTER:
+		if (o->kind == K_REDUCE && r != root)
+			break;
+		for (int j = 0; j < n; j++)
+			srcs[j] = xin(x, i, j) +
+				  (o->kind == K_REDUCESCATTER ? (size_t)r * b : 0);
+		if (o->count)
+			cgr__reduce(rb, srcs, n, o->count, cgr_type(o->dt),
+				    cgr_op(o->op), n);
+		break;
+	case K_ALLGATHER:
+	case K_GATHER:
+		for (int j = 0; j < n && (o->kind == K_ALLGATHER || r == root);
+		     j++)
+			memcpy(rb + (size_t)j * b, xin(x, i, j), b);
+		break;
+	case K_BROADCAST:
+		if (r != root || o->recv != o->send) /* in place at the root */
+			memcpy(rb, xin(x, i, root), b);
+		break;
+	case K_SCATTER:
+		memcpy(rb, xin(x, i, root) + (size_t)r * b, b);
+		break;
+	case K_ALLTOALL:
+		for (int j = 0; j < n; j++)
+			memcpy(rb + (size_t)j * b, xin(x, i, j) + (size_t)r * b,
+			       b);
+		break;
+	default:
+		break;
+	}
+}
+
+/* Rank r's part of collective op in a world across processes.  With
+ * FAKE_NCCL_SPAN_STALL_AFTER=k in its environment, a process's ranks
+ * never arrive at its collectives after the k-th (as on a hung GPU):
+ * the others wait for them until an abort. */
+static void xcollective(struct world *w, int r, const struct fop *op)
+{
+	static _Atomic long nx;
+	const char *stall = getenv("FAKE_NCCL_SPAN_STALL_AFTER");
+	struct xworld *x = w->x;
+	int n = x->n, i = (int)(op->seq % XFS);
+	struct xslot *cs = &x->cs[i];
+	size_t in = xinput(op, r, n);
+	bool ran = false;
+
+	if (in > x->cap) {
+		bad("an input larger than FAKE_NCCL_SPAN_CAP");
+		return;
+	}
+	pthread_mutex_lock(&x->mu);
+	if (stall != NULL && atomic_fetch_add(&nx, 1) >= atol(stall)) {
+		while (!x->dead)
+			pthread_cond_wait(&x->cv, &x->mu);
+		pthread_mutex_unlock(&x->mu);
+		unnote(op->dev, op->logi);
+		return;
+	}
+	while (!x->dead && cs->seq != op->seq && (cs->arrived || cs->left))
+		pthread_cond_wait(&x->cv, &x->mu);
+	if (!x->dead) {
+		cs->seq = op->seq;
+		memcpy(xin(x, i, r), op->send, in);
+		cs->op[r] = (struct xop){ op->kind, (int)op->dt, (int)op->op,
+					  op->root, op->count };
+		cs->arrived++;
+		pthread_cond_broadcast(&x->cv);
+		atomic_fetch_add(&nwaiting, 1);
+		while (!x->dead && cs->arrived < n)
+			pthread_cond_wait(&x->cv, &x->mu);
+		atomic_fetch_sub(&nwaiting, 1);
+	}
+	if (!x->dead) {
+		for (int j = 0; j < n; j++)
+			if (memcmp(&cs->op[j], &cs->op[0], sizeof(cs->op[0])))
+				bad("ranks disagree on a collective");
+		xcompute(x, i, r, op);
+		ran = true;
+		if (++cs->left == n) {
+			cs->arrived = cs->left = 0;
+			pthread_cond_broadcast(&x->cv);
+		}
+	}
+	pthread_mutex_unlock(&x->mu);
+	if (ran)
+		atomic_fetch_add(&nops, 1);
+	else
+		unnote(op->dev, op->logi);
+}
+
+/* The sends and receives of one group in a world across processes: every
+ * send copied into its receiver's mailbox, then every receive taken. */
+static void xtransfers(struct world *w, int r, const struct fgroup *g)
+{
+	struct xworld *x = w->x;
+
+	pthread_mutex_lock(&x->mu);
+	for (int i = 0; i < g->n && !x->dead; i++) {
+		const struct fop *o = &g->ops[i];
+		struct xq *q = &x->pq[r * XMAXR + o->root];
+		size_t b = o->count * tsize(o->dt);
+		if (o->kind != K_SEND)
+			continue;
+		if (b > x->cap) {
+			bad("a send larger than FAKE_NCCL_SPAN_CAP");
+			continue;
+		}
+		while (!x->dead && q->tail - q->head >= XPQ)
+			pthread_cond_wait(&x->cv, &x->mu);
+		if (x->dead)
+			break;
+		memcpy(xbox(x, r, o->root, q->tail), o->send, b);
+		q->count[q->tail % XPQ] = o->count;
+		q->dt[q->tail % XPQ] = (int)o->dt;
+		q->tail++;
+		atomic_fetch_add(&nops, 1);
+		pthread_cond_broadcast(&x->cv);
+	}
+	for (int i = 0; i < g->n && !x->dead; i++) {
+		const struct fop *o = &g->ops[i];
+		struct xq *q = &x->pq[o->root * XMAXR + r];
+		if (o->kind != K_RECV)
+			continue;
+		while (!x->dead && q->tail == q->head)
+			pthread_cond_wait(&x->cv, &x->mu);
+		if (x->dead)
+			break;
+		if (q->count[q->head % XPQ] != o->count ||
+		    q->dt[q->head % XPQ] != (int)o->dt)
+			bad("a send and its receive disagree");
+		else
+			memcpy(o->recv, xbox(x, o->root, r, q->head),
+			       o->count * tsize(o->dt));
+		q->head++;
+		atomic_fetch_add(&nops, 1);
+		pthread_cond_broadcast(&x->cv);
+	}
+	pthread_mutex_unlock(&x->mu);
+}
+
+/* An abort anywhere ends every process's waits in x. */
+static void xkill(struct xworld *x)
+{
+	pthread_mutex_lock(&x->mu);
+	x->dead = 1;
+	pthread_cond_broadcast(&x->cv);
+	pthread_mutex_unlock(&x->mu);
+}
+
+/* Whether every rank of x joined, and whether two share a device. */
+static bool xjoined(struct xworld *x, bool *dup)
+{
+	bool all;
+
+	pthread_mutex_lock(&x->mu);
+	all = x->joined == x->n;
+	for (int i = 0; all && i < x->n; i++)
+		for (int j = 0; j < i; j++)
+			*dup |= x->dev[i] == x->dev[j] &&
+				strcmp(x->host[i], x->host[j]) == 0;
+	pthread_mutex_unlock(&x->mu);
+	return all;
+}
+
 /* ---- the versions, ids, communicators -------------------------------- */
 
 ncclResult_t ncclGetVersion(int *v)
@@ -432,12 +778,23 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id)
 	static _Atomic uint64_t next = 1;
 	uint64_t m = atomic_fetch_add(&next, 1) * 0x9E3779B97F4A7C15ull;
 
+	const char *dir = getenv("FAKE_NCCL_SPAN_DIR");
+
 	memset(id, 0, sizeof(*id));
+	if (dir != NULL) {
+		/* Unique among the processes that share the directory. */
+		m = ((uint64_t)getpid() << 24) ^ (m >> 40);
+		if (xcreate(dir, m) != 0)
+			return ncclSystemError;
+		id->internal[8] = 'X';
+		snprintf(id->internal + 16, sizeof(id->internal) - 16, "%s",
+			 dir);
+	}
 	memcpy(id->internal, &m, sizeof(m));
 	return ncclSuccess;
 }
 
-static struct world *world_of(uint64_t magic, int n)
+static struct world *world_of(uint64_t magic, int n, const char *span)
 {
 	struct world *w;
 
@@ -447,9 +804,19 @@ static struct world *world_of(uint64_t magic, int n)
 			break;
 	if (w == NULL && (w = calloc(1, sizeof(*w))) != NULL) {
 		w->magic = magic;
+		if (span != NULL && (n > XMAXR ||
+				     (w->x = xopen(span, magic, n)) == NULL)) {
+			free(w);
+			pthread_mutex_unlock(&reg_mu);
+			return NULL;
+		}
 		w->n = n;
 		w->id = nworlds++;
 		w->dev = calloc((size_t)n, sizeof(int));
+		/* Across processes: other processes' ranks on no device
+		 * here (the order check is among this process's). */
+		for (int r = 0; span != NULL && r < n; r++)
+			w->dev[r] = -1;
 		w->inflight = calloc((size_t)n, sizeof(*w->inflight));
 		w->pq = calloc((size_t)n * (size_t)n, sizeof(*w->pq));
 		for (int i = 0; i < FS; i++)
@@ -478,7 +845,20 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
 	memcpy(&magic, id.internal, sizeof(magic));
 	cudaGetDevice(&dev);
 	c = calloc(1, sizeof(*c));
-	c->w = world_of(magic, n);
+	c->w = world_of(magic, n, id.internal[8] == 'X' ? id.internal + 16 :
+							     NULL);
+	if (c->w == NULL) {
+		free(c);
+		return ncclSystemError;
+	}
+	if (c->w->x != NULL) {
+		struct xworld *x = c->w->x;
+		pthread_mutex_lock(&x->mu);
+		x->dev[rank] = dev;
+		gethostname(x->host[rank], sizeof(x->host[rank]) - 1);
+		x->joined++;
+		pthread_mutex_unlock(&x->mu);
+	}
 	c->rank = rank;
 	c->dev = dev;
 	atomic_init(&c->state, ncclInProgress);
@@ -505,7 +885,8 @@ ncclResult_t ncclCommInitAll(ncclComm_t *comms, int n, const int *devs)
 
 	ncclGetUniqueId(&id);
 	memcpy(&magic, id.internal, sizeof(magic));
-	w = world_of(magic, n);
+	if ((w = world_of(magic, n, NULL)) == NULL)
+		return ncclSystemError;
 	for (int r = 0; r < n; r++) {
 		struct ncclComm *c = calloc(1, sizeof(*c));
 		c->w = w;
@@ -556,6 +937,13 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err)
 		leave(c);
 		return ncclSuccess;
 	}
+	if (w->x != NULL && __atomic_load_n(&w->x->dead, __ATOMIC_ACQUIRE)) {
+		*err = ncclRemoteError;
+		snprintf(c->last, sizeof(c->last),
+			 "a rank of the communicator aborted (fake)");
+		leave(c);
+		return ncclSuccess;
+	}
 	if (atomic_load(&w->err) != 0) {
 		*err = (ncclResult_t)atomic_load(&w->err);
 		snprintf(c->last, sizeof(c->last),
@@ -570,12 +958,15 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t c, ncclResult_t *err)
 		if (atomic_load(&w->inflight[c->rank]) == 0)
 			atomic_store(&c->state, ncclSuccess);
 	} else if (st == ncclInProgress) {
+		bool all, dup = false;
 		pthread_mutex_lock(&w->mu);
-		bool all = w->joined == w->n, dup = false;
-		for (int i = 0; all && i < w->n; i++)
+		all = w->joined == w->n;
+		for (int i = 0; all && w->x == NULL && i < w->n; i++)
 			for (int j = 0; j < i; j++)
 				dup |= w->dev[i] == w->dev[j];
 		pthread_mutex_unlock(&w->mu);
+		if (w->x != NULL)
+			all = xjoined(w->x, &dup);
 		if (all && dup) {
 			snprintf(c->last, sizeof(c->last),
 				 "Duplicate GPU detected (fake)");
@@ -634,6 +1025,8 @@ ncclResult_t ncclCommAbort(ncclComm_t c)
 
 	enter(c);
 	atomic_fetch_add(&naborts, 1);
+	if (w->x != NULL)
+		xkill(w->x);
 	pthread_mutex_lock(&w->mu);
 	w->dead = true;
 	pthread_cond_broadcast(&w->cv);
@@ -714,8 +1107,8 @@ static void compute(struct world *w, struct cslot *cs)
 	case K_BROADCAST:
 		memcpy(tmp, o[root].send, b);
 		for (int r = 0; r < n; r++)
-			if (o[r].recv != o[r].send) /* in place: no write */
-				memcpy(o[r].recv, tmp, b);
+			if (r != root || o[r].recv != o[r].send)
+				memcpy(o[r].recv, tmp, b); /* (root in place) */
 		break;
 	case K_SCATTER:
 		memcpy(tmp, o[root].send, (size_t)n * b);
@@ -834,10 +1227,14 @@ static void run_group(void *arg)
 	for (int i = 0; i < g->n; i++) {
 		if (g->ops[i].kind == K_SEND || g->ops[i].kind == K_RECV)
 			p2p = true;
+		else if (g->w->x != NULL)
+			xcollective(g->w, g->rank, &g->ops[i]);
 		else
 			collective(g->w, g->rank, &g->ops[i]);
 	}
-	if (p2p)
+	if (p2p && g->w->x != NULL)
+		xtransfers(g->w, g->rank, g);
+	else if (p2p)
 		transfers(g->w, g->rank, g);
 	atomic_fetch_sub(&g->w->inflight[g->rank], 1);
 	free(g);

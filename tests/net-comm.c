@@ -68,6 +68,10 @@ enum {
 	OP_STREAM = 105
 };
 
+/* Where the operations' buffers are (netcomm_nccl_run: CUDA's model's
+ * device memory, on every host), else host memory. */
+const struct netcomm_mem *netcomm_mem;
+
 /* The driver's process: a stream for each rank whose worker is here
  * (OP_STREAM); NULL elsewhere and for the reference. */
 static cgr_stream *streams[MAXM];
@@ -172,10 +176,20 @@ static size_t run_op(cgr_comm *cm, int n, int r, const struct cmd *c,
 		free(s);
 		s = rb;
 	}
+	/* On a device: copies there (rb's 0xAB too), read back at the end. */
+	const struct netcomm_mem *dm = ref ? NULL : netcomm_mem;
+	unsigned char *db = dm ? dm->alloc(nr * es + 1) : rb;
+	unsigned char *ds = !dm ? s : c->inplace ? db :
+				  dm->alloc((ns + (size_t)n) * es + 1);
+	if (dm != NULL) {
+		dm->copy(db, rb, nr * es);
+		if (ds != db)
+			dm->copy(ds, s, (ns + (size_t)n) * es);
+	}
 	const void *sp = c->fault == 1 && r == c->who &&
 				 (c->kind == CGR_COLL_REDUCE ||
-				  c->kind == CGR_COLL_GATHER) ? NULL : s;
-	void *rp = c->fault == 1 && r == c->who && sp != NULL ? NULL : rb;
+				  c->kind == CGR_COLL_GATHER) ? NULL : ds;
+	void *rp = c->fault == 1 && r == c->who && sp != NULL ? NULL : db;
 	switch (c->kind) {
 	case CGR_COLL_ALLREDUCE:
 		ret = cgr_allreduce(cm, r, sp, rp, cnt, dt, c->op, NULL, NULL);
@@ -224,7 +238,7 @@ static size_t run_op(cgr_comm *cm, int n, int r, const struct cmd *c,
 		for (int q = 0; q < n; q++) {
 			int to = (r + q) % n, from = (r + n - q) % n;
 			b |= cgr_send(cm, r, sp, cnt, dt, to, NULL, NULL);
-			b |= cgr_recv(cm, r, rb + es * c->count * (size_t)(1 + from),
+			b |= cgr_recv(cm, r, db + es * c->count * (size_t)(1 + from),
 				      cnt, dt, from, NULL, NULL);
 		}
 		ret = cgr_group_end(cm, r, NULL);
@@ -247,7 +261,7 @@ static size_t run_op(cgr_comm *cm, int n, int r, const struct cmd *c,
 		 * them (call order). */
 		cgr_stream *st = ref ? NULL : streams[r];
 		cgr_future *f1 = NULL, *f2 = NULL;
-		char *rc = (char *)rb;
+		char *rc = (char *)db;
 		int a = cgr_allreduce(cm, r, sp, rp, cnt, dt, c->op, st, &f1);
 		int b = cgr_broadcast(cm, r, sp, rc + es * c->count, cnt, dt,
 				      c->root, st, &f2);
@@ -267,6 +281,12 @@ static size_t run_op(cgr_comm *cm, int n, int r, const struct cmd *c,
 		break;
 	default:
 		ret = -EINVAL;
+	}
+	if (dm != NULL) {
+		dm->copy(rb, db, nr * es);
+		if (ds != db)
+			dm->free(ds);
+		dm->free(db);
 	}
 	if (s != rb)
 		free(s);
@@ -676,8 +696,14 @@ static void destroyed(cgr_compiled *g, cgr_comm *cm, int n, struct tally *t)
 	cgr_ref_release(g, r);
 }
 
-/* What a communicator across hosts refuses: NCCL (-ENOTSUP), and here,
- * a rank whose worker is on another host (-EINVAL, at once). */
+/* What a communicator across hosts refuses: NCCL over workers without a
+ * CUDA device (-EINVAL; a build without NCCL: -EOPNOTSUPP), and here, a
+ * rank whose worker is on another host (-EINVAL, at once). */
+#ifdef CGR_FAKE_NCCL
+#define NO_NCCL (-EINVAL)
+#else
+#define NO_NCCL (-EOPNOTSUPP)
+#endif
 static void refusals(cgr_ctx *ctx, cgr_worker *const *w, int n, cgr_comm *cm,
 		     struct tally *t)
 {
@@ -687,7 +713,7 @@ static void refusals(cgr_ctx *ctx, cgr_worker *const *w, int n, cgr_comm *cm,
 	int b = cgr_allreduce(cm, 1, &v, &o, 1, CGR_INT32, CGR_SUM, NULL,
 			      NULL);
 
-	if (a != -ENOTSUP || b != -EINVAL) {
+	if (a != NO_NCCL || b != -EINVAL) {
 		fprintf(stderr, "comm refusals: NCCL %d, a rank elsewhere %d\n",
 			a, b);
 		t->bad++;
@@ -695,12 +721,12 @@ static void refusals(cgr_ctx *ctx, cgr_worker *const *w, int n, cgr_comm *cm,
 	}
 }
 
-int netcomm_allreduce(cgr_ctx *ctx, cgr_worker *const *w, cgr_compiled **g,
-		      cgr_comm **cm, cgr_value *arg)
+int netcomm_allreduce(cgr_ctx *ctx, cgr_worker *const *w, int backend,
+		      cgr_compiled **g, cgr_comm **cm, cgr_value *arg)
 {
 	static struct cmd c = { .count = 64, .dtype = CGR_INT32,
 				.kind = CGR_COLL_ALLREDUCE, .op = CGR_SUM };
-	int ret = cgr_comm_create(ctx, w, 3, CGR_BACKEND_CPU, cm);
+	int ret = cgr_comm_create(ctx, w, 3, backend, cm);
 
 	if (ret == 0 && (ret = build(ctx, w, 3, g)) != 0)
 		cgr_comm_destroy(*cm);
@@ -803,5 +829,185 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 	       (unsigned long long)t.sent, (unsigned long long)t.sent_split,
 	       (unsigned long long)t.sent_chain,
 	       t.waited);
+	return 0;
+}
+
+/* ---- NCCL across hosts (the ncomm mode) -------------------------------- */
+
+/* Every operation over an NCCL communicator across hosts: as cases(),
+ * without what NCCL does not do (reductions of int16 and uint16: -EINVAL
+ * on every rank; operations on streams of the simulated device). */
+static void ncases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
+		   struct tally *t)
+{
+	static const uint32_t counts[] = { 0, 1, 7, BIGC };
+	struct cmd c = { .id = cgr_comm_id(cm) };
+
+	for (int k = CGR_COLL_ALLREDUCE; k <= CGR_COLL_ALLTOALL + 1; k++)
+		for (int dt = 0; dt < CGR_DTYPE_COUNT; dt++)
+			for (int ci = 0; ci < 4; ci++) {
+				bool red = k == CGR_COLL_ALLREDUCE ||
+					   k == CGR_COLL_REDUCE ||
+					   k == CGR_COLL_REDUCESCATTER;
+				c.kind = k > CGR_COLL_ALLTOALL ? OP_P2P : k;
+				c.dtype = (uint8_t)dt;
+				c.count = counts[ci];
+				c.op = (uint8_t)((dt + ci) % CGR_REDOP_COUNT);
+				c.root = (uint8_t)(c.seed % (unsigned)n);
+				c.seed++;
+				if (counts[ci] == BIGC && dt % 3 != 2)
+					continue;
+				if (red && (dt == CGR_INT16 ||
+					    dt == CGR_UINT16)) {
+					one(g, NULL, n, &c, -EINVAL, t);
+					continue;
+				}
+				one(g, ref, n, &c, 0, t);
+			}
+	/* One member's invalid argument, and its different count. */
+	for (int k = CGR_COLL_ALLREDUCE; k <= CGR_COLL_ALLTOALL; k++)
+		for (uint8_t f = 1; f <= 2; f++) {
+			c.kind = k;
+			c.dtype = CGR_FLOAT32;
+			c.count = 5;
+			c.op = CGR_SUM;
+			c.fault = f;
+			c.who = (uint8_t)(c.seed++ % (unsigned)n);
+			c.root = (uint8_t)((c.who + 1) % n);
+			one(g, ref, n, &c, 0, t);
+		}
+	c.fault = 0;
+	/* Large, in place and not. */
+	for (int k = CGR_COLL_ALLREDUCE; k <= CGR_COLL_ALLTOALL + 1; k++)
+		for (uint8_t ip = 0; ip < 2; ip++) {
+			c.kind = k > CGR_COLL_ALLTOALL ? OP_P2P : k;
+			c.dtype = ip ? CGR_FLOAT64 : CGR_INT64;
+			c.count = ZCC;
+			c.op = ip ? CGR_MAX : CGR_SUM;
+			c.root = (uint8_t)(c.seed % (unsigned)n);
+			c.inplace = ip && (k == CGR_COLL_ALLREDUCE ||
+					   k == CGR_COLL_BROADCAST);
+			c.seed++;
+			one(g, ref, n, &c, 0, t);
+		}
+	c.inplace = 0;
+	/* Groups: an allreduce and sends and receives among all ranks;
+	 * one rank's different count. */
+	for (int ci = 0; ci < 4; ci++)
+		for (uint8_t f = 0; f <= 2; f += 2) {
+			c.kind = OP_GROUP;
+			c.dtype = ci % 2 ? CGR_FLOAT64 : CGR_INT32;
+			c.count = counts[ci] == BIGC ? 1000 : counts[ci];
+			c.op = CGR_SUM;
+			c.fault = f;
+			c.who = (uint8_t)(c.seed++ % (unsigned)n);
+			if (f == 0 || c.count == 7)
+				one(g, ref, n, &c, 0, t);
+		}
+	c.fault = 0;
+}
+
+/* What an NCCL communicator across hosts refuses: a collective node on
+ * it (device tensors do not cross hosts in graphs yet: -ENOTSUP, saying
+ * so), and here, a rank whose worker is on another host (-EINVAL). */
+static void nrefusals(cgr_ctx *ctx, cgr_worker *const *w, int n,
+		      cgr_comm *cm, int elsewhere, struct tally *t)
+{
+	cgr_coll_params cp = CGR_COLL_PARAMS_INIT;
+	cgr_node *in[MAXM], *o[MAXM];
+	cgr_compiled *x = NULL;
+	cgr_graph *g;
+	int32_t v = 1, ov;
+	int a = cgr_graph_create(ctx, &g), b;
+
+	for (int r = 0; r < n && a == 0; r++) {
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		unsigned char ra = (unsigned char)r;
+		d.name = "gen";
+		d.fn = netcomm_task;
+		d.flags = CGR_TASK_DEVICE; /* device tensors: NCCL's */
+		d.arg_data = &ra;
+		d.arg_len = 1;
+		cgr_node *arg;
+		a = cgr_graph_input(g, 0, &arg);
+		if (a == 0)
+			a = cgr_graph_task(g, w[r], &d, &arg, 1, &in[r], 1);
+	}
+	cp.comm = cm;
+	cp.kind = CGR_COLL_ALLREDUCE;
+	if (a == 0)
+		a = cgr_graph_collective(g, &cp, w, (size_t)n, in, (size_t)n,
+					 o, (size_t)n);
+	if (a == 0)
+		a = cgr_graph_output(g, o, (size_t)n);
+	if (a == 0)
+		a = cgr_graph_compile(g, NULL, &x);
+	b = cgr_allreduce(cm, elsewhere, &v, &ov, 1, CGR_INT32, CGR_SUM, NULL,
+			  NULL);
+	if (a != -ENOTSUP || b != -EINVAL ||
+	    strstr(cgr_graph_errmsg(g), "hosts") == NULL) {
+		fprintf(stderr, "ncomm refusals: node %d (%s), a rank "
+				"elsewhere %d\n",
+			a, cgr_graph_errmsg(g), b);
+		t->bad++;
+	}
+	cgr_compiled_destroy(x);
+	cgr_graph_destroy(g);
+}
+
+int netcomm_nccl_run(cgr_ctx *ctx, cgr_worker *const *far)
+{
+	/* far: d0 (rank 0), d1 (1), d2 (2), e1 (1), e2 (2). */
+	static const int layouts[][MAXM + 1] = {
+		{ 3, 0, 1, 2 },	   /* 3 hosts x 1 */
+		{ 4, 1, 2, 3, 4 }, /* 2 serving hosts x 2, interleaved */
+	};
+	struct tally t = { 0 };
+	int ret = 0;
+
+	for (size_t l = 0; l < 2 && ret == 0; l++) {
+		int n = layouts[l][0];
+		cgr_worker *mw[MAXM];
+		cgr_comm *cm = NULL, *ref = NULL;
+		cgr_compiled *g = NULL;
+		for (int r = 0; r < n; r++)
+			mw[r] = far[layouts[l][1 + r]];
+		ret = cgr_comm_create(ctx, mw, (size_t)n, CGR_BACKEND_NCCL,
+				      &cm);
+		if (ret == 0)
+			ret = cgr_comm_create(ctx, NULL, (size_t)n,
+					      CGR_BACKEND_CPU, &ref);
+		if (ret == 0)
+			ret = build(ctx, mw, n, &g);
+		if (ret != 0) {
+			fprintf(stderr, "ncomm layout %zu: %s\n", l,
+				cgr_strerror(ret));
+			cgr_comm_destroy(cm);
+			cgr_comm_destroy(ref);
+			break;
+		}
+		ncases(g, cm, ref, n, &t);
+		if (l == 1) {
+			/* An abort by one member: every rank -ECANCELED, and
+			 * the next operation too. */
+			struct cmd c = { .id = cgr_comm_id(cm), .count = 3,
+					 .dtype = CGR_INT32, .kind = OP_ABORT,
+					 .who = 2 };
+			one(g, NULL, n, &c, -ECANCELED, &t);
+			c.kind = CGR_COLL_ALLREDUCE;
+			one(g, NULL, n, &c, -ECANCELED, &t);
+		}
+		cgr_compiled_destroy(g);
+		nrefusals(ctx, mw, n, cm, l == 0 ? 1 : 0, &t);
+		cgr_comm_destroy(cm);
+		cgr_comm_destroy(ref);
+	}
+	if (ret != 0 || t.bad != 0) {
+		printf("ncomm FAILED %u of %u outputs (%s)\n", t.bad, t.outs,
+		       ret ? cgr_strerror(ret) : t.msg);
+		return 1;
+	}
+	printf("ncomm OK layouts 2 executions %u outputs %u direct %u\n",
+	       t.execs, t.outs, t.direct);
 	return 0;
 }

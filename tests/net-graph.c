@@ -26,6 +26,12 @@
  *      host (by a task, a collective, a device edge, as a graph output)
  *      refused: "gpu OK ...".  Each rank then prints what its NCCL
  *      model saw ("nccl rank R ops N misuse M order ok").
+ *  ncomm: NCCL communicators over CUDA workers of the three ranks (and
+ *      of the two serving ones only), called directly by tasks there
+ *      with buffers in the CUDA model's device memory, against a CPU
+ *      communicator here (tests/net-comm.c), the NCCL model's worlds
+ *      spanning the processes: "ncomm OK ...", then each rank's "nccl
+ *      rank R ..." as for gpu.
  *  coll: every collective kind with members on several hosts against
  *      the same graph on one host (tests/net-coll.c): "coll OK ...".
  *  comm: communicators over workers of several hosts, called directly by
@@ -47,12 +53,17 @@
  *      (cgr_coll_params.comm).
  *  loseacomm: losecoll's allreduce node, backend AUTO: the compile gives
  *      it a communicator across the hosts of its own.
+ *  losenccl: losecomm's allreduce on an NCCL communicator across the
+ *      hosts (the models of CUDA and NCCL; host 3's ranks hang in NCCL
+ *      from its fourth collective on, so the others wait in NCCL, not in
+ *      the agreement, when host 3 goes).
  *  idle: compiles, prints "steady", then waits (no executions) until the
  *      log says a host was lost, and checks the graph refuses executes.
  *
  * The ranks print what the script checks; the driver exits 0 when every
  * check it made held.
  */
+#include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdatomic.h>
@@ -333,6 +344,9 @@ static int drive(cgr_compiled *c, unsigned n, double *p50, unsigned *errs)
 	return (int)bad;
 }
 
+/* losenccl: workers own CUDA device 0 of their host (the CUDA model). */
+static int worker_device = -1;
+
 static int mk_worker(cgr_ctx *ctx, const char *name, int rank,
 		     cgr_worker **out)
 {
@@ -341,6 +355,7 @@ static int mk_worker(cgr_ctx *ctx, const char *name, int rank,
 
 	wp.name = name;
 	wp.rank = rank;
+	wp.device = worker_device;
 	ret = cgr_worker_create(ctx, &wp, out);
 	if (ret != 0)
 		fprintf(stderr, "worker %s on rank %d: %s\n", name, rank,
@@ -816,6 +831,109 @@ static int gpu(cgr_ctx *ctx)
 }
 #endif
 
+#if defined(CGR_FAKE_CUDART) && defined(CGR_FAKE_NCCL)
+/* ncomm: NCCL communicators across hosts (tests/net-comm.c), over the
+ * models of CUDA and NCCL; the tasks' buffers are the CUDA model's device
+ * memory. */
+static void *(*dmalloc_)(void **, size_t);
+static int (*dfree_)(void *);
+static int (*dcopy_)(void *, const void *, size_t, int);
+
+static void *dm_alloc(size_t n)
+{
+	void *p = NULL;
+
+	dmalloc_(&p, n);
+	return p;
+}
+
+static void dm_free(void *p)
+{
+	dfree_(p);
+}
+
+static void dm_copy(void *d, const void *s, size_t n)
+{
+	dcopy_(d, s, n, 4 /* cudaMemcpyDefault */);
+}
+
+static const struct netcomm_mem dm = { dm_alloc, dm_free, dm_copy };
+
+/* Every rank: the tasks' buffers in the CUDA model's memory. */
+static int ncomm_mem(void)
+{
+	void *h = dlopen(CGR_FAKE_CUDART, RTLD_NOW);
+
+	if (h == NULL)
+		return -1;
+	*(void **)&dmalloc_ = dlsym(h, "cudaMalloc");
+	*(void **)&dfree_ = dlsym(h, "cudaFree");
+	*(void **)&dcopy_ = dlsym(h, "cudaMemcpy");
+	if (dmalloc_ == NULL || dfree_ == NULL || dcopy_ == NULL)
+		return -1;
+	netcomm_mem = &dm;
+	return 0;
+}
+
+/* The driver: the communicators' worlds of the NCCL model in a directory
+ * every host sees (the id names it: under the driver's TMPDIR, which the
+ * test's fixture removes), removed at the end (span_drop). */
+static char span_dir[600];
+
+static int span_make(void)
+{
+	const char *t = getenv("TMPDIR");
+
+	snprintf(span_dir, sizeof(span_dir), "%s/fake-nccl-XXXXXX",
+		 t != NULL && t[0] == '/' ? t : "/tmp");
+	if (mkdtemp(span_dir) == NULL)
+		return -1;
+	setenv("FAKE_NCCL_SPAN_DIR", span_dir, 1);
+	return 0;
+}
+
+static void span_drop(void)
+{
+	DIR *d = opendir(span_dir);
+	struct dirent *e;
+	char p[600];
+
+	while (d != NULL && (e = readdir(d)) != NULL)
+		if (e->d_name[0] != '.') {
+			snprintf(p, sizeof(p), "%s/%s", span_dir, e->d_name);
+			unlink(p);
+		}
+	if (d != NULL)
+		closedir(d);
+	rmdir(span_dir);
+}
+
+static int ncomm(cgr_ctx *ctx)
+{
+	static const char *names[5] = { "d0", "d1", "d2", "e1", "e2" };
+	static const int rank[5] = { 0, 1, 2, 1, 2 }, dev[5] = { 0, 0, 0, 1, 1 };
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	cgr_worker *w[5] = { NULL };
+	int ret = 0;
+
+	for (int k = 0; k < 5 && ret == 0; k++) {
+		wp.name = names[k];
+		wp.rank = rank[k];
+		wp.device = dev[k];
+		ret = cgr_worker_create(ctx, &wp, &w[k]);
+	}
+	if (ret == 0)
+		ret = netcomm_nccl_run(ctx, w);
+	else
+		printf("ncomm BAD: workers: %s\n", cgr_strerror(ret));
+	for (int k = 0; k < 5; k++)
+		if (w[k] != NULL)
+			cgr_worker_destroy(w[k], 5 * SEC);
+	nccl_report(0);
+	return ret != 0;
+}
+#endif
+
 /* lose / idle / losecoll / losecomm / losencomm / loseacomm: a host
  * goes (the script's doing); what the driver sees (losecoll (coll 1): of
  * an allreduce over the three hosts, its members waiting for each
@@ -842,7 +960,11 @@ static int lose(cgr_ctx *ctx, bool idle, int coll)
 		      netcoll_allreduce(ctx, w, CGR_WAIT_BLOCK, NULL, &c, &a)) :
 	     coll == 3 ? netcoll_allreduce(ctx, w, CGR_WAIT_BLOCK, &cm, &c,
 					   &a) :
-	     coll == 2 ? netcomm_allreduce(ctx, w, &c, &cm, &a) :
+	     coll == 2 || coll == 5 ?
+		     netcomm_allreduce(ctx, w,
+				       coll == 5 ? CGR_BACKEND_NCCL :
+						   CGR_BACKEND_CPU,
+				       &c, &cm, &a) :
 			 build(ctx, w, CGR_WAIT_BLOCK, &c)))
 		return 1;
 	/* A round trip first: everything is up. */
@@ -910,13 +1032,22 @@ int main(int argc, char **argv)
 	cgr_job_params jp = CGR_JOB_PARAMS_INIT;
 	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
 	const char *mode = argc > 1 ? argv[1] : "pipeline";
+	bool cuda = strcmp(mode, "gpu") == 0 || strcmp(mode, "ncomm") == 0 ||
+		    strcmp(mode, "losenccl") == 0;
 	cgr_job *job;
 	cgr_ctx *ctx;
 	int ret;
 
 	cgr_worker_main(argc, argv, exports); /* a worker process ends here */
-	if (strcmp(mode, "gpu") == 0) /* the CUDA model's, on every rank */
+	/* The CUDA model's, on every rank. */
+	if (cuda)
 		setenv("FAKE_CUDA_NDEV", "8", 1);
+#if defined(CGR_FAKE_CUDART) && defined(CGR_FAKE_NCCL)
+	if (cuda && strcmp(mode, "gpu") != 0 && ncomm_mem() != 0) {
+		printf("%s BAD: %s cannot be loaded\n", mode, CGR_FAKE_CUDART);
+		return 1;
+	}
+#endif
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (getenv("NET_SIZES_MAX") != NULL) /* a slow link: smaller */
 		for (size_t i = 0; i < NSIZES; i++)
@@ -937,11 +1068,16 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (cgr_job_rank(job) != cgr_job_driver(job)) {
+		/* losenccl: host 3's NCCL ranks hang from the fourth
+		 * collective on (the driver's rank 0 and host 2's wait in
+		 * NCCL for them when host 3 goes). */
+		if (strcmp(mode, "losenccl") == 0 && cgr_job_rank(job) == 2)
+			setenv("FAKE_NCCL_SPAN_STALL_AFTER", "3", 1);
 		ret = cgr_job_serve(job, exports);
 		printf("serve rank %d: %s\n", cgr_job_rank(job),
 		       ret == 0 ? "done" : cgr_strerror(ret));
 #ifdef CGR_FAKE_NCCL
-		if (strcmp(mode, "gpu") == 0)
+		if (strcmp(mode, "gpu") == 0 || strcmp(mode, "ncomm") == 0)
 			nccl_report(cgr_job_rank(job));
 #endif
 		cgr_job_leave(job);
@@ -954,18 +1090,27 @@ int main(int argc, char **argv)
 	cp.log_fn = logf_;
 	cp.log_level = CGR_LOG_INFO;
 #ifdef CGR_FAKE_CUDART
-	if (strcmp(mode, "gpu") == 0) { /* every host loads them */
+	if (cuda) {
+		/* Every host loads them. */
 		cp.cudart_path = CGR_FAKE_CUDART;
 #ifdef CGR_FAKE_NCCL
 		cp.nccl_path = CGR_FAKE_NCCL;
 #endif
 	}
-#else
-	if (strcmp(mode, "gpu") == 0) {
-		printf("gpu SKIP: a build without the CUDA toolkit has no "
-		       "CUDA model\n");
+#endif
+#if !defined(CGR_FAKE_CUDART) || !defined(CGR_FAKE_NCCL)
+	if (cuda) {
+		printf("%s SKIP: a build without the CUDA toolkit has no "
+		       "CUDA model\n", mode);
 		cgr_job_leave(job);
 		return 0;
+	}
+#endif
+#if defined(CGR_FAKE_CUDART) && defined(CGR_FAKE_NCCL)
+	if (cuda && strcmp(mode, "gpu") != 0 && span_make() != 0) {
+		printf("%s BAD: no directory for the NCCL model\n", mode);
+		cgr_job_leave(job);
+		return 1;
 	}
 #endif
 	if ((ret = cgr_ctx_create(&cp, &ctx)) != 0) {
@@ -978,9 +1123,13 @@ int main(int argc, char **argv)
 		ret = coll(ctx, job);
 	else if (strcmp(mode, "comm") == 0)
 		ret = comm(ctx, job);
-#ifdef CGR_FAKE_CUDART
+#if defined(CGR_FAKE_CUDART) && defined(CGR_FAKE_NCCL)
 	else if (strcmp(mode, "gpu") == 0)
 		ret = gpu(ctx);
+	else if (strcmp(mode, "ncomm") == 0)
+		ret = ncomm(ctx);
+	else if (strcmp(mode, "losenccl") == 0)
+		worker_device = 0, ret = lose(ctx, false, 5);
 #endif
 	else if (strcmp(mode, "gaps") == 0)
 		ret = gaps(ctx, argc > 2 ? (unsigned)atoi(argv[2]) : 1000);
@@ -992,6 +1141,10 @@ int main(int argc, char **argv)
 			   strcmp(mode, "loseacomm") == 0 ? 4 :
 							    0);
 	cgr_ctx_destroy(ctx);
+#if defined(CGR_FAKE_CUDART) && defined(CGR_FAKE_NCCL)
+	if (cuda && strcmp(mode, "gpu") != 0)
+		span_drop();
+#endif
 	cgr_job_leave(job);
 	printf("driver %s\n", ret == 0 ? "done" : "FAILED");
 	return ret;

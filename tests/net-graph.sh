@@ -62,12 +62,25 @@
 #    -ENODEV; a CUDA tensor read on another host (by a task, a
 #    collective, a device edge, as a graph output) refused at compile,
 #    saying so;
-# 15 nothing left behind.
+# 15 NCCL communicators across hosts over the same models (the NCCL
+#    model's communicators spanning the processes through a file every
+#    host maps): CUDA workers on the three hosts, and on the two serving
+#    hosts only (two each), called directly by a task on each member
+#    with buffers in device memory: every collective, dtype and op,
+#    sends and receives, groups, counts 0 to 25 000, a bad argument or
+#    count at one member, an abort: results, codes and untouched bytes
+#    the same as a CPU communicator on one host's; each host's NCCL model
+#    saw nothing NCCL forbids; a collective node on it refused;
+# 16 as 3, under an allreduce on an NCCL communicator across the hosts
+#    (the models; host 3's ranks hang in NCCL, so the others wait in
+#    NCCL for them, not in the agreement): their calls return
+#    CGR_EHOSTLOST, so teardown does not wait for them;
+# 17 nothing left behind.
 # Every step under timeout -k.  Skipped without root, ip, unshare, tc,
 # mpirun, a build with PMIx and UCX; and under TSan (PMIx's and UCX's own
 # threads are not instrumented).  TAP.
 set -u
-N=15
+N=17
 echo "1..$N"
 bin=${abs_top_builddir:?run from make check}/tests/net-graph
 skip_all() {
@@ -311,11 +324,37 @@ else
 	show "$tmp/gpu.out" "$tmp/gpu.err"
 fi
 
+# 15: NCCL communicators across hosts (the CUDA and NCCL models).
+netns_mpirun 300 "$tmp/ncomm.out" "$tmp/ncomm.err" "$bin" ncomm
+rc=$?
+if [ $rc = 0 ] && grep -q '^ncomm SKIP' "$tmp/ncomm.out"; then
+	echo "ok 15 # SKIP $(sed -n 's/^ncomm SKIP: //p' "$tmp/ncomm.out")"
+elif [ $rc = 0 ] && grep -q '^ncomm OK' "$tmp/ncomm.out" &&
+	[ "$(grep -c '^nccl rank [012] ops [1-9][0-9]* misuse 0 order ok$' \
+		"$tmp/ncomm.out")" = 3 ]; then
+	echo "ok 15 - NCCL communicators across hosts (the CUDA and NCCL" \
+	     "models) equal one host's CPU communicator:" \
+	     "$(sed -n 's/^ncomm OK //p' "$tmp/ncomm.out");" \
+	     "$(grep '^nccl rank' "$tmp/ncomm.out" | sort | xargs)"
+else
+	echo "not ok 15 - NCCL communicators across hosts (mpirun exit $rc)"
+	show "$tmp/ncomm.out" "$tmp/ncomm.err"
+fi
+
+# 16: kill -9 under an NCCL communicator's allreduce.
+case "$defs" in
+*HAVE_NCCL=1*)
+	lose_run losenccl kill_h3
+	lost_check losenccl 16 1000 "kill -9 of host 3's process under an \
+NCCL communicator's allreduce, its peers waiting in NCCL" aborts;;
+*)	echo "ok 16 # SKIP a build without the CUDA toolkit has no CUDA model";;
+esac
+
 netns_cleanup
 trap - EXIT INT TERM HUP
 left=$(netns_left)
 if [ "$left" = 0 ]; then
-	echo "ok 15 - nothing left behind (namespaces, links, processes)"
+	echo "ok 17 - nothing left behind (namespaces, links, processes)"
 else
-	echo "not ok 15 - $left namespaces or links left behind"
+	echo "not ok 17 - $left namespaces or links left behind"
 fi

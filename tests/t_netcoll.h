@@ -31,10 +31,24 @@ int netcoll_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3,
 int netcomm_task(cgr_task_ctx *tc, void *state, const cgr_value *in,
 		 size_t nin, cgr_value *out, size_t nout);
 int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3);
-/* An allreduce over a communicator of w[0..2] (*cm), called by a task on
- * each (graph *g, its argument *arg): a member whose call fails with
- * CGR_EHOSTLOST outputs an error value. */
-int netcomm_allreduce(cgr_ctx *ctx, cgr_worker *const *w, cgr_compiled **g,
-		      cgr_comm **cm, cgr_value *arg);
+/* An allreduce over a communicator of w[0..2] (*cm, of backend), called
+ * by a task on each (graph *g, its argument *arg): a member whose call
+ * fails with CGR_EHOSTLOST outputs an error value. */
+int netcomm_allreduce(cgr_ctx *ctx, cgr_worker *const *w, int backend,
+		      cgr_compiled **g, cgr_comm **cm, cgr_value *arg);
+
+/* Device memory for the operations of netcomm_task (CUDA's model), set
+ * on every rank in the ncomm mode; NULL: host memory. */
+struct netcomm_mem {
+	void *(*alloc)(size_t bytes);
+	void (*free)(void *p);
+	void (*copy)(void *dst, const void *src, size_t bytes);
+};
+extern const struct netcomm_mem *netcomm_mem;
+/* NCCL communicators over CUDA workers of several hosts (far: a worker
+ * on rank 0, 1, 2 and one more on ranks 1 and 2, each its own GPU),
+ * called directly by tasks on their hosts, against a CPU communicator
+ * of this process; 0 when all agree. */
+int netcomm_nccl_run(cgr_ctx *ctx, cgr_worker *const *far);
 
 #endif

@@ -204,6 +204,36 @@ int cgr__comm_create_shared(cgr_ctx *ctx, cgr_worker *const *members,
  * says why), -EINVAL (a member owns no CUDA device), NCCL's failure. */
 int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,
 			  cgr_comm **out);
+/* Across hosts (remote/rcomm.c): what the communicator's maker adds to
+ * one host's part of an NCCL communicator whose ranks are on several
+ * hosts.  All may be NULL. */
+struct cgr__nccl_far {
+	void *arg;
+	/* It goes (before its ranks finalize): the driver tells the hosts
+	 * so that theirs finalize at the same time. */
+	void (*going)(void *arg);
+	/* Its memory goes (its NCCL side is gone): what arg holds. */
+	void (*gone)(void *arg);
+	/* 0, or CGR_EHOSTLOST (why written) once a host of it is lost;
+	 * polled, now and then, while its ranks wait for NCCL. */
+	int (*lost)(void *arg, char *why, size_t len);
+};
+/* The bytes of an NCCL unique id. */
+#define CGR__NCCL_ID_BYTES 128
+/* A new unique id (ncclGetUniqueId, NCCL loaded as for
+ * cgr__nccl_comm_create): 0, -ENODEV, NCCL's failure. */
+int cgr__nccl_far_id(cgr_ctx *ctx, void *id);
+/* This host's part of an NCCL communicator of n ranks made from id on
+ * several hosts: the ranks whose members[r] is not NULL (each initialised
+ * here, in one group; the call returns once every rank of every host
+ * joined, or fails past 30 s), the others elsewhere (-EINVAL for their
+ * calls here).  sd and rd are the agreement's CPU communicators of the
+ * same ranks across hosts (the part does not destroy them: far->gone
+ * may; on failure far->gone is not called).  Not listed: the caller's
+ * cgr__comm_finish does that. */
+int cgr__nccl_far_part(cgr_ctx *ctx, cgr_worker *const *members, int n,
+		       const void *id, cgr_comm *sd, cgr_comm *rd,
+		       const struct cgr__nccl_far *far, cgr_comm **out);
 /* NCCL result e by name (NULL: not a code of the nccl.h built against),
  * and as cgr's code (any unknown one CGR_EDEVICE). */
 const char *cgr__nccl_result_name(int e);

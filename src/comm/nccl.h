@@ -110,6 +110,11 @@ struct ncomm {
 	 * receives' answers on rd (two, so that each direction pairs in
 	 * order whatever the mix of sends and receives). */
 	cgr_comm *sd, *rd;
+	/* Across hosts: the maker's additions (a copy; zero on one host),
+	 * and when a lost host is next looked for (cgr__nccl_far_lost). */
+	struct cgr__nccl_far far;
+	_Atomic int64_t far_next;
+	bool borrowed; /* sd and rd are the maker's */
 	/* 0, or the code every pending and later operation fails with. */
 	_Atomic int failed;
 	char why[256]; /* written before failed (release) */
@@ -172,6 +177,9 @@ void cgr__nccl_fail(struct ncomm *c, int code, const char *fmt, ...)
 void cgr__nccl_stop(struct ncomm *c, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 int cgr__nccl_rank_failed(struct ncomm *c, int r);
+/* Across hosts: fails c (CGR_EHOSTLOST) if a host of it was lost (looked
+ * for at most once a millisecond); the failure, or 0. */
+int cgr__nccl_far_lost(struct ncomm *c);
 int cgr__nccl_settle(struct ncomm *c, int r, int64_t deadline,
 		     const char *what);
 void cgr__nccl_nev_put(void *arg);

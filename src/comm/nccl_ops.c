@@ -498,6 +498,8 @@ int cgr__nccl_op(cgr_comm *cc, int r, const struct cgr__coll_desc *d,
 	struct ncomm *c = cgr__nccl_of(cc);
 	struct gop one;
 
+	if (c->rk[r].dev < 0)
+		return -EINVAL; /* across hosts: that rank is elsewhere */
 	if (c->rk[r].gdepth > 0)
 		return group_add(c, r, d, s, out);
 	if ((d->kind == CGR__COLL_SEND || d->kind == CGR__COLL_RECV) &&
@@ -514,6 +516,8 @@ int cgr__nccl_op(cgr_comm *cc, int r, const struct cgr__coll_desc *d,
 
 int cgr__nccl_group_start(cgr_comm *cc, int r)
 {
+	if (cgr__nccl_of(cc)->rk[r].dev < 0)
+		return -EINVAL;
 	cgr__nccl_of(cc)->rk[r].gdepth++;
 	return 0;
 }
@@ -524,7 +528,7 @@ int cgr__nccl_group_end(cgr_comm *cc, int r, cgr_future **out)
 	struct nrank *rk = &c->rk[r];
 	int ret;
 
-	if (rk->gdepth == 0)
+	if (rk->gdepth == 0 || rk->dev < 0)
 		return -EINVAL;
 	if (--rk->gdepth > 0)
 		return 0;

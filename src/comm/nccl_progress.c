@@ -153,6 +153,24 @@ int cgr__nccl_rank_failed(struct ncomm *c, int r)
 	return code;
 }
 
+int cgr__nccl_far_lost(struct ncomm *c)
+{
+	int64_t now, next;
+	char why[200];
+
+	if (c->far.lost == NULL)
+		return cgr__nccl_failed(c);
+	now = cgr__now_ns();
+	next = atomic_load_explicit(&c->far_next, memory_order_relaxed);
+	if (now < next || !atomic_compare_exchange_strong_explicit(
+				  &c->far_next, &next, now + 1000000,
+				  memory_order_relaxed, memory_order_relaxed))
+		return cgr__nccl_failed(c);
+	if (c->far.lost(c->far.arg, why, sizeof(why)) != 0)
+		cgr__nccl_fail(c, CGR_EHOSTLOST, "%s", why);
+	return cgr__nccl_failed(c);
+}
+
 /*
  * Waits (polling, under the rank's lock) until rank r's communicator is
  * no longer ncclInProgress: 0, or the communicator failed (its code).
@@ -171,7 +189,7 @@ int cgr__nccl_settle(struct ncomm *c, int r, int64_t deadline, const char *what)
 	/* An enqueue settles within microseconds: poll, then yield the
 	 * core while polling, and only then nap (a nap costs tens of us). */
 	while (st == ncclInProgress) {
-		if (cgr__nccl_failed(c) != 0)
+		if (cgr__nccl_failed(c) != 0 || cgr__nccl_far_lost(c) != 0)
 			return cgr__nccl_rank_failed(c, r);
 		if (c->rt->async_error(rk->nc, &st) != ncclSuccess)
 			st = ncclInternalError;
@@ -257,7 +275,7 @@ int cgr__nccl_nev_poll(void *arg, int *result)
 		return 1;
 	q = cgr_event_query(p->ev);
 	check_async(c, p->rank);
-	if ((*result = cgr__nccl_failed(c)) != 0)
+	if ((*result = cgr__nccl_far_lost(c)) != 0)
 		return 1;
 	if (q < 0) {
 		/* The rank's stream failed (CGR_EDEVICE): its peers would

@@ -98,9 +98,13 @@ static void rt_fini(cgr_ctx *ctx, void *p)
 
 /* The CUDA device of each rank: its member's, or CUDA device r. */
 static int rank_devices(cgr_ctx *ctx, cgr_worker *const *members, int n,
-			int *dev)
+			bool far, int *dev)
 {
 	for (int r = 0; r < n; r++) {
+		if (far && members[r] == NULL) {
+			dev[r] = -1; /* elsewhere */
+			continue;
+		}
 		dev[r] = members != NULL && ctx->worker_device != NULL ?
 				 ctx->worker_device(members[r]) :
 				 r;
@@ -115,7 +119,21 @@ static int rank_devices(cgr_ctx *ctx, cgr_worker *const *members, int n,
 
 /* ncclCommInitRankConfig for every rank in one group, nonblocking, then
  * until each is ready (or the deadline: then all are aborted). */
-static int init_ranks(struct ncomm *c)
+static int new_id(const struct cgr__ncclrt *rt, const struct cgr__logger *log,
+		  ncclUniqueId *id)
+{
+	ncclResult_t e = rt->get_unique_id(id);
+
+	if (e != ncclSuccess) {
+		cgr__warn(log, "nccl: ncclGetUniqueId: %s",
+			  cgr__nccl_res_text(rt, e).s);
+		return cgr__nccl_map_err(e);
+	}
+	return 0;
+}
+
+/* (Ranks elsewhere, across hosts, are initialised there.) */
+static int init_ranks(struct ncomm *c, const ncclUniqueId *idp)
 {
 	const struct cgr__ncclrt *rt = c->rt;
 	int n = c->base.n, ret = 0;
@@ -123,14 +141,15 @@ static int init_ranks(struct ncomm *c)
 	ncclUniqueId id;
 	ncclResult_t e;
 
-	if ((e = rt->get_unique_id(&id)) != ncclSuccess) {
-		cgr__warn(c->base.log, "nccl: ncclGetUniqueId: %s",
-			  cgr__nccl_res_text(rt, e).s);
-		return cgr__nccl_map_err(e);
-	}
+	if (idp != NULL)
+		id = *idp;
+	else if ((ret = new_id(rt, c->base.log, &id)) != 0)
+		return ret;
 	rt->group_start();
 	for (int r = 0; r < n && ret == 0; r++) {
 		ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+		if (c->rk[r].dev < 0)
+			continue;
 		cfg.blocking = 0;
 		cgr__cuda_stream_use(c->rk[r].own);
 		e = rt->init_rank_config(&c->rk[r].nc, n, id, r, &cfg);
@@ -150,6 +169,8 @@ static int init_ranks(struct ncomm *c)
 		ret = cgr__nccl_map_err(e);
 	}
 	for (int r = 0; r < n && ret == 0; r++) {
+		if (c->rk[r].dev < 0)
+			continue;
 		pthread_mutex_lock(&c->rk[r].lock);
 		ret = cgr__nccl_settle(c, r, deadline, "initialisation");
 		pthread_mutex_unlock(&c->rk[r].lock);
@@ -181,10 +202,13 @@ static void comm_free(struct ncomm *c)
 		pthread_mutex_destroy(&c->rk[r].lock);
 		cgr__free(a, c->rk[r].g, c->rk[r].gcap * sizeof(struct gop), 16);
 	}
-	/* Made with cgr__cpu_comm_create: no head of their own. */
-	if (c->sd != NULL)
+	/* Made with cgr__cpu_comm_create: no head of their own (across
+	 * hosts they are the maker's: far.gone). */
+	if (c->far.gone != NULL)
+		c->far.gone(c->far.arg);
+	if (c->sd != NULL && !c->borrowed)
 		c->sd->ops->destroy(c->sd);
-	if (c->rd != NULL)
+	if (c->rd != NULL && !c->borrowed)
 		c->rd->ops->destroy(c->rd);
 	pool_drain(c);
 	pthread_mutex_destroy(&c->pool_lock);
@@ -224,6 +248,8 @@ static void finalize_ranks(struct ncomm *c)
 
 	for (int r = 0; r < n && cgr__nccl_failed(c) == 0; r++) {
 		ncclResult_t e;
+		if (c->rk[r].nc == NULL)
+			continue; /* elsewhere */
 		pthread_mutex_lock(&c->rk[r].lock);
 		e = c->rt->finalize(c->rk[r].nc);
 		pthread_mutex_unlock(&c->rk[r].lock);
@@ -233,6 +259,8 @@ static void finalize_ranks(struct ncomm *c)
 				       cgr__nccl_res_text(c->rt, e).s);
 	}
 	for (int r = 0; r < n && cgr__nccl_failed(c) == 0; r++) {
+		if (c->rk[r].nc == NULL)
+			continue;
 		pthread_mutex_lock(&c->rk[r].lock);
 		cgr__nccl_settle(c, r, deadline, "finalize");
 		pthread_mutex_unlock(&c->rk[r].lock);
@@ -240,7 +268,8 @@ static void finalize_ranks(struct ncomm *c)
 	if (cgr__nccl_failed(c) != 0)
 		return; /* aborted instead */
 	for (int r = 0; r < n; r++) {
-		c->rt->destroy(c->rk[r].nc);
+		if (c->rk[r].nc != NULL)
+			c->rt->destroy(c->rk[r].nc);
 		c->rk[r].nc = NULL;
 	}
 }
@@ -256,6 +285,8 @@ static void nccl_destroy(cgr_comm *cc)
 {
 	struct ncomm *c = cgr__nccl_of(cc);
 
+	if (c->far.going != NULL)
+		c->far.going(c->far.arg);
 	if (cgr__nccl_failed(c) == 0)
 		finalize_ranks(c);
 	pthread_mutex_lock(&c->fail_lock);
@@ -306,12 +337,11 @@ static const struct cgr__comm_ops nccl_ops = {
 	.errmsg = nccl_errmsg,
 };
 
-int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,
-			  cgr_comm **out)
+/* The context's NCCL (loaded on first use): 0, or -ENODEV (logged). */
+static int nccl_rt(cgr_ctx *ctx, const struct cgr__ncclrt **out)
 {
-	struct ncomm *c;
 	void *p;
-	int dev[CGR_MAX_RANKS], ret;
+	int ret;
 
 	ret = cgr__ctx_state(ctx, &cgr__nccl_key, rt_make, rt_fini, &p);
 	if (ret < 0)
@@ -321,18 +351,40 @@ int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,
 			  ((struct cgr__ncclrt *)p)->why);
 		return -ENODEV;
 	}
-	if ((ret = rank_devices(ctx, members, n, dev)) < 0)
+	*out = p;
+	return 0;
+}
+
+/* A communicator of n ranks (members: see rank_devices), initialised from
+ * id (NULL: a new one); sd and rd the agreement's (NULL: made here, two
+ * CPU communicators); far the maker's additions across hosts. */
+static int comm_make(cgr_ctx *ctx, cgr_worker *const *members, int n,
+		     const ncclUniqueId *id, cgr_comm *sd, cgr_comm *rd,
+		     const struct cgr__nccl_far *far, cgr_comm **out)
+{
+	const struct cgr__ncclrt *rt;
+	struct ncomm *c;
+	int dev[CGR_MAX_RANKS], ret;
+
+	if ((ret = nccl_rt(ctx, &rt)) < 0)
+		return ret;
+	if ((ret = rank_devices(ctx, members, n, far != NULL, dev)) < 0)
 		return ret;
 	c = cgr__alloc(&ctx->arena, sizeof(*c) + (size_t)n * sizeof(struct nrank),
 		       64);
 	if (c == NULL)
 		return -ENOMEM;
+	memset(c, 0, sizeof(*c) + (size_t)n * sizeof(struct nrank));
 	c->base.ops = &nccl_ops;
 	c->base.ctx = ctx;
 	c->base.arena = &ctx->arena;
 	c->base.log = &ctx->log;
 	c->base.n = n;
-	c->rt = p;
+	c->rt = rt;
+	if (far != NULL)
+		c->far = *far;
+	c->borrowed = far != NULL;
+	atomic_init(&c->far_next, 0);
 	atomic_init(&c->failed, 0);
 	atomic_init(&c->aborter_done, false);
 	atomic_init(&c->refs, 1);
@@ -343,18 +395,55 @@ int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,
 		c->rk[r].pool = NULL;
 		pthread_mutex_init(&c->rk[r].lock, NULL);
 	}
-	ret = cgr__cpu_comm_create(ctx, n, NULL, &c->sd);
-	if (ret == 0)
+	c->sd = sd;
+	c->rd = rd;
+	ret = 0;
+	if (sd == NULL)
+		ret = cgr__cpu_comm_create(ctx, n, NULL, &c->sd);
+	if (ret == 0 && rd == NULL)
 		ret = cgr__cpu_comm_create(ctx, n, NULL, &c->rd);
 	for (int r = 0; r < n && ret == 0; r++)
-		ret = cgr_stream_create(ctx, dev[r], 0, &c->rk[r].own);
+		if (dev[r] >= 0)
+			ret = cgr_stream_create(ctx, dev[r], 0, &c->rk[r].own);
 	if (ret == 0)
-		ret = init_ranks(c);
+		ret = init_ranks(c, id);
 	if (ret < 0) {
 		join_aborter(c);
+		c->far.gone = NULL; /* failed: far's arg stays the caller's */
 		comm_free(c);
 		return ret;
 	}
 	*out = &c->base;
 	return 0;
+}
+
+int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,
+			  cgr_comm **out)
+{
+	return comm_make(ctx, members, n, NULL, NULL, NULL, NULL, out);
+}
+
+int cgr__nccl_far_id(cgr_ctx *ctx, void *id)
+{
+	const struct cgr__ncclrt *rt;
+	ncclUniqueId u;
+	int ret;
+
+	_Static_assert(sizeof(u) == CGR__NCCL_ID_BYTES, "NCCL's unique id");
+	if ((ret = nccl_rt(ctx, &rt)) < 0 ||
+	    (ret = new_id(rt, &ctx->log, &u)) < 0)
+		return ret;
+	memcpy(id, &u, sizeof(u));
+	return 0;
+}
+
+int cgr__nccl_far_part(cgr_ctx *ctx, cgr_worker *const *members, int n,
+		       const void *id, cgr_comm *sd, cgr_comm *rd,
+		       const struct cgr__nccl_far *far, cgr_comm **out)
+{
+	struct cgr__nccl_far none = { 0 };
+	ncclUniqueId u;
+
+	memcpy(&u, id, sizeof(u));
+	return comm_make(ctx, members, n, &u, sd, rd, far ? far : &none, out);
 }

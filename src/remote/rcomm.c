@@ -1671,15 +1671,257 @@ static int hosts_of(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 				 members[i]->name, members[i]->ops->name);
 			return -ENOTSUP;
 		}
+#ifndef HAVE_NCCL
 	if (backend == CGR_BACKEND_NCCL) {
-		cgr__err(&ctx->log, "cgr_comm_create: NCCL communicators do "
-				    "not cross hosts yet (members on ranks %u "
-				    "and %u)",
-			 host[0], j->rank);
-		return -ENOTSUP;
+		cgr__info(&ctx->log, "nccl: this build has no NCCL backend");
+		return -EOPNOTSUPP;
 	}
+#else
+	for (size_t i = 0; backend == CGR_BACKEND_NCCL && i < n; i++)
+		if (ctx->worker_device == NULL ||
+		    ctx->worker_device(members[i]) < 0) {
+			cgr__err(&ctx->log, "cgr_comm_create: NCCL: worker %s "
+					    "(rank %zu) owns no CUDA device",
+				 members[i]->name, i);
+			return -EINVAL;
+		}
+#endif
 	return 0;
 }
+
+/* ---- NCCL across hosts ------------------------------------------------- */
+
+#ifdef HAVE_NCCL
+/*
+ * An NCCL communicator whose ranks are on several hosts: the driver makes
+ * a unique id (ncclGetUniqueId, its NCCL) and the two CPU communicators
+ * across hosts its agreement runs over (records before every launch, as
+ * on one host), then sends every host with ranks COMM_NEW with both ids
+ * and the NCCL id; each host initialises its ranks from it (one group) and
+ * answers COMM_MADE once every rank of every host joined.  Each host's
+ * part is the NCCL backend's communicator (comm/nccl_*.c) with the other
+ * hosts' ranks elsewhere, listed under the same id for cgr_task_comm.
+ * The driver's destroy sends COMM_FREE first, so every host finalizes its
+ * ranks at once, then frees the two CPU communicators (their own
+ * COMM_FREE, after it on the same link).  A lost host of it fails every
+ * part that polls NCCL meanwhile (CGR_EHOSTLOST).
+ */
+struct nfar {
+	struct cgr_job *j;
+	cgr_comm *sd, *rd; /* the driver's own; elsewhere its shares */
+	uint32_t *host;	   /* per rank */
+	size_t n;
+	uint64_t id;
+	bool driver;
+};
+
+static int nfar_lost(void *arg, char *why, size_t len)
+{
+	struct nfar *nf = arg;
+	const char *w = "";
+
+	for (size_t r = 0; r < nf->n; r++)
+		if (nf->host[r] != nf->j->rank &&
+		    cgr__job_lost(nf->j, nf->host[r], &w)) {
+			/* (w names the host.) */
+			snprintf(why, len, "%s", w != NULL ? w : "a host lost");
+			return CGR_EHOSTLOST;
+		}
+	return 0;
+}
+
+/* Sends m (and payload) to every host with ranks but this one. */
+static int nfar_each(struct cgr_job *j, const uint32_t *host, size_t n,
+		     const struct cgr__rmsg *m, const void *payload,
+		     size_t len)
+{
+	int ret = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		size_t q = 0;
+		while (q < i && host[q] != host[i])
+			q++;
+		if (q == i && host[i] != j->rank && ret == 0)
+			ret = cgr__job_send(j, host[i], m, payload, len);
+	}
+	return ret;
+}
+
+static void nfar_going(void *arg)
+{
+	struct nfar *nf = arg;
+	struct cgr__rmsg m;
+
+	if (!nf->driver)
+		return;
+	memset(&m, 0, sizeof(m));
+	m.type = CGR__RM_COMM_FREE;
+	m.gid = nf->id;
+	(void)nfar_each(nf->j, nf->host, nf->n, &m, NULL, 0);
+}
+
+static void nfar_gone(void *arg)
+{
+	struct nfar *nf = arg;
+
+	if (nf->driver) {
+		cgr_comm_destroy(nf->sd);
+		cgr_comm_destroy(nf->rd);
+	}
+	free(nf->host);
+	free(nf);
+}
+
+static struct nfar *nfar_new(struct cgr_job *j, const uint32_t *host,
+			     size_t n, uint64_t id)
+{
+	struct nfar *nf = calloc(1, sizeof(*nf));
+
+	if (nf != NULL && (nf->host = malloc(n * sizeof(*host))) == NULL) {
+		free(nf);
+		nf = NULL;
+	}
+	if (nf != NULL) {
+		memcpy(nf->host, host, n * sizeof(*host));
+		nf->j = j;
+		nf->n = n;
+		nf->id = id;
+	}
+	return nf;
+}
+
+/* COMM_NEW's payload for an NCCL communicator: the hosts and indices,
+ * then this. */
+struct nfar_msg {
+	uint64_t sd, rd;
+	unsigned char id[CGR__NCCL_ID_BYTES];
+};
+
+/* This host's part (members: NULL elsewhere), listed under nf->id; nf is
+ * the part's from here on (freed with it, or here on failure, the
+ * driver's sd and rd with it). */
+static int nfar_part(cgr_ctx *ctx, cgr_worker *const *members,
+		     cgr_worker *const *all, struct nfar *nf, const void *id,
+		     cgr_comm **out)
+{
+	struct cgr__nccl_far far = { nf, nfar_going, nfar_gone, nfar_lost };
+	cgr_comm *c;
+	int ret;
+
+	ret = cgr__nccl_far_part(ctx, members, (int)nf->n, id, nf->sd, nf->rd,
+				 &far, &c);
+	if (ret < 0) {
+		nfar_gone(nf);
+		return ret;
+	}
+	c->hosts = nf->host;
+	if ((ret = cgr__comm_finish(ctx, c, all, nf->n, CGR_BACKEND_NCCL,
+				    nf->id)) < 0)
+		return ret; /* c destroyed, nf with it */
+	*out = c;
+	return 0;
+}
+
+static int nccl_far_create(cgr_ctx *ctx, cgr_worker *const *members,
+			   size_t n, const uint32_t *pl, cgr_comm **out)
+{
+	struct cgr_job *j = ctx->job;
+	size_t len = 2 * n * sizeof(*pl) + sizeof(struct nfar_msg);
+	unsigned char *pay = malloc(len);
+	cgr_worker **mine = calloc(n, sizeof(*mine));
+	struct nfar_msg fm;
+	struct nfar *nf = NULL;
+	cgr_comm *sd = NULL, *rd = NULL, *c = NULL;
+	struct cgr__rmsg m;
+	int ret = pay != NULL && mine != NULL ? 0 : -ENOMEM;
+
+	if (ret == 0)
+		ret = cgr__nccl_far_id(ctx, fm.id);
+	if (ret == 0)
+		ret = cgr__rcomm_create(ctx, members, n, CGR_BACKEND_CPU, &sd);
+	if (ret == 0)
+		ret = cgr__rcomm_create(ctx, members, n, CGR_BACKEND_CPU, &rd);
+	if (ret == 0 &&
+	    (nf = nfar_new(j, pl, n, cgr__comm_new_id(ctx))) == NULL)
+		ret = -ENOMEM;
+	if (ret != 0) {
+		cgr_comm_destroy(sd);
+		cgr_comm_destroy(rd);
+		free(pay);
+		free(mine);
+		return ret;
+	}
+	nf->sd = sd, nf->rd = rd, nf->driver = true;
+	fm.sd = cgr_comm_id(sd);
+	fm.rd = cgr_comm_id(rd);
+	memcpy(pay, pl, 2 * n * sizeof(*pl));
+	memcpy(pay + 2 * n * sizeof(*pl), &fm, sizeof(fm));
+	memset(&m, 0, sizeof(m));
+	m.type = CGR__RM_COMM_NEW;
+	m.gid = nf->id;
+	m.nranks = (uint32_t)n;
+	for (size_t i = 0; i < n; i++)
+		mine[i] = pl[i] == j->rank ? members[i] : NULL;
+	/* Every host initialises its ranks meanwhile (NCCL's init waits
+	 * for all of them). */
+	ret = nfar_each(j, pl, n, &m, pay, len);
+	if (ret == 0)
+		ret = nfar_part(ctx, mine, members, nf, fm.id, &c);
+	else
+		nfar_gone(nf);
+	for (size_t i = 0; i < n; i++) {
+		size_t q = 0;
+		struct cgr__cmsg *r;
+		int e;
+		while (q < i && pl[q] != pl[i])
+			q++;
+		if (q != i || pl[i] == j->rank)
+			continue;
+		e = cgr__job_await(j, pl[i], CGR__RM_COMM_MADE, m.gid,
+				   CGR_FOREVER, &r);
+		if (e == 0) {
+			e = r->m.code;
+			if (e < 0)
+				cgr__err(&ctx->log, "cgr_comm_create: host %s "
+						    "(rank %u): %s",
+					 host_name(j, pl[i]), pl[i], r->m.text);
+			free(r);
+		}
+		if (ret == 0)
+			ret = e;
+	}
+	free(pay);
+	free(mine);
+	if (ret != 0) {
+		cgr_comm_destroy(c);
+		return ret;
+	}
+	*out = c;
+	return 0;
+}
+
+/* A host's part of the driver's NCCL communicator (COMM_NEW cm). */
+static int nccl_far_serve(struct cgr_job *j, cgr_ctx *ctx,
+			  const struct cgr__cmsg *cm, cgr_worker *const *members)
+{
+	size_t n = cm->m.nranks;
+	const uint32_t *host = (const uint32_t *)(const void *)cm->payload;
+	struct nfar_msg fm;
+	struct nfar *nf;
+	cgr_comm *c;
+
+	memcpy(&fm, cm->payload + 2 * n * sizeof(*host), sizeof(fm));
+	if ((nf = nfar_new(j, host, n, cm->m.gid)) == NULL)
+		return -ENOMEM;
+	nf->sd = cgr__comm_find(ctx, fm.sd);
+	nf->rd = cgr__comm_find(ctx, fm.rd);
+	if (nf->sd == NULL || nf->rd == NULL) {
+		nfar_gone(nf);
+		return -EPROTO;
+	}
+	return nfar_part(ctx, members, members, nf, fm.id, &c);
+}
+#endif
 
 int cgr__rcomm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 		      int backend, cgr_comm **out)
@@ -1697,6 +1939,13 @@ int cgr__rcomm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 	ret = hosts_of(ctx, members, n, backend, pl);
 	for (size_t i = 0; i < n; i++)
 		pl[n + i] = members[i]->index;
+#ifdef HAVE_NCCL
+	if (ret == 0 && backend == CGR_BACKEND_NCCL) {
+		ret = nccl_far_create(ctx, members, n, pl, out);
+		free(pl);
+		return ret;
+	}
+#endif
 	if (ret == 0)
 		ret = rc_make(ctx, j, members, pl, n, cgr__comm_new_id(ctx),
 			      &rc);
@@ -1758,8 +2007,15 @@ int cgr__rcomm_serve_new(struct cgr_job *j, cgr_ctx *ctx,
 	cgr_worker **members;
 	int ret = 0;
 
-	if (ctx == NULL || n == 0 || n > CGR_MAX_RANKS ||
-	    cm->m.payload != 2 * n * sizeof(uint32_t) || cm->m.gid == 0)
+	bool nccl = false;
+
+	if (ctx == NULL || n == 0 || n > CGR_MAX_RANKS || cm->m.gid == 0)
+		return -EPROTO;
+#ifdef HAVE_NCCL
+	nccl = cm->m.payload ==
+	       2 * n * sizeof(uint32_t) + sizeof(struct nfar_msg);
+#endif
+	if (cm->m.payload != 2 * n * sizeof(uint32_t) && !nccl)
 		return -EPROTO;
 	if (cgr__comm_find(ctx, cm->m.gid) != NULL)
 		return -EEXIST;
@@ -1775,6 +2031,11 @@ int cgr__rcomm_serve_new(struct cgr_job *j, cgr_ctx *ctx,
 		else
 			members[i] = local[index[i]];
 	}
+#ifdef HAVE_NCCL
+	if (ret == 0 && nccl)
+		ret = nccl_far_serve(j, ctx, cm, members);
+	else
+#endif
 	if (ret == 0)
 		ret = rc_make(ctx, j, members, host, n, cm->m.gid, &rc);
 	free(members);
