@@ -178,7 +178,9 @@ static size_t run_op(cgr_comm *cm, int n, int r, const struct cmd *c,
 	}
 	/* On a device: copies there (rb's 0xAB too), read back at the end. */
 	const struct netcomm_mem *dm = ref ? NULL : netcomm_mem;
-	unsigned char *db = dm ? dm->alloc(nr * es + 1) : rb;
+	/* (Room for a count one larger, as in out: fault 2's rank receives
+	 * that from itself in a group.) */
+	unsigned char *db = dm ? dm->alloc((nr + (size_t)n) * es + 1) : rb;
 	unsigned char *ds = !dm ? s : c->inplace ? db :
 				  dm->alloc((ns + (size_t)n) * es + 1);
 	if (dm != NULL) {
