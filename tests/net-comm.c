@@ -468,9 +468,27 @@ static void one(cgr_compiled *g, cgr_comm *ref, int n, const struct cmd *c,
 	cgr_ref_release(g, r);
 }
 
-/* Every operation over one layout's communicator. */
+/* One execution of c over the graph against the reference, but a
+ * reduction of int16 or uint16 on NCCL (nccl), which every rank refuses
+ * (-EINVAL): NCCL cannot reduce them. */
+static void one_of(cgr_compiled *g, cgr_comm *ref, int n, const struct cmd *c,
+		   bool nccl, struct tally *t)
+{
+	bool red = c->kind == CGR_COLL_ALLREDUCE ||
+		   c->kind == CGR_COLL_REDUCE ||
+		   c->kind == CGR_COLL_REDUCESCATTER;
+
+	if (nccl && red && c->fault == 0 &&
+	    (c->dtype == CGR_INT16 || c->dtype == CGR_UINT16))
+		one(g, NULL, n, c, -EINVAL, t);
+	else
+		one(g, ref, n, c, 0, t);
+}
+
+/* Every operation over one layout's communicator (nccl: an NCCL one, its
+ * ranks' buffers in device memory; no streams of the simulated device). */
 static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
-		  struct tally *t)
+		  bool nccl, struct tally *t)
 {
 	static const uint32_t counts[] = { 0, 1, 7, BIGC };
 	struct cmd c = { .id = cgr_comm_id(cm) };
@@ -487,7 +505,7 @@ static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
 				c.fault = 0;
 				if (counts[ci] == BIGC && dt % 3 != 2)
 					continue; /* large: some dtypes */
-				one(g, ref, n, &c, 0, t);
+				one_of(g, ref, n, &c, nccl, t);
 			}
 	/* One member's invalid argument, and its different count. */
 	for (int k = CGR_COLL_ALLREDUCE; k <= CGR_COLL_ALLTOALL; k++)
@@ -499,7 +517,7 @@ static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
 			c.fault = f;
 			c.who = (uint8_t)(c.seed++ % (unsigned)n);
 			c.root = (uint8_t)((c.who + 1) % n);
-			one(g, ref, n, &c, 0, t);
+			one_of(g, ref, n, &c, nccl, t);
 		}
 	/* Allreduces and broadcasts above the size that splits them (16 KiB:
 	 * each rank reduces, or takes from the root, one block, then every
@@ -516,7 +534,7 @@ static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
 			c.fault = 0;
 			c.inplace = ip;
 			c.seed++;
-			one(g, ref, n, &c, 0, t);
+			one_of(g, ref, n, &c, nccl, t);
 		}
 	/* Data of 64 KiB and more to another host leaves straight from the
 	 * rank's buffers, the operation waiting until UCX is done with
@@ -532,7 +550,7 @@ static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
 			c.inplace = ip && (k == CGR_COLL_ALLREDUCE ||
 					   k == CGR_COLL_BROADCAST);
 			c.seed++;
-			one(g, ref, n, &c, 0, t);
+			one_of(g, ref, n, &c, nccl, t);
 		}
 	c.inplace = 0;
 	/* Groups: an allreduce and sends and receives among all ranks;
@@ -547,11 +565,11 @@ static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
 			c.fault = f;
 			c.who = (uint8_t)(c.seed++ % (unsigned)n);
 			if (f == 0 || c.count == 7)
-				one(g, ref, n, &c, 0, t);
+				one_of(g, ref, n, &c, nccl, t);
 		}
 	c.fault = 0;
 	/* Ranks here on streams (the others on their threads). */
-	for (int ci = 0; ci < 4; ci++)
+	for (int ci = 0; ci < 4 && !nccl; ci++)
 		for (uint8_t f = 0; f <= 1; f++) {
 			c.kind = OP_STREAM;
 			c.dtype = CGR_FLOAT32;
@@ -561,7 +579,7 @@ static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
 			c.fault = f;
 			c.who = (uint8_t)(c.seed++ % (unsigned)n);
 			if (f == 0 || c.count == 7)
-				one(g, ref, n, &c, 0, t);
+				one_of(g, ref, n, &c, nccl, t);
 		}
 	c.fault = 0;
 }
@@ -784,7 +802,7 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 				cgr_strerror(ret));
 			break;
 		}
-		cases(g, cm, ref, n, &t);
+		cases(g, cm, ref, n, false, &t);
 		if (l == 0) {
 			timed(g, cm, n, &op_us, &base_us);
 			refusals(ctx, mw, n, cm, &t);
@@ -835,79 +853,6 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 }
 
 /* ---- NCCL across hosts (the ncomm mode) -------------------------------- */
-
-/* Every operation over an NCCL communicator across hosts: as cases(),
- * without what NCCL does not do (reductions of int16 and uint16: -EINVAL
- * on every rank; operations on streams of the simulated device). */
-static void ncases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
-		   struct tally *t)
-{
-	static const uint32_t counts[] = { 0, 1, 7, BIGC };
-	struct cmd c = { .id = cgr_comm_id(cm) };
-
-	for (int k = CGR_COLL_ALLREDUCE; k <= CGR_COLL_ALLTOALL + 1; k++)
-		for (int dt = 0; dt < CGR_DTYPE_COUNT; dt++)
-			for (int ci = 0; ci < 4; ci++) {
-				bool red = k == CGR_COLL_ALLREDUCE ||
-					   k == CGR_COLL_REDUCE ||
-					   k == CGR_COLL_REDUCESCATTER;
-				c.kind = k > CGR_COLL_ALLTOALL ? OP_P2P : k;
-				c.dtype = (uint8_t)dt;
-				c.count = counts[ci];
-				c.op = (uint8_t)((dt + ci) % CGR_REDOP_COUNT);
-				c.root = (uint8_t)(c.seed % (unsigned)n);
-				c.seed++;
-				if (counts[ci] == BIGC && dt % 3 != 2)
-					continue;
-				if (red && (dt == CGR_INT16 ||
-					    dt == CGR_UINT16)) {
-					one(g, NULL, n, &c, -EINVAL, t);
-					continue;
-				}
-				one(g, ref, n, &c, 0, t);
-			}
-	/* One member's invalid argument, and its different count. */
-	for (int k = CGR_COLL_ALLREDUCE; k <= CGR_COLL_ALLTOALL; k++)
-		for (uint8_t f = 1; f <= 2; f++) {
-			c.kind = k;
-			c.dtype = CGR_FLOAT32;
-			c.count = 5;
-			c.op = CGR_SUM;
-			c.fault = f;
-			c.who = (uint8_t)(c.seed++ % (unsigned)n);
-			c.root = (uint8_t)((c.who + 1) % n);
-			one(g, ref, n, &c, 0, t);
-		}
-	c.fault = 0;
-	/* Large, in place and not. */
-	for (int k = CGR_COLL_ALLREDUCE; k <= CGR_COLL_ALLTOALL + 1; k++)
-		for (uint8_t ip = 0; ip < 2; ip++) {
-			c.kind = k > CGR_COLL_ALLTOALL ? OP_P2P : k;
-			c.dtype = ip ? CGR_FLOAT64 : CGR_INT64;
-			c.count = ZCC;
-			c.op = ip ? CGR_MAX : CGR_SUM;
-			c.root = (uint8_t)(c.seed % (unsigned)n);
-			c.inplace = ip && (k == CGR_COLL_ALLREDUCE ||
-					   k == CGR_COLL_BROADCAST);
-			c.seed++;
-			one(g, ref, n, &c, 0, t);
-		}
-	c.inplace = 0;
-	/* Groups: an allreduce and sends and receives among all ranks;
-	 * one rank's different count. */
-	for (int ci = 0; ci < 4; ci++)
-		for (uint8_t f = 0; f <= 2; f += 2) {
-			c.kind = OP_GROUP;
-			c.dtype = ci % 2 ? CGR_FLOAT64 : CGR_INT32;
-			c.count = counts[ci] == BIGC ? 1000 : counts[ci];
-			c.op = CGR_SUM;
-			c.fault = f;
-			c.who = (uint8_t)(c.seed++ % (unsigned)n);
-			if (f == 0 || c.count == 7)
-				one(g, ref, n, &c, 0, t);
-		}
-	c.fault = 0;
-}
 
 /* What an NCCL communicator across hosts refuses: a collective node on
  * it (device tensors do not cross hosts in graphs yet: -ENOTSUP, saying
@@ -988,7 +933,7 @@ int netcomm_nccl_run(cgr_ctx *ctx, cgr_worker *const *far)
 			cgr_comm_destroy(ref);
 			break;
 		}
-		ncases(g, cm, ref, n, &t);
+		cases(g, cm, ref, n, true, &t);
 		if (l == 1) {
 			/* An abort by one member: every rank -ECANCELED, and
 			 * the next operation too. */

@@ -307,39 +307,35 @@ netns_heal 3
 lost_check loseacomm 13 3500 \
 	"a silent cut of host 3 under an allreduce node on its own communicator"
 
-# 14: CUDA workers on other hosts (the CUDA model).
-netns_mpirun 120 "$tmp/gpu.out" "$tmp/gpu.err" "$bin" gpu
-rc=$?
-if [ $rc = 0 ] && grep -q '^gpu SKIP' "$tmp/gpu.out"; then
-	echo "ok 14 # SKIP $(sed -n 's/^gpu SKIP: //p' "$tmp/gpu.out")"
-elif [ $rc = 0 ] && grep -q '^gpu OK' "$tmp/gpu.out" &&
-	[ "$(grep -c '^nccl rank [012] ops [1-9][0-9]* misuse 0 order ok$' \
-		"$tmp/gpu.out")" = 3 ]; then
-	echo "ok 14 - GPU workers on other hosts (the CUDA and NCCL models):" \
-	     "$(sed -n 's/^gpu OK //p' "$tmp/gpu.out");" \
-	     "$(grep '^nccl rank' "$tmp/gpu.out" | sort | xargs); refused:" \
-	     "$(sed -n 's/^refusal OK \([^:]*\):.*/\1/p' "$tmp/gpu.out" | xargs)"
-else
-	echo "not ok 14 - CUDA workers on other hosts (mpirun exit $rc)"
-	show "$tmp/gpu.out" "$tmp/gpu.err"
-fi
+# Runs the driver in mode $2 (test $1, at most $3 s) over the models of
+# CUDA and NCCL: ok with its "$2 OK" line's rest after "$4" and what
+# each rank's NCCL model saw (nothing NCCL forbids, one order), then what
+# was refused; a skip in a build without them.
+model_check() {
+	netns_mpirun "$3" "$tmp/$2.out" "$tmp/$2.err" "$bin" "$2"
+	rc=$?
+	if [ $rc = 0 ] && grep -q "^$2 SKIP" "$tmp/$2.out"; then
+		echo "ok $1 # SKIP $(sed -n "s/^$2 SKIP: //p" "$tmp/$2.out")"
+	elif [ $rc = 0 ] && grep -q "^$2 OK" "$tmp/$2.out" &&
+		[ "$(grep -c '^nccl rank [012] ops [1-9][0-9]* misuse 0 order ok$' \
+			"$tmp/$2.out")" = 3 ]; then
+		refused=$(sed -n 's/^refusal OK \([^:]*\):.*/\1/p' \
+			"$tmp/$2.out" | xargs)
+		echo "ok $1 - $4 (the CUDA and NCCL models):" \
+		     "$(sed -n "s/^$2 OK //p" "$tmp/$2.out");" \
+		     "$(grep '^nccl rank' "$tmp/$2.out" | sort | xargs)" \
+		     "${refused:+; refused: $refused}"
+	else
+		echo "not ok $1 - $4 (mpirun exit $rc)"
+		show "$tmp/$2.out" "$tmp/$2.err"
+	fi
+}
 
-# 15: NCCL communicators across hosts (the CUDA and NCCL models).
-netns_mpirun 300 "$tmp/ncomm.out" "$tmp/ncomm.err" "$bin" ncomm
-rc=$?
-if [ $rc = 0 ] && grep -q '^ncomm SKIP' "$tmp/ncomm.out"; then
-	echo "ok 15 # SKIP $(sed -n 's/^ncomm SKIP: //p' "$tmp/ncomm.out")"
-elif [ $rc = 0 ] && grep -q '^ncomm OK' "$tmp/ncomm.out" &&
-	[ "$(grep -c '^nccl rank [012] ops [1-9][0-9]* misuse 0 order ok$' \
-		"$tmp/ncomm.out")" = 3 ]; then
-	echo "ok 15 - NCCL communicators across hosts (the CUDA and NCCL" \
-	     "models) equal one host's CPU communicator:" \
-	     "$(sed -n 's/^ncomm OK //p' "$tmp/ncomm.out");" \
-	     "$(grep '^nccl rank' "$tmp/ncomm.out" | sort | xargs)"
-else
-	echo "not ok 15 - NCCL communicators across hosts (mpirun exit $rc)"
-	show "$tmp/ncomm.out" "$tmp/ncomm.err"
-fi
+# 14: CUDA workers on other hosts; 15: NCCL communicators across hosts,
+# equal to one host's CPU communicator.
+model_check 14 gpu 120 "GPU workers on other hosts"
+model_check 15 ncomm 300 \
+	"NCCL communicators across hosts equal one host's CPU communicator"
 
 # 16: kill -9 under an NCCL communicator's allreduce.
 case "$defs" in

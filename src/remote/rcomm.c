@@ -1689,6 +1689,62 @@ static int hosts_of(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 	return 0;
 }
 
+/* Whether host[i] is the first rank of its host among host[0..n), and
+ * not this one's. */
+static bool first_far(const struct cgr_job *j, const uint32_t *host,
+		      size_t i)
+{
+	size_t q = 0;
+
+	while (q < i && host[q] != host[i])
+		q++;
+	return q == i && host[i] != j->rank;
+}
+
+/* Sends m (and payload) to every host with ranks but this one: 0, or the
+ * first failure (no more sent then). */
+static int each_member_host(struct cgr_job *j, const uint32_t *host,
+			    size_t n, const struct cgr__rmsg *m,
+			    const void *payload, size_t len)
+{
+	int ret = 0;
+
+	for (size_t i = 0; i < n && ret == 0; i++)
+		if (first_far(j, host, i))
+			ret = cgr__job_send(j, host[i], m, payload, len);
+	return ret;
+}
+
+/* Every such host's COMM_MADE for communicator gid (each failure logged):
+ * 0, or the first failure. */
+static int await_made(cgr_ctx *ctx, const uint32_t *host, size_t n,
+		      uint64_t gid)
+{
+	struct cgr_job *j = ctx->job;
+	int ret = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct cgr__cmsg *r;
+		int e;
+		if (!first_far(j, host, i))
+			continue;
+		e = cgr__job_await(j, host[i], CGR__RM_COMM_MADE, gid,
+				   CGR_FOREVER, &r);
+		if (e == 0) {
+			e = r->m.code;
+			if (e < 0)
+				cgr__err(&ctx->log, "cgr_comm_create: host %s "
+						    "(rank %u): %s",
+					 host_name(j, host[i]), host[i],
+					 r->m.text);
+			free(r);
+		}
+		if (ret == 0)
+			ret = e;
+	}
+	return ret;
+}
+
 /* ---- NCCL across hosts ------------------------------------------------- */
 
 #ifdef HAVE_NCCL
@@ -1730,23 +1786,6 @@ static int nfar_lost(void *arg, char *why, size_t len)
 	return 0;
 }
 
-/* Sends m (and payload) to every host with ranks but this one. */
-static int nfar_each(struct cgr_job *j, const uint32_t *host, size_t n,
-		     const struct cgr__rmsg *m, const void *payload,
-		     size_t len)
-{
-	int ret = 0;
-
-	for (size_t i = 0; i < n; i++) {
-		size_t q = 0;
-		while (q < i && host[q] != host[i])
-			q++;
-		if (q == i && host[i] != j->rank && ret == 0)
-			ret = cgr__job_send(j, host[i], m, payload, len);
-	}
-	return ret;
-}
-
 static void nfar_going(void *arg)
 {
 	struct nfar *nf = arg;
@@ -1757,7 +1796,7 @@ static void nfar_going(void *arg)
 	memset(&m, 0, sizeof(m));
 	m.type = CGR__RM_COMM_FREE;
 	m.gid = nf->id;
-	(void)nfar_each(nf->j, nf->host, nf->n, &m, NULL, 0);
+	(void)each_member_host(nf->j, nf->host, nf->n, &m, NULL, 0);
 }
 
 static void nfar_gone(void *arg)
@@ -1833,7 +1872,7 @@ static int nccl_far_create(cgr_ctx *ctx, cgr_worker *const *members,
 	struct nfar *nf = NULL;
 	cgr_comm *sd = NULL, *rd = NULL, *c = NULL;
 	struct cgr__rmsg m;
-	int ret = pay != NULL && mine != NULL ? 0 : -ENOMEM;
+	int ret = pay != NULL && mine != NULL ? 0 : -ENOMEM, e;
 
 	if (ret == 0)
 		ret = cgr__nccl_far_id(ctx, fm.id);
@@ -1864,29 +1903,13 @@ static int nccl_far_create(cgr_ctx *ctx, cgr_worker *const *members,
 		mine[i] = pl[i] == j->rank ? members[i] : NULL;
 	/* Every host initialises its ranks meanwhile (NCCL's init waits
 	 * for all of them). */
-	ret = nfar_each(j, pl, n, &m, pay, len);
-	if (ret == 0)
-		ret = nfar_part(ctx, mine, members, nf, fm.id, &c);
-	else
+	ret = each_member_host(j, pl, n, &m, pay, len);
+	if (ret != 0) {
+		/* (Hosts it reached give up on their own: NCCL's init.) */
 		nfar_gone(nf);
-	for (size_t i = 0; i < n; i++) {
-		size_t q = 0;
-		struct cgr__cmsg *r;
-		int e;
-		while (q < i && pl[q] != pl[i])
-			q++;
-		if (q != i || pl[i] == j->rank)
-			continue;
-		e = cgr__job_await(j, pl[i], CGR__RM_COMM_MADE, m.gid,
-				   CGR_FOREVER, &r);
-		if (e == 0) {
-			e = r->m.code;
-			if (e < 0)
-				cgr__err(&ctx->log, "cgr_comm_create: host %s "
-						    "(rank %u): %s",
-					 host_name(j, pl[i]), pl[i], r->m.text);
-			free(r);
-		}
+	} else {
+		ret = nfar_part(ctx, mine, members, nf, fm.id, &c);
+		e = await_made(ctx, pl, n, m.gid);
 		if (ret == 0)
 			ret = e;
 	}
@@ -1959,32 +1982,9 @@ int cgr__rcomm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 	m.gid = rc->head.id;
 	m.nranks = (uint32_t)n;
 	/* Every host with members makes its share; then each says how. */
-	for (size_t i = 0; i < n && ret == 0; i++) {
-		size_t q = 0;
-		while (q < i && pl[q] != pl[i])
-			q++;
-		if (q == i && pl[i] != j->rank)
-			ret = cgr__job_send(j, pl[i], &m, pl,
-					    2 * n * sizeof(*pl));
-	}
-	for (size_t i = 0; i < n && ret == 0; i++) {
-		size_t q = 0;
-		struct cgr__cmsg *r;
-		while (q < i && pl[q] != pl[i])
-			q++;
-		if (q != i || pl[i] == j->rank)
-			continue;
-		ret = cgr__job_await(j, pl[i], CGR__RM_COMM_MADE, m.gid,
-				     CGR_FOREVER, &r);
-		if (ret == 0) {
-			ret = r->m.code;
-			if (ret < 0)
-				cgr__err(&ctx->log, "cgr_comm_create: host %s "
-						    "(rank %u): %s",
-					 host_name(j, pl[i]), pl[i], r->m.text);
-			free(r);
-		}
-	}
+	ret = each_member_host(j, pl, n, &m, pl, 2 * n * sizeof(*pl));
+	if (ret == 0)
+		ret = await_made(ctx, pl, n, m.gid);
 	free(pl);
 	if (ret != 0) {
 		cgr_comm_destroy(&rc->head);
