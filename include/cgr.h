@@ -597,11 +597,13 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * edges (CGR_TRANSPORT_DEVICE) through NCCL whose members are all on one
  * host run there as on one host.  CUDA tensors stay on the host that
  * made them: read there, and carried on to other hosts as host values
- * once a stream task there copied them to host memory, or moved by
- * tasks through an NCCL communicator across hosts (cgr_comm_create).
- * Not across hosts yet: a CUDA tensor read on another host than its
- * maker's in a graph (by a task, a collective node, a device-transport
- * edge, or as a graph output), process workers in a graph that has workers on
+ * once a stream task there copied them to host memory, or moved through
+ * an NCCL communicator across hosts (cgr_comm_create): by tasks that
+ * call it, or by collective nodes on it (cgr_coll_params.comm, each
+ * member reading its own input on its host).  Not across hosts yet: a
+ * CUDA tensor read on another host than its maker's in a graph
+ * otherwise (by a task, a collective node without such a communicator,
+ * a device-transport edge, or as a graph output), process workers in a graph that has workers on
  * other hosts, eager execution (each refused at compile with -ENOTSUP,
  * saying so).  Within a host, rings and shared memory as always: only
  * values whose reader is on another host travel.
@@ -1220,9 +1222,10 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * one host (records only; the data moves through NCCL), so the
  * semantics are those of an NCCL communicator on one host; a lost host
  * fails it (CGR_EHOSTLOST) once a rank polls it; a build without NCCL:
- * -EOPNOTSUPP.  Collective nodes and device edges through NCCL across
- * hosts are not done yet (refused at compile, see "Across hosts").  The
- * rest of this paragraph is the CPU backend's.  Every collective and
+ * -EOPNOTSUPP.  Collective nodes may run on it (cgr_graph_collective);
+ * device edges through NCCL across hosts are not done yet (refused at
+ * compile, see "Across hosts").  The rest of this paragraph is the CPU
+ * backend's.  Every collective and
  * send/recv, same semantics as on one host (agreement before data moves,
  * poisons, CGR_EMISMATCH, -EINVAL for what one rank sees, groups: their
  * collectives in call order, then every send posted before any receive
@@ -1451,6 +1454,18 @@ enum cgr_overlap_mode {
  * graphs compiled with it.  With static_shape every execution is
  * still judged: a later change is CGR_EMISMATCH naming the rank, a
  * member's error value reaches every output with its own code.
+ * Device tensors (inputs from CGR_TASK_DEVICE tasks) across hosts need
+ * comm an NCCL communicator across the hosts (cgr_comm_create with
+ * CGR_BACKEND_NCCL; without one: -ENOTSUP at compile): every execution
+ * the members' records cross first, in an allgather over its CPU
+ * communicator across the hosts, posted by the member's reactor and run
+ * by a stream of its own (the worker never waits for other hosts), then
+ * the data moves through NCCL as on one host; a member's error value
+ * reaches the others whole; static shapes: the lowest rank whose input
+ * changed decides (its error value, or CGR_EMISMATCH), as NCCL's late
+ * verdict does on one host.  Such a communicator serves collective
+ * nodes, or tasks' calls, not both at once (the records of both would
+ * share its CPU communicator).
  * Returns 0, -EINVAL, -ENOMEM.
  */
 int cgr_graph_collective(cgr_graph *g, const cgr_coll_params *p,

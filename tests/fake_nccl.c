@@ -50,8 +50,9 @@
  * processes that map it: each rank computes its own output from every
  * rank's copied input, and a send is copied into its receiver's mailbox
  * (at most FAKE_NCCL_SPAN_CAP bytes an input, default 1 MiB; 16 ranks).
- * An abort there ends every process's waits, and their ranks then report
- * ncclRemoteError (what NCCL reports when a peer went).  Two ranks on one
+ * An abort there, or a rank's process that ended (looked for every 10 ms
+ * while waiting), ends every process's waits, and their ranks then
+ * report ncclRemoteError (what NCCL reports when a peer went).  Two ranks on one
  * device of one host (hostname) are "Duplicate GPU".  Holds and injected
  * failures leave such worlds alone (FAKE_NCCL_SPAN_STALL_AFTER: see
  * xcollective); fake_nccl_ops counts each rank's operations there.
@@ -63,7 +64,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <time.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -441,6 +445,7 @@ struct xworld {
 	uint64_t cap;
 	int dev[XMAXR];
 	char host[XMAXR][64];
+	int pid[XMAXR]; /* each rank's process */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct xslot cs[XFS];
@@ -474,6 +479,61 @@ static void xpath(char *p, size_t len, const char *dir, uint64_t magic)
 		 (unsigned long long)magic);
 }
 
+/* Whether a rank's process ended (a zombie too): NCCL sees its
+ * connections close. */
+static bool xgone(int pid)
+{
+	char path[64], st[256];
+	const char *p;
+	FILE *f;
+	size_t n;
+
+	if (pid <= 0 || pid == getpid())
+		return false;
+	if (kill(pid, 0) != 0 && errno == ESRCH)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if ((f = fopen(path, "r")) == NULL)
+		return true;
+	n = fread(st, 1, sizeof(st) - 1, f);
+	fclose(f);
+	st[n] = 0;
+	p = strrchr(st, ')');
+	return p != NULL && p[1] == ' ' && p[2] == 'Z';
+}
+
+/* Locks x; one whose holder died (a killed process) is made consistent,
+ * and the world is dead. */
+static void xlock(struct xworld *x)
+{
+	if (pthread_mutex_lock(&x->mu) == EOWNERDEAD) {
+		pthread_mutex_consistent(&x->mu);
+		x->dead = 1;
+		pthread_cond_broadcast(&x->cv);
+	}
+}
+
+/* Waits on x (locked) for a while; a rank whose process ended kills the
+ * world, as NCCL reports a peer gone (ncclRemoteError). */
+static void xwait(struct xworld *x)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 10000000;
+	if (ts.tv_nsec >= 1000000000)
+		ts.tv_sec++, ts.tv_nsec -= 1000000000;
+	if (pthread_cond_timedwait(&x->cv, &x->mu, &ts) == EOWNERDEAD) {
+		pthread_mutex_consistent(&x->mu);
+		x->dead = 1;
+	}
+	for (int r = 0; !x->dead && r < x->n; r++)
+		if (xgone(x->pid[r]))
+			x->dead = 1;
+	if (x->dead)
+		pthread_cond_broadcast(&x->cv);
+}
+
 /* A new world's file (by the id's maker): 0, or -1. */
 static int xcreate(const char *dir, uint64_t magic)
 {
@@ -501,6 +561,7 @@ static int xcreate(const char *dir, uint64_t magic)
 	x->cap = cap;
 	pthread_mutexattr_init(&ma);
 	pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED);
+	pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST);
 	pthread_mutex_init(&x->mu, &ma);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED);
@@ -533,7 +594,7 @@ static struct xworld *xopen(const char *dir, uint64_t magic, int n)
 	close(fd);
 	if (x == MAP_FAILED)
 		return NULL;
-	pthread_mutex_lock(&x->mu);
+	xlock(x);
 	if (x->n == 0)
 		x->n = n;
 	else if (x->n != n)
@@ -568,6 +629,8 @@ static void xcompute(struct xworld *x, int i, int r, const struct fop *o)
 	const void *srcs[XMAXR];
 	unsigned char *rb = o->recv;
 
+	if (b == 0)
+		return;
 	switch (o->kind) {
 	case K_ALLREDUCE:
 	case K_REDUCE:
@@ -622,26 +685,27 @@ static void xcollective(struct world *w, int r, const struct fop *op)
 		bad("an input larger than FAKE_NCCL_SPAN_CAP");
 		return;
 	}
-	pthread_mutex_lock(&x->mu);
+	xlock(x);
 	if (stall != NULL && atomic_fetch_add(&nx, 1) >= atol(stall)) {
 		while (!x->dead)
-			pthread_cond_wait(&x->cv, &x->mu);
+			xwait(x);
 		pthread_mutex_unlock(&x->mu);
 		unnote(op->dev, op->logi);
 		return;
 	}
 	while (!x->dead && cs->seq != op->seq && (cs->arrived || cs->left))
-		pthread_cond_wait(&x->cv, &x->mu);
+		xwait(x);
 	if (!x->dead) {
 		cs->seq = op->seq;
-		memcpy(xin(x, i, r), op->send, in);
+		if (in > 0)
+			memcpy(xin(x, i, r), op->send, in);
 		cs->op[r] = (struct xop){ op->kind, (int)op->dt, (int)op->op,
 					  op->root, op->count };
 		cs->arrived++;
 		pthread_cond_broadcast(&x->cv);
 		atomic_fetch_add(&nwaiting, 1);
 		while (!x->dead && cs->arrived < n)
-			pthread_cond_wait(&x->cv, &x->mu);
+			xwait(x);
 		atomic_fetch_sub(&nwaiting, 1);
 	}
 	if (!x->dead) {
@@ -668,7 +732,7 @@ static void xtransfers(struct world *w, int r, const struct fgroup *g)
 {
 	struct xworld *x = w->x;
 
-	pthread_mutex_lock(&x->mu);
+	xlock(x);
 	for (int i = 0; i < g->n && !x->dead; i++) {
 		const struct fop *o = &g->ops[i];
 		struct xq *q = &x->pq[r * XMAXR + o->root];
@@ -680,10 +744,11 @@ static void xtransfers(struct world *w, int r, const struct fgroup *g)
 			continue;
 		}
 		while (!x->dead && q->tail - q->head >= XPQ)
-			pthread_cond_wait(&x->cv, &x->mu);
+			xwait(x);
 		if (x->dead)
 			break;
-		memcpy(xbox(x, r, o->root, q->tail), o->send, b);
+		if (b > 0)
+			memcpy(xbox(x, r, o->root, q->tail), o->send, b);
 		q->count[q->tail % XPQ] = o->count;
 		q->dt[q->tail % XPQ] = (int)o->dt;
 		q->tail++;
@@ -696,13 +761,13 @@ static void xtransfers(struct world *w, int r, const struct fgroup *g)
 		if (o->kind != K_RECV)
 			continue;
 		while (!x->dead && q->tail == q->head)
-			pthread_cond_wait(&x->cv, &x->mu);
+			xwait(x);
 		if (x->dead)
 			break;
 		if (q->count[q->head % XPQ] != o->count ||
 		    q->dt[q->head % XPQ] != (int)o->dt)
 			bad("a send and its receive disagree");
-		else
+		else if (o->count > 0)
 			memcpy(o->recv, xbox(x, o->root, r, q->head),
 			       o->count * tsize(o->dt));
 		q->head++;
@@ -715,7 +780,7 @@ static void xtransfers(struct world *w, int r, const struct fgroup *g)
 /* An abort anywhere ends every process's waits in x. */
 static void xkill(struct xworld *x)
 {
-	pthread_mutex_lock(&x->mu);
+	xlock(x);
 	x->dead = 1;
 	pthread_cond_broadcast(&x->cv);
 	pthread_mutex_unlock(&x->mu);
@@ -726,7 +791,7 @@ static bool xjoined(struct xworld *x, bool *dup)
 {
 	bool all;
 
-	pthread_mutex_lock(&x->mu);
+	xlock(x);
 	all = x->joined == x->n;
 	for (int i = 0; all && i < x->n; i++)
 		for (int j = 0; j < i; j++)
@@ -853,8 +918,9 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
 	}
 	if (c->w->x != NULL) {
 		struct xworld *x = c->w->x;
-		pthread_mutex_lock(&x->mu);
+		xlock(x);
 		x->dev[rank] = dev;
+		x->pid[rank] = getpid();
 		gethostname(x->host[rank], sizeof(x->host[rank]) - 1);
 		x->joined++;
 		pthread_mutex_unlock(&x->mu);

@@ -32,6 +32,13 @@
  *      communicator here (tests/net-comm.c), the NCCL model's worlds
  *      spanning the processes: "ncomm OK ...", then each rank's "nccl
  *      rank R ..." as for gpu.
+ *  ngraph: collective nodes (allreduce, broadcast, allgather) through
+ *      an NCCL communicator across the three ranks, device tasks making
+ *      their inputs and stream tasks copying their outputs to host
+ *      memory on each member's host, against the same graph on three
+ *      GPUs here and a direct computation, error values crossing; the
+ *      same across the hosts without a communicator refused:
+ *      "ngraph OK ...", "refusal OK ...", and "nccl rank R ..." lines.
  *  coll: every collective kind with members on several hosts against
  *      the same graph on one host (tests/net-coll.c): "coll OK ...".
  *  comm: communicators over workers of several hosts, called directly by
@@ -832,6 +839,7 @@ static int gpu(cgr_ctx *ctx)
 #endif
 
 #if defined(CGR_FAKE_CUDART) && defined(CGR_FAKE_NCCL)
+#define NGRAPH_MAX 65536 /* ngraph's largest argument */
 /* ncomm: NCCL communicators across hosts (tests/net-comm.c), over the
  * models of CUDA and NCCL; the tasks' buffers are the CUDA model's device
  * memory. */
@@ -884,7 +892,7 @@ static int span_make(void)
 {
 	const char *t = getenv("TMPDIR");
 
-	snprintf(span_dir, sizeof(span_dir), "%s/fake-nccl-XXXXXX",
+	snprintf(span_dir, sizeof(span_dir), "%.500s/fake-nccl-XXXXXX",
 		 t != NULL && t[0] == '/' ? t : "/tmp");
 	if (mkdtemp(span_dir) == NULL)
 		return -1;
@@ -900,7 +908,8 @@ static void span_drop(void)
 
 	while (d != NULL && (e = readdir(d)) != NULL)
 		if (e->d_name[0] != '.') {
-			snprintf(p, sizeof(p), "%s/%s", span_dir, e->d_name);
+			snprintf(p, sizeof(p), "%.300s/%.250s", span_dir,
+				 e->d_name);
 			unlink(p);
 		}
 	if (d != NULL)
@@ -908,25 +917,245 @@ static void span_drop(void)
 	rmdir(span_dir);
 }
 
-static int ncomm(cgr_ctx *ctx)
+/* ngraph: collective nodes through NCCL across the hosts.  Member k
+ * (w[k]) mixes the argument on its GPU (gpu_mix, stage k: member 1
+ * refuses a first byte 0xEE); each member's results are copied to host
+ * memory by a stream task there.  Variant 0: an allreduce (sum) of the
+ * three, a broadcast of that from member 2 and an allgather of the
+ * mixed inputs: outputs o0..o2 (the broadcast), a0..a2 (the allgather).
+ * Variant 1: the allreduce with static shapes (o0..o2), and a bucketed
+ * allgather of each member's input twice (a0, a0b .. a2, a2b).  comm: an
+ * NCCL communicator of the three (NULL: the compile's, on one host). */
+#define NGRAPH_OUTS(v) ((v) ? 9 : 6)
+static int ngraph_build(cgr_ctx *ctx, cgr_worker *const *w, cgr_comm *comm,
+			int variant, cgr_compiled **out)
 {
-	static const char *names[5] = { "d0", "d1", "d2", "e1", "e2" };
-	static const int rank[5] = { 0, 1, 2, 1, 2 }, dev[5] = { 0, 0, 0, 1, 1 };
+	static const char *xn[3] = { "x0", "x1", "x2" };
+	static const char *on[9] = { "o0", "o1", "o2", "a0", "a1", "a2",
+				     "a0b", "a1b", "a2b" };
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	cgr_coll_params ar = CGR_COLL_PARAMS_INIT;
+	cgr_node *n, *x[6], *y[3], *z[3], *a[6], *o[9], **b = variant ? y : z;
+	cgr_graph *g;
+	int ret = cgr_graph_create(ctx, &g);
+
+	if (ret == 0)
+		ret = cgr_graph_input(g, 0, &n);
+	for (int k = 0; k < 3 && ret == 0; k++)
+		ret = gpu_task(g, w[k], xn[k], gpu_mix, CGR_TASK_DEVICE, k, n,
+			       &x[k]);
+	ar.comm = comm;
+	ar.kind = CGR_COLL_ALLREDUCE, ar.op = CGR_SUM, ar.name = "sum";
+	ar.static_shape = variant;
+	if (ret == 0)
+		ret = cgr_graph_collective(g, &ar, w, 3, x, 3, y, 3);
+	ar.static_shape = 0;
+	ar.kind = CGR_COLL_BROADCAST, ar.root = 2, ar.name = "bcast";
+	if (ret == 0 && variant == 0)
+		ret = cgr_graph_collective(g, &ar, w, 3, &y[2], 1, z, 3);
+	ar.kind = CGR_COLL_ALLGATHER, ar.root = 0, ar.name = "gather";
+	if (variant) { /* each member's input twice: a bucket of two */
+		ar.ntensors = 2;
+		for (int k = 2; k >= 0; k--)
+			x[2 * k] = x[2 * k + 1] = x[k];
+	}
+	if (ret == 0)
+		ret = cgr_graph_collective(g, &ar, w, 3, x, variant ? 6 : 3, a,
+					   variant ? 6 : 3);
+	for (int k = 0; k < 3 && ret == 0; k++) {
+		ret = gpu_task(g, w[k], on[k], gpu_d2h, CGR_TASK_STREAM, 0,
+			       b[k], &o[k]);
+		for (int t = 0; t < (variant ? 2 : 1) && ret == 0; t++)
+			ret = gpu_task(g, w[k], on[3 + 3 * t + k], gpu_d2h,
+				       CGR_TASK_STREAM, 0,
+				       a[variant ? 2 * k + t : k],
+				       &o[3 + 3 * t + k]);
+	}
+	if (ret == 0)
+		ret = cgr_graph_output(g, o, NGRAPH_OUTS(variant));
+	cp.max_inflight = 4;
+	cp.max_value_bytes = MAXV;
+	cp.get_timeout_ns = 30 * SEC;
+	if (ret == 0)
+		ret = cgr_graph_compile(g, &cp, out);
+	if (ret != 0)
+		printf("ngraph build: %s: %s\n", cgr_strerror(ret),
+		       cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	return ret;
+}
+
+/* Whether o (output q of ngraph for the argument in, len bytes) is
+ * right: the sum of the three mixes (o0..o2), their concatenation
+ * (a0..), or member 1's error value everywhere when it refused. */
+static bool ngraph_ok(const cgr_value *o, int q, const unsigned char *in,
+		      size_t len)
+{
+	unsigned char m[3][NGRAPH_MAX];
+	const unsigned char *d = o->u.bytes.data;
+
+	if (len > 0 && in[0] == 0xEE)
+		return o->kind == CGR_VALUE_ERROR && o->code == -EDOM &&
+		       strcmp(o->u.error.task, "x1") == 0 &&
+		       strstr(o->u.error.msg, "refuses 0xEE") != NULL;
+	if (o->kind != CGR_VALUE_BYTES ||
+	    o->u.bytes.len != (q < 3 ? len : 3 * len))
+		return false;
+	for (int k = 0; k < 3; k++)
+		mix(m[k], in, len, k);
+	for (size_t b = 0; b < len; b++)
+		if (q < 3 ? d[b] != (unsigned char)(m[0][b] + m[1][b] + m[2][b]) :
+			    d[b] != m[0][b] || d[len + b] != m[1][b] ||
+				    d[2 * len + b] != m[2][b])
+			return false;
+	return true;
+}
+
+/* Whether outputs f and n of the two graphs are the same (error values:
+ * code, origin task and message, but the origin's worker: d1 and l1). */
+static bool ngraph_same(const cgr_value *f, const cgr_value *n)
+{
+	const char *a, *b;
+
+	if (f->kind != n->kind)
+		return false;
+	if (f->kind == CGR_VALUE_BYTES)
+		return f->u.bytes.len == n->u.bytes.len &&
+		       (f->u.bytes.len == 0 ||
+			memcmp(f->u.bytes.data, n->u.bytes.data,
+			       f->u.bytes.len) == 0);
+	if (f->kind != CGR_VALUE_ERROR)
+		return false;
+	a = strchr(f->u.error.msg, ':'), b = strchr(n->u.error.msg, ':');
+	return f->code == n->code && a != NULL && b != NULL &&
+	       strcmp(f->u.error.task, n->u.error.task) == 0 &&
+	       strcmp(a, b) == 0;
+}
+
+/* n executions of far and near (variant v), interleaved: every output
+ * equal to the other graph's, and right (ngraph_ok) or, with static
+ * shapes (v 1: arguments of 512 B but every fifth), CGR_EMISMATCH where
+ * the argument's length is not the first's.  Counts member 1's refusals (*errs) and mismatches (*mism);
+ * returns the outputs that were not so. */
+static unsigned ngraph_drive(cgr_compiled *far, cgr_compiled *near, int v,
+			     unsigned n, unsigned *errs, unsigned *mism)
+{
+	static unsigned char in[NGRAPH_MAX];
+	unsigned bad = 0, nq = NGRAPH_OUTS(v);
+	size_t first = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		/* Static shapes: 512 B but every fifth (4 KiB). */
+		size_t len = v ? (i % 5 == 4 ? 4096 : 512) :
+				 sizes[i % NSIZES] % (NGRAPH_MAX + 1);
+		cgr_value a, of[9], on[9];
+		cgr_ref rf, rn;
+		input(in, len, i);
+		if (len > 0 && i % 7 == 3)
+			in[0] = 0xEE, (*errs)++; /* member 1 refuses */
+		a = cgr_value_bytes(in, len);
+		if (cgr_execute(far, &a, 1, &rf) != 0 ||
+		    cgr_execute(near, &a, 1, &rn) != 0 ||
+		    cgr_ref_get(far, rf, 30 * SEC, of, nq) != 0 ||
+		    cgr_ref_get(near, rn, 30 * SEC, on, nq) != 0)
+			return nq * n;
+		for (unsigned q = 0; q < nq; q++) {
+			bool ok = ngraph_same(&of[q], &on[q]);
+			bool mm = ok && v && q < 3 &&
+				  of[q].code == CGR_EMISMATCH;
+			*mism += mm;
+			if (ok && !mm)
+				ok = ngraph_ok(&of[q], q < 3 ? (int)q : 3, in,
+					       len);
+			else if (ok)
+				ok = len != first;
+			if (!ok && bad++ < 4)
+				printf("ngraph BAD: variant %d execution %u "
+				       "(%zu B) output %u: kind %d/%d code "
+				       "%d/%d %s\n",
+				       v, i, len, q, of[q].kind, on[q].kind,
+				       of[q].code, on[q].code,
+				       of[q].kind == CGR_VALUE_ERROR ?
+					       of[q].u.error.msg :
+					       "");
+		}
+		if (i == 0)
+			first = len; /* (static shapes agree on it) */
+		cgr_ref_release(far, rf);
+		cgr_ref_release(near, rn);
+	}
+	return bad;
+}
+
+/* The collective nodes of ngraph on an NCCL communicator of w[0..2]
+ * (three hosts) against the same graph on l[0..2] (here, the compile's
+ * communicator); without a communicator across the hosts, refused. */
+static int ngraph(cgr_ctx *ctx, cgr_worker *const *w, cgr_worker *const *l)
+{
+	unsigned n = getenv("NET_N") ? (unsigned)atoi(getenv("NET_N")) : 100;
+	cgr_compiled *far = NULL, *near = NULL, *none = NULL;
+	cgr_comm *cm = NULL;
+	unsigned bad = 0, errs = 0, mism = 0;
+	int ret = cgr_comm_create(ctx, w, 3, CGR_BACKEND_NCCL, &cm);
+
+	if (ret != 0) {
+		printf("ngraph BAD: communicator: %s\n", cgr_strerror(ret));
+		return 1;
+	}
+	/* Across hosts without a communicator: refused, saying so. */
+	ret = ngraph_build(ctx, w, NULL, 0, &none);
+	printf("%s without a communicator across the hosts: %s\n",
+	       ret == -ENOTSUP ? "refusal OK" : "ngraph BAD:",
+	       cgr_strerror(ret));
+	bad += ret != -ENOTSUP;
+	cgr_compiled_destroy(none);
+	for (int v = 0; v < 2; v++) {
+		if (ngraph_build(ctx, w, cm, v, &far) != 0 ||
+		    ngraph_build(ctx, l, NULL, v, &near) != 0)
+			bad++;
+		else
+			bad += ngraph_drive(far, near, v, n, &errs, &mism);
+		cgr_compiled_destroy(far);
+		cgr_compiled_destroy(near);
+		far = near = NULL;
+	}
+	cgr_comm_destroy(cm);
+	printf("ngraph %s graphs 2 executions %u outputs %u errors %u "
+	       "mismatches %u bad %u\n",
+	       bad || mism == 0 ? "FAILED" : "OK", 2 * n, 15 * n, errs, mism,
+	       bad);
+	return bad != 0 || mism == 0;
+}
+
+/* ncomm (graph false): NCCL communicators across hosts called by tasks;
+ * ngraph (graph true): collective nodes on one. */
+static int ncomm(cgr_ctx *ctx, bool graph)
+{
+	/* d0 .. e2 across the hosts (device 0 and 1 of each), l0 .. l2
+	 * here (devices 3 to 5: one GPU a worker). */
+	static const char *names[8] = { "d0", "d1", "d2", "e1",
+					"e2", "l0", "l1", "l2" };
+	static const int rank[8] = { 0, 1, 2, 1, 2, -1, -1, -1 };
+	static const int dev[8] = { 0, 0, 0, 1, 1, 3, 4, 5 };
 	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
-	cgr_worker *w[5] = { NULL };
+	cgr_worker *w[8] = { NULL };
 	int ret = 0;
 
-	for (int k = 0; k < 5 && ret == 0; k++) {
+	wp.init = gpu_init, wp.fini = gpu_fini;
+	for (int k = 0; k < 8 && ret == 0; k++) {
 		wp.name = names[k];
 		wp.rank = rank[k];
 		wp.device = dev[k];
 		ret = cgr_worker_create(ctx, &wp, &w[k]);
 	}
-	if (ret == 0)
-		ret = netcomm_nccl_run(ctx, w);
+	if (ret != 0)
+		printf("%s BAD: workers: %s\n", graph ? "ngraph" : "ncomm",
+		       cgr_strerror(ret));
+	else if (graph)
+		ret = ngraph(ctx, w, w + 5);
 	else
-		printf("ncomm BAD: workers: %s\n", cgr_strerror(ret));
-	for (int k = 0; k < 5; k++)
+		ret = netcomm_nccl_run(ctx, w);
+	for (int k = 0; k < 8; k++)
 		if (w[k] != NULL)
 			cgr_worker_destroy(w[k], 5 * SEC);
 	nccl_report(0);
@@ -1033,6 +1262,7 @@ int main(int argc, char **argv)
 	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
 	const char *mode = argc > 1 ? argv[1] : "pipeline";
 	bool cuda = strcmp(mode, "gpu") == 0 || strcmp(mode, "ncomm") == 0 ||
+		    strcmp(mode, "ngraph") == 0 ||
 		    strcmp(mode, "losenccl") == 0;
 	cgr_job *job;
 	cgr_ctx *ctx;
@@ -1077,7 +1307,7 @@ int main(int argc, char **argv)
 		printf("serve rank %d: %s\n", cgr_job_rank(job),
 		       ret == 0 ? "done" : cgr_strerror(ret));
 #ifdef CGR_FAKE_NCCL
-		if (strcmp(mode, "gpu") == 0 || strcmp(mode, "ncomm") == 0)
+		if (cuda && strcmp(mode, "losenccl") != 0)
 			nccl_report(cgr_job_rank(job));
 #endif
 		cgr_job_leave(job);
@@ -1126,8 +1356,8 @@ int main(int argc, char **argv)
 #if defined(CGR_FAKE_CUDART) && defined(CGR_FAKE_NCCL)
 	else if (strcmp(mode, "gpu") == 0)
 		ret = gpu(ctx);
-	else if (strcmp(mode, "ncomm") == 0)
-		ret = ncomm(ctx);
+	else if (strcmp(mode, "ncomm") == 0 || strcmp(mode, "ngraph") == 0)
+		ret = ncomm(ctx, strcmp(mode, "ngraph") == 0);
 	else if (strcmp(mode, "losenccl") == 0)
 		worker_device = 0, ret = lose(ctx, false, 5);
 #endif

@@ -71,16 +71,22 @@
 #    count at one member, an abort: results, codes and untouched bytes
 #    the same as a CPU communicator on one host's; each host's NCCL model
 #    saw nothing NCCL forbids; a collective node on it refused;
-# 16 as 3, under an allreduce on an NCCL communicator across the hosts
+# 16 collective nodes on an NCCL communicator across the hosts (the
+#    models): an allreduce, a broadcast and an allgather of device
+#    tensors made on each member's host, copied to host memory there,
+#    equal to the same graph on three GPUs of one host and to a direct
+#    computation, a member's error value reaching every output whole;
+#    without a communicator across the hosts refused, saying so;
+# 17 as 3, under an allreduce on an NCCL communicator across the hosts
 #    (the models; host 3's ranks hang in NCCL, so the others wait in
 #    NCCL for them, not in the agreement): their calls return
 #    CGR_EHOSTLOST, so teardown does not wait for them;
-# 17 nothing left behind.
+# 18 nothing left behind.
 # Every step under timeout -k.  Skipped without root, ip, unshare, tc,
 # mpirun, a build with PMIx and UCX; and under TSan (PMIx's and UCX's own
 # threads are not instrumented).  TAP.
 set -u
-N=17
+N=18
 echo "1..$N"
 bin=${abs_top_builddir:?run from make check}/tests/net-graph
 skip_all() {
@@ -336,21 +342,23 @@ model_check() {
 model_check 14 gpu 120 "GPU workers on other hosts"
 model_check 15 ncomm 300 \
 	"NCCL communicators across hosts equal one host's CPU communicator"
+model_check 16 ngraph 300 \
+	"collective nodes through NCCL across hosts equal one host's graph"
 
-# 16: kill -9 under an NCCL communicator's allreduce.
+# 17: kill -9 under an NCCL communicator's allreduce.
 case "$defs" in
 *HAVE_NCCL=1*)
 	lose_run losenccl kill_h3
-	lost_check losenccl 16 1000 "kill -9 of host 3's process under an \
+	lost_check losenccl 17 1000 "kill -9 of host 3's process under an \
 NCCL communicator's allreduce, its peers waiting in NCCL" aborts;;
-*)	echo "ok 16 # SKIP a build without the CUDA toolkit has no CUDA model";;
+*)	echo "ok 17 # SKIP a build without the CUDA toolkit has no CUDA model";;
 esac
 
 netns_cleanup
 trap - EXIT INT TERM HUP
 left=$(netns_left)
 if [ "$left" = 0 ]; then
-	echo "ok 17 - nothing left behind (namespaces, links, processes)"
+	echo "ok 18 - nothing left behind (namespaces, links, processes)"
 else
-	echo "not ok 17 - $left namespaces or links left behind"
+	echo "not ok 18 - $left namespaces or links left behind"
 fi

@@ -189,6 +189,15 @@ static int comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 	return ret;
 }
 
+cgr_comm *cgr__comm_records(cgr_comm *c)
+{
+#ifdef HAVE_NCCL
+	if (c->backend == CGR_BACKEND_NCCL)
+		return cgr__nccl_records(c);
+#endif
+	return c;
+}
+
 int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 		    int backend, cgr_comm **out)
 {

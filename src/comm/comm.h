@@ -144,6 +144,11 @@ static inline bool cgr__comm_stops_itself(const cgr_comm *c)
 	return c->hosts != NULL;
 }
 
+/* Where c's agreement records travel: c itself, or for an NCCL
+ * communicator its CPU communicator of the same ranks (records are host
+ * memory; across hosts, one across the hosts). */
+cgr_comm *cgr__comm_records(cgr_comm *c);
+
 /* A new communicator id of ctx's (never 0). */
 uint64_t cgr__comm_new_id(cgr_ctx *ctx);
 /* Completes c's head as cgr_comm_create does (members copied, may be NULL,
@@ -218,6 +223,9 @@ struct cgr__nccl_far {
 	 * polled, now and then, while its ranks wait for NCCL. */
 	int (*lost)(void *arg, char *why, size_t len);
 };
+/* An NCCL communicator's CPU communicator of its collectives' records
+ * (cgr__comm_records). */
+cgr_comm *cgr__nccl_records(cgr_comm *c);
 /* The bytes of an NCCL unique id. */
 #define CGR__NCCL_ID_BYTES 128
 /* A new unique id (ncclGetUniqueId, NCCL loaded as for

@@ -423,6 +423,11 @@ int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,
 	return comm_make(ctx, members, n, NULL, NULL, NULL, NULL, out);
 }
 
+cgr_comm *cgr__nccl_records(cgr_comm *c)
+{
+	return cgr__nccl_of(c)->sd;
+}
+
 int cgr__nccl_far_id(cgr_ctx *ctx, void *id)
 {
 	const struct cgr__ncclrt *rt;

@@ -146,6 +146,7 @@ static void free_device(struct cgr_compiled *c)
 		}
 		for (int s = 0; s < CGR__S_NCCL; s++)
 			cgr_stream_destroy(p->nstreams[s]);
+		cgr_stream_destroy(p->far_s);
 	}
 	for (size_t i = 0; i < c->ndallocs; i++) {
 		cgr__device_free(c->ddevs[i], c->dallocs[i]);

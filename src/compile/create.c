@@ -223,6 +223,10 @@ static int create_nccl(struct cgr_compiled *c, struct cgr__prog *p)
 					     &p->nstreams[cr->cstream])) < 0)
 			return ret;
 		cr->s = p->nstreams[cr->cstream];
+		if (cr->far && p->far_s == NULL &&
+		    (ret = cgr_stream_create(c->ctx, CGR_DEVICE_SIM, 0,
+					     &p->far_s)) < 0)
+			return ret;
 		for (uint32_t q = 0; q < c->nslots; q++)
 			if ((ret = cgr_event_create(c->ctx,
 						    &cr->jobs[q].ev)) < 0)

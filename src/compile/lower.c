@@ -108,7 +108,9 @@ static int coll_placement(struct cgr__cc *cc, const struct cgr__task *t,
  * members then each read every input they need over channels and
  * compute their own outputs (run/coll.c), or, on a caller's communicator
  * that spans hosts (rank i is member i), agree and move the data through
- * it; NCCL and device edges cannot. */
+ * it: a CPU one, or for device tensors an NCCL one (the records cross
+ * over its agreement's CPU communicators, the data through NCCL).
+ * Device edges cannot. */
 static int coll_spans(struct cgr__cc *cc, const struct cgr__task *t,
 		      bool *spans)
 {
@@ -147,8 +149,10 @@ static int coll_spans(struct cgr__cc *cc, const struct cgr__task *t,
 		}
 	if (no == NULL && t->edge)
 		no = "device edges do not cross hosts yet";
-	else if (no == NULL && cc->nccl[t->id])
-		no = "NCCL does not cross hosts yet";
+	else if (no == NULL && cc->nccl[t->id] && user == NULL)
+		no = "its inputs are device tensors: give it an NCCL "
+		     "communicator across the hosts (cgr_comm_create, "
+		     "cgr_coll_params.comm)";
 	if (no == NULL)
 		return 0;
 	return cgr__graph_fail(cc->g, -ENOTSUP,

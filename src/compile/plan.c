@@ -800,7 +800,7 @@ static int coll_scratch(struct cgr_compiled *c, struct cgr__coll_rt *cr)
 		      c, n * (k * sizeof(struct cgr__agree) +
 			      CGR__FAR_SMALL))) == NULL))
 		return -ENOMEM;
-	if (cr->nccl && cr->static_shape &&
+	if (cr->nccl && cr->static_shape && !cr->far &&
 	    (cr->late = cgr__c_alloc(c, n * sizeof(struct cgr__agree))) == NULL)
 		return -ENOMEM;
 	if (k == 1 && cr->edge) {

@@ -237,6 +237,7 @@ struct cgr__ljob {
 	int state;
 	bool agreed; /* agrees before the move */
 	bool late;   /* NCCL static shapes: checks after the move */
+	cgr_future *xf; /* across hosts: the records' exchange (far) */
 	int64_t t0;
 };
 
@@ -298,6 +299,10 @@ struct cgr__prog {
 	 * kind (collective, send, receive: cstream); with overlap, their
 	 * queue: jobs [lq_head, lq_tail) in issue order (run/launch.c). */
 	cgr_stream *nstreams[CGR__S_NCCL];
+	/* NCCL collectives on a communicator across hosts: where their
+	 * records cross (a sim stream's executor: the queue's head job
+	 * posts them and goes on, run/launch.c), or NULL. */
+	cgr_stream *far_s;
 	struct cgr__ljob *lq;
 	uint32_t lq_cap, lq_head, lq_tail;
 	/* Trace of each stream's jobs (trace_cap each), written by whoever

@@ -211,9 +211,10 @@ static bool remote_dead(const cgr_worker *w, const char **why)
 
 /* The host (job rank) whose device memory holds node n's data, or -1:
  * the outputs of a device task (CGR_TASK_DEVICE), and of a collective
- * over such outputs (NCCL: its members are on one host, or the compile
- * refuses it, compile/lower.c).  (Device edges become collectives only
- * at compile, after these checks.) */
+ * over such outputs (NCCL: each output on its member's host; members on
+ * several hosts only on an NCCL communicator across them, else the
+ * compile refuses it, compile/lower.c).  (Device edges become
+ * collectives only at compile, after these checks.) */
 static int dev_host(const cgr_node *n)
 {
 	const struct cgr__task *t;
@@ -227,13 +228,13 @@ static int dev_host(const cgr_node *n)
 		if (t->in[i] != NULL &&
 		    t->in[i]->transport != CGR_TRANSPORT_DEVICE &&
 		    dev_host(t->in[i]) >= 0)
-			return (int)t->members[0]->host;
+			return (int)cgr__out_worker(t, n->port)->host;
 	return -1;
 }
 
-/* t (on w, another host) makes CUDA tensors there: each stays there,
- * read by tasks and collectives of that host only (a device-transport
- * edge is a collective: compile/lower.c), never a graph output. */
+/* t's outputs that w makes (on w's device, another host) stay there, read
+ * by tasks and collectives of that host only (a device-transport edge is
+ * a collective: compile/lower.c), never a graph output. */
 static int device_stays(cgr_graph *g, const struct cgr__task *t,
 			const cgr_worker *w)
 {
@@ -241,11 +242,16 @@ static int device_stays(cgr_graph *g, const struct cgr__task *t,
 		for (size_t i = 0; i < u->nin; i++) {
 			const cgr_node *n = u->in[i];
 			if (n == NULL || n->kind != CGR__NODE_TASK ||
-			    n->task != t || n->transport == CGR_TRANSPORT_DEVICE)
+			    n->task != t || n->transport == CGR_TRANSPORT_DEVICE ||
+			    cgr__out_worker(t, n->port) != w)
 				continue;
 			for (size_t k = 0; k < cgr__task_nworkers(u); k++) {
 				const cgr_worker *r = cgr__task_worker(u, k);
-				if (r->host == w->host)
+				/* (On a communicator a member reads its own
+				 * input only.) */
+				if (r->host == w->host ||
+				    (u->coll && u->cp.comm != NULL &&
+				     cgr__in_worker(u, i) != r))
 					continue;
 				return cgr__graph_fail(
 					g, -ENOTSUP,
@@ -254,17 +260,23 @@ static int device_stays(cgr_graph *g, const struct cgr__task *t,
 					"%s on worker %s (rank %u): device "
 					"tensors do not cross hosts yet (a "
 					"stream task there can copy them to "
-					"host memory)",
+					"host memory%s)",
 					u->name, n->name,
 					cgr__coll_name(t->coll), t->name,
 					w->name, w->host,
 					cgr__coll_name(u->coll), u->name,
-					r->name, r->host);
+					r->name, r->host,
+					u->coll ? "; on an NCCL communicator "
+						  "across the hosts, "
+						  "cgr_coll_params.comm, "
+						  "each member reads its own" :
+						  "");
 			}
 		}
 	for (size_t i = 0; i < g->noutputs; i++)
 		if (g->outputs[i]->kind == CGR__NODE_TASK &&
-		    g->outputs[i]->task == t)
+		    g->outputs[i]->task == t &&
+		    cgr__out_worker(t, g->outputs[i]->port) == w)
 			return cgr__graph_fail(
 				g, -ENOTSUP,
 				"output %zu of the graph is %s, a CUDA tensor "
@@ -287,12 +299,15 @@ static int remote_check_task(cgr_graph *g, const struct cgr__task *t,
 				       t->name, w->name, rw_of(w)->rank);
 	/* A CUDA tensor of another host (a device-transport edge is a
 	 * collective of its producer and readers: compile/lower.c refuses
-	 * one across hosts). */
+	 * one across hosts).  A member of a collective on a communicator
+	 * reads its own inputs only (over values: every member's). */
 	for (size_t i = 0; i < t->nin; i++) {
 		const cgr_node *n = t->in[i];
 		int h = n != NULL && n->transport != CGR_TRANSPORT_DEVICE ?
 				dev_host(n) :
 				-1;
+		if (t->coll && t->cp.comm != NULL && cgr__in_worker(t, i) != w)
+			continue;
 		if (h >= 0 && (uint32_t)h != w->host)
 			return cgr__graph_fail(
 				g, -ENOTSUP,
@@ -303,8 +318,7 @@ static int remote_check_task(cgr_graph *g, const struct cgr__task *t,
 	}
 	/* What t makes on w's device stays on w's host. */
 	if ((!t->coll && (t->flags & CGR_TASK_DEVICE)) ||
-	    (t->coll && t->nmembers > 0 && t->members[0] == w &&
-	     dev_host(t->out[0]) >= 0))
+	    (t->coll && t->nout > 0 && dev_host(t->out[0]) >= 0))
 		return device_stays(g, t, w);
 	return 0;
 }

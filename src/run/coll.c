@@ -865,9 +865,12 @@ static void spans_run(struct cgr__coll_rt *cr, uint64_t seq)
  * sequences no longer line up.
  */
 
-/* An operation on the communicator of CGR_UINT8 count bytes. */
+/* An operation of CGR_UINT8 count bytes on the communicator's records'
+ * (its own; NCCL's: its CPU communicator across the hosts), on stream s
+ * (NULL: at once). */
 static int far_call(struct cgr__coll_rt *cr, int kind, const void *send,
-		    void *recv, size_t count, int root)
+		    void *recv, size_t count, int root, cgr_stream *s,
+		    cgr_future **f)
 {
 	struct cgr__coll_desc d;
 
@@ -880,7 +883,7 @@ static int far_call(struct cgr__coll_rt *cr, int kind, const void *send,
 	d.op = CGR_SUM;
 	d.root = root;
 	d.stop = &cr->c->ctl->stop;
-	return cgr__comm_coll(cr->comm, cr->rank, &d, NULL, NULL);
+	return cgr__comm_coll(cgr__comm_records(cr->comm), cr->rank, &d, s, f);
 }
 
 /* Rank `from`'s error value (its input j), on every member alike: a
@@ -903,7 +906,7 @@ static void far_forward(struct cgr__coll_rt *cr, uint64_t seq, int from,
 		}
 	}
 	ret = far_call(cr, CGR_COLL_BROADCAST, cr->rank == from ? eh : NULL,
-		       eh, CGR__FAR_ERR, from);
+		       eh, CGR__FAR_ERR, from, NULL, NULL);
 	if (ret < 0)
 		comm_fail(cr, seq, ret);
 	else if (eh->kind != CGR_VALUE_ERROR ||
@@ -922,11 +925,12 @@ static size_t input_bytes(const cgr_value *in)
 }
 
 /* Bytes of one member's part of the exchange: its k records, then
- * (one tensor each: k 1) room for a small input. */
+ * (one tensor each: k 1; not on NCCL, whose data is on a device) room
+ * for a small input. */
 static size_t far_each(const struct cgr__coll_rt *cr)
 {
 	return cr->k * sizeof(struct cgr__agree) +
-	       (cr->k == 1 ? CGR__FAR_SMALL : 0);
+	       (cr->k == 1 && !cr->nccl ? CGR__FAR_SMALL : 0);
 }
 
 /* The exchange: this member's k records and, if it has one input of at
@@ -947,7 +951,7 @@ static int far_exchange(struct cgr__coll_rt *cr, uint64_t seq,
 	if (cr->k == 1 && b != 0 && b <= CGR__FAR_SMALL)
 		memcpy(cr->far_mine + rb, data_of(&in), b);
 	ret = far_call(cr, CGR_COLL_ALLGATHER, cr->far_mine, cr->far_all, each,
-		       0);
+		       0, NULL, NULL);
 	for (int r = 0; ret == 0 && r < cr->n; r++)
 		memcpy(&recs[(size_t)r * cr->k], cr->far_all + (size_t)r * each,
 		       rb);
@@ -1015,6 +1019,61 @@ static int far_run(struct cgr__coll_rt *cr, uint64_t seq)
 	cr->have_cached = true;
 	far_small(cr, seq, &v);
 	return 0;
+}
+
+int cgr__coll_far_post(struct cgr__coll_rt *cr, uint64_t seq, cgr_stream *s,
+		       cgr_future **xf)
+{
+	size_t rb = cr->k * sizeof(struct cgr__agree);
+	int ret;
+
+	memcpy(cr->far_mine, cr->mine, rb);
+	ret = far_call(cr, CGR_COLL_ALLGATHER, cr->far_mine, cr->far_all, rb,
+		       0, s, xf);
+	if (ret < 0) {
+		*xf = NULL;
+		comm_fail(cr, seq, ret);
+	}
+	return ret;
+}
+
+bool cgr__coll_far_verdict(struct cgr__coll_rt *cr, uint64_t seq,
+			   cgr_future *xf)
+{
+	bool keep = cr->static_shape && cr->have_cached;
+	struct cgr__agree *recs = keep ? cr->late : cr->cached;
+	size_t rb = cr->k * sizeof(struct cgr__agree);
+	struct cgr__verdict v, sv;
+	int ret = cgr_future_wait(xf, 0);
+
+	if (ret == -ECANCELED &&
+	    atomic_load_explicit(&cr->c->ctl->stop, memory_order_acquire)) {
+		coll_fail(cr, seq, -ECANCELED, "the graph was torn down");
+		return false;
+	}
+	if (ret < 0) {
+		comm_fail(cr, seq, ret);
+		return false;
+	}
+	for (int r = 0; r < cr->n; r++)
+		memcpy(&recs[(size_t)r * cr->k], cr->far_all + (size_t)r * rb,
+		       rb);
+	if (cr->k > 1)
+		return true; /* a bucket: judged at the move, as on one host */
+	/* Static shapes: a change first (the lowest rank that changed: its
+	 * error value, or CGR_EMISMATCH), as NCCL's late verdict on one host
+	 * finds it; then the verdict of this execution's records (the move
+	 * judges cached again: the same verdict). */
+	if (keep && cgr__agree_static(cr->kind, cr->n, cr->root, cr->cached,
+				      cr->late, &sv))
+		v = sv;
+	else
+		judge(cr, recs, 1, cr->cap, &v);
+	if (v.err != 0) {
+		verdict_fail(cr, seq, &v, 0, v.msg);
+		return false;
+	}
+	return true;
 }
 
 /* NCCL: the slot's operation, if any: 1 done (its outputs hold error

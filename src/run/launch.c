@@ -16,6 +16,13 @@
  *
  * A failure (the communicator, the device) turns the job's outputs into
  * error values; the job still completes, so no reader waits forever.
+ *
+ * On an NCCL communicator across hosts (far) there is no board: the head
+ * job posts its records' exchange on the program's far stream (an
+ * allgather over the communicator's CPU communicator across the hosts,
+ * run by that stream's executor, so the thread and the reactor never
+ * wait for other hosts), judges once it is done, every execution (static
+ * shapes compare with the first agreement), then enqueues as above.
  */
 #include <errno.h>
 #include <time.h>
@@ -56,6 +63,19 @@ static bool step(struct cgr__prog *p, struct cgr__ljob *j)
 		 * executions may be queued behind this one, and its
 		 * description (cr->mine) is one. */
 		cgr__coll_describe(cr, j->seq);
+		if (cr->far) {
+			/* Across hosts: every execution's records cross
+			 * (no board), on the program's far stream. */
+			j->agreed = true;
+			j->late = false;
+			if (cgr__coll_far_post(cr, j->seq, p->far_s,
+					       &j->xf) < 0) {
+				complete(p, j);
+				return true;
+			}
+			j->state = L_POSTED;
+			return true;
+		}
 		j->agreed = cgr__coll_needs_agree(cr);
 		j->late = !j->agreed && cr->late != NULL;
 		if ((j->agreed || j->late) &&
@@ -65,10 +85,22 @@ static bool step(struct cgr__prog *p, struct cgr__ljob *j)
 		j->state = L_POSTED;
 		return true;
 	case L_POSTED:
-		if (j->agreed &&
-		    cgr__board_try_collect(cr->board, cr->rank, j->seq,
-					   cr->cached) != 0)
+		if (cr->far) {
+			bool go;
+			if (cgr_future_test(j->xf) == 0)
+				return false;
+			go = cgr__coll_far_verdict(cr, j->seq, j->xf);
+			cgr_future_release(j->xf);
+			j->xf = NULL;
+			if (!go) {
+				complete(p, j);
+				return true;
+			}
+		} else if (j->agreed &&
+			   cgr__board_try_collect(cr->board, cr->rank, j->seq,
+						  cr->cached) != 0) {
 			return false;
+		}
 		j->t0 = p->strace[CGR__S_NCCL] != NULL ? cgr__now_ns() : 0;
 		cgr__coll_move(cr, j->seq, j->agreed);
 		cgr__coll_device_mark(cr, j->seq);
@@ -169,6 +201,8 @@ void cgr__launch_drain(struct cgr__prog *p)
 		struct cgr__ljob *j = &p->lq[p->lq_head++ % p->lq_cap];
 		struct cgr__coll_job *job =
 			&j->cr->jobs[j->seq & (p->c->nslots - 1)];
+		cgr_future_release(j->xf); /* (its stream goes with c) */
+		j->xf = NULL;
 		if (on_device(job))
 			cgr_comm_abort(j->cr->comm);
 		cgr_future_release(job->f);

@@ -62,6 +62,14 @@ void cgr__coll_device_mark(struct cgr__coll_rt *cr, uint64_t seq);
 int cgr__coll_device_test(struct cgr__coll_rt *cr, uint64_t seq);
 void cgr__coll_late_verdict(struct cgr__coll_rt *cr, uint64_t seq,
 			    const struct cgr__agree *all);
+/* NCCL on a communicator across hosts (far): every execution's records
+ * cross first, posted on stream s (*xf their exchange's future: 0, or the
+ * post failed and the outputs hold error values); once it is done, the
+ * verdict (false: the outputs hold error values, nothing to move). */
+int cgr__coll_far_post(struct cgr__coll_rt *cr, uint64_t seq, cgr_stream *s,
+		       cgr_future **xf);
+bool cgr__coll_far_verdict(struct cgr__coll_rt *cr, uint64_t seq,
+			   cgr_future *xf);
 
 /* NCCL collectives (launch.c): the worker's queue.  issue (the thread,
  * at the COLL) describes and queues; progress (the reactor's poll hook,
