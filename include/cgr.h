@@ -1370,7 +1370,8 @@ typedef struct cgr_coll_params {
 	cgr_comm *comm;	      /* NULL: one made at compile per member set
 				 (members on several hosts: over values, or
 				 for an allreduce of 1 MiB or more one
-				 across hosts, see cgr_graph_collective);
+				 across hosts; device tensors: an NCCL one
+				 across hosts; see cgr_graph_collective);
 				 it must outlive the compiled graphs */
 	/* Agree once: on the first execution whose inputs are all tensors
 	 * that agree (an execution with an error value or a mismatch
@@ -1454,9 +1455,14 @@ enum cgr_overlap_mode {
  * graphs compiled with it.  With static_shape every execution is
  * still judged: a later change is CGR_EMISMATCH naming the rank, a
  * member's error value reaches every output with its own code.
- * Device tensors (inputs from CGR_TASK_DEVICE tasks) across hosts need
- * comm an NCCL communicator across the hosts (cgr_comm_create with
- * CGR_BACKEND_NCCL; without one: -ENOTSUP at compile): every execution
+ * Device tensors (inputs from CGR_TASK_DEVICE tasks) across hosts run
+ * on an NCCL communicator across the hosts: comm one (cgr_comm_create
+ * with CGR_BACKEND_NCCL over the members in their order), or with comm
+ * NULL (backend AUTO or NCCL) one the compile makes over the members
+ * (shared by the graph's nodes of the same members, freed with the
+ * compiled graph; its making fails the compile if it fails, saying so).
+ * Each member reads its own input only, on its host (an input made on
+ * another host than its member's: -ENOTSUP).  Every execution
  * the members' records cross first, in an allgather over its CPU
  * communicator across the hosts, posted by the member's reactor and run
  * by a stream of its own (the worker never waits for other hosts), then

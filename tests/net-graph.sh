@@ -75,8 +75,8 @@
 #    models): an allreduce, a broadcast and an allgather of device
 #    tensors made on each member's host, copied to host memory there,
 #    equal to the same graph on three GPUs of one host and to a direct
-#    computation, a member's error value reaching every output whole;
-#    without a communicator across the hosts refused, saying so;
+#    computation, a member's error value reaching every output whole,
+#    on a communicator of the caller's and on one the compile makes;
 # 17 as 3, under an allreduce on an NCCL communicator across the hosts
 #    (the models; host 3's ranks hang in NCCL, so the others wait in
 #    NCCL for them, not in the agreement): their calls return

@@ -203,12 +203,6 @@ int cgr__cpu_comm_create(cgr_ctx *ctx, int n, const struct cgr__comm_shm *shm,
 int cgr__comm_create_shared(cgr_ctx *ctx, cgr_worker *const *members,
 			    size_t n, const struct cgr__comm_shm *shm,
 			    cgr_comm **out);
-#ifdef HAVE_NCCL
-/* The NCCL backend (nccl_*.c): the same, over the CUDA devices of members
- * (NULL: rank r on CUDA device r).  -ENODEV (no NCCL, or too old; the log
- * says why), -EINVAL (a member owns no CUDA device), NCCL's failure. */
-int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,
-			  cgr_comm **out);
 /* Across hosts (remote/rcomm.c): what the communicator's maker adds to
  * one host's part of an NCCL communicator whose ranks are on several
  * hosts.  All may be NULL. */
@@ -223,6 +217,13 @@ struct cgr__nccl_far {
 	 * polled, now and then, while its ranks wait for NCCL. */
 	int (*lost)(void *arg, char *why, size_t len);
 };
+
+#ifdef HAVE_NCCL
+/* The NCCL backend (nccl_*.c): the same, over the CUDA devices of members
+ * (NULL: rank r on CUDA device r).  -ENODEV (no NCCL, or too old; the log
+ * says why), -EINVAL (a member owns no CUDA device), NCCL's failure. */
+int cgr__nccl_comm_create(cgr_ctx *ctx, cgr_worker *const *members, int n,
+			  cgr_comm **out);
 /* An NCCL communicator's CPU communicator of its collectives' records
  * (cgr__comm_records). */
 cgr_comm *cgr__nccl_records(cgr_comm *c);

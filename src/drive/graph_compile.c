@@ -11,10 +11,10 @@
 
 #include "drive/drive.h"
 
-/* What g's workers cannot run (each kind's check_task), and workers that
- * died (a process, or a thread that ended in a task): 0, or the error
- * (g's errmsg says which). */
-static int check_workers(cgr_graph *g)
+/* Workers of g that died (dead: a process, or a thread that ended in a
+ * task), or what they cannot run (else: each kind's check_task): 0, or
+ * the error (g's errmsg says which). */
+static int check_workers(cgr_graph *g, bool dead)
 {
 	const char *why;
 	int ret;
@@ -22,10 +22,10 @@ static int check_workers(cgr_graph *g)
 	for (const struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
 		for (size_t i = 0; i < cgr__task_nworkers(t); i++) {
 			cgr_worker *w = cgr__task_worker(t, i);
-			if (cgr__worker_dead(w, &why))
+			if (dead && cgr__worker_dead(w, &why))
 				return cgr__graph_fail(g, CGR_EPEERDEAD,
 						       "%s: %s", t->name, why);
-			if (w->ops->check_task != NULL &&
+			if (!dead && w->ops->check_task != NULL &&
 			    (ret = w->ops->check_task(g, t, w, false)) < 0)
 				return ret;
 		}
@@ -78,27 +78,70 @@ static int prepare(cgr_compiled *c, cgr_graph *g)
  * the graph's description is packed, which names it to the other hosts;
  * freed with the compiled graph.  Small values in such a node pay the
  * communicator's exchange (about 150 us more here), hence the bound.
+ * Device tensors take NCCL instead (shared_nccl, below).
  */
 #define CGR__AUTO_COMM_BYTES ((size_t)1 << 20)
 
-/* Whether collective t gets a communicator of its own (see above). */
-static bool auto_comm_wanted(const struct cgr__task *t, size_t def_cap)
+/* Whether node n's data is on a device: a device task's output, or a
+ * collective's over such outputs. */
+static bool on_device(const cgr_node *n)
+{
+	const struct cgr__task *t;
+
+	if (n == NULL || n->kind != CGR__NODE_TASK)
+		return false;
+	t = n->task;
+	if (!t->coll)
+		return (t->flags & CGR_TASK_DEVICE) != 0;
+	for (size_t i = 0; i < t->nin; i++)
+		if (!on_device(t->in[i]))
+			return false;
+	return t->nin > 0;
+}
+
+/* Which communicator collective t gets made for it (see above and
+ * below): CGR_BACKEND_CPU, CGR_BACKEND_NCCL, or -1 (none). */
+static int auto_comm_wanted(const struct cgr__task *t, size_t def_cap)
 {
 	size_t cap = t->max_out_bytes ? t->max_out_bytes : def_cap;
-	bool spans = false;
+	bool spans = false, dev = t->nin > 0;
 
-	if (t->coll != CGR_COLL_ALLREDUCE || t->cp.comm != NULL ||
-	    t->cp.backend != CGR_BACKEND_AUTO || cap < CGR__AUTO_COMM_BYTES)
-		return false;
+	if (!t->coll || t->cp.comm != NULL)
+		return -1;
 	for (size_t i = 1; i < t->nmembers; i++)
 		spans |= t->members[i]->host != t->members[0]->host;
-	for (size_t i = 0; spans && i < t->nin; i++) {
-		const cgr_node *n = t->in[i];
-		if (n->kind == CGR__NODE_TASK && !n->task->coll &&
-		    (n->task->flags & CGR_TASK_DEVICE))
-			return false; /* device tensors: NCCL's, not ours */
+	for (size_t i = 0; spans && i < t->nin; i++)
+		dev &= on_device(t->in[i]);
+	if (!spans)
+		return -1;
+	/* Device tensors: an NCCL communicator across the hosts. */
+	if (dev)
+		return t->cp.backend == CGR_BACKEND_CPU ? -1 : CGR_BACKEND_NCCL;
+	if (t->coll != CGR_COLL_ALLREDUCE ||
+	    t->cp.backend != CGR_BACKEND_AUTO || cap < CGR__AUTO_COMM_BYTES)
+		return -1;
+	return CGR_BACKEND_CPU;
+}
+
+/*
+ * A collective over device tensors with members on several hosts and no
+ * communicator (backend AUTO or NCCL) runs on an NCCL communicator
+ * across the hosts made now over its members in their order, shared by
+ * every such node of the same members; freed with the compiled graph.
+ */
+static cgr_comm *shared_nccl(cgr_comm **made, size_t nmade,
+			     const struct cgr__task *t)
+{
+	for (size_t i = 0; i < nmade; i++) {
+		const cgr_comm *c = made[i];
+		if (c->backend != CGR_BACKEND_NCCL ||
+		    (size_t)c->n != t->nmembers || c->members == NULL ||
+		    memcmp(c->members, t->members,
+			   t->nmembers * sizeof(*t->members)) != 0)
+			continue;
+		return made[i];
 	}
-	return spans;
+	return NULL;
 }
 
 /* The communicators auto_comm_wanted asks for, each set as its node's
@@ -108,21 +151,27 @@ static int auto_comms(cgr_graph *g, const cgr_compile_params *prm,
 		      cgr_comm **made, size_t *nmade)
 {
 	cgr_compile_params pp;
-	int ret;
+	int be, ret;
 
 	*nmade = 0;
 	if (cgr__compile_params(&pp, prm) < 0)
 		return 0; /* the compile says what is wrong with them */
 	for (struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
-		if (!auto_comm_wanted(t, pp.max_value_bytes))
+		if ((be = auto_comm_wanted(t, pp.max_value_bytes)) < 0)
 			continue;
-		ret = cgr_comm_create(g->ctx, t->members, t->nmembers,
-				      CGR_BACKEND_CPU, &made[*nmade]);
+		if (be == CGR_BACKEND_NCCL &&
+		    (t->cp.comm = shared_nccl(made, *nmade, t)) != NULL)
+			continue;
+		ret = cgr_comm_create(g->ctx, t->members, t->nmembers, be,
+				      &made[*nmade]);
 		if (ret < 0)
 			return cgr__graph_fail(g, ret,
-					       "%s %s: its communicator across "
-					       "hosts could not be made (%s)",
+					       "%s %s: its %s communicator "
+					       "across hosts could not be made "
+					       "(%s)",
 					       cgr__coll_name(t->coll), t->name,
+					       be == CGR_BACKEND_NCCL ? "NCCL" :
+									"CPU",
 					       cgr_strerror(ret));
 		t->cp.comm = made[(*nmade)++];
 	}
@@ -155,11 +204,15 @@ int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
 
 	if (g == NULL || out == NULL)
 		return -EINVAL;
-	if ((ret = check_workers(g)) < 0)
+	if ((ret = check_workers(g, true)) < 0)
 		return ret;
 	if ((made = calloc(g->ntasks + 1, sizeof(*made))) == NULL)
 		return -ENOMEM;
+	/* (Before the kinds' checks: a collective on a communicator reads
+	 * only its members' own inputs.) */
 	ret = auto_comms(g, prm, made, &nmade);
+	if (ret == 0)
+		ret = check_workers(g, false);
 	if (ret == 0)
 		ret = cgr__graph_build(g, prm, -1, &c);
 	auto_comms_end(g, made, nmade, ret == 0 ? c : NULL);

@@ -266,10 +266,10 @@ static int device_stays(cgr_graph *g, const struct cgr__task *t,
 					w->name, w->host,
 					cgr__coll_name(u->coll), u->name,
 					r->name, r->host,
-					u->coll ? "; on an NCCL communicator "
-						  "across the hosts, "
-						  "cgr_coll_params.comm, "
-						  "each member reads its own" :
+					u->coll ? "; a collective's member "
+						  "across hosts reads its "
+						  "own input only, through "
+						  "NCCL" :
 						  "");
 			}
 		}
