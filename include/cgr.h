@@ -598,14 +598,19 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * host run there as on one host.  CUDA tensors stay on the host that
  * made them: read there, and carried on to other hosts as host values
  * once a stream task there copied them to host memory, or moved through
- * an NCCL communicator across hosts (cgr_comm_create): by tasks that
- * call it, or by collective nodes on it (cgr_coll_params.comm, each
- * member reading its own input on its host).  Not across hosts yet: a
- * CUDA tensor read on another host than its maker's in a graph
- * otherwise (by a task, a collective node without such a communicator,
- * a device-transport edge, or as a graph output), process workers in a graph that has workers on
- * other hosts, eager execution (each refused at compile with -ENOTSUP,
- * saying so).  Within a host, rings and shared memory as always: only
+ * NCCL across the hosts: by tasks calling an NCCL communicator across
+ * hosts (cgr_comm_create), by collective nodes over them (on such a
+ * communicator, the caller's or one the compile makes: each member reads
+ * its own input on its host, see cgr_graph_collective), and over
+ * device-transport edges (CGR_TRANSPORT_DEVICE: its producer, a
+ * CGR_TASK_DEVICE task, and its readers on several hosts get an NCCL
+ * communicator across them at compile, freed with the compiled graph;
+ * a list over such an edge is an error value, -ENOTSUP, on every
+ * reader).  Refused at compile with -ENOTSUP, saying so: a CUDA tensor
+ * read on another host otherwise (by a task without a device edge, by a
+ * collective's member it does not feed, as a graph output), a host
+ * tensor over a device edge across hosts, process workers in a graph
+ * that has workers on other hosts, eager execution.  Within a host, rings and shared memory as always: only
  * values whose reader is on another host travel.
  *
  * Transport: UCX active messages, one UCX worker per process (its link).
@@ -1222,10 +1227,8 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * one host (records only; the data moves through NCCL), so the
  * semantics are those of an NCCL communicator on one host; a lost host
  * fails it (CGR_EHOSTLOST) once a rank polls it; a build without NCCL:
- * -EOPNOTSUPP.  Collective nodes may run on it (cgr_graph_collective);
- * device edges through NCCL across hosts are not done yet (refused at
- * compile, see "Across hosts").  The rest of this paragraph is the CPU
- * backend's.  Every collective and
+ * -EOPNOTSUPP.  Collective nodes may run on it (cgr_graph_collective).
+ * The rest of this paragraph is the CPU backend's.  Every collective and
  * send/recv, same semantics as on one host (agreement before data moves,
  * poisons, CGR_EMISMATCH, -EINVAL for what one rank sees, groups: their
  * collectives in call order, then every send posted before any receive

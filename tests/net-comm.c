@@ -855,8 +855,9 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 /* ---- NCCL across hosts (the ncomm mode) -------------------------------- */
 
 /* What an NCCL communicator across hosts refuses: a collective node on
- * it (device tensors do not cross hosts in graphs yet: -ENOTSUP, saying
- * so), and here, a rank whose worker is on another host (-EINVAL). */
+ * it whose device outputs on other hosts are graph outputs (-ENOTSUP,
+ * saying so), and here, a rank whose worker is on another host
+ * (-EINVAL). */
 static void nrefusals(cgr_ctx *ctx, cgr_worker *const *w, int n,
 		      cgr_comm *cm, int elsewhere, struct tally *t)
 {
@@ -892,7 +893,7 @@ static void nrefusals(cgr_ctx *ctx, cgr_worker *const *w, int n,
 	b = cgr_allreduce(cm, elsewhere, &v, &ov, 1, CGR_INT32, CGR_SUM, NULL,
 			  NULL);
 	if (a != -ENOTSUP || b != -EINVAL ||
-	    strstr(cgr_graph_errmsg(g), "hosts") == NULL) {
+	    strstr(cgr_graph_errmsg(g), "graph output") == NULL) {
 		fprintf(stderr, "ncomm refusals: node %d (%s), a rank "
 				"elsewhere %d\n",
 			a, cgr_graph_errmsg(g), b);

@@ -23,7 +23,8 @@
  *      graph on one host (every
  *      output also checked against a direct computation); a device
  *      missing there reported as -ENODEV; a CUDA tensor read on another
- *      host (by a task, a collective, a device edge, as a graph output)
+ *      host (by a task, a collective's member it does not feed, as a
+ *      graph output) and a host tensor over a device edge across hosts
  *      refused: "gpu OK ...".  Each rank then prints what its NCCL
  *      model saw ("nccl rank R ops N misuse M order ok").
  *  ncomm: NCCL communicators over CUDA workers of the three ranks (and
@@ -32,8 +33,8 @@
  *      communicator here (tests/net-comm.c), the NCCL model's worlds
  *      spanning the processes: "ncomm OK ...", then each rank's "nccl
  *      rank R ..." as for gpu.
- *  ngraph: collective nodes (allreduce, broadcast, allgather) through
- *      an NCCL communicator across the three ranks, device tasks making
+ *  ngraph: collective nodes (allreduce, broadcast, allgather) and a
+ *      device edge through NCCL across the three ranks, device tasks making
  *      their inputs and stream tasks copying their outputs to host
  *      memory on each member's host, against the same graph on three
  *      GPUs here and a direct computation, error values crossing, on a
@@ -695,8 +696,9 @@ static int gpu_build(cgr_ctx *ctx, cgr_worker *const *w, cgr_compiled **out)
 
 /* What a device task on another host cannot do yet is refused at
  * compile, saying so: its output read on another host (by a task there,
- * by the driver as a graph output, by a collective, over a device edge),
- * and a device tensor of this host read there.  w: here, rank 1, rank 2. */
+ * by the driver as a graph output, by a collective's member that it does
+ * not feed), a device tensor of this host read there, and a host tensor
+ * over a device edge across hosts.  w: here, rank 1, rank 2. */
 static int gpu_refusals(cgr_ctx *ctx, cgr_worker *const *w, cgr_worker *here)
 {
 	cgr_coll_params cp = CGR_COLL_PARAMS_INIT;
@@ -710,13 +712,15 @@ static int gpu_refusals(cgr_ctx *ctx, cgr_worker *const *w, cgr_worker *here)
 					      "device-out-graph-output",
 					      "device-in-collective",
 					      "device-in-from-here",
-					      "device-edge-other-host" };
+					      "host-edge-other-host" };
 		int ret = cgr_graph_create(ctx, &g);
 		if (ret == 0)
 			ret = cgr_graph_input(g, 0, &in);
 		if (ret == 0)
+			/* (v 4: a host tensor over a device edge.) */
 			ret = gpu_task(g, v == 3 ? here : w[1], "d1", gpu_mix,
-				       CGR_TASK_DEVICE, 0, in, &a[0]);
+				       v == 4 ? 0 : CGR_TASK_DEVICE, 0, in,
+				       &a[0]);
 		if (ret == 0 && v == 0)
 			ret = gpu_task(g, w[2], "h2", gpu_d2h, CGR_TASK_STREAM,
 				       0, a[0], &b[0]);
@@ -923,19 +927,23 @@ static void span_drop(void)
  * memory by a stream task there.  Variant 0: an allreduce (sum) of the
  * three, a broadcast of that from member 2 and an allgather of the
  * mixed inputs: outputs o0..o2 (the broadcast), a0..a2 (the allgather).
- * Variant 1: the allreduce with static shapes (o0..o2), and a bucketed
- * allgather of each member's input twice (a0, a0b .. a2, a2b).  comm: an
- * NCCL communicator of the three (NULL: the compile's, on one host). */
-#define NGRAPH_OUTS(v) ((v) ? 9 : 6)
+ * Variant 0 also has a device edge from member 0 (e0, mixed as stage 0)
+ * to members 1 and 2 (e1, e2).  Variant 1: the allreduce with static
+ * shapes (o0..o2), and a bucketed allgather of each member's input twice
+ * (a0, a0b .. a2, a2b).  comm: an NCCL communicator of the three (NULL:
+ * the compile's, across the hosts or on one). */
+#define NGRAPH_OUTS(v) ((v) ? 9 : 8)
 static int ngraph_build(cgr_ctx *ctx, cgr_worker *const *w, cgr_comm *comm,
 			int variant, cgr_compiled **out)
 {
 	static const char *xn[3] = { "x0", "x1", "x2" };
 	static const char *on[9] = { "o0", "o1", "o2", "a0", "a1", "a2",
 				     "a0b", "a1b", "a2b" };
+	static const char *en[2] = { "e1", "e2" };
 	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
 	cgr_coll_params ar = CGR_COLL_PARAMS_INIT;
-	cgr_node *n, *x[6], *y[3], *z[3], *a[6], *o[9], **b = variant ? y : z;
+	cgr_node *n, *x[6], *y[3], *z[3], *a[6], *o[9], *e,
+		**b = variant ? y : z;
 	cgr_graph *g;
 	int ret = cgr_graph_create(ctx, &g);
 
@@ -971,6 +979,15 @@ static int ngraph_build(cgr_ctx *ctx, cgr_worker *const *w, cgr_comm *comm,
 				       a[variant ? 2 * k + t : k],
 				       &o[3 + 3 * t + k]);
 	}
+	/* A device edge: e0's tensor to members 1 and 2. */
+	if (ret == 0 && variant == 0)
+		ret = gpu_task(g, w[0], "e0", gpu_mix, CGR_TASK_DEVICE, 0, n,
+			       &e);
+	if (ret == 0 && variant == 0)
+		ret = cgr_node_set_transport(e, CGR_TRANSPORT_DEVICE, 0);
+	for (int k = 1; k < 3 && ret == 0 && variant == 0; k++)
+		ret = gpu_task(g, w[k], en[k - 1], gpu_d2h, CGR_TASK_STREAM, 0,
+			       e, &o[5 + k]);
 	if (ret == 0)
 		ret = cgr_graph_output(g, o, NGRAPH_OUTS(variant));
 	cp.max_inflight = 4;
@@ -985,28 +1002,31 @@ static int ngraph_build(cgr_ctx *ctx, cgr_worker *const *w, cgr_comm *comm,
 	return ret;
 }
 
-/* Whether o (output q of ngraph for the argument in, len bytes) is
- * right: the sum of the three mixes (o0..o2), their concatenation
- * (a0..), or member 1's error value everywhere when it refused. */
-static bool ngraph_ok(const cgr_value *o, int q, const unsigned char *in,
+/* Whether o (an output of ngraph for the argument in, len bytes) is
+ * right: of kind 0, the sum of the three mixes (o0..o2); 1, their
+ * concatenation (a0..); either, member 1's error value when it refused;
+ * 2, the device edge's, stage 0's mix (e1, e2). */
+static bool ngraph_ok(const cgr_value *o, int kind, const unsigned char *in,
 		      size_t len)
 {
 	unsigned char m[3][NGRAPH_MAX];
 	const unsigned char *d = o->u.bytes.data;
 
-	if (len > 0 && in[0] == 0xEE)
+	if (len > 0 && in[0] == 0xEE && kind < 2)
 		return o->kind == CGR_VALUE_ERROR && o->code == -EDOM &&
 		       strcmp(o->u.error.task, "x1") == 0 &&
 		       strstr(o->u.error.msg, "refuses 0xEE") != NULL;
 	if (o->kind != CGR_VALUE_BYTES ||
-	    o->u.bytes.len != (q < 3 ? len : 3 * len))
+	    o->u.bytes.len != (kind == 1 ? 3 * len : len))
 		return false;
 	for (int k = 0; k < 3; k++)
 		mix(m[k], in, len, k);
 	for (size_t b = 0; b < len; b++)
-		if (q < 3 ? d[b] != (unsigned char)(m[0][b] + m[1][b] + m[2][b]) :
-			    d[b] != m[0][b] || d[len + b] != m[1][b] ||
-				    d[2 * len + b] != m[2][b])
+		if (kind == 0 ? d[b] != (unsigned char)(m[0][b] + m[1][b] +
+							m[2][b]) :
+		    kind == 2 ? d[b] != m[0][b] :
+				d[b] != m[0][b] || d[len + b] != m[1][b] ||
+					d[2 * len + b] != m[2][b])
 			return false;
 	return true;
 }
@@ -1065,8 +1085,9 @@ static unsigned ngraph_drive(cgr_compiled *far, cgr_compiled *near, int v,
 				  of[q].code == CGR_EMISMATCH;
 			*mism += mm;
 			if (ok && !mm)
-				ok = ngraph_ok(&of[q], q < 3 ? (int)q : 3, in,
-					       len);
+				ok = ngraph_ok(&of[q],
+					       q < 3 ? 0 : v || q < 6 ? 1 : 2,
+					       in, len);
 			else if (ok)
 				ok = len != first;
 			if (!ok && bad++ < 4)
@@ -1114,9 +1135,9 @@ static int ngraph(cgr_ctx *ctx, cgr_worker *const *w, cgr_worker *const *l)
 		far = near = NULL;
 	}
 	cgr_comm_destroy(cm);
-	printf("ngraph %s graphs 3 (one on the compile's communicator) "
+	printf("ngraph %s graphs 3 (one on the compile's communicators) "
 	       "executions %u outputs %u errors %u mismatches %u bad %u\n",
-	       bad || mism == 0 ? "FAILED" : "OK", 3 * n, 21 * n, errs, mism,
+	       bad || mism == 0 ? "FAILED" : "OK", 3 * n, 25 * n, errs, mism,
 	       bad);
 	return bad != 0 || mism == 0;
 }

@@ -73,7 +73,8 @@
 #    saw nothing NCCL forbids; a collective node on it refused;
 # 16 collective nodes on an NCCL communicator across the hosts (the
 #    models): an allreduce, a broadcast and an allgather of device
-#    tensors made on each member's host, copied to host memory there,
+#    tensors made on each member's host, and a device edge from host 1's
+#    GPU to hosts 2 and 3, copied to host memory there,
 #    equal to the same graph on three GPUs of one host and to a direct
 #    computation, a member's error value reaching every output whole,
 #    on a communicator of the caller's and on one the compile makes;

@@ -124,6 +124,11 @@ int cgr__validate_graph(struct cgr__cc *cc);
 /* edges.c: each device-transport edge becomes a broadcast (the graph
  * gains the broadcasts; the readers read their copies). */
 int cgr__lower_edges(cgr_graph *g);
+/* The members of node n's device edge: its producer p (m[0]), then the
+ * other workers that read it, in first-use order (at most max): how
+ * many. */
+size_t cgr__edge_readers(const cgr_graph *g, const cgr_node *n,
+			 cgr_worker *p, cgr_worker **m, size_t max);
 
 /* lower.c */
 int cgr__lower_devices(struct cgr__cc *cc);

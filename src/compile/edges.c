@@ -12,9 +12,8 @@
 
 #include "compile/compile.h"
 
-/* The workers (other than p) that read node n, in first-use order. */
-static size_t edge_readers(cgr_graph *g, cgr_node *n, cgr_worker *p,
-				cgr_worker **m, size_t max)
+size_t cgr__edge_readers(const cgr_graph *g, const cgr_node *n,
+			 cgr_worker *p, cgr_worker **m, size_t max)
 {
 	size_t nm = 1;
 
@@ -107,6 +106,9 @@ static int edge_broadcast(cgr_graph *g, struct cgr__task *t,
 	cp.backend = n->edge_flags & CGR_EDGE_NCCL ? CGR_BACKEND_NCCL :
 		     n->edge_flags & CGR_EDGE_CPU  ? CGR_BACKEND_CPU :
 						     CGR_BACKEND_AUTO;
+	/* Across hosts: the NCCL communicator the compile made for it
+	 * (over m, in this order: drive/graph_compile.c). */
+	cp.comm = n->edge_comm;
 	ret = cgr_graph_collective(g, &cp, m, nm, grp, k, outs, nm * k);
 	if (ret < 0)
 		return ret;
@@ -133,7 +135,7 @@ int cgr__lower_edges(cgr_graph *g)
 			    n->edge_lowered)
 				continue;
 			p = cgr__out_worker(t, o);
-			nm = edge_readers(g, n, p, m, MAXM);
+			nm = cgr__edge_readers(g, n, p, m, MAXM);
 			if (nm == 1)
 				return cgr__graph_fail(
 					g, -EINVAL,
@@ -147,7 +149,7 @@ int cgr__lower_edges(cgr_graph *g)
 				    u->edge_lowered ||
 				    cgr__out_worker(t, q) != p)
 					continue;
-				size_t n2 = edge_readers(g, u, p, m2, MAXM);
+				size_t n2 = cgr__edge_readers(g, u, p, m2, MAXM);
 				if (q == o || same_readers(m, nm, m2, n2))
 					grp[k++] = u;
 			}

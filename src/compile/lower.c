@@ -147,8 +147,9 @@ static int coll_spans(struct cgr__cc *cc, const struct cgr__task *t,
 				 t->members[i]->name);
 			no = why;
 		}
-	if (no == NULL && t->edge)
-		no = "device edges do not cross hosts yet";
+	if (no == NULL && t->edge && user == NULL)
+		no = "device edges do not cross hosts but on an NCCL "
+		     "communicator across them (host tensors cannot)";
 	else if (no == NULL && cc->nccl[t->id] && user == NULL)
 		no = "its inputs are device tensors: give it an NCCL "
 		     "communicator across the hosts (cgr_comm_create, "

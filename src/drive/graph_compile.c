@@ -130,18 +130,65 @@ static int auto_comm_wanted(const struct cgr__task *t, size_t def_cap)
  * every such node of the same members; freed with the compiled graph.
  */
 static cgr_comm *shared_nccl(cgr_comm **made, size_t nmade,
-			     const struct cgr__task *t)
+			     cgr_worker *const *m, size_t n)
 {
 	for (size_t i = 0; i < nmade; i++) {
 		const cgr_comm *c = made[i];
-		if (c->backend != CGR_BACKEND_NCCL ||
-		    (size_t)c->n != t->nmembers || c->members == NULL ||
-		    memcmp(c->members, t->members,
-			   t->nmembers * sizeof(*t->members)) != 0)
+		if (c->backend != CGR_BACKEND_NCCL || (size_t)c->n != n ||
+		    c->members == NULL ||
+		    memcmp(c->members, m, n * sizeof(*m)) != 0)
 			continue;
 		return made[i];
 	}
 	return NULL;
+}
+
+/* The NCCL communicator across hosts over m[0..n) (shared_nccl's, or a
+ * new one in made): 0, or the failure (g's errmsg names what for). */
+static int nccl_over(cgr_graph *g, cgr_worker *const *m, size_t n,
+		     cgr_comm **made, size_t *nmade, const char *what,
+		     cgr_comm **out)
+{
+	int ret;
+
+	if ((*out = shared_nccl(made, *nmade, m, n)) != NULL)
+		return 0;
+	ret = cgr_comm_create(g->ctx, m, n, CGR_BACKEND_NCCL, &made[*nmade]);
+	if (ret < 0)
+		return cgr__graph_fail(g, ret,
+				       "%s: its NCCL communicator across "
+				       "hosts could not be made (%s)",
+				       what, cgr_strerror(ret));
+	*out = made[(*nmade)++];
+	return 0;
+}
+
+/*
+ * A device-transport edge whose producer (a device task) and readers are
+ * on several hosts runs on an NCCL communicator across them (its
+ * broadcast, compile/edges.c: the producer, then the readers in
+ * first-use order), made now and named in the graph's description.
+ */
+static int edge_comms(cgr_graph *g, cgr_comm **made, size_t *nmade)
+{
+	for (cgr_node *n = g->nodes; n != NULL; n = n->next) {
+		cgr_worker *m[CGR_MAX_RANKS], *p;
+		bool spans = false;
+		size_t nm;
+		int ret;
+		if (n->kind != CGR__NODE_TASK ||
+		    n->transport != CGR_TRANSPORT_DEVICE || n->edge_lowered ||
+		    (n->edge_flags & CGR_EDGE_CPU) || !on_device(n))
+			continue;
+		p = cgr__out_worker(n->task, n->port);
+		nm = cgr__edge_readers(g, n, p, m, CGR_MAX_RANKS);
+		for (size_t i = 1; i < nm; i++)
+			spans |= m[i]->host != p->host;
+		if (spans && (ret = nccl_over(g, m, nm, made, nmade, n->name,
+					      &n->edge_comm)) < 0)
+			return ret;
+	}
+	return 0;
 }
 
 /* The communicators auto_comm_wanted asks for, each set as its node's
@@ -159,23 +206,23 @@ static int auto_comms(cgr_graph *g, const cgr_compile_params *prm,
 	for (struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
 		if ((be = auto_comm_wanted(t, pp.max_value_bytes)) < 0)
 			continue;
-		if (be == CGR_BACKEND_NCCL &&
-		    (t->cp.comm = shared_nccl(made, *nmade, t)) != NULL)
+		if (be == CGR_BACKEND_NCCL) {
+			if ((ret = nccl_over(g, t->members, t->nmembers, made,
+					     nmade, t->name, &t->cp.comm)) < 0)
+				return ret;
 			continue;
+		}
 		ret = cgr_comm_create(g->ctx, t->members, t->nmembers, be,
 				      &made[*nmade]);
 		if (ret < 0)
 			return cgr__graph_fail(g, ret,
-					       "%s %s: its %s communicator "
-					       "across hosts could not be made "
-					       "(%s)",
+					       "%s %s: its communicator across "
+					       "hosts could not be made (%s)",
 					       cgr__coll_name(t->coll), t->name,
-					       be == CGR_BACKEND_NCCL ? "NCCL" :
-									"CPU",
 					       cgr_strerror(ret));
 		t->cp.comm = made[(*nmade)++];
 	}
-	return 0;
+	return edge_comms(g, made, nmade);
 }
 
 /* Gives back what auto_comms did: the nodes' communicators unset, and
@@ -187,6 +234,8 @@ static void auto_comms_end(cgr_graph *g, cgr_comm **made, size_t nmade,
 		for (size_t i = 0; i < nmade; i++)
 			if (t->cp.comm == made[i])
 				t->cp.comm = NULL;
+	for (cgr_node *n = g->nodes; n != NULL; n = n->next)
+		n->edge_comm = NULL;
 	for (size_t i = 0; i < nmade; i++)
 		if (c != NULL)
 			c->comms[c->ncomms++] = made[i];
@@ -206,7 +255,8 @@ int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
 		return -EINVAL;
 	if ((ret = check_workers(g, true)) < 0)
 		return ret;
-	if ((made = calloc(g->ntasks + 1, sizeof(*made))) == NULL)
+	if ((made = calloc((size_t)g->ntasks + g->nnodes + 1,
+			   sizeof(*made))) == NULL)
 		return -ENOMEM;
 	/* (Before the kinds' checks: a collective on a communicator reads
 	 * only its members' own inputs.) */

@@ -36,6 +36,7 @@ struct blob_node {
 	int32_t kind, index, transport, overlap;
 	uint32_t edge_flags, pad;
 	uint64_t clen; /* CONST: bytes of its slot that follow */
+	uint64_t edge_comm; /* cgr_comm_id of its device edge's, or 0 */
 };
 
 /* Followed by name_len, fn_len and arg_len bytes, nin input ids and
@@ -222,6 +223,7 @@ int cgr__graph_pack(cgr_graph *g, const cgr_compile_params *p, void **out,
 		bn.transport = n->transport;
 		bn.overlap = n->overlap;
 		bn.edge_flags = n->edge_flags;
+		bn.edge_comm = cgr_comm_id(n->edge_comm);
 		bn.clen = n->kind == CGR__NODE_CONST ? n->cdata_len : 0;
 		put(&b, &bn, sizeof(bn));
 		if (bn.clen)
@@ -530,6 +532,13 @@ static int build(struct unpack *u)
 		n->transport = bn->transport;
 		n->edge_flags = bn->edge_flags;
 		n->overlap = bn->overlap;
+		/* Its device edge's communicator: this host's part. */
+		if (bn->edge_comm != 0 &&
+		    (n->edge_comm = cgr__comm_find(u->g->ctx,
+						   bn->edge_comm)) == NULL)
+			return bad(u->r, "node %u: communicator %llu is not "
+					 "on this host",
+				   id, (unsigned long long)bn->edge_comm);
 	}
 	if (ti != u->h->ntasks)
 		return bad(u->r, "%u tasks of %u", ti, u->h->ntasks);

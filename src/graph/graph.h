@@ -37,6 +37,9 @@ struct cgr_node {
 	unsigned edge_flags; /* enum cgr_edge_flags */
 	bool edge_lowered;   /* compile made its broadcast already */
 	int overlap;	     /* enum cgr_overlap_mode, for its device edge */
+	/* Its device edge's NCCL communicator across hosts (its producer
+	 * and readers on several hosts: made by the compile), or NULL. */
+	cgr_comm *edge_comm;
 	cgr_graph *g;
 	struct cgr_node *next; /* graph's list */
 };

@@ -257,19 +257,20 @@ static int device_stays(cgr_graph *g, const struct cgr__task *t,
 					g, -ENOTSUP,
 					"%s: %s, a CUDA tensor of %s %s on "
 					"worker %s (rank %u), is read by %s "
-					"%s on worker %s (rank %u): device "
-					"tensors do not cross hosts yet (a "
-					"stream task there can copy them to "
-					"host memory%s)",
+					"%s on worker %s (rank %u): a device "
+					"tensor crosses hosts over a device "
+					"edge only (cgr_node_set_transport: "
+					"NCCL), or as host memory a stream "
+					"task there copies it to%s",
 					u->name, n->name,
 					cgr__coll_name(t->coll), t->name,
 					w->name, w->host,
 					cgr__coll_name(u->coll), u->name,
 					r->name, r->host,
-					u->coll ? "; a collective's member "
+					u->coll ? " (a collective's member "
 						  "across hosts reads its "
 						  "own input only, through "
-						  "NCCL" :
+						  "NCCL)" :
 						  "");
 			}
 		}
@@ -280,9 +281,10 @@ static int device_stays(cgr_graph *g, const struct cgr__task *t,
 			return cgr__graph_fail(
 				g, -ENOTSUP,
 				"output %zu of the graph is %s, a CUDA tensor "
-				"of %s %s on worker %s (rank %u): device "
-				"tensors do not cross hosts yet (a stream "
-				"task there can copy it to host memory)",
+				"of %s %s on worker %s (rank %u): a graph "
+				"output on another host than the driver's "
+				"cannot be a device tensor (a stream task "
+				"there can copy it to host memory)",
 				i, g->outputs[i]->name, cgr__coll_name(t->coll),
 				t->name, w->name, w->host);
 	return 0;
@@ -298,9 +300,10 @@ static int remote_check_task(cgr_graph *g, const struct cgr__task *t,
 				       "on rank %u, another host)",
 				       t->name, w->name, rw_of(w)->rank);
 	/* A CUDA tensor of another host (a device-transport edge is a
-	 * collective of its producer and readers: compile/lower.c refuses
-	 * one across hosts).  A member of a collective on a communicator
-	 * reads its own inputs only (over values: every member's). */
+	 * collective of its producer and readers: across hosts on an NCCL
+	 * communicator, compile/lower.c).  A member of a collective on a
+	 * communicator reads its own inputs only (over values: every
+	 * member's). */
 	for (size_t i = 0; i < t->nin; i++) {
 		const cgr_node *n = t->in[i];
 		int h = n != NULL && n->transport != CGR_TRANSPORT_DEVICE ?
@@ -312,8 +315,9 @@ static int remote_check_task(cgr_graph *g, const struct cgr__task *t,
 			return cgr__graph_fail(
 				g, -ENOTSUP,
 				"%s: its input %s is a CUDA tensor made on "
-				"rank %d, and %s is on rank %u: device tensors "
-				"do not cross hosts yet",
+				"rank %d, and %s is on rank %u: a device "
+				"tensor crosses hosts over a device edge only "
+				"(cgr_node_set_transport: NCCL)",
 				t->name, n->name, h, w->name, w->host);
 	}
 	/* What t makes on w's device stays on w's host. */

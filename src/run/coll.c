@@ -1058,6 +1058,13 @@ bool cgr__coll_far_verdict(struct cgr__coll_rt *cr, uint64_t seq,
 	for (int r = 0; r < cr->n; r++)
 		memcpy(&recs[(size_t)r * cr->k], cr->far_all + (size_t)r * rb,
 		       rb);
+	/* A list's tensors over a device edge travel with its host part,
+	 * which is in the producer's host's slot. */
+	if (cr->edge && recs[cr->root].kind == CGR_VALUE_LIST) {
+		coll_fail(cr, seq, -ENOTSUP, "a list over a device edge does "
+			  "not cross hosts");
+		return false;
+	}
 	if (cr->k > 1)
 		return true; /* a bucket: judged at the move, as on one host */
 	/* Static shapes: a change first (the lowest rank that changed: its
