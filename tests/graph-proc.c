@@ -331,7 +331,7 @@ struct leaks {
 static struct leaks leaks_now(void)
 {
 	struct leaks l = { t_count_dir("/proc/self/fd"),
-			   t_count_dir("/proc/self/task") };
+			   t_count_threads() };
 	return l;
 }
 
@@ -354,6 +354,8 @@ static int shm_files(void)
 static void leaks_check(struct leaks before, const char *what)
 {
 	struct leaks now = leaks_now();
+
+	now.threads = t_threads_back(before.threads);
 
 	t_is(shm_files(), 0, "%s: nothing of cgr's in /dev/shm", what);
 	t_is(now.fds, before.fds, "%s: descriptors back to start", what);

@@ -198,7 +198,7 @@ static void test_stuck(void)
 	cgr_ref r;
 	cgr_value v = cgr_value_bytes("z", 1);
 	int before = atomic_load(&fini_calls);
-	int thr0 = t_count_dir("/proc/self/task"), thr = 0;
+	int thr0 = t_count_threads(), thr = 0;
 	struct timespec a, b;
 
 	cp.log_fn = logger;
@@ -234,7 +234,7 @@ static void test_stuck(void)
 	/* Then its (detached) thread exits: a moment later. */
 	clock_gettime(CLOCK_MONOTONIC, &a);
 	for (;;) {
-		thr = t_count_dir("/proc/self/task");
+		thr = t_count_threads();
 		clock_gettime(CLOCK_MONOTONIC, &b);
 		if (thr <= thr0 || b.tv_sec - a.tv_sec > 10)
 			break;
@@ -305,12 +305,12 @@ static void test_cycles(void)
 
 	cycle_full(); /* warm up lazily created library state */
 	fds0 = t_count_dir("/proc/self/fd");
-	thr0 = t_count_dir("/proc/self/task");
+	thr0 = t_count_threads();
 	heap0 = heap_bytes();
 	for (long i = 0; i < n; i++)
 		cycle_full();
 	fds1 = t_count_dir("/proc/self/fd");
-	thr1 = t_count_dir("/proc/self/task");
+	thr1 = t_threads_back(thr0);
 	heap1 = heap_bytes();
 	t_is(fds1, fds0, "fds back to start after %ld full cycles", n);
 	t_is(thr1, thr0, "threads back to start after %ld full cycles", n);
@@ -427,7 +427,7 @@ static void test_thread_exit(void)
 	cgr_task_desc d = CGR_TASK_DESC_INIT;
 	cgr_value args = cgr_value_bytes("x", 1), o;
 	int fds0 = t_count_dir("/proc/self/fd");
-	int thr0 = t_count_dir("/proc/self/task");
+	int thr0 = t_count_threads();
 	int inits = atomic_load(&init_calls), finis = atomic_load(&fini_calls);
 
 	cp.log_fn = lost_logger;
@@ -494,7 +494,7 @@ static void test_thread_exit(void)
 	t_is(atomic_load(&fini_calls) - finis, atomic_load(&init_calls) - inits,
 	     "thread exit: every worker's fini ran, the dead ones' too");
 	t_is(t_count_dir("/proc/self/fd"), fds0, "thread exit: fds back");
-	t_is(t_count_dir("/proc/self/task"), thr0, "thread exit: threads back");
+	t_is(t_threads_back(thr0), thr0, "thread exit: threads back");
 }
 
 int main(int argc, char **argv)

@@ -180,4 +180,48 @@ static inline int t_count_dir(const char *path)
 	return n;
 }
 
+/* This process's threads but the kernel's io_uring workers ("iou-wrk-N",
+ * "iou-sqp-N": io_uring starts them for some requests and ends them
+ * after they idle, on its own time); -1 if /proc cannot be read. */
+static inline int t_count_threads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	if (d == NULL)
+		return -1;
+	while ((e = readdir(d)) != NULL) {
+		char path[300], comm[32] = "";
+		FILE *f;
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+			 e->d_name);
+		if ((f = fopen(path, "r")) != NULL) {
+			if (fgets(comm, sizeof(comm), f) == NULL)
+				comm[0] = 0;
+			fclose(f);
+		}
+		n += strncmp(comm, "iou-", 4) != 0;
+	}
+	closedir(d);
+	return n;
+}
+
+/* t_count_threads once it is want, or after 2 s: a thread that was
+ * joined may still be listed for a moment (the kernel clears its id
+ * before it takes it out of /proc). */
+static inline int t_threads_back(int want)
+{
+	int n = t_count_threads();
+
+	for (int i = 0; i < 200 && n != want; i++) {
+		struct timespec ts = { 0, 10000000 };
+		nanosleep(&ts, NULL);
+		n = t_count_threads();
+	}
+	return n;
+}
+
 #endif
