@@ -584,6 +584,19 @@ static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
 	c.fault = 0;
 }
 
+/* An abort by member who: every rank -ECANCELED, and the next operation
+ * too. */
+static void aborted(cgr_compiled *g, cgr_comm *cm, int n, uint8_t who,
+		    struct tally *t)
+{
+	struct cmd c = { .id = cgr_comm_id(cm), .count = 3,
+			 .dtype = CGR_INT32, .kind = OP_ABORT, .who = who };
+
+	one(g, NULL, n, &c, -ECANCELED, t);
+	c.kind = CGR_COLL_ALLREDUCE;
+	one(g, NULL, n, &c, -ECANCELED, t);
+}
+
 /* The median time of an 8-byte allreduce (float32 x 2) across hosts, ns,
  * executions of the graph included, and of the graph alone (no
  * operation). */
@@ -809,16 +822,8 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 		}
 		if (l == 3)
 			crossing(job, g, cm, n, &t);
-		if (l == 3) {
-			/* An abort by one member: every rank -ECANCELED, and
-			 * the next operation too. */
-			struct cmd c = { .id = cgr_comm_id(cm), .count = 3,
-					 .dtype = CGR_INT32, .kind = OP_ABORT,
-					 .who = 4 };
-			one(g, NULL, n, &c, -ECANCELED, &t);
-			c.kind = CGR_COLL_ALLREDUCE;
-			one(g, NULL, n, &c, -ECANCELED, &t);
-		}
+		if (l == 3)
+			aborted(g, cm, n, 4, &t);
 		if (l == 2) {
 			destroyed(g, cm, n, &t);
 			cm = NULL;
@@ -935,16 +940,8 @@ int netcomm_nccl_run(cgr_ctx *ctx, cgr_worker *const *far)
 			break;
 		}
 		cases(g, cm, ref, n, true, &t);
-		if (l == 1) {
-			/* An abort by one member: every rank -ECANCELED, and
-			 * the next operation too. */
-			struct cmd c = { .id = cgr_comm_id(cm), .count = 3,
-					 .dtype = CGR_INT32, .kind = OP_ABORT,
-					 .who = 2 };
-			one(g, NULL, n, &c, -ECANCELED, &t);
-			c.kind = CGR_COLL_ALLREDUCE;
-			one(g, NULL, n, &c, -ECANCELED, &t);
-		}
+		if (l == 1)
+			aborted(g, cm, n, 2, &t);
 		cgr_compiled_destroy(g);
 		nrefusals(ctx, mw, n, cm, l == 0 ? 1 : 0, &t);
 		cgr_comm_destroy(cm);

@@ -277,20 +277,12 @@ static int t_find_threads(const char *prefix, pid_t *tids, int max)
 	if (d == NULL)
 		return 0;
 	while ((e = readdir(d)) != NULL && n < max) {
-		char path[300], comm[32] = "";
-		FILE *f;
+		char comm[32];
 
-		if (e->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
-			 e->d_name);
-		f = fopen(path, "r");
-		if (f == NULL)
-			continue;
-		if (fgets(comm, sizeof(comm), f) != NULL &&
+		if (e->d_name[0] != '.' &&
+		    t_thread_comm(e->d_name, comm, sizeof(comm)) &&
 		    strncmp(comm, prefix, strlen(prefix)) == 0)
 			tids[n++] = (pid_t)atoi(e->d_name);
-		fclose(f);
 	}
 	closedir(d);
 	return n;

@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,6 +181,25 @@ static inline int t_count_dir(const char *path)
 	return n;
 }
 
+/* The name of thread tid (an entry of /proc/self/task) into comm (len
+ * bytes, "" if it is gone): whether it could be read. */
+static inline bool t_thread_comm(const char *tid, char *comm, size_t len)
+{
+	char path[300];
+	FILE *f;
+	bool ok;
+
+	comm[0] = 0;
+	snprintf(path, sizeof(path), "/proc/self/task/%s/comm", tid);
+	if ((f = fopen(path, "r")) == NULL)
+		return false;
+	ok = fgets(comm, (int)len, f) != NULL;
+	if (!ok)
+		comm[0] = 0;
+	fclose(f);
+	return ok;
+}
+
 /* This process's threads but the kernel's io_uring workers ("iou-wrk-N",
  * "iou-sqp-N": io_uring starts them for some requests and ends them
  * after they idle, on its own time); -1 if /proc cannot be read. */
@@ -192,17 +212,10 @@ static inline int t_count_threads(void)
 	if (d == NULL)
 		return -1;
 	while ((e = readdir(d)) != NULL) {
-		char path[300], comm[32] = "";
-		FILE *f;
+		char comm[32];
 		if (e->d_name[0] == '.')
 			continue;
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
-			 e->d_name);
-		if ((f = fopen(path, "r")) != NULL) {
-			if (fgets(comm, sizeof(comm), f) == NULL)
-				comm[0] = 0;
-			fclose(f);
-		}
+		t_thread_comm(e->d_name, comm, sizeof(comm));
 		n += strncmp(comm, "iou-", 4) != 0;
 	}
 	closedir(d);

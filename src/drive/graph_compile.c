@@ -83,20 +83,15 @@ static int prepare(cgr_compiled *c, cgr_graph *g)
 #define CGR__AUTO_COMM_BYTES ((size_t)1 << 20)
 
 /* Whether node n's data is on a device: a device task's output, or a
- * collective's over such outputs. */
+ * collective's over such outputs (its first input's: a collective that
+ * mixes the two is refused at compile).  Linear in the chain's depth. */
 static bool on_device(const cgr_node *n)
 {
-	const struct cgr__task *t;
-
-	if (n == NULL || n->kind != CGR__NODE_TASK)
-		return false;
-	t = n->task;
-	if (!t->coll)
-		return (t->flags & CGR_TASK_DEVICE) != 0;
-	for (size_t i = 0; i < t->nin; i++)
-		if (!on_device(t->in[i]))
-			return false;
-	return t->nin > 0;
+	while (n != NULL && n->kind == CGR__NODE_TASK && n->task->coll &&
+	       n->task->nin > 0)
+		n = n->task->in[0];
+	return n != NULL && n->kind == CGR__NODE_TASK && !n->task->coll &&
+	       (n->task->flags & CGR_TASK_DEVICE) != 0;
 }
 
 /* Which communicator collective t gets made for it (see above and

@@ -154,21 +154,25 @@ static bool fail_locked(struct cgr__rcomm *rc, int code, const char *why)
 	return true;
 }
 
+/* Whether host[i] is the first rank of its host among host[0..n), and
+ * not this one's. */
+static bool first_far(const struct cgr_job *j, const uint32_t *host,
+		      size_t i)
+{
+	size_t q = 0;
+
+	while (q < i && host[q] != host[i])
+		q++;
+	return q == i && host[i] != j->rank;
+}
+
 /* Each other host of rc once: fn(rc, host). */
 static void each_host(struct cgr__rcomm *rc,
 		      void (*fn)(struct cgr__rcomm *, uint32_t, int), int arg)
 {
-	int n = rc->head.n;
-
-	for (int r = 0; r < n; r++) {
-		int q = 0;
-		if (here(rc, r))
-			continue;
-		while (q < r && rc->host[q] != rc->host[r])
-			q++;
-		if (q == r)
+	for (int r = 0; r < rc->head.n; r++)
+		if (first_far(rc->j, rc->host, (size_t)r))
 			fn(rc, rc->host[r], arg);
-	}
 }
 
 static void send_plain(struct cgr__rcomm *rc, uint32_t to, int type)
@@ -1687,18 +1691,6 @@ static int hosts_of(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 		}
 #endif
 	return 0;
-}
-
-/* Whether host[i] is the first rank of its host among host[0..n), and
- * not this one's. */
-static bool first_far(const struct cgr_job *j, const uint32_t *host,
-		      size_t i)
-{
-	size_t q = 0;
-
-	while (q < i && host[q] != host[i])
-		q++;
-	return q == i && host[i] != j->rank;
 }
 
 /* Sends m (and payload) to every host with ranks but this one: 0, or the

@@ -224,11 +224,14 @@ static int dev_host(const cgr_node *n)
 	t = n->task;
 	if (!t->coll)
 		return (t->flags & CGR_TASK_DEVICE) ? (int)t->w->host : -1;
+	/* Its first input not on a device edge decides (the compile
+	 * refuses a mix): linear in the chain's depth, not exponential. */
 	for (size_t i = 0; i < t->nin; i++)
 		if (t->in[i] != NULL &&
-		    t->in[i]->transport != CGR_TRANSPORT_DEVICE &&
-		    dev_host(t->in[i]) >= 0)
-			return (int)cgr__out_worker(t, n->port)->host;
+		    t->in[i]->transport != CGR_TRANSPORT_DEVICE)
+			return dev_host(t->in[i]) >= 0 ?
+				       (int)cgr__out_worker(t, n->port)->host :
+				       -1;
 	return -1;
 }
 
