@@ -1220,11 +1220,19 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * finds it there with cgr_task_comm and calls the operations with its
  * rank (on any host, a rank whose worker is elsewhere is -EINVAL).
  * Process workers: -ENOTSUP.  CGR_BACKEND_NCCL (every member owns a CUDA
- * device, else -EINVAL): the driver's NCCL makes the unique id, every
- * host initialises its ranks from it (cgr_comm_create returns once all
- * ranks of all hosts joined, or fails past 30 s), and before every
- * launch the ranks agree over two CPU communicators across hosts as on
- * one host (records only; the data moves through NCCL), so the
+ * device, else -EINVAL): the driver's NCCL makes the unique id and
+ * publishes it through PMIx (PMIx_Put and PMIx_Commit under
+ * "cgr.nccl.<communicator id>"; each host reads it with PMIx_Get and
+ * PMIX_GET_REFRESH_CACHE, or, where its launcher cannot fetch it, takes
+ * the copy in the driver's control message, logged at CGR_LOG_INFO),
+ * every host initialises its ranks from it (cgr_comm_create returns once all
+ * ranks of all hosts joined; a host whose ranks fail to initialise
+ * aborts the agreement's communicators below, so the others stop waiting
+ * for them and cgr_comm_create fails at once with that host's failure,
+ * not the -ECANCELED or -EPIPE it brought about elsewhere; a rank that
+ * never joins fails it past 30 s), and before every launch the ranks
+ * agree over two CPU communicators across hosts as on one host (records
+ * only; the data moves through NCCL), so the
  * semantics are those of an NCCL communicator on one host; a lost host
  * fails it (CGR_EHOSTLOST) once a rank polls it; a build without NCCL:
  * -EOPNOTSUPP.  Collective nodes may run on it (cgr_graph_collective).

@@ -56,6 +56,9 @@
  * device of one host (hostname) are "Duplicate GPU".  Holds and injected
  * failures leave such worlds alone (FAKE_NCCL_SPAN_STALL_AFTER: see
  * xcollective); fake_nccl_ops counts each rank's operations there.
+ * FAKE_NCCL_SPAN_FAIL_INIT=k fails a process's k-th rank of such a world
+ * (init_fails): it never joins, so the other ranks wait for it, as in
+ * NCCL's bootstrap, until they abort.
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -154,6 +157,7 @@ struct ncclComm {
 	_Atomic int in_call;
 	bool finalized;
 	bool blocking; /* ncclCommInitAll's: settled from the start */
+	bool outside;  /* its init failed: it never joined its world */
 	char last[256];
 };
 
@@ -896,6 +900,17 @@ static struct world *world_of(uint64_t magic, int n, const char *span)
 	return w;
 }
 
+/* With FAKE_NCCL_SPAN_FAIL_INIT=k in the environment, the k-th rank this
+ * process initialises in a world across processes (from 1) fails: it
+ * reports ncclSystemError and never joins. */
+static bool init_fails(void)
+{
+	static _Atomic long ninit;
+	const char *e = getenv("FAKE_NCCL_SPAN_FAIL_INIT");
+
+	return e != NULL && atomic_fetch_add(&ninit, 1) + 1 == atol(e);
+}
+
 ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
 				    int rank, ncclConfig_t *cfg)
 {
@@ -915,6 +930,22 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t *out, int n, ncclUniqueId id,
 	if (c->w == NULL) {
 		free(c);
 		return ncclSystemError;
+	}
+	if (c->w->x != NULL && init_fails()) {
+		/* It never joins: the others wait for it (as NCCL's
+		 * bootstrap does), and its abort leaves them be. */
+		c->rank = rank;
+		c->dev = dev;
+		c->outside = true;
+		snprintf(c->last, sizeof(c->last), "initialisation failed "
+			 "(fake: FAKE_NCCL_SPAN_FAIL_INIT)");
+		atomic_init(&c->state, ncclSystemError);
+		*out = c;
+		if (grp.depth > 0) {
+			grp.init = true;
+			return ncclSuccess;
+		}
+		return ncclInProgress;
 	}
 	if (c->w->x != NULL) {
 		struct xworld *x = c->w->x;
@@ -1091,7 +1122,7 @@ ncclResult_t ncclCommAbort(ncclComm_t c)
 
 	enter(c);
 	atomic_fetch_add(&naborts, 1);
-	if (w->x != NULL)
+	if (w->x != NULL && !c->outside)
 		xkill(w->x);
 	pthread_mutex_lock(&w->mu);
 	w->dead = true;

@@ -70,14 +70,19 @@
 #    sends and receives, groups, counts 0 to 25 000, a bad argument or
 #    count at one member, an abort: results, codes and untouched bytes
 #    the same as a CPU communicator on one host's; each host's NCCL model
-#    saw nothing NCCL forbids; a collective node on it refused;
+#    saw nothing NCCL forbids; a collective node on it refused; every
+#    NCCL id reached the hosts through PMIx (their logs say so); first,
+#    host 3's rank failing to initialise fails cgr_comm_create with its
+#    failure within 5 s (not NCCL's 30 s deadline);
 # 16 collective nodes on an NCCL communicator across the hosts (the
 #    models): an allreduce, a broadcast and an allgather of device
 #    tensors made on each member's host, and a device edge from host 1's
 #    GPU to hosts 2 and 3, copied to host memory there,
 #    equal to the same graph on three GPUs of one host and to a direct
 #    computation, a member's error value reaching every output whole,
-#    on a communicator of the caller's and on one the compile makes;
+#    a list over the device edge an error value (-ENOTSUP) on both
+#    readers, on a communicator of the caller's and on one the compile
+#    makes;
 # 17 as 3, under an allreduce on an NCCL communicator across the hosts
 #    (the models; host 3's ranks hang in NCCL, so the others wait in
 #    NCCL for them, not in the agreement): their calls return
@@ -325,13 +330,19 @@ model_check() {
 		echo "ok $1 # SKIP $(sed -n "s/^$2 SKIP: //p" "$tmp/$2.out")"
 	elif [ $rc = 0 ] && grep -q "^$2 OK" "$tmp/$2.out" &&
 		[ "$(grep -c '^nccl rank [012] ops [1-9][0-9]* misuse 0 order ok$' \
-			"$tmp/$2.out")" = 3 ]; then
+			"$tmp/$2.out")" = 3 ] &&
+		# NCCL ids across hosts: every one through PMIx.
+		{ [ "$2" = gpu ] ||
+		  { grep -q 'its NCCL id through PMIx' "$tmp/$2.err" &&
+		    ! grep -q 'NCCL id not' "$tmp/$2.err"; }; }; then
 		refused=$(sed -n 's/^refusal OK \([^:]*\):.*/\1/p' \
 			"$tmp/$2.out" | xargs)
+		ids=$(grep -c 'its NCCL id through PMIx' "$tmp/$2.err")
 		echo "ok $1 - $4 (the CUDA and NCCL models):" \
 		     "$(sed -n "s/^$2 OK //p" "$tmp/$2.out");" \
 		     "$(grep '^nccl rank' "$tmp/$2.out" | sort | xargs)" \
-		     "${refused:+; refused: $refused}"
+		     "${refused:+; refused: $refused}" \
+		     "; NCCL ids through PMIx: $ids"
 	else
 		echo "not ok $1 - $4 (mpirun exit $rc)"
 		show "$tmp/$2.out" "$tmp/$2.err"

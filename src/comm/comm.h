@@ -213,8 +213,10 @@ struct cgr__nccl_far {
 	void (*going)(void *arg);
 	/* Its memory goes (its NCCL side is gone): what arg holds. */
 	void (*gone)(void *arg);
-	/* 0, or CGR_EHOSTLOST (why written) once a host of it is lost;
-	 * polled, now and then, while its ranks wait for NCCL. */
+	/* 0, or its failure (why written): CGR_EHOSTLOST once a host of
+	 * it is lost, the agreement's once that failed (a host whose
+	 * initialisation failed aborts it); polled, now and then, while
+	 * its ranks wait for NCCL. */
 	int (*lost)(void *arg, char *why, size_t len);
 };
 
@@ -235,7 +237,8 @@ int cgr__nccl_far_id(cgr_ctx *ctx, void *id);
 /* This host's part of an NCCL communicator of n ranks made from id on
  * several hosts: the ranks whose members[r] is not NULL (each initialised
  * here, in one group; the call returns once every rank of every host
- * joined, or fails past 30 s), the others elsewhere (-EINVAL for their
+ * joined, or fails: past 30 s, or at once when far->lost says another
+ * host's ranks failed), the others elsewhere (-EINVAL for their
  * calls here).  sd and rd are the agreement's CPU communicators of the
  * same ranks across hosts (the part does not destroy them: far->gone
  * may; on failure far->gone is not called).  Not listed: the caller's

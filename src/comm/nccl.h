@@ -177,8 +177,9 @@ void cgr__nccl_fail(struct ncomm *c, int code, const char *fmt, ...)
 void cgr__nccl_stop(struct ncomm *c, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 int cgr__nccl_rank_failed(struct ncomm *c, int r);
-/* Across hosts: fails c (CGR_EHOSTLOST) if a host of it was lost (looked
- * for at most once a millisecond); the failure, or 0. */
+/* Across hosts: fails c if a host of it was lost (CGR_EHOSTLOST) or its
+ * agreement's communicators failed (far.lost says; looked for at most
+ * once a millisecond); the failure, or 0. */
 int cgr__nccl_far_lost(struct ncomm *c);
 int cgr__nccl_settle(struct ncomm *c, int r, int64_t deadline,
 		     const char *what);

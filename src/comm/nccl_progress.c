@@ -157,6 +157,7 @@ int cgr__nccl_far_lost(struct ncomm *c)
 {
 	int64_t now, next;
 	char why[200];
+	int code;
 
 	if (c->far.lost == NULL)
 		return cgr__nccl_failed(c);
@@ -166,8 +167,8 @@ int cgr__nccl_far_lost(struct ncomm *c)
 				  &c->far_next, &next, now + 1000000,
 				  memory_order_relaxed, memory_order_relaxed))
 		return cgr__nccl_failed(c);
-	if (c->far.lost(c->far.arg, why, sizeof(why)) != 0)
-		cgr__nccl_fail(c, CGR_EHOSTLOST, "%s", why);
+	if ((code = c->far.lost(c->far.arg, why, sizeof(why))) != 0)
+		cgr__nccl_fail(c, code, "%s", why);
 	return cgr__nccl_failed(c);
 }
 
@@ -213,6 +214,13 @@ int cgr__nccl_settle(struct ncomm *c, int r, int64_t deadline, const char *what)
 		}
 	}
 	if (st != ncclSuccess) {
+		/* Across hosts, NCCL's error may be what another host's
+		 * failure brought about (its abort): the cause first. */
+		char why[200];
+		int code = c->far.lost != NULL ?
+				   c->far.lost(c->far.arg, why, sizeof(why)) : 0;
+		if (code != 0)
+			cgr__nccl_fail(c, code, "%s", why);
 		cgr__nccl_fail(
 		    c, cgr__nccl_map_err(st), "%s on rank %d: %s (%s)", what, r,
 		    cgr__nccl_res_text(c->rt, st).s, cgr__nccl_msg(c, r, st));

@@ -51,6 +51,17 @@ int cgr__boot_fence(struct cgr__boot *b, int timeout_s, char *why,
  * -EMSGSIZE (more than cap), -EIO. */
 int cgr__boot_get(struct cgr__boot *b, uint32_t rank, const char *key,
 		  void *buf, size_t cap, size_t *len, char *why, size_t wlen);
+/* Publishes len bytes under key after the fence (PMIx_Put, then
+ * PMIx_Commit alone: no other rank waits): 0, -EINVAL (a key too long),
+ * -EIO.  Read with cgr__boot_get_late. */
+int cgr__boot_publish(struct cgr__boot *b, const char *key, const void *data,
+		      size_t len, char *why, size_t wlen);
+/* cgr__boot_get of what rank published after the fence
+ * (cgr__boot_publish, done before this call): the launcher's PMIx server
+ * asks rank's for it (PMIX_GET_REFRESH_CACHE), at most timeout_s. */
+int cgr__boot_get_late(struct cgr__boot *b, uint32_t rank, const char *key,
+		       void *buf, size_t cap, size_t *len, int timeout_s,
+		       char *why, size_t wlen);
 /* The host rank runs on, as the launcher knows it: 0 or -EIO. */
 int cgr__boot_host(struct cgr__boot *b, uint32_t rank, char *buf, size_t cap,
 		   char *why, size_t wlen);

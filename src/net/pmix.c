@@ -43,6 +43,20 @@ int cgr__boot_get(struct cgr__boot *b, uint32_t rank, const char *key,
 	return -ENOSYS;
 }
 
+int cgr__boot_publish(struct cgr__boot *b, const char *key, const void *data,
+		      size_t len, char *why, size_t wlen)
+{
+	return cgr__boot_put(b, key, data, len, why, wlen);
+}
+
+int cgr__boot_get_late(struct cgr__boot *b, uint32_t rank, const char *key,
+		       void *buf, size_t cap, size_t *len, int timeout_s,
+		       char *why, size_t wlen)
+{
+	(void)timeout_s;
+	return cgr__boot_get(b, rank, key, buf, cap, len, why, wlen);
+}
+
 int cgr__boot_host(struct cgr__boot *b, uint32_t rank, char *buf, size_t cap,
 		   char *why, size_t wlen)
 {
@@ -58,6 +72,10 @@ void cgr__boot_fini(struct cgr__boot *b)
 #else
 
 #include <pmix.h>
+
+#ifndef PMIX_GET_REFRESH_CACHE /* (PMIx 4.1) */
+#define PMIX_GET_REFRESH_CACHE "pmix.get.refresh"
+#endif
 
 /* The functions of libpmix used here (pmix.h's prototypes). */
 struct api {
@@ -198,8 +216,10 @@ int cgr__boot_fence(struct cgr__boot *b, int timeout_s, char *why,
 				    fail(b, -EIO, rc, "PMIx_Fence", why, wlen);
 }
 
-int cgr__boot_get(struct cgr__boot *b, uint32_t rank, const char *key,
-		  void *buf, size_t cap, size_t *len, char *why, size_t wlen)
+/* cgr__boot_get with PMIx_Get's info (ninfo of them). */
+static int get_with(struct cgr__boot *b, uint32_t rank, const char *key,
+		    const pmix_info_t *info, size_t ninfo, void *buf,
+		    size_t cap, size_t *len, char *why, size_t wlen)
 {
 	pmix_value_t *v = NULL;
 	pmix_proc_t p;
@@ -211,7 +231,7 @@ int cgr__boot_get(struct cgr__boot *b, uint32_t rank, const char *key,
 		return -EINVAL;
 	snprintf(k, sizeof(k), "%s", key);
 	peer(b, rank, &p);
-	rc = api(b)->get(&p, k, NULL, 0, &v);
+	rc = api(b)->get(&p, k, info, ninfo, &v);
 	if (rc == PMIX_ERR_NOT_FOUND)
 		ret = -ENOENT;
 	else if (rc != PMIX_SUCCESS || v == NULL)
@@ -229,6 +249,38 @@ int cgr__boot_get(struct cgr__boot *b, uint32_t rank, const char *key,
 		free(v);
 	}
 	return ret;
+}
+
+int cgr__boot_get(struct cgr__boot *b, uint32_t rank, const char *key,
+		  void *buf, size_t cap, size_t *len, char *why, size_t wlen)
+{
+	return get_with(b, rank, key, NULL, 0, buf, cap, len, why, wlen);
+}
+
+int cgr__boot_publish(struct cgr__boot *b, const char *key, const void *data,
+		      size_t len, char *why, size_t wlen)
+{
+	int ret = cgr__boot_put(b, key, data, len, why, wlen);
+	pmix_status_t rc;
+
+	if (ret < 0)
+		return ret;
+	rc = api(b)->commit();
+	return rc == PMIX_SUCCESS ? 0 :
+				    fail(b, -EIO, rc, "PMIx_Commit", why, wlen);
+}
+
+int cgr__boot_get_late(struct cgr__boot *b, uint32_t rank, const char *key,
+		       void *buf, size_t cap, size_t *len, int timeout_s,
+		       char *why, size_t wlen)
+{
+	pmix_info_t info[2];
+	bool fresh = true;
+
+	memset(info, 0, sizeof(info));
+	api(b)->info_load(&info[0], PMIX_GET_REFRESH_CACHE, &fresh, PMIX_BOOL);
+	api(b)->info_load(&info[1], PMIX_TIMEOUT, &timeout_s, PMIX_INT);
+	return get_with(b, rank, key, info, 2, buf, cap, len, why, wlen);
 }
 
 int cgr__boot_host(struct cgr__boot *b, uint32_t rank, char *buf, size_t cap,

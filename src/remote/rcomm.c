@@ -186,16 +186,32 @@ static void send_plain(struct cgr__rcomm *rc, uint32_t to, int type)
 	(void)cgr__job_send(rc->j, to, &m, NULL, 0);
 }
 
-static int rc_abort(cgr_comm *c)
+/* rc fails here, then on every other host of it (-ECANCELED; text: what
+ * the others' reason says happened here, "" for an abort). */
+static void rc_abort_why(struct cgr__rcomm *rc, const char *text)
 {
-	struct cgr__rcomm *rc = rc_of(c);
+	struct cgr__rmsg m;
 	bool first;
 
 	pthread_mutex_lock(&rc->j->lock);
-	first = fail_locked(rc, -ECANCELED, "communicator aborted");
+	first = fail_locked(rc, -ECANCELED,
+			    text[0] != '\0' ? text : "communicator aborted");
 	pthread_mutex_unlock(&rc->j->lock);
-	if (first)
-		each_host(rc, send_plain, CGR__RM_COMM_ABORT);
+	if (!first)
+		return;
+	memset(&m, 0, sizeof(m));
+	m.type = CGR__RM_COMM_ABORT;
+	m.gid = rc->head.id;
+	m.code = -ECANCELED;
+	snprintf(m.text, sizeof(m.text), "%s", text);
+	for (int r = 0; r < rc->head.n; r++)
+		if (first_far(rc->j, rc->host, (size_t)r))
+			(void)cgr__job_send(rc->j, rc->host[r], &m, NULL, 0);
+}
+
+static int rc_abort(cgr_comm *c)
+{
+	rc_abort_why(rc_of(c), "");
 	return 0;
 }
 
@@ -1707,8 +1723,21 @@ static int each_member_host(struct cgr_job *j, const uint32_t *host,
 	return ret;
 }
 
+/* Which of two failures (0: none) a create reports: the first, but the
+ * cause before what it brought about on the other hosts: -ECANCELED (the
+ * abort of the agreement's communicators) and -EPIPE (NCCL's remote
+ * error: a peer rank aborted). */
+static int cause(int ret, int e)
+{
+	bool after = ret == -ECANCELED || ret == -EPIPE;
+
+	return ret == 0 || (after && e != 0 && e != -ECANCELED && e != -EPIPE) ?
+		       e :
+		       ret;
+}
+
 /* Every such host's COMM_MADE for communicator gid (each failure logged):
- * 0, or the first failure. */
+ * 0, or the first failure (cause). */
 static int await_made(cgr_ctx *ctx, const uint32_t *host, size_t n,
 		      uint64_t gid)
 {
@@ -1731,8 +1760,7 @@ static int await_made(cgr_ctx *ctx, const uint32_t *host, size_t n,
 					 r->m.text);
 			free(r);
 		}
-		if (ret == 0)
-			ret = e;
+		ret = cause(ret, e);
 	}
 	return ret;
 }
@@ -1766,16 +1794,27 @@ struct nfar {
 static int nfar_lost(void *arg, char *why, size_t len)
 {
 	struct nfar *nf = arg;
+	struct cgr_job *j = nf->j;
 	const char *w = "";
+	int code = 0;
 
 	for (size_t r = 0; r < nf->n; r++)
-		if (nf->host[r] != nf->j->rank &&
-		    cgr__job_lost(nf->j, nf->host[r], &w)) {
+		if (nf->host[r] != j->rank &&
+		    cgr__job_lost(j, nf->host[r], &w)) {
 			/* (w names the host.) */
 			snprintf(why, len, "%s", w != NULL ? w : "a host lost");
 			return CGR_EHOSTLOST;
 		}
-	return 0;
+	/* The agreement's communicators: aborted by a host whose ranks
+	 * failed to initialise (nfar_part), or failed since. */
+	pthread_mutex_lock(&j->lock);
+	for (int k = 0; k < 2 && code == 0; k++) {
+		struct cgr__rcomm *rc = rc_of(k == 0 ? nf->sd : nf->rd);
+		if ((code = rc->failed) != 0)
+			snprintf(why, len, "its agreement: %s", rc->why);
+	}
+	pthread_mutex_unlock(&j->lock);
+	return code;
 }
 
 static void nfar_going(void *arg)
@@ -1822,11 +1861,56 @@ static struct nfar *nfar_new(struct cgr_job *j, const uint32_t *host,
 }
 
 /* COMM_NEW's payload for an NCCL communicator: the hosts and indices,
- * then this. */
+ * then this.  The id also goes through PMIx (id_key): the copy here is
+ * for launchers whose PMIx server cannot fetch what the driver published
+ * after the fence. */
 struct nfar_msg {
 	uint64_t sd, rd;
 	unsigned char id[CGR__NCCL_ID_BYTES];
 };
+
+/* Where communicator gid's NCCL id is published (cgr__boot_publish). */
+static void id_key(char *k, size_t cap, uint64_t gid)
+{
+	snprintf(k, cap, "cgr.nccl.%llu", (unsigned long long)gid);
+}
+
+/* A host's NCCL id of communicator gid: through PMIx from the driver, or
+ * (logged) the copy in its COMM_NEW (fm).  0, or -EPROTO where the two
+ * differ. */
+static int id_through_pmix(struct cgr_job *j, uint64_t gid,
+			   struct nfar_msg *fm)
+{
+	unsigned char id[CGR__NCCL_ID_BYTES];
+	char key[CGR__BOOT_KEY_MAX], why[240] = "";
+	int64_t t0 = cgr__now_ns();
+	size_t len = 0;
+	int ret;
+
+	id_key(key, sizeof(key), gid);
+	ret = cgr__boot_get_late(&j->boot, j->driver, key, id, sizeof(id),
+				 &len, 5, why, sizeof(why));
+	if (ret == 0 && len != sizeof(id))
+		ret = -EMSGSIZE;
+	if (ret != 0) {
+		cgr__info(&j->log, "communicator %llu: its NCCL id not "
+				   "through PMIx (%s: %s): the control "
+				   "link's copy",
+			  (unsigned long long)gid, cgr_strerror(ret), why);
+		return 0;
+	}
+	if (memcmp(id, fm->id, sizeof(id)) != 0) {
+		cgr__err(&j->log, "communicator %llu: its NCCL id through "
+				  "PMIx is not the driver's",
+			 (unsigned long long)gid);
+		return -EPROTO;
+	}
+	cgr__info(&j->log, "communicator %llu: its NCCL id through PMIx "
+			   "(%.1f ms)",
+		  (unsigned long long)gid,
+		  (double)(cgr__now_ns() - t0) / 1e6);
+	return 0;
+}
 
 /* This host's part (members: NULL elsewhere), listed under nf->id; nf is
  * the part's from here on (freed with it, or here on failure, the
@@ -1842,6 +1926,10 @@ static int nfar_part(cgr_ctx *ctx, cgr_worker *const *members,
 	ret = cgr__nccl_far_part(ctx, members, (int)nf->n, id, nf->sd, nf->rd,
 				 &far, &c);
 	if (ret < 0) {
+		/* The other hosts' ranks would wait for these in NCCL's
+		 * initialisation (up to its deadline): they look at the
+		 * agreement's communicators meanwhile (nfar_lost). */
+		rc_abort_why(rc_of(nf->sd), "NCCL initialisation failed");
 		nfar_gone(nf);
 		return ret;
 	}
@@ -1885,6 +1973,18 @@ static int nccl_far_create(cgr_ctx *ctx, cgr_worker *const *members,
 	nf->sd = sd, nf->rd = rd, nf->driver = true;
 	fm.sd = cgr_comm_id(sd);
 	fm.rd = cgr_comm_id(rd);
+	{
+		/* Before COMM_NEW: the hosts read it once that is in. */
+		char key[CGR__BOOT_KEY_MAX], why[240] = "";
+		id_key(key, sizeof(key), nf->id);
+		if (cgr__boot_publish(&j->boot, key, fm.id, sizeof(fm.id),
+				      why, sizeof(why)) < 0)
+			cgr__info(&ctx->log, "cgr_comm_create: the NCCL id "
+					     "not published through PMIx "
+					     "(%s): the hosts take "
+					     "COMM_NEW's copy",
+				  why);
+	}
 	memcpy(pay, pl, 2 * n * sizeof(*pl));
 	memcpy(pay + 2 * n * sizeof(*pl), &fm, sizeof(fm));
 	memset(&m, 0, sizeof(m));
@@ -1902,8 +2002,7 @@ static int nccl_far_create(cgr_ctx *ctx, cgr_worker *const *members,
 	} else {
 		ret = nfar_part(ctx, mine, members, nf, fm.id, &c);
 		e = await_made(ctx, pl, n, m.gid);
-		if (ret == 0)
-			ret = e;
+		ret = cause(ret, e);
 	}
 	free(pay);
 	free(mine);
@@ -1926,6 +2025,8 @@ static int nccl_far_serve(struct cgr_job *j, cgr_ctx *ctx,
 	cgr_comm *c;
 
 	memcpy(&fm, cm->payload + 2 * n * sizeof(*host), sizeof(fm));
+	if (id_through_pmix(j, cm->m.gid, &fm) != 0)
+		return -EPROTO;
 	if ((nf = nfar_new(j, host, n, cm->m.gid)) == NULL)
 		return -ENOMEM;
 	nf->sd = cgr__comm_find(ctx, fm.sd);
@@ -2055,8 +2156,10 @@ void cgr__rcomm_in(struct cgr_job *j, struct cgr__cmsg *cm)
 	rc = listed(j, cm->m.gid);
 	if (cm->m.type == CGR__RM_COMM_ABORT) {
 		if (rc != NULL) {
-			snprintf(why, sizeof(why), "communicator aborted on "
-						   "host %s (rank %u)",
+			cm->m.text[sizeof(cm->m.text) - 1] = '\0';
+			snprintf(why, sizeof(why), "%.120s on host %.64s (rank %u)",
+				 cm->m.text[0] != '\0' ? cm->m.text :
+							  "communicator aborted",
 				 host_name(j, cm->from), cm->from);
 			fail_locked(rc, -ECANCELED, why);
 		}

@@ -358,6 +358,7 @@ static int serve_one(struct server *s, const struct cgr__cmsg *cm)
 		ret = cgr__rcomm_serve_new(s->j, s->ctx, cm, s->local, s->nidx);
 		reply(s, CGR__RM_COMM_MADE, m->gid, ret,
 		      ret == -ENOENT ? "a member is not a worker of this host"
+		      : ret != 0     ? cgr_strerror(ret)
 				     : "");
 		return 0;
 	case CGR__RM_COMM_FREE:
