@@ -704,8 +704,12 @@ typedef struct cgr_job_stats {
 	 * only in part, e.g. an alltoall member's block, moves that part). */
 	uint64_t bytes_sent, bytes_received;
 	/* Bytes of communicators' operations to and from hosts (their data
-	 * and agreement records, see cgr_comm_create). */
-	uint64_t comm_bytes_sent, comm_bytes_received;
+	 * and agreement records, see cgr_comm_create), and of those received
+	 * the data UCX wrote straight into the caller's buffer (the second
+	 * half of a split allreduce or broadcast, a chained broadcast's
+	 * chunks: blocks of 64 KiB or more to a host with one rank of the
+	 * communicator). */
+	uint64_t comm_bytes_sent, comm_bytes_received, comm_bytes_direct;
 } cgr_job_stats;
 void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out);
 /* Leaves the job: the driver first tells every serving rank to return,
@@ -1264,7 +1268,14 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * root, then an allgather.  Data of
  * 64 KiB or more for another host leaves straight from the rank's send
  * or receive buffer (no copy on the way out; UCX rendezvous), and the
- * operation does not return before UCX is done with it.
+ * operation does not return before UCX is done with it.  Data that is
+ * sent only once every record is in (the blocks of a split allreduce's
+ * or broadcast's second half, a chain's chunks) arrives straight in the
+ * receive buffer (UCX writes it there: the operation says where before
+ * its own record leaves; cgr_job_stats.comm_bytes_direct) when it was
+ * sent so (64 KiB or more) to a host with one rank of the communicator;
+ * any other data is copied once out of the message it came in (before
+ * the records agree it may not touch the caller's buffer).
  * Reductions fold in rank order (rank 0's input op rank 1's op ...), and
  * a hierarchical allreduce folds each host's ranks in rank order, then
  * the hosts' results in the order of their lowest ranks (averages sum,

@@ -353,6 +353,7 @@ static void *ref_main(void *arg)
 struct tally {
 	unsigned execs, outs, bad, direct;
 	uint64_t sent, sent_split, sent_chain; /* crossing() */
+	uint64_t direct_bytes[2];	       /* direct() */
 	unsigned waited; /* destroyed(): ranks that were in the call */
 	char msg[200];
 };
@@ -690,6 +691,40 @@ static void crossing(cgr_job *job, cgr_compiled *g, cgr_comm *cm, int n,
 	}
 }
 
+/* Over 3 hosts x 1 (the driver's rank 0): the blocks of 64 KiB or more
+ * that reach the driver's host after every record is in land straight in
+ * rank 0's buffer (cgr_job_stats.comm_bytes_direct), results equal to one
+ * host's: a split allreduce of 25,000 int64 (rank 1's and 2's blocks:
+ * 66,672 + 66,656 B) and a chained broadcast of as many from rank 2 (rank
+ * 0's host is the chain's middle: its three chunks of 64 KiB; the last,
+ * 3,392 B, is copied). */
+static void direct(cgr_job *job, cgr_compiled *g, cgr_comm *cm,
+		   cgr_comm *ref, int n, struct tally *t)
+{
+	struct cmd c = { .id = cgr_comm_id(cm), .count = ZCC,
+			 .dtype = CGR_INT64, .kind = CGR_COLL_ALLREDUCE,
+			 .op = CGR_SUM, .seed = 77 };
+	static const uint64_t want[2] = { 66672 + 66656, 3 * 65536 };
+	cgr_job_stats x, y;
+
+	for (int k = 0; k < 2; k++) {
+		if (k == 1)
+			c.kind = CGR_COLL_BROADCAST, c.root = 2;
+		cgr_job_stats_get(job, &x);
+		one(g, ref, n, &c, 0, t);
+		cgr_job_stats_get(job, &y);
+		t->direct_bytes[k] = y.comm_bytes_direct - x.comm_bytes_direct;
+		if (t->direct_bytes[k] != want[k]) {
+			fprintf(stderr, "comm: a %s of %d B: %llu B straight "
+					"into rank 0's buffer (want %llu)\n",
+				k ? "broadcast" : "allreduce", 8 * ZCC,
+				(unsigned long long)t->direct_bytes[k],
+				(unsigned long long)want[k]);
+			t->bad++;
+		}
+	}
+}
+
 /* The driver destroys the communicator while half of its ranks wait in
  * an allreduce the other half never calls: each waiting rank's call
  * returns -ECANCELED (or, if the share went before the task looked for
@@ -819,6 +854,7 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 		if (l == 0) {
 			timed(g, cm, n, &op_us, &base_us);
 			refusals(ctx, mw, n, cm, &t);
+			direct(job, g, cm, ref, n, &t);
 		}
 		if (l == 3)
 			crossing(job, g, cm, n, &t);
@@ -849,11 +885,14 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 	       "allreduce_12000B_sent_from_host_B %llu "
 	       "allreduce_32760B_sent_from_host_B %llu "
 	       "broadcast_200000B_sent_from_host_B %llu "
+	       "allreduce_200000B_direct_B %llu "
+	       "broadcast_200000B_direct_B %llu "
 	       "destroyed_while_waiting %u\n",
 	       t.execs, t.outs, t.direct, op_us, base_us,
 	       (unsigned long long)t.sent, (unsigned long long)t.sent_split,
 	       (unsigned long long)t.sent_chain,
-	       t.waited);
+	       (unsigned long long)t.direct_bytes[0],
+	       (unsigned long long)t.direct_bytes[1], t.waited);
 	return 0;
 }
 

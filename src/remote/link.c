@@ -281,12 +281,16 @@ static void ctrl_fetched(void *arg, int status)
 {
 	struct cgr__cmsg *cm = arg;
 	struct cgr_job *j = (struct cgr_job *)(void *)cm->next;
+	struct cgr__claim *cl = cm->claim;
 
-	if (status < 0 || !ctrl_ok(cm)) {
+	cm->claim = NULL;
+	if (status < 0 || !ctrl_ok(cm))
 		free(cm);
-		return;
-	}
-	inbox_put(j, cm);
+	else
+		inbox_put(j, cm);
+	/* (After: its operation waits for this before it lets go.) */
+	if (cl != NULL)
+		cgr__rcomm_claim_done(j, cl);
 }
 
 /* A control message arrives (link thread). */
@@ -295,42 +299,61 @@ static void ctrl_in(struct cgr_job *j, const struct cgr__lhdr *h,
 {
 	/* pre: the message's first bytes, in the AM header (sendz). */
 	size_t pre = h->chan, len = pre + m->len;
+	const unsigned char *hm = (const unsigned char *)m->hdr + sizeof(*h);
+	struct cgr__claim *cl = NULL;
+	unsigned char *dst = NULL;
 	struct cgr__cmsg *cm;
 
 	if ((pre != 0 && (pre < sizeof(struct cgr__rmsg) ||
 			  m->hlen != sizeof(*h) + pre)) ||
 	    len < sizeof(struct cgr__rmsg) ||
-	    len > sizeof(struct cgr__rmsg) + CGR__RMSG_MAX_PAYLOAD ||
-	    (cm = malloc(sizeof(*cm) + len - sizeof(cm->m))) == NULL) {
+	    len > sizeof(struct cgr__rmsg) + CGR__RMSG_MAX_PAYLOAD) {
+		cm = NULL;
+	} else {
+		/* A communicator's data may go straight where its
+		 * operation wants it (then the message keeps the rest). */
+		if (pre > sizeof(struct cgr__rmsg) && m->len != 0) {
+			struct cgr__rmsg rm;
+			memcpy(&rm, hm, sizeof(rm));
+			if (rm.type == CGR__RM_COMM_OP)
+				dst = cgr__rcomm_claim(j, &rm, m->len, &cl);
+		}
+		cm = malloc(sizeof(*cm) + (dst != NULL ? pre : len) -
+			    sizeof(cm->m));
+	}
+	if (cm == NULL) {
 		if (m->rndv != NULL)
 			cgr__ucx_drop_data(j->ucx, m->rndv);
+		if (cl != NULL)
+			cgr__rcomm_claim_done(j, cl);
 		atomic_fetch_add_explicit(&j->st_late, 1,
 					  memory_order_relaxed);
 		return;
 	}
 	cm->from = h->from;
 	cm->len = len;
-	memcpy(&cm->m, (const unsigned char *)m->hdr + sizeof(*h), pre);
-	if (m->rndv == NULL) {
-		if (m->len != 0)
-			memcpy((unsigned char *)&cm->m + pre, m->data, m->len);
-		if (ctrl_ok(cm))
-			inbox_put(j, cm);
-		else
-			free(cm);
-		return;
-	}
+	cm->claimed = dst != NULL;
+	cm->claim = cl;
+	memcpy(&cm->m, hm, pre);
+	if (dst == NULL)
+		dst = (unsigned char *)&cm->m + pre;
 	/* Until it is in, next carries the job (ctrl_fetched). */
 	cm->next = (void *)j;
-	switch (cgr__ucx_fetch(j->ucx, m->rndv, (unsigned char *)&cm->m + pre,
-			       m->len, ctrl_fetched, cm)) {
+	if (m->rndv == NULL) {
+		if (m->len != 0)
+			memcpy(dst, m->data, m->len);
+		ctrl_fetched(cm, 0);
+		return;
+	}
+	switch (cgr__ucx_fetch(j->ucx, m->rndv, dst, m->len, ctrl_fetched,
+			       cm)) {
 	case 0:
 		ctrl_fetched(cm, 0);
 		break;
 	case 1:
 		break;
 	default:
-		free(cm);
+		ctrl_fetched(cm, -ENOMEM);
 	}
 }
 
@@ -960,6 +983,9 @@ int cgr_job_join(const cgr_job_params *p, cgr_job **out)
 	j->heartbeat_ns = d.heartbeat_ns;
 	j->wait_mode = d.wait_mode;
 	j->spin_ns = d.spin_ns;
+#ifdef CGR_FAULT_INJECTION
+	j->debug_copy = getenv("CGR_TEST_NO_CLAIMS") != NULL;
+#endif
 	pthread_condattr_t ca;
 
 	pthread_mutex_init(&j->lock, NULL);
@@ -1058,6 +1084,7 @@ void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out)
 	out->bytes_received = atomic_load(&m->st_bytes_recv);
 	out->comm_bytes_sent = atomic_load(&m->st_comm_sent);
 	out->comm_bytes_received = atomic_load(&m->st_comm_recv);
+	out->comm_bytes_direct = atomic_load(&m->st_comm_direct);
 	out->control = atomic_load(&m->st_ctrl);
 	out->heartbeats = atomic_load(&m->st_heartbeats);
 	out->late = atomic_load(&m->st_late);

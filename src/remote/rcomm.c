@@ -235,18 +235,16 @@ static void zout_done(void *arg, int status)
 	pthread_mutex_unlock(&j->lock);
 }
 
-/* Until UCX is done with rank me's buffers: before its operation writes
- * where it sent from, and before the operation ends.  No deadline: a
- * send ends, in error too, once its peer is lost (the link closes the
- * endpoint by force). */
-static void zout_wait(struct cgr__rcomm *rc, int me)
+/* Until *n (under j->lock: UCX's transfers in flight) is 0.  No
+ * deadline: a transfer ends, in error too, once its peer is lost (the
+ * link closes the endpoint by force). */
+static void drain(struct cgr_job *j, const unsigned *n)
 {
-	struct cgr_job *j = rc->j;
 	int64_t spin_end = cgr__now_ns() + j->spin_ns;
 	bool parked = false;
 
 	pthread_mutex_lock(&j->lock);
-	while (rc->zout[me].n != 0) {
+	while (*n != 0) {
 		if (cgr__now_ns() < spin_end &&
 		    j->wait_mode != CGR_WAIT_BLOCK) {
 			pthread_mutex_unlock(&j->lock);
@@ -262,6 +260,95 @@ static void zout_wait(struct cgr__rcomm *rc, int me)
 			pthread_cond_wait(&j->cond, &j->lock);
 		}
 	}
+	pthread_mutex_unlock(&j->lock);
+}
+
+/* Until UCX is done with rank me's buffers: before its operation writes
+ * where it sent from, and before the operation ends. */
+static void zout_wait(struct cgr__rcomm *rc, int me)
+{
+	drain(rc->j, &rc->zout[me].n);
+}
+
+/* ---- claims: data straight into the caller's buffer ------------------- */
+
+/*
+ * A message whose data is in its own place at the sender (cgr__job_sendz:
+ * its record in the header, the data by UCX's rendezvous) may be received
+ * straight into the caller's buffer, not into the message and then
+ * copied: the operation claims where its data goes before any of it can
+ * be sent, that is before it sends its own record (every such message is
+ * sent only once its sender has every rank's record: the second half of a
+ * split operation, a chained broadcast's chunks).  A claim covers the
+ * messages of one operation to this host on one lane whose key is in
+ * [key, key + nkeys) and which only one rank here takes; where() says
+ * where one goes (NULL: not claimed, e.g. a length that is not the
+ * expected one: the operation judges it as any other).  The operation
+ * unlists it at its end once the transfers into it are done (drain).
+ */
+struct cgr__claim {
+	struct cgr__claim *next;
+	uint64_t gid, key, nkeys;
+	uint32_t to;
+	int lane;
+	void *(*where)(const struct cgr__claim *, uint32_t from, uint64_t k,
+		       size_t len);
+	const struct op *o;
+	int me, peer;
+	unsigned inflight; /* under j->lock */
+};
+
+void *cgr__rcomm_claim(struct cgr_job *j, const struct cgr__rmsg *m,
+		       size_t len, struct cgr__claim **cl)
+{
+	void *dst = NULL;
+	uint64_t key = (uint64_t)m->timeout_ns;
+
+	*cl = NULL;
+	if (m->nranks != 1)
+		return NULL; /* several ranks here take it */
+	pthread_mutex_lock(&j->lock);
+	for (struct cgr__claim *c = j->claims; c != NULL; c = c->next)
+		if (c->gid == m->gid && c->to == m->flags &&
+		    c->lane == m->cpu && key - c->key < c->nkeys &&
+		    (dst = c->where(c, m->index, key - c->key, len)) != NULL) {
+			c->inflight++;
+			*cl = c;
+			atomic_fetch_add_explicit(&j->st_comm_direct, len,
+						  memory_order_relaxed);
+			break;
+		}
+	pthread_mutex_unlock(&j->lock);
+	return dst;
+}
+
+void cgr__rcomm_claim_done(struct cgr_job *j, struct cgr__claim *cl)
+{
+	pthread_mutex_lock(&j->lock);
+	if (--cl->inflight == 0)
+		pthread_cond_broadcast(&j->cond);
+	pthread_mutex_unlock(&j->lock);
+}
+
+static void claim_list(struct cgr__rcomm *rc, struct cgr__claim *c)
+{
+	pthread_mutex_lock(&rc->j->lock);
+	c->next = rc->j->claims;
+	rc->j->claims = c;
+	pthread_mutex_unlock(&rc->j->lock);
+}
+
+/* The operation ends: no transfer into its buffers goes on. */
+static void claim_unlist(struct cgr__rcomm *rc, struct cgr__claim *c)
+{
+	struct cgr_job *j = rc->j;
+	struct cgr__claim **pp;
+
+	drain(j, &c->inflight);
+	pthread_mutex_lock(&j->lock);
+	for (pp = &j->claims; *pp != c; pp = &(*pp)->next)
+		;
+	*pp = c->next;
 	pthread_mutex_unlock(&j->lock);
 }
 
@@ -321,6 +408,8 @@ static int put(struct cgr__rcomm *rc, int me, uint32_t to, int lane,
 	m.payload = len;
 	cm->from = j->rank;
 	cm->len = sizeof(m) + len;
+	cm->claimed = false;
+	cm->claim = NULL;
 	cm->m = m;
 	memcpy(cm->payload, a, REC);
 	for (int i = 0; i < nv; i++) {
@@ -930,7 +1019,7 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 					cgr__coll_kind_name(o->d->kind));
 	}
 	for (int q = 0; q < n && ret == 0; q++)
-		if (got[q] != NULL) {
+		if (got[q] != NULL && !got[q]->claimed) {
 			size_t len = blk_of(o, q, &at);
 			memcpy((char *)o->d->recv + at,
 			       got[q]->payload + REC, len);
@@ -1036,7 +1125,7 @@ static int chain_take(struct cgr__rcomm *rc, int me,
 		ret = fail_rank(rc, me, CGR_ECORRUPT,
 				"broadcast: a peer's chunk has the wrong "
 				"length");
-	else if (len != 0)
+	else if (len != 0 && !got[from]->claimed)
 		memcpy(dst, got[from]->payload + REC, len);
 	let_go(rc->j, got[from]);
 	return ret;
@@ -1108,6 +1197,76 @@ static int chain_run(struct cgr__rcomm *rc, int me, const struct op *o,
 	return ret;
 }
 
+/* A split operation's second half (gather_blocks): rank from's block
+ * into its place in the receive buffer. */
+static void *where_block(const struct cgr__claim *c, uint32_t from,
+			 uint64_t k, size_t len)
+{
+	const struct op *o = c->o;
+	size_t at;
+
+	(void)k;
+	if (from >= (uint32_t)o->rc->head.n || (int)from == c->me ||
+	    o->own[from] < 0 || blk_of(o, (int)from, &at) != len)
+		return NULL;
+	return (char *)o->d->recv + at;
+}
+
+/* A chained broadcast's chunk k from the previous carrier (chain_run)
+ * into its place in the receive buffer. */
+static void *where_chunk(const struct cgr__claim *c, uint32_t from,
+			 uint64_t k, size_t len)
+{
+	const struct op *o = c->o;
+	size_t off = (size_t)k * o->chunk;
+
+	if ((int)from != c->peer || off >= o->b ||
+	    len != (o->b - off < o->chunk ? o->b - off : o->chunk))
+		return NULL;
+	return (char *)o->d->recv + off;
+}
+
+/* Whether rank me's operation o (sequence seq) takes data straight into
+ * its buffer: then *c is its claim, listed. */
+static bool claim_plan(struct cgr__rcomm *rc, int me, const struct op *o,
+		       uint64_t seq, struct cgr__claim *c)
+{
+	int k = 0;
+
+	if (o->b == 0 || o->d->recv == NULL || o->d->poison)
+		return false;
+#ifdef CGR_FAULT_INJECTION
+	if (rc->j->debug_copy)
+		return false;
+#endif
+	memset(c, 0, sizeof(*c));
+	c->gid = rc->head.id;
+	c->to = rc->j->rank;
+	c->o = o;
+	c->me = me;
+	c->peer = -1;
+	if (o->split) {
+		c->lane = LANE_GATHER;
+		c->key = seq;
+		c->nkeys = 1;
+		c->where = where_block;
+	} else if (o->chain) {
+		while (k < o->nchain && o->carrier[k] != me)
+			k++;
+		if (k == 0 || k == o->nchain)
+			return false; /* the root, or not a carrier */
+		c->peer = o->carrier[k - 1];
+		c->lane = LANE_CHAIN;
+		c->key = chain_key(seq, 0);
+		c->nkeys = (o->b + o->chunk - 1) / o->chunk;
+		c->where = where_chunk;
+	} else {
+		return false;
+	}
+	claim_list(rc, c);
+	return true;
+}
+
 static int coll_run(struct cgr__rcomm *rc, int me,
 		    const struct cgr__coll_desc *d)
 {
@@ -1116,14 +1275,18 @@ static int coll_run(struct cgr__rcomm *rc, int me,
 	struct want w = { rc->j->rank, LANE_COLL, n - 1, ++rc->seq[me], got,
 			  d->deadline, d->stop };
 	struct cgr__agree a;
+	struct cgr__claim cl;
 	struct op o;
-	bool agreed = false;
+	bool agreed = false, claimed;
 
 	op_plan(&o, rc, d);
 	cgr__agree_op(&a, d);
 	if ((ret = failed_now(rc, me, d->kind)) != 0)
 		return ret;
 	got[me] = (struct cgr__cmsg *)&w; /* none from itself */
+	/* Before its record goes: what is sent only once every record is
+	 * in may come straight into its buffer. */
+	claimed = claim_plan(rc, me, &o, w.seq, &cl);
 	ret = coll_send(rc, me, &o, LANE_COLL, w.seq, &a, NULL);
 	ret = await_marked(rc, me, d->kind, &w, ret);
 	if (ret == 0 && (ret = verdict(rc, me, &a, got, w.seq)) == 0)
@@ -1139,6 +1302,8 @@ static int coll_run(struct cgr__rcomm *rc, int me,
 		ret = gather_blocks(rc, me, &o, w.seq, ret);
 	if (agreed && o.chain)
 		ret = chain_run(rc, me, &o, w.seq, ret);
+	if (claimed)
+		claim_unlist(rc, &cl);
 	return ret;
 }
 

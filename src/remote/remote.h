@@ -117,6 +117,11 @@ struct cgr__cmsg {
 	struct cgr__cmsg *next;
 	uint32_t from;
 	size_t len; /* of m and the payload */
+	/* A communicator's message whose data went straight where its
+	 * operation wanted it (a claim: rcomm.c): payload holds its record
+	 * only.  claim: while the data is on its way (the link's). */
+	bool claimed;
+	struct cgr__claim *claim;
 	struct cgr__rmsg m;
 	unsigned char payload[];
 };
@@ -188,6 +193,7 @@ struct cgr_job {
 	 * the operations' messages that are in, not yet taken. */
 	struct cgr__rcomm *rcomms;
 	struct cgr__cmsg *box;
+	struct cgr__claim *claims; /* rcomm.c: where operations want data */
 	uint64_t rcomm_seen; /* the largest id of a share made here */
 
 #ifdef CGR_FAULT_INJECTION
@@ -196,6 +202,9 @@ struct cgr_job {
 	 * graph, which the driver must count as late and drop
 	 * (CGR_TEST_LATE_MESSAGES in a serving rank's environment). */
 	bool debug_late;
+	/* Perf comparisons: every communicator's message copied out of
+	 * itself, none claimed (CGR_TEST_NO_CLAIMS in the environment). */
+	bool debug_copy;
 	uint64_t stale_gid;
 #endif
 	/* What happened (cgr_job_stats). */
@@ -203,6 +212,7 @@ struct cgr_job {
 	_Atomic uint64_t st_late, st_lost;
 	_Atomic uint64_t st_bytes_sent, st_bytes_recv;
 	_Atomic uint64_t st_comm_sent, st_comm_recv;
+	_Atomic uint64_t st_comm_direct; /* of st_comm_recv: claimed */
 };
 
 /* ---- link.c ---------------------------------------------------------- */
@@ -303,6 +313,14 @@ int cgr__rcomm_serve_new(struct cgr_job *j, cgr_ctx *ctx,
 void cgr__rcomm_in(struct cgr_job *j, struct cgr__cmsg *cm);
 /* Under j->lock, at the job's end: the messages nobody took. */
 void cgr__rcomm_box_free(struct cgr_job *j);
+/* The link: where the data (len bytes) of COMM_OP m, which carries its
+ * record in its header (cgr__job_sendz), goes: a buffer an operation
+ * claimed (*cl its claim, counted until cgr__rcomm_claim_done), or NULL
+ * (into the message, as any other). */
+void *cgr__rcomm_claim(struct cgr_job *j, const struct cgr__rmsg *m,
+		       size_t len, struct cgr__claim **cl);
+/* The data of a claimed message is in (or failed to come). */
+void cgr__rcomm_claim_done(struct cgr_job *j, struct cgr__claim *cl);
 
 /* ---- serve.c ---------------------------------------------------------- */
 
