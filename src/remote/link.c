@@ -334,6 +334,9 @@ static void ctrl_in(struct cgr_job *j, const struct cgr__lhdr *h,
 	cm->len = len;
 	cm->claimed = dst != NULL;
 	cm->claim = cl;
+	cm->ext = NULL;
+	cm->ext_n = NULL;
+	cm->users = 0;
 	memcpy(&cm->m, hm, pre);
 	if (dst == NULL)
 		dst = (unsigned char *)&cm->m + pre;
@@ -985,6 +988,7 @@ int cgr_job_join(const cgr_job_params *p, cgr_job **out)
 	j->spin_ns = d.spin_ns;
 #ifdef CGR_FAULT_INJECTION
 	j->debug_copy = getenv("CGR_TEST_NO_CLAIMS") != NULL;
+	j->debug_serial = getenv("CGR_TEST_SERIAL_FOLD") != NULL;
 #endif
 	pthread_condattr_t ca;
 

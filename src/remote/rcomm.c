@@ -108,6 +108,9 @@ struct cgr__rcomm {
 struct zout {
 	struct cgr__rcomm *rc;
 	unsigned n;
+	/* Its messages within the process whose data the ranks that take
+	 * them read in its buffers (put: borrowed). */
+	unsigned loc;
 };
 
 /* The stream whose executor runs this thread's operation now, if any
@@ -235,16 +238,18 @@ static void zout_done(void *arg, int status)
 	pthread_mutex_unlock(&j->lock);
 }
 
-/* Until *n (under j->lock: UCX's transfers in flight) is 0.  No
- * deadline: a transfer ends, in error too, once its peer is lost (the
- * link closes the endpoint by force). */
-static void drain(struct cgr_job *j, const unsigned *n)
+/* Until *n (under j->lock: UCX's transfers in flight) is 0, calling
+ * each(arg) (may be NULL) under j->lock before every look.  No deadline:
+ * a transfer ends, in error too, once its peer is lost (the link closes
+ * the endpoint by force). */
+static void drain(struct cgr_job *j, const unsigned *n,
+		  void (*each)(void *), void *arg)
 {
 	int64_t spin_end = cgr__now_ns() + j->spin_ns;
 	bool parked = false;
 
 	pthread_mutex_lock(&j->lock);
-	while (*n != 0) {
+	while (*n != 0 && (each == NULL || (each(arg), *n != 0))) {
 		if (cgr__now_ns() < spin_end &&
 		    j->wait_mode != CGR_WAIT_BLOCK) {
 			pthread_mutex_unlock(&j->lock);
@@ -263,11 +268,58 @@ static void drain(struct cgr_job *j, const unsigned *n)
 	pthread_mutex_unlock(&j->lock);
 }
 
+/* The box's message cm goes (under j->lock): one of its sender's
+ * borrowed ones fewer. */
+static void box_drop(struct cgr_job *j, struct cgr__cmsg **pp)
+{
+	struct cgr__cmsg *cm = *pp;
+
+	*pp = cm->next;
+	if (cm->ext_n != NULL && --*cm->ext_n == 0)
+		pthread_cond_broadcast(&j->cond);
+	free(cm);
+}
+
+struct withdraw {
+	struct cgr__rcomm *rc;
+	int me;
+};
+
+/* Under j->lock: once the communicator failed, rank me's messages in the
+ * box whose data is still in its buffers and that nobody holds now go:
+ * whoever did not take them yet fails without them. */
+static void withdraw(void *arg)
+{
+	struct withdraw *wd = arg;
+	struct cgr__rcomm *rc = wd->rc;
+	unsigned *n = &rc->zout[wd->me].loc;
+
+	if (rc->failed == 0)
+		return;
+	for (struct cgr__cmsg **pp = &rc->j->box; *pp != NULL;)
+		if ((*pp)->ext_n == n && (*pp)->users == 0)
+			box_drop(rc->j, pp);
+		else
+			pp = &(*pp)->next;
+}
+
 /* Until UCX is done with rank me's buffers: before its operation writes
  * where it sent from, and before the operation ends. */
 static void zout_wait(struct cgr__rcomm *rc, int me)
 {
-	drain(rc->j, &rc->zout[me].n);
+	drain(rc->j, &rc->zout[me].n, NULL, NULL);
+}
+
+/* Until the ranks of this host that took rank me's borrowed messages
+ * let them go, at the end of its operation (each rank lets go of what it
+ * took before it waits here: none waits for another).  A rank that will
+ * not take them any more failed the communicator (its wait ended: past
+ * its deadline, aborted, its peer lost): then they go. */
+static void loc_wait(struct cgr__rcomm *rc, int me)
+{
+	struct withdraw wd = { rc, me };
+
+	drain(rc->j, &rc->zout[me].loc, withdraw, &wd);
 }
 
 /* ---- claims: data straight into the caller's buffer ------------------- */
@@ -344,7 +396,7 @@ static void claim_unlist(struct cgr__rcomm *rc, struct cgr__claim *c)
 	struct cgr_job *j = rc->j;
 	struct cgr__claim **pp;
 
-	drain(j, &c->inflight);
+	drain(j, &c->inflight, NULL, NULL);
 	pthread_mutex_lock(&j->lock);
 	for (pp = &j->claims; *pp != c; pp = &(*pp)->next)
 		;
@@ -357,7 +409,7 @@ static void claim_unlist(struct cgr__rcomm *rc, struct cgr__claim *c)
  * collective's: refs of them, each takes the same message). */
 static int put(struct cgr__rcomm *rc, int me, uint32_t to, int lane,
 	       uint64_t seq, uint32_t refs, const struct cgr__agree *a,
-	       const struct iovec *v, int nv)
+	       const struct iovec *v, int nv, bool keep)
 {
 	struct cgr_job *j = rc->j;
 	uint32_t host = lane == LANE_SEND || lane == LANE_RECV ? rc->host[to]
@@ -366,6 +418,7 @@ static int put(struct cgr__rcomm *rc, int me, uint32_t to, int lane,
 	struct cgr__cmsg *cm;
 	struct cgr__rmsg m;
 	size_t len = REC, at = REC;
+	bool borrow;
 
 	memset(&m, 0, sizeof(m));
 	m.type = CGR__RM_COMM_OP;
@@ -402,22 +455,33 @@ static int put(struct cgr__rcomm *rc, int me, uint32_t to, int lane,
 						  memory_order_relaxed);
 		return ret;
 	}
-	/* The same process: straight into the box. */
-	if ((cm = malloc(sizeof(*cm) + len)) == NULL)
+	/* The same process: straight into the box; large data of a
+	 * collective stays where it is (the ranks that take it read it
+	 * there; the sender's zout_wait waits until they let it go). */
+	borrow = keep && nv == 1 && v[0].iov_len >= ZC_BYTES;
+#ifdef CGR_FAULT_INJECTION
+	borrow = borrow && !j->debug_copy;
+#endif
+	if ((cm = malloc(sizeof(*cm) + (borrow ? REC : len))) == NULL)
 		return -ENOMEM;
 	m.payload = len;
 	cm->from = j->rank;
 	cm->len = sizeof(m) + len;
 	cm->claimed = false;
 	cm->claim = NULL;
+	cm->ext = borrow ? v[0].iov_base : NULL;
+	cm->ext_n = borrow ? &rc->zout[me].loc : NULL;
+	cm->users = 0;
 	cm->m = m;
 	memcpy(cm->payload, a, REC);
-	for (int i = 0; i < nv; i++) {
+	for (int i = 0; i < nv && !borrow; i++) {
 		if (v[i].iov_len)
 			memcpy(cm->payload + at, v[i].iov_base, v[i].iov_len);
 		at += v[i].iov_len;
 	}
 	pthread_mutex_lock(&j->lock);
+	if (borrow)
+		rc->zout[me].loc++;
 	cm->next = j->box;
 	j->box = cm;
 	pthread_cond_broadcast(&j->cond);
@@ -451,21 +515,28 @@ static bool take_in(struct cgr__rcomm *rc, struct want *w)
 		    cm->m.payload >= REC && cm->m.nranks > 0) {
 			w->got[from] = cm;
 			w->nleft--;
+			cm->users++;
 		}
 	}
 	return w->nleft == 0;
+}
+
+/* Message cm's data (after its record). */
+static const unsigned char *data(const struct cgr__cmsg *cm)
+{
+	return cm->ext != NULL ? cm->ext : cm->payload + REC;
 }
 
 /* This rank is done with message cm: the last one frees it. */
 static void let_go(struct cgr_job *j, struct cgr__cmsg *cm)
 {
 	pthread_mutex_lock(&j->lock);
+	cm->users--;
 	if (--cm->m.nranks == 0) {
 		struct cgr__cmsg **pp = &j->box;
 		while (*pp != cm)
 			pp = &(*pp)->next;
-		*pp = cm->next;
-		free(cm);
+		box_drop(j, pp);
 	}
 	pthread_mutex_unlock(&j->lock);
 }
@@ -784,7 +855,7 @@ static const void *data_of(const struct cgr__rcomm *rc, const struct op *o,
 	len = host_msg(rc, o, r, rc->host[me], me, &at, NULL, &nv, &refs);
 	if (got[r]->m.payload != REC + len)
 		*bad = true;
-	return got[r]->payload + REC + at;
+	return data(got[r]) + at;
 }
 
 /* Folds srcs (n, rank order) into dst, count elements: dst may be one
@@ -805,31 +876,37 @@ static int fold(const struct cgr__coll_desc *d, cgr_redop op, int div, int n,
 	return 0;
 }
 
-/* Hier, a leader: its host's inputs (src by rank) folded in rank order
- * into its receive buffer (averages: summed, divided at the end). */
+/* Hier, a leader: bytes [at, at + len) of its host's inputs (src by
+ * rank) folded in rank order into the same bytes of its receive buffer
+ * (averages: summed, divided at the end). */
 static int host_fold(struct cgr__rcomm *rc, int me, const struct op *o,
-		     const void **src)
+		     const void *const *src, size_t at, size_t len)
 {
 	const struct cgr__coll_desc *d = o->d;
 	const void *hs[CGR_MAX_RANKS];
+	char *r = (char *)d->recv + at;
 	int m = 0;
 
+	if (len == 0)
+		return 0;
 	for (int q = 0; q < rc->head.n; q++)
 		if (rc->host[q] == rc->host[me])
-			hs[m++] = src[q];
+			hs[m++] = (const char *)src[q] + at;
 	if (m == 1) {
-		if (hs[0] != d->recv)
-			memcpy(d->recv, hs[0], o->b);
+		if (hs[0] != r)
+			memcpy(r, hs[0], len);
 		return 0;
 	}
-	return fold(d, d->op == CGR_AVG ? CGR_SUM : d->op, 1, m, 0, d->recv,
-		    hs, d->count, o->b);
+	return fold(d, d->op == CGR_AVG ? CGR_SUM : d->op, 1, m, 0, r, hs,
+		    len / cgr_dtype_size(d->dtype), len);
 }
 
 /* Rank me's result from every rank's data (the verdict agreed); a split
- * allreduce: its own block only (gathered after). */
+ * allreduce: its own block only (gathered after); hier, a leader: its
+ * host's inputs in hsrc (by rank), which host_blocks folds block by
+ * block. */
 static int compute(struct cgr__rcomm *rc, int me, const struct op *o,
-		   struct cgr__cmsg **got)
+		   struct cgr__cmsg **got, const void **hsrc)
 {
 	const struct cgr__coll_desc *d = o->d;
 	int n = rc->head.n, k = d->kind;
@@ -859,8 +936,10 @@ static int compute(struct cgr__rcomm *rc, int me, const struct op *o,
 		return fail_rank(rc, me, CGR_ECORRUPT,
 				 "%s: a peer's data has the wrong length",
 				 cgr__coll_kind_name(k));
-	if (o->hier)
-		return host_fold(rc, me, o, src);
+	if (o->hier) {
+		memcpy(hsrc, src, (size_t)n * sizeof(*src));
+		return 0;
+	}
 	if (cgr__coll_reduces(k))
 		return len == 0 ? 0 :
 		       fold(d, d->op, n, n, me, r + at, src,
@@ -935,6 +1014,23 @@ static int op_failed(struct cgr__rcomm *rc, int me, int kind, int ret)
 	return ret;
 }
 
+/* Whether data of rank me's input (v, nv parts) is within the bytes its
+ * operation may write (its receive buffer, at most n inputs long): an
+ * operation in place, whose data must be copied out before it computes
+ * (else it could be borrowed: put). */
+static bool in_recv(const struct op *o, const struct iovec *v, int nv)
+{
+	uintptr_t r = (uintptr_t)o->d->recv;
+	uintptr_t end = r + o->b * (size_t)o->rc->head.n;
+
+	for (int i = 0; i < nv && r != 0; i++) {
+		uintptr_t p = (uintptr_t)v[i].iov_base;
+		if (p < end && r < p + v[i].iov_len)
+			return true;
+	}
+	return false;
+}
+
 /* Rank me's messages of collective o: one to each host with ranks (but
  * me), carrying what they need of its input once (lane LANE_COLL); or,
  * gathering a split allreduce (LANE_GATHER), its reduced block (gv; none
@@ -967,7 +1063,8 @@ static int coll_send(struct cgr__rcomm *rc, int me, const struct op *o,
 				v[nv++] = *gv;
 		}
 		if (refs != 0)
-			ret = put(rc, me, h, lane, seq, refs, a, v, nv);
+			ret = put(rc, me, h, lane, seq, refs, a, v, nv,
+				  lane != LANE_COLL || !in_recv(o, v, nv));
 	}
 	return ret;
 }
@@ -1021,8 +1118,7 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 	for (int q = 0; q < n && ret == 0; q++)
 		if (got[q] != NULL && !got[q]->claimed) {
 			size_t len = blk_of(o, q, &at);
-			memcpy((char *)o->d->recv + at,
-			       got[q]->payload + REC, len);
+			memcpy((char *)o->d->recv + at, data(got[q]), len);
 		}
 	for (int q = 0; q < n; q++)
 		if (got[q] != NULL)
@@ -1030,12 +1126,16 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 	return res != 0 ? res : ret;
 }
 
-/* Hier, a leader: block q of its host's fold (in its receive buffer) to
- * each other leader q, and its own block folded from theirs, hosts in
+/* Hier, a leader: its host's inputs (hsrc, by rank) folded block by
+ * block, each block sent to the leader that owns it as soon as it is
+ * folded (the other leaders in ring order from this one's next, so that
+ * they do not all start with the same one; this host's own block last):
+ * the fold of the next block overlaps the transfer of the last one.
+ * Then its own block folded from the other leaders' parts, hosts in
  * order (averages divided here).  res: its result so far (sent as its
  * record's code: the others fail alike). */
 static int host_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
-		       uint64_t seq, int res)
+		       uint64_t seq, int res, const void *const *hsrc)
 {
 	const struct cgr__coll_desc *d = o->d;
 	int n = rc->head.n, ret = 0;
@@ -1043,32 +1143,46 @@ static int host_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 	struct want w = { rc->j->rank, LANE_HOSTS, 0, seq, got,
 			  d->deadline, d->stop };
 	const void *src[CGR_MAX_RANKS];
+	int lead[CGR_MAX_RANKS];
 	char *r = d->recv;
 	struct cgr__agree a;
 	size_t at, len;
+	bool whole = false;
 
 	memset(&a, 0, sizeof(a));
-	a.code = res;
+#ifdef CGR_FAULT_INJECTION
+	whole = rc->j->debug_serial; /* perf comparisons: fold, then send */
+#endif
+	if (res == 0 && whole)
+		res = host_fold(rc, me, o, hsrc, 0, o->b);
 	for (int q = 0; q < n; q++) {
 		bool from = q != me && o->own[q] >= 0;
 		got[q] = from ? NULL : (struct cgr__cmsg *)&w;
 		w.nleft += from;
-		if (from && ret == 0) {
-			struct iovec v;
-			v.iov_len = blk_of(o, q, &at);
-			v.iov_base = r + at;
-			ret = put(rc, me, rc->host[q], LANE_HOSTS, seq, 1, &a,
-				  &v, res != 0 ? 0 : 1);
-		}
+		if (o->own[q] >= 0)
+			lead[o->own[q]] = q;
 	}
-	ret = await_marked(rc, me, d->kind, &w, ret);
+	for (int k = 1; k < o->nown && ret == 0; k++) {
+		int q = lead[(o->own[me] + k) % o->nown];
+		struct iovec v;
+		v.iov_len = blk_of(o, q, &at);
+		v.iov_base = r + at;
+		if (res == 0 && !whole)
+			res = host_fold(rc, me, o, hsrc, at, v.iov_len);
+		a.code = res;
+		ret = put(rc, me, rc->host[q], LANE_HOSTS, seq, 1, &a, &v,
+			  res != 0 ? 0 : 1, false);
+	}
 	len = blk_of(o, me, &at);
+	if (res == 0 && !whole)
+		res = host_fold(rc, me, o, hsrc, at, len);
+	ret = await_marked(rc, me, d->kind, &w, ret);
 	for (int q = 0; q < n && ret == 0; q++) {
 		const struct cgr__agree *t;
 		if (o->own[q] < 0)
 			continue;
 		src[o->own[q]] = q == me ? (const void *)(r + at)
-					 : (const void *)(got[q]->payload + REC);
+					 : (const void *)data(got[q]);
 		if (q == me)
 			continue;
 		t = (const void *)got[q]->payload;
@@ -1126,7 +1240,7 @@ static int chain_take(struct cgr__rcomm *rc, int me,
 				"broadcast: a peer's chunk has the wrong "
 				"length");
 	else if (len != 0 && !got[from]->claimed)
-		memcpy(dst, got[from]->payload + REC, len);
+		memcpy(dst, data(got[from]), len);
 	let_go(rc->j, got[from]);
 	return ret;
 }
@@ -1177,7 +1291,8 @@ static int chain_run(struct cgr__rcomm *rc, int me, const struct op *o,
 		a.code = ret;
 		if (next >= 0)
 			pr = put(rc, me, rc->host[next], LANE_CHAIN,
-				 chain_key(seq, k), 1, &a, &v, ret != 0 ? 0 : 1);
+				 chain_key(seq, k), 1, &a, &v, ret != 0 ? 0 : 1,
+				 false);
 		if (pr != 0 && ret == 0)
 			ret = op_failed(rc, me, d->kind, pr);
 		if (ret != 0)
@@ -1188,7 +1303,7 @@ static int chain_run(struct cgr__rcomm *rc, int me, const struct op *o,
 	v.iov_len = o->b;
 	if (nlocal > 0) {
 		int pr = put(rc, me, rc->host[me], LANE_LOCAL, seq,
-			     (uint32_t)nlocal, &a, &v, ret != 0 ? 0 : 1);
+			     (uint32_t)nlocal, &a, &v, ret != 0 ? 0 : 1, true);
 		if (pr != 0 && ret == 0)
 			ret = op_failed(rc, me, d->kind, pr);
 	}
@@ -1274,6 +1389,7 @@ static int coll_run(struct cgr__rcomm *rc, int me,
 	struct cgr__cmsg *got[CGR_MAX_RANKS] = { NULL };
 	struct want w = { rc->j->rank, LANE_COLL, n - 1, ++rc->seq[me], got,
 			  d->deadline, d->stop };
+	const void *hsrc[CGR_MAX_RANKS];
 	struct cgr__agree a;
 	struct cgr__claim cl;
 	struct op o;
@@ -1290,20 +1406,23 @@ static int coll_run(struct cgr__rcomm *rc, int me,
 	ret = coll_send(rc, me, &o, LANE_COLL, w.seq, &a, NULL);
 	ret = await_marked(rc, me, d->kind, &w, ret);
 	if (ret == 0 && (ret = verdict(rc, me, &a, got, w.seq)) == 0)
-		agreed = true, ret = compute(rc, me, &o, got);
+		agreed = true, ret = compute(rc, me, &o, got, hsrc);
+	/* Agreed: every rank gathers, also one whose block failed (its
+	 * record says so); a leader folds its host's inputs first (they
+	 * stay in the box until then). */
+	if (agreed && o.hier && o.own[me] >= 0)
+		ret = host_blocks(rc, me, &o, w.seq, ret, hsrc);
 	for (int q = 0; q < n; q++)
 		if (got[q] != NULL)
 			let_go(rc->j, got[q]);
-	/* Agreed: every rank gathers, also one whose block failed (its
-	 * record says so). */
-	if (agreed && o.hier && o.own[me] >= 0)
-		ret = host_blocks(rc, me, &o, w.seq, ret);
 	if (agreed && o.split)
 		ret = gather_blocks(rc, me, &o, w.seq, ret);
 	if (agreed && o.chain)
 		ret = chain_run(rc, me, &o, w.seq, ret);
 	if (claimed)
 		claim_unlist(rc, &cl);
+	/* Every message it took is let go: the ones it lent go too. */
+	loc_wait(rc, me);
 	return ret;
 }
 
@@ -1332,7 +1451,7 @@ static void p2p_post(struct cgr__rcomm *rc, int me, struct p2p *x)
 	cgr__agree_op(&x->a, d);
 	if ((x->ret = failed_now(rc, me, d->kind)) == 0 && send)
 		x->ret = put(rc, me, (uint32_t)d->root, LANE_SEND, x->seq, 1,
-			     &x->a, &v, d->poison ? 0 : 1);
+			     &x->a, &v, d->poison ? 0 : 1, false);
 }
 
 static int p2p_finish(struct cgr__rcomm *rc, int me, struct p2p *x)
@@ -1364,14 +1483,14 @@ static int p2p_finish(struct cgr__rcomm *rc, int me, struct p2p *x)
 		ret = fail_rank(rc, me, CGR_ECORRUPT,
 				"%s: the data has the wrong length", what);
 	else if (!send && ret == 0 && b != 0)
-		memcpy(d->recv, got[peer]->payload + REC, b);
+		memcpy(d->recv, data(got[peer]), b);
 	if (!send) {
 		/* The answer, once the data is in: this side's record (its
 		 * poison, or a corruption it saw). */
 		if (ret == CGR_ECORRUPT)
 			x->a.code = CGR_ECORRUPT;
 		(void)put(rc, me, (uint32_t)peer, LANE_RECV, w.seq, 1, &x->a,
-			  NULL, 0);
+			  NULL, 0, false);
 	}
 	let_go(rc->j, got[peer]);
 	return ret;

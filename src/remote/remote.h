@@ -116,12 +116,20 @@ struct cgr__rmsg {
 struct cgr__cmsg {
 	struct cgr__cmsg *next;
 	uint32_t from;
+	uint32_t users; /* (see ext) */
 	size_t len; /* of m and the payload */
 	/* A communicator's message whose data went straight where its
 	 * operation wanted it (a claim: rcomm.c): payload holds its record
 	 * only.  claim: while the data is on its way (the link's). */
 	bool claimed;
 	struct cgr__claim *claim;
+	/* A communicator's message within the process whose data stays in
+	 * the sending rank's buffer (rcomm.c: put): ext, and the count of
+	 * the sender's such messages, which it waits to fall to zero before
+	 * it writes there (NULL: the data follows the record).  users:
+	 * ranks that took it and did not let it go yet.  (Under j->lock.) */
+	const unsigned char *ext;
+	unsigned *ext_n;
 	struct cgr__rmsg m;
 	unsigned char payload[];
 };
@@ -203,8 +211,13 @@ struct cgr_job {
 	 * (CGR_TEST_LATE_MESSAGES in a serving rank's environment). */
 	bool debug_late;
 	/* Perf comparisons: every communicator's message copied out of
-	 * itself, none claimed (CGR_TEST_NO_CLAIMS in the environment). */
+	 * itself, none claimed, none within the process borrowed
+	 * (CGR_TEST_NO_CLAIMS in the environment). */
 	bool debug_copy;
+	/* Perf comparisons: a hierarchical allreduce's leader folds its
+	 * host's inputs whole before it sends any block (not block by
+	 * block, each sent at once: CGR_TEST_SERIAL_FOLD). */
+	bool debug_serial;
 	uint64_t stale_gid;
 #endif
 	/* What happened (cgr_job_stats). */
