@@ -28,6 +28,7 @@
 #include <cgr.h>
 
 #include "net/net.h"
+#include "reactor/reactor.h"
 
 #define KiB 1024ull
 #define MiB (1024ull * 1024ull)
@@ -256,6 +257,40 @@ static void report_bw(const char *case_, const char *impl, double *v, int w,
 		  raw_gbs, gbs / raw_gbs);
 }
 
+/* How the driver's waits for results went in a window (its thread's
+ * adaptive-wait record, reactor/reactor.h): spun and found the result,
+ * parked at once under CPU pressure or for misses, parked after a spin. */
+struct waits {
+	uint64_t paid, pressure, miss, parks;
+};
+
+static struct waits wait_delta(const struct cgr__spin_stat *s0)
+{
+	const struct cgr__spin_stat *s1 = cgr__spin_stat();
+
+	return (struct waits){ s1->paid - s0->paid,
+			       s1->parked_pressure - s0->parked_pressure,
+			       s1->parked_miss - s0->parked_miss,
+			       s1->parks - s0->parks };
+}
+
+/* Per window: the p50 and how the driver waited (a window whose waits
+ * parked under CPU pressure pays two wake-ups a round trip: the link
+ * thread receives and wakes the driver). */
+static void report_waits(const struct res *rc, const struct waits *st,
+			 int w)
+{
+	printf("  windows, p50 (driver's waits: spun and found / parked: "
+	       "at once under CPU pressure, for misses, in all):");
+	for (int k = 0; k < w; k++)
+		printf("%s %.1f us (%llu / %llu, %llu, %llu)", k ? "," : "",
+		       rc->p50[k], (unsigned long long)st[k].paid,
+		       (unsigned long long)st[k].pressure,
+		       (unsigned long long)st[k].miss,
+		       (unsigned long long)st[k].parks);
+	printf("\n");
+}
+
 static int drive(cgr_ctx *ctx, cgr_job *job, struct raw *raw, int mode,
 		 int windows, long iters, int64_t t_main)
 {
@@ -265,6 +300,8 @@ static int drive(cgr_ctx *ctx, cgr_job *job, struct raw *raw, int mode,
 	unsigned char *data = calloc(1, BIG);
 	int64_t *lat = calloc((size_t)iters, sizeof(*lat)), t;
 	struct res rr, rc;
+	struct cgr__spin_stat s0;
+	struct waits st[WMAX];
 	double bw[4][WMAX];
 	const char *mname = mode == CGR_WAIT_BLOCK ? "parked" :
 			    mode == CGR_WAIT_BUSY  ? "busy" :
@@ -297,8 +334,10 @@ static int drive(cgr_ctx *ctx, cgr_job *job, struct raw *raw, int mode,
 			lat[i] = raw_rtt(raw, 64);
 		rr.p50[k] = q_us(lat, (size_t)iters, 0.5);
 		rr.p99[k] = q_us(lat, (size_t)iters, 0.99);
+		s0 = *cgr__spin_stat();
 		for (long i = 0; i < iters; i++)
 			lat[i] = cgr_rtt(ce, data, 64);
+		st[k] = wait_delta(&s0);
 		rc.p50[k] = q_us(lat, (size_t)iters, 0.5);
 		rc.p99[k] = q_us(lat, (size_t)iters, 0.99);
 		for (int b = 0; b < 2; b++) {
@@ -319,6 +358,7 @@ static int drive(cgr_ctx *ctx, cgr_job *job, struct raw *raw, int mode,
 	       perf_median(rr.p50, (size_t)windows));
 	report("rtt-64B", mname, &rc, windows,
 	       perf_median(rr.p50, (size_t)windows));
+	report_waits(&rc, st, windows);
 	printf("\nbandwidth, a value to rank 1, 8 bytes back:\n");
 	for (int b = 0; b < 2; b++) {
 		size_t n = b ? BIG : MiB;
