@@ -19,23 +19,39 @@ netns_init() {
 	br=cgrb$tag
 	net=10.77.$((tag % 250 + 1))
 	tmp=$(mktemp -d)
+	netns_stale
 	trap netns_cleanup EXIT INT TERM HUP
 }
 
 ns() { echo "cgr${tag}h$1"; }
 t() { timeout -k 2 10 "$@"; }
 
-netns_cleanup() {
+# The namespaces, links and bridge of fixture $1 (a test's pid), and the
+# processes left in them (a rank cut off from mpirun): they go first,
+# since deleting a namespace does not end them.
+netns_remove() {
 	for i in 1 2 3; do
-		# Processes left in a namespace (a rank cut off from mpirun)
-		# go first: deleting a namespace does not end them.
-		for p in $(ip netns pids "$(ns $i)" 2>/dev/null); do
+		for p in $(ip netns pids "cgr${1}h$i" 2>/dev/null); do
 			kill -9 "$p" 2>/dev/null
 		done
-		t ip netns del "$(ns $i)" 2>/dev/null
-		t ip link del "cgrv${tag}$i" 2>/dev/null
+		t ip netns del "cgr${1}h$i" 2>/dev/null
+		t ip link del "cgrv${1}$i" 2>/dev/null
 	done
-	t ip link del "$br" 2>/dev/null
+	t ip link del "cgrb$1" 2>/dev/null
+}
+
+# Fixtures of runs that were killed before their trap ran (their pid is
+# gone): removed, so that their bridge's subnet cannot shadow ours.
+netns_stale() {
+	for p in $(ip netns list 2>/dev/null |
+		   sed -n 's/^cgr\([0-9][0-9]*\)h[123]\( .*\)\{0,1\}$/\1/p' |
+		   sort -u); do
+		kill -0 "$p" 2>/dev/null || netns_remove "$p"
+	done
+}
+
+netns_cleanup() {
+	netns_remove "$tag"
 	rm -rf "$tmp"
 }
 
