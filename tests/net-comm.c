@@ -353,7 +353,7 @@ static void *ref_main(void *arg)
 struct tally {
 	unsigned execs, outs, bad, direct;
 	uint64_t sent, sent_split, sent_chain; /* crossing() */
-	uint64_t direct_bytes[2];	       /* direct() */
+	uint64_t direct_bytes[3];	       /* direct() */
 	unsigned waited; /* destroyed(): ranks that were in the call */
 	char msg[200];
 };
@@ -697,19 +697,25 @@ static void crossing(cgr_job *job, cgr_compiled *g, cgr_comm *cm, int n,
  * host's: a split allreduce of 25,000 int64 (rank 1's and 2's blocks:
  * 66,672 + 66,656 B) and a chained broadcast of as many from rank 2 (rank
  * 0's host is the chain's middle: its three chunks of 64 KiB; the last,
- * 3,392 B, is copied). */
+ * 3,392 B, is copied), and an allgather of as many (its data sent once
+ * every record is in: rank 1's and rank 2's inputs). */
 static void direct(cgr_job *job, cgr_compiled *g, cgr_comm *cm,
 		   cgr_comm *ref, int n, struct tally *t)
 {
 	struct cmd c = { .id = cgr_comm_id(cm), .count = ZCC,
 			 .dtype = CGR_INT64, .kind = CGR_COLL_ALLREDUCE,
 			 .op = CGR_SUM, .seed = 77 };
-	static const uint64_t want[2] = { 66672 + 66656, 3 * 65536 };
+	static const uint64_t want[3] = { 66672 + 66656, 3 * 65536,
+					  2 * 8 * ZCC };
+	static const char *const kind[3] = { "allreduce", "broadcast",
+					     "allgather" };
 	cgr_job_stats x, y;
 
-	for (int k = 0; k < 2; k++) {
+	for (int k = 0; k < 3; k++) {
 		if (k == 1)
 			c.kind = CGR_COLL_BROADCAST, c.root = 2;
+		if (k == 2)
+			c.kind = CGR_COLL_ALLGATHER, c.root = 0;
 		cgr_job_stats_get(job, &x);
 		one(g, ref, n, &c, 0, t);
 		cgr_job_stats_get(job, &y);
@@ -717,7 +723,7 @@ static void direct(cgr_job *job, cgr_compiled *g, cgr_comm *cm,
 		if (t->direct_bytes[k] != want[k]) {
 			fprintf(stderr, "comm: a %s of %d B: %llu B straight "
 					"into rank 0's buffer (want %llu)\n",
-				k ? "broadcast" : "allreduce", 8 * ZCC,
+				kind[k], 8 * ZCC,
 				(unsigned long long)t->direct_bytes[k],
 				(unsigned long long)want[k]);
 			t->bad++;
@@ -887,12 +893,14 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 	       "broadcast_200000B_sent_from_host_B %llu "
 	       "allreduce_200000B_direct_B %llu "
 	       "broadcast_200000B_direct_B %llu "
+	       "allgather_200000B_direct_B %llu "
 	       "destroyed_while_waiting %u\n",
 	       t.execs, t.outs, t.direct, op_us, base_us,
 	       (unsigned long long)t.sent, (unsigned long long)t.sent_split,
 	       (unsigned long long)t.sent_chain,
 	       (unsigned long long)t.direct_bytes[0],
-	       (unsigned long long)t.direct_bytes[1], t.waited);
+	       (unsigned long long)t.direct_bytes[1],
+	       (unsigned long long)t.direct_bytes[2], t.waited);
 	return 0;
 }
 

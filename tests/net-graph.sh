@@ -44,8 +44,9 @@
 #    0 to 3000, a bad argument or count at one member, an abort: results,
 #    codes and untouched bytes the same as a communicator on one host's
 #    (tests/net-comm.c); a split allreduce's and a chained broadcast's
-#    blocks of 64 KiB or more land straight in the driver's rank's
-#    buffer (cgr_job_stats.comm_bytes_direct, to the byte);
+#    blocks of 64 KiB or more and an allgather's inputs of 200,000 B
+#    land straight in the driver's rank's buffer
+#    (cgr_job_stats.comm_bytes_direct, to the byte);
 # 11 as 7, under a communicator's allreduce: the pending execution's
 #    outputs are CGR_EHOSTLOST error values naming host 3 (the members on
 #    hosts 1 and 2 stop waiting for it), the rest as in 3; healed;

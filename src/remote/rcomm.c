@@ -78,6 +78,13 @@ enum {
  * inputs, not n - 1). */
 #define SPLIT_BYTES ((size_t)16 << 10)
 
+/* An allgather of at least this many bytes per rank sends its data only
+ * once every record is in (late): a second exchange, like a split
+ * operation's second half, whose data lands straight in the receiving
+ * rank's buffer (claims) instead of in a message first and then copied;
+ * and a mismatch is known before any of it moves. */
+#define LATE_BYTES ((size_t)128 << 10)
+
 #define REC sizeof(struct cgr__agree)
 
 /* The data after a record is as aligned as malloc's memory. */
@@ -663,6 +670,9 @@ struct op {
 	int nchain;
 	int carrier[CGR_MAX_RANKS];
 	size_t chunk;
+	/* An allgather whose data goes after the records (LATE_BYTES):
+	 * every rank's input to every rank, by gather_blocks. */
+	bool late;
 };
 
 /* The leader of host h (its lowest rank). */
@@ -721,6 +731,11 @@ static void op_plan(struct op *o, const struct cgr__rcomm *rc,
 					    leader(rc, rc->host[q]) == q ?
 						  o->nown++ :
 						  -1;
+	o->late = d->kind == CGR_COLL_ALLGATHER && o->b >= LATE_BYTES;
+#ifdef CGR_FAULT_INJECTION
+	if (rc->j->debug_copy)
+		o->late = false; /* with its records, copied on receipt */
+#endif
 	o->hier = o->split && d->kind == CGR_COLL_ALLREDUCE &&
 		  o->nown < (int)n;
 	if (!o->hier)
@@ -769,6 +784,8 @@ static size_t part(const struct op *o, int from, int to, size_t *off,
 		whole = true;
 		break;
 	case CGR_COLL_ALLGATHER:
+		if (o->late)
+			return 0; /* the records first, then gather_blocks */
 		whole = true;
 		break;
 	case CGR_COLL_REDUCESCATTER:
@@ -921,8 +938,8 @@ static int compute(struct cgr__rcomm *rc, int me, const struct op *o,
 		len = blk_of(o, me, &at);
 	if (o->hier && o->own[me] < 0)
 		return 0; /* the leader folds this host's inputs */
-	if (o->chain)
-		return 0; /* chain_run moves it */
+	if (o->chain || o->late)
+		return 0; /* chain_run, gather_blocks move it */
 	if (k == CGR_COLL_BROADCAST || k == CGR_COLL_SCATTER) {
 		/* (Split: this rank's block of the root's input.) */
 		const void *p = data_of(rc, o, me, d->root, got, &bad);
@@ -1069,9 +1086,26 @@ static int coll_send(struct cgr__rcomm *rc, int me, const struct op *o,
 	return ret;
 }
 
+/* Whether rank q has a piece for the gathering half (gather_blocks): a
+ * split operation's block, or a late allgather's input; its bytes and
+ * where it goes in the receive buffer (*at). */
+static bool gives(const struct op *o, int q)
+{
+	return o->late || o->own[q] >= 0;
+}
+
+static size_t piece(const struct op *o, int q, size_t *at)
+{
+	if (o->late) {
+		*at = (size_t)q * o->b;
+		return o->b;
+	}
+	return blk_of(o, q, at);
+}
+
 /* The second half of a split allreduce or broadcast: every rank's block
- * (reduced, or taken from the root) to every rank.  res: this rank's
- * result so far (its block's). */
+ * (reduced, or taken from the root) to every rank; or a late allgather:
+ * every rank's input.  res: this rank's result so far (its block's). */
 static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 			 uint64_t seq, int res)
 {
@@ -1085,16 +1119,19 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 
 	memset(&a, 0, sizeof(a));
 	a.code = res;
-	v.iov_len = blk_of(o, me, &at);
-	v.iov_base = (char *)o->d->recv + at;
+	v.iov_len = piece(o, me, &at);
+	v.iov_base = o->late ? (void *)(uintptr_t)o->d->send :
+			       (char *)o->d->recv + at;
 	/* From every other rank with a block. */
 	for (int q = 0; q < n; q++) {
-		bool from = q != me && o->own[q] >= 0;
+		bool from = q != me && gives(o, q);
 		got[q] = from ? NULL : (struct cgr__cmsg *)&w;
 		w.nleft += from;
 	}
-	if (o->own[me] >= 0)
+	if (gives(o, me))
 		ret = coll_send(rc, me, o, LANE_GATHER, seq, &a, &v);
+	if (o->late && res == 0 && v.iov_base != (char *)o->d->recv + at)
+		memmove((char *)o->d->recv + at, v.iov_base, v.iov_len);
 	ret = await_marked(rc, me, o->d->kind, &w, ret);
 	for (int q = 0; q < n && ret == 0; q++) {
 		const struct cgr__agree *t;
@@ -1102,7 +1139,7 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 		if (got[q] == NULL)
 			continue;
 		t = (const void *)got[q]->payload;
-		len = blk_of(o, q, &at);
+		len = piece(o, q, &at);
 		if (t->code != 0)
 			ret = fail_rank(rc, me, t->code, "%s #%llu: rank %d "
 							 "could not make its "
@@ -1117,7 +1154,7 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 	}
 	for (int q = 0; q < n && ret == 0; q++)
 		if (got[q] != NULL && !got[q]->claimed) {
-			size_t len = blk_of(o, q, &at);
+			size_t len = piece(o, q, &at);
 			memcpy((char *)o->d->recv + at, data(got[q]), len);
 		}
 	for (int q = 0; q < n; q++)
@@ -1322,7 +1359,7 @@ static void *where_block(const struct cgr__claim *c, uint32_t from,
 
 	(void)k;
 	if (from >= (uint32_t)o->rc->head.n || (int)from == c->me ||
-	    o->own[from] < 0 || blk_of(o, (int)from, &at) != len)
+	    !gives(o, (int)from) || piece(o, (int)from, &at) != len)
 		return NULL;
 	return (char *)o->d->recv + at;
 }
@@ -1360,7 +1397,7 @@ static bool claim_plan(struct cgr__rcomm *rc, int me, const struct op *o,
 	c->o = o;
 	c->me = me;
 	c->peer = -1;
-	if (o->split) {
+	if (o->split || o->late) {
 		c->lane = LANE_GATHER;
 		c->key = seq;
 		c->nkeys = 1;
@@ -1415,7 +1452,7 @@ static int coll_run(struct cgr__rcomm *rc, int me,
 	for (int q = 0; q < n; q++)
 		if (got[q] != NULL)
 			let_go(rc->j, got[q]);
-	if (agreed && o.split)
+	if (agreed && (o.split || o.late))
 		ret = gather_blocks(rc, me, &o, w.seq, ret);
 	if (agreed && o.chain)
 		ret = chain_run(rc, me, &o, w.seq, ret);

@@ -211,8 +211,9 @@ struct cgr_job {
 	 * (CGR_TEST_LATE_MESSAGES in a serving rank's environment). */
 	bool debug_late;
 	/* Perf comparisons: every communicator's message copied out of
-	 * itself, none claimed, none within the process borrowed
-	 * (CGR_TEST_NO_CLAIMS in the environment). */
+	 * itself, none claimed, none within the process borrowed, a large
+	 * allgather's data sent with its records (CGR_TEST_NO_CLAIMS in the
+	 * environment). */
 	bool debug_copy;
 	/* Perf comparisons: a hierarchical allreduce's leader folds its
 	 * host's inputs whole before it sends any block (not block by
