@@ -707,8 +707,9 @@ typedef struct cgr_job_stats {
 	 * and agreement records, see cgr_comm_create), and of those received
 	 * the data UCX wrote straight into the caller's buffer (the second
 	 * half of a split allreduce or broadcast, a chained broadcast's
-	 * chunks, an allgather's inputs of 128 KiB or more: blocks of 64 KiB
-	 * or more to a host with one rank of the communicator). */
+	 * chunks, an allgather's, alltoall's, gather's or scatter's blocks
+	 * of 128 KiB or more: data of 64 KiB or more to a host with one rank
+	 * of the communicator). */
 	uint64_t comm_bytes_sent, comm_bytes_received, comm_bytes_direct;
 } cgr_job_stats;
 void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out);
@@ -1265,15 +1266,16 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * host as soon as it has it, and so on (each host receives it once and
  * sends it once at most), each of these ranks giving it to the other
  * ranks of its host; one of 16 KiB or more otherwise: a scatter from the
- * root, then an allgather.  An allgather of 128 KiB or more per rank
- * sends its data after the records' exchange, every rank's input to
- * every rank (so a mismatch fails it before any data moves).  Data of
+ * root, then an allgather.  An allgather, alltoall, gather or scatter
+ * whose blocks (a rank's input, or one block of it) are 128 KiB or more
+ * sends its data after the records' exchange (so a mismatch fails it
+ * before any data moves).  Data of
  * 64 KiB or more for another host leaves straight from the rank's send
  * or receive buffer (no copy on the way out; UCX rendezvous), and the
  * operation does not return before UCX is done with it.  Data that is
  * sent only once every record is in (the blocks of a split allreduce's
- * or broadcast's second half, a chain's chunks, a large allgather's
- * inputs) arrives straight in the
+ * or broadcast's second half, a chain's chunks, those blocks)
+ * arrives straight in the
  * receive buffer (UCX writes it there: the operation says where before
  * its own record leaves; cgr_job_stats.comm_bytes_direct) when it was
  * sent so (64 KiB or more) to a host with one rank of the communicator;

@@ -78,11 +78,12 @@ enum {
  * inputs, not n - 1). */
 #define SPLIT_BYTES ((size_t)16 << 10)
 
-/* An allgather of at least this many bytes per rank sends its data only
- * once every record is in (late): a second exchange, like a split
- * operation's second half, whose data lands straight in the receiving
- * rank's buffer (claims) instead of in a message first and then copied;
- * and a mismatch is known before any of it moves. */
+/* An allgather, alltoall, gather or scatter whose blocks (a rank's input,
+ * or one block of it) are at least this many bytes sends its data only
+ * once every record is in (late): a second exchange, whose data lands
+ * straight in the receiving rank's buffer (claims) instead of in a
+ * message first and then copied; and a mismatch is known before any of
+ * it moves. */
 #define LATE_BYTES ((size_t)128 << 10)
 
 #define REC sizeof(struct cgr__agree)
@@ -670,8 +671,8 @@ struct op {
 	int nchain;
 	int carrier[CGR_MAX_RANKS];
 	size_t chunk;
-	/* An allgather whose data goes after the records (LATE_BYTES):
-	 * every rank's input to every rank, by gather_blocks. */
+	/* An operation whose data goes after the records (LATE_BYTES):
+	 * late_run sends it. */
 	bool late;
 };
 
@@ -731,7 +732,12 @@ static void op_plan(struct op *o, const struct cgr__rcomm *rc,
 					    leader(rc, rc->host[q]) == q ?
 						  o->nown++ :
 						  -1;
-	o->late = d->kind == CGR_COLL_ALLGATHER && o->b >= LATE_BYTES;
+	o->late = o->b >= LATE_BYTES &&
+		  (d->kind == CGR_COLL_ALLGATHER ||
+		   d->kind == CGR_COLL_ALLTOALL ||
+		   ((d->kind == CGR_COLL_GATHER ||
+		     d->kind == CGR_COLL_SCATTER) &&
+		    d->root >= 0 && d->root < (int)n));
 #ifdef CGR_FAULT_INJECTION
 	if (rc->j->debug_copy)
 		o->late = false; /* with its records, copied on receipt */
@@ -769,6 +775,8 @@ static size_t part(const struct op *o, int from, int to, size_t *off,
 
 	*off = 0;
 	*block = false;
+	if (o->late)
+		return 0; /* the records first, then late_run */
 	switch (d->kind) {
 	case CGR_COLL_ALLREDUCE:
 		if (o->hier)
@@ -784,8 +792,6 @@ static size_t part(const struct op *o, int from, int to, size_t *off,
 		whole = true;
 		break;
 	case CGR_COLL_ALLGATHER:
-		if (o->late)
-			return 0; /* the records first, then gather_blocks */
 		whole = true;
 		break;
 	case CGR_COLL_REDUCESCATTER:
@@ -939,7 +945,7 @@ static int compute(struct cgr__rcomm *rc, int me, const struct op *o,
 	if (o->hier && o->own[me] < 0)
 		return 0; /* the leader folds this host's inputs */
 	if (o->chain || o->late)
-		return 0; /* chain_run, gather_blocks move it */
+		return 0; /* chain_run, late_run move it */
 	if (k == CGR_COLL_BROADCAST || k == CGR_COLL_SCATTER) {
 		/* (Split: this rank's block of the root's input.) */
 		const void *p = data_of(rc, o, me, d->root, got, &bad);
@@ -1086,26 +1092,9 @@ static int coll_send(struct cgr__rcomm *rc, int me, const struct op *o,
 	return ret;
 }
 
-/* Whether rank q has a piece for the gathering half (gather_blocks): a
- * split operation's block, or a late allgather's input; its bytes and
- * where it goes in the receive buffer (*at). */
-static bool gives(const struct op *o, int q)
-{
-	return o->late || o->own[q] >= 0;
-}
-
-static size_t piece(const struct op *o, int q, size_t *at)
-{
-	if (o->late) {
-		*at = (size_t)q * o->b;
-		return o->b;
-	}
-	return blk_of(o, q, at);
-}
-
 /* The second half of a split allreduce or broadcast: every rank's block
- * (reduced, or taken from the root) to every rank; or a late allgather:
- * every rank's input.  res: this rank's result so far (its block's). */
+ * (reduced, or taken from the root) to every rank.  res: this rank's
+ * result so far (its block's). */
 static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 			 uint64_t seq, int res)
 {
@@ -1119,19 +1108,16 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 
 	memset(&a, 0, sizeof(a));
 	a.code = res;
-	v.iov_len = piece(o, me, &at);
-	v.iov_base = o->late ? (void *)(uintptr_t)o->d->send :
-			       (char *)o->d->recv + at;
+	v.iov_len = blk_of(o, me, &at);
+	v.iov_base = (char *)o->d->recv + at;
 	/* From every other rank with a block. */
 	for (int q = 0; q < n; q++) {
-		bool from = q != me && gives(o, q);
+		bool from = q != me && o->own[q] >= 0;
 		got[q] = from ? NULL : (struct cgr__cmsg *)&w;
 		w.nleft += from;
 	}
-	if (gives(o, me))
+	if (o->own[me] >= 0)
 		ret = coll_send(rc, me, o, LANE_GATHER, seq, &a, &v);
-	if (o->late && res == 0 && v.iov_base != (char *)o->d->recv + at)
-		memmove((char *)o->d->recv + at, v.iov_base, v.iov_len);
 	ret = await_marked(rc, me, o->d->kind, &w, ret);
 	for (int q = 0; q < n && ret == 0; q++) {
 		const struct cgr__agree *t;
@@ -1139,7 +1125,7 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 		if (got[q] == NULL)
 			continue;
 		t = (const void *)got[q]->payload;
-		len = piece(o, q, &at);
+		len = blk_of(o, q, &at);
 		if (t->code != 0)
 			ret = fail_rank(rc, me, t->code, "%s #%llu: rank %d "
 							 "could not make its "
@@ -1154,9 +1140,138 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 	}
 	for (int q = 0; q < n && ret == 0; q++)
 		if (got[q] != NULL && !got[q]->claimed) {
-			size_t len = piece(o, q, &at);
+			size_t len = blk_of(o, q, &at);
 			memcpy((char *)o->d->recv + at, data(got[q]), len);
 		}
+	for (int q = 0; q < n; q++)
+		if (got[q] != NULL)
+			let_go(rc->j, got[q]);
+	return res != 0 ? res : ret;
+}
+
+/* A late operation (LATE_BYTES): the bytes rank `from` sends rank `to`
+ * (0: none) and where they go in to's receive buffer (*at). */
+static size_t late_part(const struct op *o, int from, int to, size_t *at)
+{
+	const struct cgr__coll_desc *d = o->d;
+
+	*at = d->kind == CGR_COLL_SCATTER ? 0 : (size_t)from * o->b;
+	if (from == to)
+		return 0;
+	switch (d->kind) {
+	case CGR_COLL_ALLGATHER:
+	case CGR_COLL_ALLTOALL:
+		return o->b;
+	case CGR_COLL_GATHER:
+		return to == d->root ? o->b : 0;
+	case CGR_COLL_SCATTER:
+		return from == d->root ? o->b : 0;
+	default:
+		return 0;
+	}
+}
+
+/* A late operation's data, once every record is in: each host whose
+ * ranks need some of rank me's input gets one message with what they
+ * need (as host_msg puts it; e: the operation as if its data went with
+ * the records), its record saying whether me can go on (a->code). */
+static int late_send(struct cgr__rcomm *rc, int me, const struct op *e,
+		     uint64_t seq, const struct cgr__agree *a)
+{
+	struct iovec v[CGR_MAX_RANKS];
+	int n = rc->head.n, ret = 0;
+
+	for (int r = 0; r < n && ret == 0; r++) {
+		uint32_t h = rc->host[r], refs = 0, all;
+		size_t at;
+		int nv = 0, q = 0;
+		while (q < r && rc->host[q] != h)
+			q++;
+		if (q != r)
+			continue; /* h had its message */
+		for (q = 0; q < n; q++)
+			refs += rc->host[q] == h && late_part(e, me, q, &at);
+		if (refs == 0)
+			continue;
+		(void)host_msg(rc, e, me, h, -1, &at, v, &nv, &all);
+		if (a->code != 0)
+			nv = 0;
+		ret = put(rc, me, h, LANE_GATHER, seq, refs, a, v, nv,
+			  !in_recv(e, v, nv));
+	}
+	return ret;
+}
+
+/* A late operation's part that rank me keeps: from its input to where it
+ * goes in its receive buffer (nothing to do in place; nothing for a
+ * gather's or scatter's other ranks than the root). */
+static void late_own(const struct op *o, int me)
+{
+	const struct cgr__coll_desc *d = o->d;
+	int k = d->kind;
+	size_t from = k == CGR_COLL_ALLTOALL || k == CGR_COLL_SCATTER ?
+			      (size_t)me * o->b :
+			      0;
+	size_t to = k == CGR_COLL_SCATTER ? 0 : (size_t)me * o->b;
+	const char *src = (const char *)d->send + from;
+	char *dst = (char *)d->recv + to;
+
+	if ((k == CGR_COLL_GATHER || k == CGR_COLL_SCATTER) && me != d->root)
+		return;
+	if (src != dst)
+		memmove(dst, src, o->b);
+}
+
+/* A late operation's second exchange (LANE_GATHER): rank me sends what
+ * the others need of its input and takes what it needs of theirs (what
+ * was claimed is in place already), and puts its own part in place.
+ * res: its result so far (sent as its record's code). */
+static int late_run(struct cgr__rcomm *rc, int me, const struct op *o,
+		    uint64_t seq, int res)
+{
+	const struct cgr__coll_desc *d = o->d;
+	int n = rc->head.n, ret = 0, nv;
+	struct cgr__cmsg *got[CGR_MAX_RANKS];
+	struct want w = { rc->j->rank, LANE_GATHER, 0, seq, got,
+			  d->deadline, d->stop };
+	struct op e = *o;
+	struct cgr__agree a;
+	size_t at, off, len;
+	uint32_t refs;
+
+	e.late = false;
+	memset(&a, 0, sizeof(a));
+	a.code = res;
+	for (int q = 0; q < n; q++) {
+		bool from = late_part(o, q, me, &at) != 0;
+		got[q] = from ? NULL : (struct cgr__cmsg *)&w;
+		w.nleft += from;
+	}
+	ret = late_send(rc, me, &e, seq, &a);
+	if (res == 0)
+		late_own(o, me);
+	ret = await_marked(rc, me, d->kind, &w, ret);
+	for (int q = 0; q < n && ret == 0; q++) {
+		const struct cgr__agree *t;
+		if (got[q] == NULL)
+			continue;
+		t = (const void *)got[q]->payload;
+		len = host_msg(rc, &e, q, rc->host[me], me, &off, NULL, &nv,
+			       &refs);
+		if (t->code != 0)
+			ret = fail_rank(rc, me, t->code, "%s #%llu: rank %d "
+							 "could not send its "
+							 "data (%d)",
+					cgr__coll_kind_name(d->kind),
+					(unsigned long long)seq, q, t->code);
+		else if (got[q]->m.payload != REC + len)
+			ret = fail_rank(rc, me, CGR_ECORRUPT,
+					"%s: a peer's data has the wrong "
+					"length",
+					cgr__coll_kind_name(d->kind));
+		else if (!got[q]->claimed && late_part(o, q, me, &at) != 0)
+			memcpy((char *)d->recv + at, data(got[q]) + off, o->b);
+	}
 	for (int q = 0; q < n; q++)
 		if (got[q] != NULL)
 			let_go(rc->j, got[q]);
@@ -1359,7 +1474,7 @@ static void *where_block(const struct cgr__claim *c, uint32_t from,
 
 	(void)k;
 	if (from >= (uint32_t)o->rc->head.n || (int)from == c->me ||
-	    !gives(o, (int)from) || piece(o, (int)from, &at) != len)
+	    o->own[from] < 0 || blk_of(o, (int)from, &at) != len)
 		return NULL;
 	return (char *)o->d->recv + at;
 }
@@ -1378,12 +1493,28 @@ static void *where_chunk(const struct cgr__claim *c, uint32_t from,
 	return (char *)o->d->recv + off;
 }
 
+/* A late operation's data from rank from (late_run) into its place in
+ * the receive buffer. */
+static void *where_late(const struct cgr__claim *c, uint32_t from,
+			uint64_t k, size_t len)
+{
+	const struct op *o = c->o;
+	size_t at;
+
+	(void)k;
+	if (from >= (uint32_t)o->rc->head.n ||
+	    late_part(o, (int)from, c->me, &at) != len || len == 0)
+		return NULL;
+	return (char *)o->d->recv + at;
+}
+
 /* Whether rank me's operation o (sequence seq) takes data straight into
  * its buffer: then *c is its claim, listed. */
 static bool claim_plan(struct cgr__rcomm *rc, int me, const struct op *o,
 		       uint64_t seq, struct cgr__claim *c)
 {
 	int k = 0;
+	size_t at;
 
 	if (o->b == 0 || o->d->recv == NULL || o->d->poison)
 		return false;
@@ -1397,7 +1528,16 @@ static bool claim_plan(struct cgr__rcomm *rc, int me, const struct op *o,
 	c->o = o;
 	c->me = me;
 	c->peer = -1;
-	if (o->split || o->late) {
+	if (o->late) {
+		for (int q = 0; q < o->rc->head.n && !k; q++)
+			k = late_part(o, q, me, &at) != 0;
+		if (!k)
+			return false; /* nothing comes to it */
+		c->lane = LANE_GATHER;
+		c->key = seq;
+		c->nkeys = 1;
+		c->where = where_late;
+	} else if (o->split) {
 		c->lane = LANE_GATHER;
 		c->key = seq;
 		c->nkeys = 1;
@@ -1452,8 +1592,10 @@ static int coll_run(struct cgr__rcomm *rc, int me,
 	for (int q = 0; q < n; q++)
 		if (got[q] != NULL)
 			let_go(rc->j, got[q]);
-	if (agreed && (o.split || o.late))
+	if (agreed && o.split)
 		ret = gather_blocks(rc, me, &o, w.seq, ret);
+	if (agreed && o.late)
+		ret = late_run(rc, me, &o, w.seq, ret);
 	if (agreed && o.chain)
 		ret = chain_run(rc, me, &o, w.seq, ret);
 	if (claimed)
