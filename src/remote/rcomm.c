@@ -1068,10 +1068,8 @@ static int coll_send(struct cgr__rcomm *rc, int me, const struct op *o,
 	for (int r = 0; r < rc->head.n && ret == 0; r++) {
 		uint32_t h = rc->host[r], refs = 0;
 		size_t at;
-		int nv = 0, q = 0;
-		while (q < r && rc->host[q] != h)
-			q++;
-		if (q != r)
+		int nv = 0;
+		if (leader(rc, h) != r)
 			continue; /* h had its message */
 		if (lane == LANE_COLL) {
 			/* Poisoned: the record alone. */
@@ -1080,7 +1078,7 @@ static int coll_send(struct cgr__rcomm *rc, int me, const struct op *o,
 			if (o->d->poison)
 				nv = 0;
 		} else {
-			for (q = 0; q < rc->head.n; q++)
+			for (int q = 0; q < rc->head.n; q++)
 				refs += rc->host[q] == h && q != me;
 			if (a->code == 0)
 				v[nv++] = *gv;
@@ -1184,12 +1182,10 @@ static int late_send(struct cgr__rcomm *rc, int me, const struct op *e,
 	for (int r = 0; r < n && ret == 0; r++) {
 		uint32_t h = rc->host[r], refs = 0, all;
 		size_t at;
-		int nv = 0, q = 0;
-		while (q < r && rc->host[q] != h)
-			q++;
-		if (q != r)
+		int nv = 0;
+		if (leader(rc, h) != r)
 			continue; /* h had its message */
-		for (q = 0; q < n; q++)
+		for (int q = 0; q < n; q++)
 			refs += rc->host[q] == h && late_part(e, me, q, &at);
 		if (refs == 0)
 			continue;
