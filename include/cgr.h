@@ -672,8 +672,8 @@ typedef struct cgr_job_params {
  * it.  Blocks until every rank joined (the fence) or fence_timeout_s.
  * Returns 0, -EINVAL, -ENOMEM, -ETIMEDOUT, -EIO (PMIx or UCX failed: the
  * log says why), -ENOENT (libucp.so.0 cannot be loaded under a
- * launcher).  Any thread; the job is then this process's (one per
- * process).
+ * launcher), -EBUSY (this process is in a job already: one per process,
+ * until cgr_job_leave).  Any thread; the job is then this process's.
  */
 int cgr_job_join(const cgr_job_params *p, cgr_job **out);
 /* This process's rank, the job's size, and its driver's rank. */

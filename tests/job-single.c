@@ -148,8 +148,19 @@ int main(int argc, char **argv)
 	t_is(worker_rank(plain, 0, &w), 0, "rank 0 is this process there");
 	t_is(worker_rank(plain, 1, &x), -EINVAL, "rank 1 is no rank there");
 	cgr_ctx_destroy(plain);
+	{
+		cgr_job *j2 = NULL;
+		t_is(cgr_job_join(NULL, &j2), -EBUSY,
+		     "a second job while in one: -EBUSY");
+		t_ok(j2 == NULL, "...and no job for it");
+	}
 	cgr_job_leave(j);
 	cgr_job_leave(NULL);
 	t_ok(1, "left the job (and a NULL one)");
+	ret = cgr_job_join(NULL, &j);
+	t_is(ret, 0, "joins again once it left");
+	t_ok(ret == 0 && cgr_job_size(j) == 1, "...a job of one again");
+	if (ret == 0)
+		cgr_job_leave(j);
 	return t_done();
 }

@@ -946,6 +946,10 @@ out:
 	return ret;
 }
 
+/* Whether this process is in a job (one at a time: its PMIx keys and
+ * its UCX worker's address are the process's). */
+static atomic_bool cgr__joined;
+
 static void job_free(struct cgr_job *j)
 {
 	while (j->in_head != NULL) {
@@ -968,6 +972,7 @@ static void job_free(struct cgr_job *j)
 		free(j->peers[i].addr);
 	free(j->peers);
 	free(j);
+	atomic_store(&cgr__joined, false);
 }
 
 int cgr_job_join(const cgr_job_params *p, cgr_job **out)
@@ -979,8 +984,12 @@ int cgr_job_join(const cgr_job_params *p, cgr_job **out)
 
 	if (out == NULL || (ret = job_params(p, &d)) < 0)
 		return -EINVAL;
-	if ((j = calloc(1, sizeof(*j))) == NULL)
+	if (atomic_exchange(&cgr__joined, true))
+		return -EBUSY;
+	if ((j = calloc(1, sizeof(*j))) == NULL) {
+		atomic_store(&cgr__joined, false);
 		return -ENOMEM;
+	}
 	j->log = (struct cgr__logger){ d.log_fn, d.log_arg, d.log_level };
 	j->deadline_ns = d.deadline_ns;
 	j->heartbeat_ns = d.heartbeat_ns;
