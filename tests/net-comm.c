@@ -52,6 +52,9 @@
 /* Messages of 64 KiB and more leave straight from a rank's buffers: a
  * count whose blocks are that large too (3 blocks of 8-byte elements). */
 #define ZCC 25000
+/* Elements (int64) of a block that goes after the records (LATE_BYTES in
+ * src/remote/rcomm.c, 128 KiB), with room for one more in OUTMAX. */
+#define LATEC 17000
 /* An output: the call's result (int32) in a 16-byte head, so that the
  * receive buffer after it is aligned for every dtype. */
 #define HEAD 16
@@ -520,6 +523,24 @@ static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
 			c.root = (uint8_t)((c.who + 1) % n);
 			one_of(g, ref, n, &c, nccl, t);
 		}
+	/* The same where the data goes only after the records (allgather,
+	 * gather, scatter, alltoall with blocks of 128 KiB or more): the
+	 * ranks disagree before any of it moves. */
+	for (int k = CGR_COLL_ALLGATHER; k <= CGR_COLL_ALLTOALL; k++)
+		for (uint8_t f = 1; f <= 2; f++) {
+			if (k != CGR_COLL_ALLGATHER && k != CGR_COLL_GATHER &&
+			    k != CGR_COLL_SCATTER && k != CGR_COLL_ALLTOALL)
+				continue;
+			c.kind = k;
+			c.dtype = CGR_INT64;
+			c.count = LATEC;
+			c.op = CGR_SUM;
+			c.fault = f;
+			c.who = (uint8_t)(c.seed++ % (unsigned)n);
+			c.root = (uint8_t)((c.who + 1) % n);
+			one_of(g, ref, n, &c, nccl, t);
+		}
+	c.fault = 0;
 	/* Allreduces and broadcasts above the size that splits them (16 KiB:
 	 * each rank reduces, or takes from the root, one block, then every
 	 * rank gathers them), counts that do not divide among the ranks, in
