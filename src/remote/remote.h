@@ -212,8 +212,8 @@ struct cgr_job {
 	bool debug_late;
 	/* Perf comparisons: every communicator's message copied out of
 	 * itself, none claimed, none within the process borrowed, a large
-	 * allgather's data sent with its records (CGR_TEST_NO_CLAIMS in the
-	 * environment). */
+	 * allgather's, alltoall's, gather's or scatter's data sent with its
+	 * records (CGR_TEST_NO_CLAIMS in the environment). */
 	bool debug_copy;
 	/* Perf comparisons: a hierarchical allreduce's leader folds its
 	 * host's inputs whole before it sends any block (not block by
