@@ -1037,6 +1037,27 @@ static int op_failed(struct cgr__rcomm *rc, int me, int kind, int ret)
 	return ret;
 }
 
+/* Message cm from rank q of rank me's operation (kind, #seq), whose data
+ * should be len bytes: 0; its sender's failure (its record's code: it
+ * could not `did`); or CGR_ECORRUPT (`what` has another length). */
+static int judge(struct cgr__rcomm *rc, int me, int kind, uint64_t seq,
+		 int q, const struct cgr__cmsg *cm, size_t len,
+		 const char *did, const char *what)
+{
+	const struct cgr__agree *t = (const void *)cm->payload;
+	const char *k = cgr__coll_kind_name(kind);
+
+	if (t->code != 0)
+		return fail_rank(rc, me, t->code,
+				 "%s #%llu: rank %d could not %s (%d)", k,
+				 (unsigned long long)seq, q, did, t->code);
+	if (cm->m.payload != REC + len)
+		return fail_rank(rc, me, CGR_ECORRUPT,
+				 "%s: a peer's %s has the wrong length", k,
+				 what);
+	return 0;
+}
+
 /* Whether data of rank me's input (v, nv parts) is within the bytes its
  * operation may write (its receive buffer, at most n inputs long): an
  * operation in place, whose data must be copied out before it computes
@@ -1117,25 +1138,11 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 	if (o->own[me] >= 0)
 		ret = coll_send(rc, me, o, LANE_GATHER, seq, &a, &v);
 	ret = await_marked(rc, me, o->d->kind, &w, ret);
-	for (int q = 0; q < n && ret == 0; q++) {
-		const struct cgr__agree *t;
-		size_t len;
-		if (got[q] == NULL)
-			continue;
-		t = (const void *)got[q]->payload;
-		len = blk_of(o, q, &at);
-		if (t->code != 0)
-			ret = fail_rank(rc, me, t->code, "%s #%llu: rank %d "
-							 "could not make its "
-							 "block (%d)",
-					cgr__coll_kind_name(o->d->kind),
-					(unsigned long long)seq, q, t->code);
-		else if (got[q]->m.payload != REC + len)
-			ret = fail_rank(rc, me, CGR_ECORRUPT,
-					"%s: a peer's block has the wrong "
-					"length",
-					cgr__coll_kind_name(o->d->kind));
-	}
+	for (int q = 0; q < n && ret == 0; q++)
+		if (got[q] != NULL)
+			ret = judge(rc, me, o->d->kind, seq, q, got[q],
+				    blk_of(o, q, &at), "make its block",
+				    "block");
 	for (int q = 0; q < n && ret == 0; q++)
 		if (got[q] != NULL && !got[q]->claimed) {
 			size_t len = blk_of(o, q, &at);
@@ -1248,24 +1255,14 @@ static int late_run(struct cgr__rcomm *rc, int me, const struct op *o,
 		late_own(o, me);
 	ret = await_marked(rc, me, d->kind, &w, ret);
 	for (int q = 0; q < n && ret == 0; q++) {
-		const struct cgr__agree *t;
 		if (got[q] == NULL)
 			continue;
-		t = (const void *)got[q]->payload;
 		len = host_msg(rc, &e, q, rc->host[me], me, &off, NULL, &nv,
 			       &refs);
-		if (t->code != 0)
-			ret = fail_rank(rc, me, t->code, "%s #%llu: rank %d "
-							 "could not send its "
-							 "data (%d)",
-					cgr__coll_kind_name(d->kind),
-					(unsigned long long)seq, q, t->code);
-		else if (got[q]->m.payload != REC + len)
-			ret = fail_rank(rc, me, CGR_ECORRUPT,
-					"%s: a peer's data has the wrong "
-					"length",
-					cgr__coll_kind_name(d->kind));
-		else if (!got[q]->claimed && late_part(o, q, me, &at) != 0)
+		ret = judge(rc, me, d->kind, seq, q, got[q], len,
+			    "send its data", "data");
+		if (ret == 0 && !got[q]->claimed &&
+		    late_part(o, q, me, &at) != 0)
 			memcpy((char *)d->recv + at, data(got[q]) + off, o->b);
 	}
 	for (int q = 0; q < n; q++)
@@ -1326,23 +1323,13 @@ static int host_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 		res = host_fold(rc, me, o, hsrc, at, len);
 	ret = await_marked(rc, me, d->kind, &w, ret);
 	for (int q = 0; q < n && ret == 0; q++) {
-		const struct cgr__agree *t;
 		if (o->own[q] < 0)
 			continue;
 		src[o->own[q]] = q == me ? (const void *)(r + at)
 					 : (const void *)data(got[q]);
-		if (q == me)
-			continue;
-		t = (const void *)got[q]->payload;
-		if (t->code != 0)
-			ret = fail_rank(rc, me, t->code, "allreduce #%llu: rank "
-							 "%d could not fold its "
-							 "host's inputs (%d)",
-					(unsigned long long)seq, q, t->code);
-		else if (got[q]->m.payload != REC + len)
-			ret = fail_rank(rc, me, CGR_ECORRUPT,
-					"allreduce: a peer's block has the "
-					"wrong length");
+		if (q != me)
+			ret = judge(rc, me, d->kind, seq, q, got[q], len,
+				    "fold its host's inputs", "block");
 	}
 	if (ret == 0 && res == 0 && len != 0)
 		ret = fold(d, d->op, n, o->nown, o->own[me], r + at, src,
