@@ -495,7 +495,9 @@ size_t cgr_tensor_nbytes(const DLTensor *t);
  * cgr_graph_const), every size is computed with overflow checks: a
  * tensor's elements times their size, a list's items each padded to 64
  * bytes plus its tables.  A value is malformed (CGR_EBADVALUE) if its
- * kind, a shape, dtype or strides are wrong, its data is NULL while it
+ * kind, a shape, dtype or strides are wrong (a dtype is wrong if its code
+ * is none DLPack defines, 0 to 16 as of DLPack 1.1, or its bits or lanes
+ * are 0, or bits times lanes is not whole bytes), its data is NULL while it
  * has bytes, or its data range (data + byte_offset + size) wraps around
  * the address space; else it is too big (CGR_ETOOBIG) if its size
  * exceeds the buffer, as one whose size overflows always does.
@@ -673,7 +675,8 @@ typedef struct cgr_job_params {
  * Returns 0, -EINVAL, -ENOMEM, -ETIMEDOUT, -EIO (PMIx or UCX failed: the
  * log says why), -ENOENT (libucp.so.0 cannot be loaded under a
  * launcher), -EBUSY (this process is in a job already: one per process,
- * until cgr_job_leave).  Any thread; the job is then this process's.
+ * until cgr_job_leave, and after a loss until the last job's PMIx ended:
+ * see cgr_job_leave).  Any thread; the job is then this process's.
  */
 int cgr_job_join(const cgr_job_params *p, cgr_job **out);
 /* This process's rank, the job's size, and its driver's rank. */
@@ -718,7 +721,11 @@ void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out);
  * rank answers that it is ending (the driver waits for the answers at
  * most cgr_job_params.deadline_ns), then its cgr_job_serve returns.
  * Then the link stops, UCX and PMIx end.  Contexts using the job must be
- * destroyed first.  Never waits on a lost host. */
+ * destroyed first.  Never waits on a lost host, nor long on the launcher
+ * after a loss (this rank's, or one the driver saw): a launcher that ends
+ * the whole job once a rank died (Open MPI's mpirun without
+ * --enable-recovery) may never answer PMIx_Finalize, which is then
+ * awaited 250 ms at most and goes on in a thread of its own. */
 void cgr_job_leave(cgr_job *j);
 
 typedef struct cgr_task_desc {
@@ -862,7 +869,11 @@ int cgr_node_set_overlap(cgr_node *n, int mode);
 /* Declares the graph's outputs (once).  Returns 0, -EINVAL, -EALREADY. */
 int cgr_graph_output(cgr_graph *g, cgr_node *const *outs, size_t n);
 
-/* The node's name as used in messages: "task#port", "input[i]", "const". */
+/* The node's name as used in messages: a task's output "task" (its name)
+ * when the task has one output, "task#port" (port from 0) when it has
+ * several; an input "input[i]" ("input[*]" for CGR_INPUT_ALL); a constant
+ * "const#id" (id: the node's number in its graph).  Valid while the graph
+ * lives. */
 const char *cgr_node_name(const cgr_node *n);
 
 /*
@@ -1365,7 +1376,8 @@ int cgr_recv(cgr_comm *c, int rank, void *buf, size_t count, cgr_dtype dt,
  * their order; collectives of the group run first, in call order).
  * Groups nest; the outermost end issues them.  All operations of a group
  * use the same stream (or all NULL): a call on another stream fails with
- * -EINVAL (and the group fails on the peers too).  Inside a group the
+ * -EINVAL, and at the end so does every operation of the group, on the
+ * peers too (their matching operations), before any of its data moves.  Inside a group the
  * per-call futures complete together; cgr_group_end's *out (may be NULL)
  * completes when all of them did, with the first error.  With s NULL the
  * outermost cgr_group_end runs the group and returns its first error.
@@ -1402,10 +1414,12 @@ typedef struct cgr_coll_params {
 				 it must outlive the compiled graphs */
 	/* Agree once: on the first execution whose inputs are all tensors
 	 * that agree (an execution with an error value or a mismatch
-	 * agrees again next time).  A member whose shape later changes
-	 * gets an error value on every member for that execution
-	 * (CGR_EMISMATCH, naming the rank): the CPU communicator checks
-	 * counts itself; on NCCL every member moves the agreed count (the
+	 * agrees again next time).  A member whose shape (or dtype) later
+	 * changes gets an error value on every member for that execution
+	 * (CGR_EMISMATCH, e.g. "... rank 1 changed its static shape from
+	 * [4] int32 to [5] int32"): on the CPU communicator that member
+	 * poisons the operation, which fails everywhere before any data
+	 * moves; on NCCL every member moves the agreed count (the
 	 * changed one from a scratch buffer) and then all of them compare
 	 * everybody's description, posted before the launch (no wait).  A
 	 * member's error value reaches every member as it is (its origin's

@@ -434,7 +434,7 @@ int main(int argc, char **argv)
 		cgr_ctx_destroy(ctx);
 	}
 	cgr__ucx_close(raw.u);
-	cgr__boot_fini(&raw.boot);
+	(void)cgr__boot_fini(&raw.boot, 0, NULL);
 	free(raw.buf);
 	cgr_job_leave(job);
 	return ret;

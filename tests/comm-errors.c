@@ -5,7 +5,8 @@
  * and the communicator keeps working; a poisoned descriptor (or bad
  * arguments, or a failed device) on one rank fails every rank with its
  * code; abort and deadlines end waits promptly when a rank never arrives;
- * groups let sends and receives both ways complete; messages of one
+ * groups let sends and receives both ways complete, and one with a call
+ * on another stream fails whole, on the peers too; messages of one
  * (sender, receiver) pair arrive in order.
  */
 #include <errno.h>
@@ -571,6 +572,29 @@ static int group_two_streams(int r, void *arg)
 	return cgr_group_end(comm, r, NULL);
 }
 
+/* Rank 1 sends to rank 0, then (on another stream) receives from rank 2:
+ * its whole group fails, and so do the peers' operations with it, its
+ * send too: rank 0 fails and its buffer stays untouched, rank 2 fails.
+ * Returns group_end's result (1000 more if rank 0's buffer changed). */
+static int group_mixed(int r, void *arg)
+{
+	cgr_stream **s = arg;
+	int32_t a[4] = { 7, 7, 7, 7 }, b[4] = { -1, -1, -1, -1 };
+	int ret;
+
+	cgr_group_start(comm, r);
+	if (r == 1) {
+		cgr_send(comm, r, a, 4, CGR_INT32, 0, NULL, NULL);
+		cgr_recv(comm, r, b, 4, CGR_INT32, 2, s[1], NULL);
+	} else if (r == 0) {
+		cgr_recv(comm, r, b, 4, CGR_INT32, 1, NULL, NULL);
+	} else {
+		cgr_send(comm, r, a, 4, CGR_INT32, 1, NULL, NULL);
+	}
+	ret = cgr_group_end(comm, r, NULL);
+	return ret + (b[0] != -1 || b[3] != -1 ? 1000 : 0);
+}
+
 static void test_p2p(void)
 {
 	cgr_stream *s[N];
@@ -609,6 +633,12 @@ static void test_p2p(void)
 	     "a group spread over two streams fails on both sides "
 	     "(%s, %s)",
 	     cgr_err_name(ret[0]), cgr_err_name(ret[1]));
+	run(3, -1, group_mixed, s, ret, NULL);
+	t_ok(all_eq(ret, 3, -1, -EINVAL),
+	     "a group with one call on another stream fails whole: its send "
+	     "before that call fails at its peer too, whose buffer stays "
+	     "untouched (%d, %d, %d)",
+	     ret[0], ret[1], ret[2]);
 	for (int r = 0; r < N; r++)
 		cgr_stream_destroy(s[r]);
 	check_works("point-to-point errors");

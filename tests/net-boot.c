@@ -213,7 +213,7 @@ int main(void)
 				    why, sizeof(why));
 	if (ret != 0) {
 		printf("rank %u error %d: %s\n", b.rank, ret, why);
-		cgr__boot_fini(&b);
+		(void)cgr__boot_fini(&b, 0, NULL);
 		return 1;
 	}
 	printf("rank %u size %u host %s hosts %s id %016llx len %zu fence_us "
@@ -223,6 +223,6 @@ int main(void)
 	ret = ucx_part(&b, why, sizeof(why));
 	printf("%s\n", why);
 	fflush(stdout);
-	cgr__boot_fini(&b);
+	(void)cgr__boot_fini(&b, 0, NULL);
 	return ret == 0 ? 0 : 1;
 }

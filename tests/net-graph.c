@@ -67,6 +67,12 @@
  *      the agreement, when host 3 goes).
  *  idle: compiles, prints "steady", then waits (no executions) until the
  *      log says a host was lost, and checks the graph refuses executes.
+ *  driverkill: the pipeline with its workers on ranks 0 and 1 only (rank
+ *      2 hosts none), one execution, "killing at_ns T", and the driver
+ *      kills itself (SIGKILL).  The serving ranks ignore SIGTERM here
+ *      (mpirun ends the job after a rank died) and print what
+ *      cgr_job_serve returned and when ("serve rank R: ... at_ns T"),
+ *      and how long cgr_job_leave took ("left rank R ms X").
  *
  * The ranks print what the script checks; the driver exits 0 when every
  * check it made held.
@@ -74,6 +80,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -1303,6 +1310,29 @@ static int lose(cgr_ctx *ctx, bool idle, int coll)
 	return bad != 0;
 }
 
+/* driverkill: one execution over ranks 0 and 1, then the driver dies. */
+static int driver_kill(cgr_ctx *ctx)
+{
+	cgr_worker *w[3];
+	cgr_compiled *c;
+	unsigned char b = 1;
+	cgr_value a = cgr_value_bytes(&b, 1), o;
+	cgr_ref r;
+
+	if (mk_worker(ctx, "w0", 0, &w[0]) || mk_worker(ctx, "w1", 1, &w[1]))
+		return 1;
+	w[2] = w[1];
+	if (build(ctx, w, CGR_WAIT_BLOCK, &c) != 0 ||
+	    cgr_execute(c, &a, 1, &r) != 0 ||
+	    cgr_ref_get(c, r, 10 * SEC, &o, 1) != 0 ||
+	    o.kind == CGR_VALUE_ERROR)
+		return 1;
+	printf("killing at_ns %lld\n", (long long)now_ns(CLOCK_REALTIME));
+	fflush(stdout);
+	raise(SIGKILL);
+	return 1;
+}
+
 int main(int argc, char **argv)
 {
 	cgr_job_params jp = CGR_JOB_PARAMS_INIT;
@@ -1313,7 +1343,7 @@ int main(int argc, char **argv)
 		    strcmp(mode, "losenccl") == 0;
 	cgr_job *job;
 	cgr_ctx *ctx;
-	int ret;
+	int ret, r;
 
 	cgr_worker_main(argc, argv, exports); /* a worker process ends here */
 	/* The CUDA model's, on every rank. */
@@ -1354,14 +1384,22 @@ int main(int argc, char **argv)
 		 * (net-comm.c, init_failure). */
 		if (strcmp(mode, "ncomm") == 0 && cgr_job_rank(job) == 2)
 			setenv("FAKE_NCCL_SPAN_FAIL_INIT", "1", 1);
+		int64_t t;
+		if (strcmp(mode, "driverkill") == 0)
+			signal(SIGTERM, SIG_IGN);
 		ret = cgr_job_serve(job, exports);
-		printf("serve rank %d: %s\n", cgr_job_rank(job),
-		       ret == 0 ? "done" : cgr_strerror(ret));
+		printf("serve rank %d: %s at_ns %lld\n", cgr_job_rank(job),
+		       ret == 0 ? "done" : cgr_strerror(ret),
+		       (long long)now_ns(CLOCK_REALTIME));
 #ifdef CGR_FAKE_NCCL
 		if (cuda && strcmp(mode, "losenccl") != 0)
 			nccl_report(cgr_job_rank(job));
 #endif
+		t = now_ns(CLOCK_MONOTONIC);
+		r = cgr_job_rank(job);
 		cgr_job_leave(job);
+		printf("left rank %d ms %.1f\n", r,
+		       (double)(now_ns(CLOCK_MONOTONIC) - t) / 1e6);
 		/* A lost driver is what some runs are about: no failure
 		 * for mpirun to abort the job over. */
 		return ret == 0 || ret == CGR_EHOSTLOST ? 0 : 3;
@@ -1414,6 +1452,8 @@ int main(int argc, char **argv)
 #endif
 	else if (strcmp(mode, "gaps") == 0)
 		ret = gaps(ctx, argc > 2 ? (unsigned)atoi(argv[2]) : 1000);
+	else if (strcmp(mode, "driverkill") == 0)
+		ret = driver_kill(ctx);
 	else
 		ret = lose(ctx, strcmp(mode, "idle") == 0,
 			   strcmp(mode, "losecoll") == 0    ? 1 :

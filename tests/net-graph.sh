@@ -90,12 +90,17 @@
 #    (the models; host 3's ranks hang in NCCL, so the others wait in
 #    NCCL for them, not in the agreement): their calls return
 #    CGR_EHOSTLOST, so teardown does not wait for them;
-# 18 nothing left behind.
+# 18 the driver kills itself (kill -9) after one execution over ranks 0
+#    and 1: both serving ranks, the one with a worker and the one without
+#    (it watches its driver all the same), return CGR_EHOSTLOST from
+#    cgr_job_serve within 1 s, and each cgr_job_leave returns within 1 s
+#    although mpirun, ending the job, never answers PMIx_Finalize;
+# 19 nothing left behind.
 # Every step under timeout -k.  Skipped without root, ip, unshare, tc,
 # mpirun, a build with PMIx and UCX; and under TSan (PMIx's and UCX's own
 # threads are not instrumented).  TAP.
 set -u
-N=18
+N=19
 echo "1..$N"
 bin=${abs_top_builddir:?run from make check}/tests/net-graph
 skip_all() {
@@ -369,11 +374,36 @@ NCCL communicator's allreduce, its peers waiting in NCCL" aborts;;
 *)	echo "ok 17 # SKIP a build without the CUDA toolkit has no CUDA model";;
 esac
 
+# 18: the driver killed; rank 2 hosts no worker.
+netns_mpirun 60 "$tmp/dk.out" "$tmp/dk.err" "$bin" driverkill
+k=$(sed -n 's/^killing at_ns \([0-9]*\)$/\1/p' "$tmp/dk.out")
+dk_ok=1 dk_said=
+for r in 1 2; do
+	at=$(sed -n "s/^serve rank $r: a host of the job was lost.* at_ns \([0-9]*\)$/\1/p" \
+		"$tmp/dk.out")
+	lm=$(sed -n "s/^left rank $r ms \([0-9.]*\)$/\1/p" "$tmp/dk.out")
+	if [ -n "$k" ] && [ -n "$at" ] && [ -n "$lm" ] &&
+		awk -v d=$(((at - k) / 1000000)) -v l="$lm" \
+			'BEGIN { exit !(d >= 0 && d <= 1000 && l <= 1000) }'; then
+		dk_said="$dk_said rank $r: CGR_EHOSTLOST after $(((at - k) / 1000000)) ms, left in $lm ms;"
+	else
+		dk_ok=0
+	fi
+done
+if [ $dk_ok = 1 ]; then
+	echo "ok 18 - the driver killed: every serving rank's cgr_job_serve" \
+	     "returns CGR_EHOSTLOST, a worker there or not, and its leave" \
+	     "does not wait on the launcher:$dk_said"
+else
+	echo "not ok 18 - the driver killed: what the serving ranks saw"
+	show "$tmp/dk.out" "$tmp/dk.err"
+fi
+
 netns_cleanup
 trap - EXIT INT TERM HUP
 left=$(netns_left)
 if [ "$left" = 0 ]; then
-	echo "ok 18 - nothing left behind (namespaces, links, processes)"
+	echo "ok 19 - nothing left behind (namespaces, links, processes)"
 else
-	echo "not ok 18 - $left namespaces or links left behind"
+	echo "not ok 19 - $left namespaces or links left behind"
 fi

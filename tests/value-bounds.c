@@ -4,10 +4,12 @@
  * oversized value (a tensor whose byte_offset wraps the address space,
  * alone and in a list; a list whose padded total wraps; bytes whose range
  * wraps; a shape whose size overflows; a zero-element tensor with huge
- * strides, which is fine) is tried as an argument of cgr_execute, as a
- * graph constant and as a task output, and must get its exact code:
- * CGR_EBADVALUE or CGR_ETOOBIG from cgr_execute, an error value with that
- * code as a task output, -EINVAL or CGR_ETOOBIG from cgr_graph_const.
+ * strides, which is fine; a tensor whose dtype has a code DLPack does not
+ * define, no lanes, or elements of less than a byte) is tried as an
+ * argument of cgr_execute, as a graph constant and as a task output, and
+ * must get its exact code: CGR_EBADVALUE or CGR_ETOOBIG from cgr_execute,
+ * an error value with that code as a task output, -EINVAL or CGR_ETOOBIG
+ * from cgr_graph_const.
  * max_out_bytes and max_value_bytes past 1 TiB are refused.  After every
  * refusal the graph still computes the right values.
  */
@@ -32,6 +34,9 @@ enum kind {
 	K_SHAPE_OVERFLOW,   /* 2^40 x 2^40 floats */
 	K_ZERO_STRIDES,	    /* zero elements, strides whose product
 			       overflows: accepted */
+	K_DTYPE_CODE,	    /* a type code DLPack does not define (99) */
+	K_DTYPE_LANES,	    /* lanes 0 */
+	K_DTYPE_BITS,	    /* 4 bits x 1 lane: not whole bytes */
 	K_COUNT
 };
 
@@ -40,7 +45,8 @@ static const char *const kname[K_COUNT] = {
 	"list with a wrapping tensor", "list whose total wraps",
 	"list whose padding wraps", "bytes whose range wraps",
 	"bytes of 2^41", "shape whose size overflows",
-	"zero elements, huge strides",
+	"zero elements, huge strides", "dtype code 99", "dtype lanes 0",
+	"dtype of 4 bits",
 };
 
 /* What cgr_execute returns for each bad kind (task outputs get an error
@@ -55,6 +61,9 @@ static const int kerr[K_COUNT] = {
 	[K_BYTES_HUGE] = CGR_ETOOBIG,
 	[K_SHAPE_OVERFLOW] = CGR_ETOOBIG,
 	[K_ZERO_STRIDES] = 0,
+	[K_DTYPE_CODE] = CGR_EBADVALUE,
+	[K_DTYPE_LANES] = CGR_EBADVALUE,
+	[K_DTYPE_BITS] = CGR_EBADVALUE,
 };
 
 /* Read-only storage the bad values point at (never written through). */
@@ -105,6 +114,14 @@ static cgr_value bad_value(int k, cgr_value *items)
 		v = cgr_value_tensor(buf, kDLUInt, 8, 3, shape_zero);
 		v.u.tensor.strides = strides_zero;
 		return v;
+	case K_DTYPE_CODE:
+		return cgr_value_tensor(buf, 99, 32, 1, shape4);
+	case K_DTYPE_LANES:
+		v = cgr_value_tensor(buf, kDLFloat, 32, 1, shape4);
+		v.u.tensor.dtype.lanes = 0;
+		return v;
+	case K_DTYPE_BITS:
+		return cgr_value_tensor(buf, kDLUInt, 4, 1, shape4);
 	default:
 		return cgr_value_bytes(buf, 8);
 	}

@@ -95,6 +95,10 @@ static const unsigned char *cgr__tensor_src(const DLTensor *t)
  * address space).  *bytes gets its data size: SIZE_MAX if that overflows
  * (no valid range is that long: the value fits no buffer).
  */
+/* The last type code DLPack defines (1.1: kDLFloat4_e2m1fn; this header
+ * may be older and name fewer). */
+#define CGR__DL_CODE_MAX 16
+
 static int cgr__item_check(const cgr_value *v, size_t *bytes)
 {
 	size_t n = 0;
@@ -119,7 +123,8 @@ static int cgr__item_check(const cgr_value *v, size_t *bytes)
 			return CGR_EBADVALUE;
 		if (t->ndim > 0 && t->shape == NULL)
 			return CGR_EBADVALUE;
-		if (t->dtype.bits == 0 || t->dtype.lanes == 0 ||
+		if (t->dtype.code > CGR__DL_CODE_MAX ||
+		    t->dtype.bits == 0 || t->dtype.lanes == 0 ||
 		    ((size_t)t->dtype.bits * t->dtype.lanes) % 8 != 0)
 			return CGR_EBADVALUE;
 		for (int i = 0; i < t->ndim; i++)

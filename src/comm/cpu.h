@@ -219,6 +219,7 @@ struct cgr__rank {
 	size_t gfn, gfcap;
 	cgr_stream *gstream;
 	bool gstream_set;
+	bool gmixed; /* a call on another stream: the whole group fails */
 	/* Executing side: one record at a time, in issue order. */
 	_Atomic uint64_t done cgr__aligned;
 	uint64_t coll_seq;

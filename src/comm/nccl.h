@@ -98,6 +98,7 @@ struct nrank {
 	size_t gn, gcap;
 	cgr_stream *gs;
 	bool gs_set;
+	bool gmixed; /* a call on another stream: the whole group fails */
 	uint64_t nops; /* operations issued (names them in messages) */
 	char errmsg[256];
 	struct nev *pool; /* records given back (c->pool_lock) */

@@ -159,7 +159,11 @@ void cgr__ucx_peer_close(struct cgr__ucx *u, uint32_t peer, const char *why);
 size_t cgr__ucx_inflight(const struct cgr__ucx *u);
 
 /* Leaves the job (PMIx_Finalize); libpmix stays loaded (its threads are
- * gone, but a library that was initialised once is not unloaded). */
-void cgr__boot_fini(struct cgr__boot *b);
+ * gone, but a library that was initialised once is not unloaded).
+ * bound_ns > 0: waits at most that long (a launcher that is ending the
+ * job after a lost rank may never answer): -ETIMEDOUT, and PMIx_Finalize
+ * goes on in a thread of its own, which calls late() when it returns;
+ * else 0. */
+int cgr__boot_fini(struct cgr__boot *b, int64_t bound_ns, void (*late)(void));
 
 #endif

@@ -4,10 +4,12 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/dl.h"
 #include "net/net.h"
@@ -64,9 +66,10 @@ int cgr__boot_host(struct cgr__boot *b, uint32_t rank, char *buf, size_t cap,
 	return -ENOSYS;
 }
 
-void cgr__boot_fini(struct cgr__boot *b)
+int cgr__boot_fini(struct cgr__boot *b, int64_t bound_ns, void (*late)(void))
 {
-	(void)b;
+	(void)b, (void)bound_ns, (void)late;
+	return 0;
 }
 
 #else
@@ -304,11 +307,86 @@ int cgr__boot_host(struct cgr__boot *b, uint32_t rank, char *buf, size_t cap,
 	return ret;
 }
 
-void cgr__boot_fini(struct cgr__boot *b)
+/* A bounded finalize: its thread and the waiter share it; the last of
+ * the two frees it. */
+struct fini {
+	pmix_status_t (*finalize)(const pmix_info_t *, size_t);
+	void (*late)(void);
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool done, abandoned;
+};
+
+static void *fini_main(void *arg)
 {
-	if (b->ready)
-		api(b)->finalize(NULL, 0);
+	struct fini *f = arg;
+	bool abandoned;
+
+	f->finalize(NULL, 0);
+	pthread_mutex_lock(&f->lock);
+	f->done = true;
+	abandoned = f->abandoned;
+	pthread_cond_signal(&f->cond);
+	pthread_mutex_unlock(&f->lock);
+	if (abandoned) {
+		f->late();
+		pthread_cond_destroy(&f->cond);
+		pthread_mutex_destroy(&f->lock);
+		free(f);
+	}
+	return NULL;
+}
+
+int cgr__boot_fini(struct cgr__boot *b, int64_t bound_ns, void (*late)(void))
+{
+	struct fini *f;
+	pthread_condattr_t ca;
+	pthread_attr_t ta;
+	struct timespec ts;
+	pthread_t t;
+	int ret = 0;
+
+	if (!b->ready)
+		return 0;
 	b->ready = false;
+	if (bound_ns <= 0 || (f = calloc(1, sizeof(*f))) == NULL) {
+		api(b)->finalize(NULL, 0);
+		return 0;
+	}
+	f->finalize = api(b)->finalize;
+	f->late = late;
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&f->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_attr_init(&ta);
+	pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &ta, fini_main, f) != 0) {
+		f->finalize(NULL, 0);
+		f->done = true;
+	}
+	pthread_attr_destroy(&ta);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	ts.tv_sec += (time_t)(bound_ns / 1000000000);
+	ts.tv_nsec += (long)(bound_ns % 1000000000);
+	if (ts.tv_nsec >= 1000000000)
+		ts.tv_sec++, ts.tv_nsec -= 1000000000;
+	pthread_mutex_lock(&f->lock);
+	while (!f->done &&
+	       pthread_cond_timedwait(&f->cond, &f->lock, &ts) != ETIMEDOUT)
+		;
+	if (!f->done) {
+		f->abandoned = true; /* its thread frees it */
+		ret = -ETIMEDOUT;
+	}
+	pthread_mutex_unlock(&f->lock);
+	if (ret == 0) {
+		pthread_cond_destroy(&f->cond);
+		pthread_mutex_destroy(&f->lock);
+		free(f);
+	}
+	return ret;
 }
 
 #endif

@@ -6,7 +6,9 @@
  * (and the driver the job's epoch) and host name; after the fence each
  * keeps every rank's address, and makes an endpoint to one only when it
  * first sends it something (cgr__job_ep): a rank talks only to the peers
- * its graphs (or the driver) need.  Without a PMIx launcher the job is
+ * its graphs need, and every serving rank to its driver (heartbeats both
+ * ways: a serving rank learns that its driver is lost, workers there or
+ * not).  Without a PMIx launcher the job is
  * this process alone.
  *
  * The link thread then owns the UCX worker: each round it progresses it
@@ -764,12 +766,25 @@ static bool link_park(struct cgr_job *j, struct cgr__reactor *r,
 	return true;
 }
 
+/* Link thread, at its start: a serving rank watches its driver, workers
+ * here or not: a heartbeat at the first tick (the driver, hearing it,
+ * watches this rank too), the deadline from now. */
+static void watch_driver(struct cgr_job *j)
+{
+	struct cgr__rpeer *pe = &j->peers[j->driver];
+
+	if (j->rank == j->driver)
+		return;
+	pe->engaged = true;
+	pe->heard = cgr__now_ns();
+	pe->sent = pe->heard - j->heartbeat_ns;
+}
+
 static void *link_main(void *arg)
 {
 	struct cgr_job *j = arg;
 	struct cgr__reactor r;
-	int64_t tick_ns = j->heartbeat_ns / 2, next = 0, idle = 0;
-	int64_t quit_by = 0;
+	int64_t tick_ns = j->heartbeat_ns / 2, next = 0, idle = 0, quit_by = 0;
 	bool *closed = calloc(j->size, sizeof(*closed));
 
 	pthread_setname_np(pthread_self(), "cgr:link");
@@ -778,6 +793,7 @@ static void *link_main(void *arg)
 	/* A loss is seen within deadline + tick: 100 ms for 3 s. */
 	if (tick_ns > j->deadline_ns / 30)
 		tick_ns = j->deadline_ns / 30;
+	watch_driver(j);
 	for (;;) {
 		int64_t now = cgr__now_ns(), h;
 		bool did;
@@ -950,8 +966,18 @@ out:
  * its UCX worker's address are the process's). */
 static atomic_bool cgr__joined;
 
+/* How long leave waits for PMIx_Finalize once a peer was lost. */
+#define FINI_BOUND_NS 250000000
+
+static void unjoined(void)
+{
+	atomic_store(&cgr__joined, false);
+}
+
 static void job_free(struct cgr_job *j)
 {
+	bool late = false;
+
 	while (j->in_head != NULL) {
 		struct cgr__cmsg *cm = j->in_head;
 		j->in_head = cm->next;
@@ -964,15 +990,25 @@ static void job_free(struct cgr_job *j)
 	}
 	cgr__rcomm_box_free(j);
 	cgr__ucx_close(j->ucx);
-	if (j->booted)
-		cgr__boot_fini(&j->boot);
+	/* After a loss (here, or the driver's: its END says so) the
+	 * launcher may be ending the job and never answer PMIx_Finalize
+	 * (Open MPI's mpirun without recovery): a bounded wait, then it goes on alone; this process joins no job again
+	 * before it returned (-EBUSY). */
+	if (j->booted &&
+	    cgr__boot_fini(&j->boot,
+			   atomic_load(&j->st_lost) != 0 || j->lost_any ?
+				   FINI_BOUND_NS :
+				   0,
+			   unjoined) != 0)
+		late = true;
 	pthread_cond_destroy(&j->cond);
 	pthread_mutex_destroy(&j->lock);
 	for (uint32_t i = 0; j->peers != NULL && i < j->size; i++)
 		free(j->peers[i].addr);
 	free(j->peers);
 	free(j);
-	atomic_store(&cgr__joined, false);
+	if (!late)
+		unjoined();
 }
 
 int cgr_job_join(const cgr_job_params *p, cgr_job **out)
@@ -1104,14 +1140,15 @@ void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out)
 	out->lost = atomic_load(&m->st_lost);
 }
 
-/* A control message of this type, with nothing else, to every other
- * rank. */
-static void send_all(struct cgr_job *j, uint32_t type)
+/* A control message of this type, with code and nothing else, to every
+ * other rank. */
+static void send_all(struct cgr_job *j, uint32_t type, int32_t code)
 {
 	struct cgr__rmsg m;
 
 	memset(&m, 0, sizeof(m));
 	m.type = type;
+	m.code = code;
 	for (uint32_t i = 0; i < j->size; i++)
 		if (i != j->rank)
 			(void)cgr__job_send(j, i, &m, NULL, 0);
@@ -1126,7 +1163,8 @@ static void end_all(struct cgr_job *j)
 {
 	int64_t deadline = cgr__now_ns() + j->deadline_ns;
 
-	send_all(j, CGR__RM_END);
+	/* (Its code: whether the driver lost a rank: see job_free.) */
+	send_all(j, CGR__RM_END, atomic_load(&j->st_lost) != 0);
 	for (uint32_t i = 0; i < j->size; i++) {
 		struct cgr__cmsg *cm;
 		if (i != j->rank &&
@@ -1134,7 +1172,7 @@ static void end_all(struct cgr_job *j)
 			    0)
 			free(cm);
 	}
-	send_all(j, CGR__RM_GONE);
+	send_all(j, CGR__RM_GONE, 0);
 }
 
 void cgr_job_leave(cgr_job *j)

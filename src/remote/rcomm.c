@@ -1700,8 +1700,12 @@ struct rgroup {
 	struct gop *ops;
 	size_t n, cap;
 	bool stream_set;
+	bool mixed; /* a call on another stream: the whole group fails */
 	cgr_stream *s;
 };
+
+#define MIXED_MSG \
+	"invalid arguments: operations of one group on different streams"
 
 static int group_add(struct cgr__rcomm *rc, int me,
 		     const struct cgr__coll_desc *d, cgr_stream *s,
@@ -1725,8 +1729,8 @@ static int group_add(struct cgr__rcomm *rc, int me,
 	if (other && o->d.poison == 0) {
 		/* One group, one stream: the peers fail too. */
 		o->d.poison = -EINVAL;
-		o->d.poison_msg = "invalid arguments: operations of one group "
-				  "on different streams";
+		o->d.poison_msg = MIXED_MSG;
+		g->mixed = true;
 		out = NULL;
 	}
 	if (o->d.poison_msg != NULL) {
@@ -1927,8 +1931,18 @@ static int rc_group_end(cgr_comm *c, int rank, cgr_future **out)
 	 * new. */
 	ops = g->ops, n = g->n;
 	s = g->stream_set ? g->s : NULL;
+	/* A call on another stream: every operation of the group fails
+	 * (-EINVAL, on the peers too), none of its data moves. */
+	for (size_t i = 0; g->mixed && i < n; i++)
+		if (ops[i].d.poison == 0) {
+			ops[i].d.poison = -EINVAL;
+			snprintf(ops[i].msg, sizeof(ops[i].msg), "%s",
+				 MIXED_MSG);
+			ops[i].d.poison_msg = ops[i].msg;
+		}
 	g->ops = NULL, g->n = g->cap = 0;
 	g->stream_set = false;
+	g->mixed = false;
 	g->s = NULL;
 	if (s != NULL)
 		return batch_run(rc, rank, ops, n, s, out);

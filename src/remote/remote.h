@@ -185,6 +185,10 @@ struct cgr_job {
 	/* The job is ending (the driver left, or is leaving): a peer's
 	 * end is no failure then. */
 	_Atomic uint32_t ending;
+	/* The driver lost a rank (its END says so: serve.c), which this
+	 * rank may not have talked to: leave's PMIx_Finalize is bounded
+	 * (link.c, job_free).  The serving thread's. */
+	bool lost_any;
 	bool efd_fired; /* link thread: the event fd's watch fired */
 	bool watching;
 	uint64_t watch_id;

@@ -382,6 +382,7 @@ static int serve_one(struct server *s, const struct cgr__cmsg *cm)
 		 * knows, or a deadline. */
 		struct cgr__cmsg *gone;
 		atomic_store(&s->j->ending, 1);
+		s->j->lost_any = m->code != 0; /* the driver lost a rank */
 		reply(s, CGR__RM_ENDING, 0, 0, "");
 		if (cgr__job_await(s->j, s->j->driver, CGR__RM_GONE, 0,
 				   cgr__now_ns() + s->j->deadline_ns,

@@ -14,10 +14,10 @@
  * (`agreed`), so it uses that verdict instead of comparing again; only a
  * poison that arises since (a device failure) still fails it everywhere.
  * With static shapes only the first execution that agrees without an
- * error agrees; later a member that changed its shape still takes part
- * with its real count and without `agreed`, so the CPU communicator's own
- * check fails every member, and a member whose input is an error value
- * poisons the operation (every member fails with CGR_ETASK).  NCCL
+ * error agrees; later a member that changed its shape (or dtype)
+ * poisons the CPU communicator's operation with CGR_EMISMATCH and what
+ * changed, so every member fails before any data moves, naming it, and a
+ * member whose input is an error value poisons it with CGR_ETASK.  NCCL
  * checks nothing (different counts hang or corrupt), so there every
  * member takes part with the agreed count, one whose input changed
  * sending from a scratch buffer, and posts its description anyway: once
@@ -592,22 +592,6 @@ static void run_list_nccl(struct cgr__coll_rt *cr, uint64_t seq)
 		comm_fail(cr, seq, ret);
 }
 
-/* The count a member that changed its static shape calls with: its own
- * (so the communicator's check fails everybody on a different count),
- * never more than the agreed one (no result overflows its buffer). */
-static size_t changed_count(const struct cgr__coll_rt *cr, size_t agreed)
-{
-	const struct cgr__agree *mine = cr->mine;
-	size_t ne = 1;
-
-	for (int i = 0; i < mine->ndim; i++)
-		ne *= (size_t)mine->shape[i];
-	if (cr->kind == CGR_COLL_REDUCESCATTER || cr->kind == CGR_COLL_SCATTER ||
-	    cr->kind == CGR_COLL_ALLTOALL)
-		ne /= (size_t)cr->n;
-	return ne == agreed ? ne : (ne < agreed ? ne : 0);
-}
-
 /* Static shapes on the CPU communicator: a member whose input is an
  * error value poisoned the operation (CGR_ETASK on every member, once
  * every member posted its operation: every input is in).  The lowest
@@ -661,8 +645,6 @@ static void single_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 	if (agreed)
 		cr->have_cached = true;
 	count = v.count;
-	if (changed && !cr->nccl && has_input(cr->kind, cr->rank, cr->root))
-		count = changed_count(cr, v.count);
 	load_input(cr, seq, 0, &in);
 	src = data_of(&in);
 	if (changed && cr->nccl && has_input(cr->kind, cr->rank, cr->root))
@@ -672,19 +654,23 @@ static void single_move(struct cgr__coll_rt *cr, uint64_t seq, bool agreed)
 		dst = cgr__port_place(op, seq, v.out_bytes);
 	}
 	coll_desc(cr, src, dst, count, (cgr_dtype)v.out.dtype, &d);
-	if (changed && !cr->nccl && cr->mine->kind == CGR_VALUE_ERROR) {
+	if (changed && !cr->nccl && has_input(cr->kind, cr->rank, cr->root)) {
 		/* An error value here: the operation fails on every member
-		 * (CGR_ETASK), which then find it. */
+		 * (CGR_ETASK), which then find it.  A shape or dtype that
+		 * changed: on every member with CGR_EMISMATCH and what
+		 * changed (its rank, the shapes), before any data moves. */
+		bool err = cr->mine->kind == CGR_VALUE_ERROR;
 		d.count = 0;
-		d.poison = CGR_ETASK;
-		d.poison_msg = "its input is an error value";
+		d.poison = err ? CGR_ETASK : CGR_EMISMATCH;
+		d.poison_msg = err ? "its input is an error value" : cv.msg;
 	}
 	ret = coll_call(cr, seq, &d, agreed);
-	if (ret == CGR_ETASK && !agreed && !cr->nccl && static_error(cr, seq))
+	/* An error value anywhere before a change of shape (as across
+	 * hosts), whichever rank poisoned first. */
+	if ((ret == CGR_ETASK || ret == CGR_EMISMATCH) && !agreed &&
+	    !cr->nccl && static_error(cr, seq))
 		return;
-	if (ret == 0 && changed && !cr->nccl)
-		verdict_fail(cr, seq, &cv, 0, cv.msg);
-	else if (ret < 0)
+	if (ret < 0)
 		comm_fail(cr, seq, ret);
 	else if (op != NULL)
 		set_out(op, seq, &v);
