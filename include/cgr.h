@@ -277,8 +277,10 @@ typedef struct cgr_worker_params {
 	 * rank (its NCCL collectives run on CUDA streams of it).  The CPU
 	 * communicator's streams stay sim streams. */
 	int device;
-	/* A process worker's arg: these bytes, copied into its process
-	 * (init and fini get a pointer to the copy; arg must be NULL). */
+	/* A process worker's arg: these bytes (at most 64 KiB, else
+	 * -EINVAL), copied into its process (init and fini get a pointer
+	 * to the copy; arg must be NULL); the same for a worker on another
+	 * rank. */
 	const void *arg_data;
 	size_t arg_len;
 	/* A process worker started by something else (mpirun, a service
@@ -306,8 +308,9 @@ typedef struct cgr_worker_params {
 /*
  * Starts a worker thread and runs init on it.  Blocks until init returned.
  * Returns 0, -EINVAL, -ENODEV (no such CUDA device), -ENOMEM, -EAGAIN (no
- * thread), init's code, or CGR_EPEERDEAD (init ended its thread:
- * pthread_exit; a worker process that died before its init returned).
+ * thread), init's code, CGR_EPEERDEAD (init ended its thread:
+ * pthread_exit; a worker process that died before its init returned), or
+ * -ETIMEDOUT (join_addr: nobody joined within join_timeout_ns).
  */
 int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 		      cgr_worker **out);
@@ -555,7 +558,8 @@ typedef struct cgr_export {
  * Call at the top of main with main's arguments and the exports.  In a
  * process that cgr started as a worker, runs the worker until its
  * context lets it go (or dies), then exits the process: it never returns
- * there.  Anywhere else it returns 0 at once.  A worker that cannot
+ * there (CGR_WORKER is gone from its environment by the time its init and
+ * tasks run).  Anywhere else it returns 0 at once.  A worker that cannot
  * start (a malformed environment, a wrong protocol version, its init or
  * a function not exported) exits with status 1 after saying why on
  * stderr; the context that started it gets the reason too.
@@ -884,7 +888,8 @@ const char *cgr_graph_errmsg(const cgr_graph *g);
 
 typedef struct cgr_compile_params {
 	size_t size;
-	uint32_t max_inflight;	   /* executions not yet released; default 8 */
+	uint32_t max_inflight;	   /* executions not yet released; default 8,
+				      at most 4096 (-EINVAL) */
 	size_t max_value_bytes;	   /* the largest value of an output or
 				      argument buffer (a limit: reserved
 				      address space, resident as values use
@@ -1049,7 +1054,8 @@ size_t cgr_compiled_nargs(const cgr_compiled *c);
  * are found; the runtime is loaded at first use), whose events are CUDA
  * events without timing.  One thread enqueues on a stream at a time; an
  * idle sim stream's thread sleeps (no CPU).  Enqueueing blocks only while
- * 1024 operations are already queued (as CUDA's launch queue).  A stream
+ * 1024 operations of the stream are not finished yet (as CUDA's launch
+ * queue): queued ones, the one running, and waits for events all count.  A stream
  * may wait for an event of another backend (it polls the record it saw,
  * 1 to 100 us apart) and for any future.
  * On CUDA streams, work left at destroy finishes in the background (CUDA

@@ -245,6 +245,8 @@ int main(int argc, char **argv)
 	/* Error names and messages. */
 	t_ok(strcmp(cgr_err_name(CGR_ECYCLE), "CGR_ECYCLE") == 0 &&
 		     strcmp(cgr_err_name(-ETIMEDOUT), "ETIMEDOUT") == 0 &&
+		     /* (EOPNOTSUPP's number; cgr's documents say ENOTSUP) */
+		     strcmp(cgr_err_name(-ENOTSUP), "ENOTSUP") == 0 &&
 		     strlen(cgr_strerror(CGR_ECAPACITY)) > 5 &&
 		     strcmp(cgr_strerror(0), "success") == 0,
 	     "cgr_err_name and cgr_strerror");

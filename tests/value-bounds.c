@@ -314,6 +314,8 @@ static void check_limits(struct rig *r)
 		d.max_out_bytes = bad[i];
 		t_is(cgr_graph_task(g, r->w[0], &d, &in, 1, &t[0], 1), -EINVAL,
 		     "cgr_graph_task, max_out_bytes %zu", bad[i]);
+		t_ok(strstr(cgr_graph_errmsg(g), "max_out_bytes") != NULL,
+		     "... and its message says why: %s", cgr_graph_errmsg(g));
 		cp.kind = CGR_COLL_ALLREDUCE;
 		cp.max_out_bytes = bad[i];
 		t[0] = t[1] = NULL;

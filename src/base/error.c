@@ -2,6 +2,7 @@
  * base/error.c: names and messages for every error code cgr returns, from
  * the one X-macro table in cgr.h plus the C library's errno table.
  */
+#include <errno.h>
 #include <string.h>
 
 #include "base/base.h"
@@ -41,6 +42,8 @@ const char *cgr_err_name(int err)
 	default:
 		break;
 	}
+	if (err == -ENOTSUP)
+		return "ENOTSUP"; /* (EOPNOTSUPP's number: cgr says ENOTSUP) */
 	if (err < 0 && err > CGR_ERRNO_BASE) {
 		const char *s = strerrorname_np(-err);
 		if (s != NULL)

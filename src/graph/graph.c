@@ -179,7 +179,15 @@ int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
 	    (d.flags & ~(unsigned)(CGR_TASK_STREAM | CGR_TASK_DEVICE)) != 0 ||
 	    (d.arg_len > 0 && (d.arg_data == NULL || d.arg != NULL)) ||
 	    d.arg_len > (1u << 20) || d.max_out_bytes > CGR__MAX_VALUE_BYTES)
-		return -EINVAL;
+		return cgr__graph_fail(
+			g, -EINVAL, "task %s: %s", d.name ? d.name : "?",
+			d.fn == NULL ? "no function" :
+			(d.flags & ~(unsigned)(CGR_TASK_STREAM |
+					       CGR_TASK_DEVICE)) != 0 ?
+				       "unknown flags" :
+			d.arg_len > (1u << 20) ? "arg_len over 1 MiB" :
+			d.arg_len > 0 ? "arg_data NULL, or arg given too" :
+					"max_out_bytes over 1 TiB");
 	if (g->compiled)
 		return cgr__graph_fail(g, CGR_ECOMPILED,
 				       "graph already compiled");
