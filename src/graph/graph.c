@@ -162,6 +162,22 @@ static int task_arg_copy(struct cgr__arena *a, struct cgr__task *task,
 	return 0;
 }
 
+/* What is wrong with task descriptor d, or NULL. */
+static const char *desc_bad(const cgr_task_desc *d)
+{
+	if (d->fn == NULL)
+		return "no function";
+	if ((d->flags & ~(unsigned)(CGR_TASK_STREAM | CGR_TASK_DEVICE)) != 0)
+		return "unknown flags";
+	if (d->arg_len > (1u << 20))
+		return "arg_len over 1 MiB";
+	if (d->arg_len > 0 && (d->arg_data == NULL || d->arg != NULL))
+		return "arg_data NULL, or arg given too";
+	if (d->max_out_bytes > CGR__MAX_VALUE_BYTES)
+		return "max_out_bytes over 1 TiB";
+	return NULL;
+}
+
 int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
 		   cgr_node *const *in, size_t nin, cgr_node **out,
 		   size_t nout)
@@ -169,25 +185,16 @@ int cgr_graph_task(cgr_graph *g, cgr_worker *w, const cgr_task_desc *t,
 	struct cgr__arena *a;
 	struct cgr__task *task;
 	cgr_task_desc d;
+	const char *bad;
 
 	if (g == NULL || w == NULL || t == NULL || t->size < sizeof(size_t) ||
 	    (nin > 0 && in == NULL) || out == NULL || nout == 0 ||
 	    nin > 4096 || nout > 4096 || w->ctx != g->ctx)
 		return -EINVAL;
 	CGR__PARAMS_COPY(d, t, ((cgr_task_desc)CGR_TASK_DESC_INIT));
-	if (d.fn == NULL ||
-	    (d.flags & ~(unsigned)(CGR_TASK_STREAM | CGR_TASK_DEVICE)) != 0 ||
-	    (d.arg_len > 0 && (d.arg_data == NULL || d.arg != NULL)) ||
-	    d.arg_len > (1u << 20) || d.max_out_bytes > CGR__MAX_VALUE_BYTES)
-		return cgr__graph_fail(
-			g, -EINVAL, "task %s: %s", d.name ? d.name : "?",
-			d.fn == NULL ? "no function" :
-			(d.flags & ~(unsigned)(CGR_TASK_STREAM |
-					       CGR_TASK_DEVICE)) != 0 ?
-				       "unknown flags" :
-			d.arg_len > (1u << 20) ? "arg_len over 1 MiB" :
-			d.arg_len > 0 ? "arg_data NULL, or arg given too" :
-					"max_out_bytes over 1 TiB");
+	if ((bad = desc_bad(&d)) != NULL)
+		return cgr__graph_fail(g, -EINVAL, "task %s: %s",
+				       d.name ? d.name : "?", bad);
 	if (g->compiled)
 		return cgr__graph_fail(g, CGR_ECOMPILED,
 				       "graph already compiled");
