@@ -149,8 +149,8 @@ typedef struct cgr_ctx_params {
 int cgr_ctx_create(const cgr_ctx_params *p, cgr_ctx **out);
 
 /*
- * Destroys the context, its remaining compiled graphs (teardown with a 1 s
- * deadline each) and workers.  NULL is a no-op.  Blocks until done.  From
+ * Destroys the context, its remaining graphs, compiled graphs (teardown
+ * with a 1 s deadline each) and workers.  NULL is a no-op.  Blocks until done.  From
  * a task of one of its graphs it is refused (logged, nothing freed).
  */
 void cgr_ctx_destroy(cgr_ctx *ctx);

@@ -180,7 +180,27 @@ static void test_inflight(void)
 	t_is(cgr_ref_get(c, r, -1, &o, 1), 0, "get");
 	t_ok(o.u.bytes.len == 3 && memcmp(o.u.bytes.data, "abc", 3) == 0,
 	     "value");
-	/* ctx_destroy cleans up the live graph and the workers. */
+	/* Two graphs left too: one built, one run eagerly (its own compiled
+	 * state goes with it). */
+	{
+		cgr_graph *g[2];
+		cgr_node *x, *y;
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		/* (An eager run needs an idle worker: c has the others.) */
+		cgr_worker *idle = mkworker(ctx, "d");
+		d.name = "echo";
+		d.fn = echo;
+		for (int i = 0; i < 2; i++) {
+			cgr_graph_create(ctx, &g[i]);
+			cgr_graph_input(g[i], 0, &x);
+			cgr_graph_task(g[i], i ? idle : w[0], &d, &x, 1, &y, 1);
+			cgr_graph_output(g[i], &y, 1);
+		}
+		t_is(cgr_graph_execute_eager(g[1], &v, 1, &o, 1, NULL), 0,
+		     "a graph run eagerly, left for cgr_ctx_destroy");
+	}
+	/* ctx_destroy cleans up the live compiled graph, the graphs left
+	 * (sanitizer builds: no leak) and the workers. */
 	cgr_ctx_destroy(ctx);
 	cgr_ctx_destroy(NULL);
 	t_is(atomic_load(&fini_calls), atomic_load(&init_calls),

@@ -66,6 +66,7 @@ struct cgr_ctx {
 	 * worker thread uses its struct until it exits. */
 	struct cgr_worker *workers;	/* every worker ever created */
 	struct cgr_compiled *compiled;	/* live (not destroyed) graphs */
+	struct cgr_graph *graphs;	/* graphs not yet destroyed */
 	unsigned nworkers;
 	void (*release_workers)(cgr_ctx *ctx);
 	/* A worker's device (cgr_worker_params.device), for communicators

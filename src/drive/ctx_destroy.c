@@ -1,8 +1,9 @@
 /*
- * drive/ctx_destroy.c: cgr_ctx_destroy: the context's graphs are torn
- * down, its workers stopped (each with a deadline), what each kind of
- * worker keeps of the context released (the process workers' death
- * monitor), and the driver's reference dropped.
+ * drive/ctx_destroy.c: cgr_ctx_destroy: the graphs left are destroyed,
+ * the context's compiled graphs torn down, its workers stopped (each
+ * with a deadline), what each kind of worker keeps of the context
+ * released (the process workers' death monitor), and the driver's
+ * reference dropped.
  */
 #include "drive/drive.h"
 
@@ -19,6 +20,9 @@ void cgr_ctx_destroy(cgr_ctx *ctx)
 		return;
 	}
 	ctx->destroyed = true;
+	/* Graphs first: an eager graph's own compiled graph goes with it. */
+	while (ctx->graphs != NULL)
+		cgr_graph_destroy(ctx->graphs);
 	while (ctx->compiled != NULL)
 		cgr_compiled_destroy(ctx->compiled);
 	for (w = ctx->workers; w != NULL; w = w->next)

@@ -37,6 +37,11 @@ int cgr_graph_create(cgr_ctx *ctx, cgr_graph **out)
 	if (g == NULL)
 		return -ENOMEM;
 	g->ctx = ctx;
+	g->live_next = ctx->graphs;
+	if (ctx->graphs != NULL)
+		ctx->graphs->live_prev = &g->live_next;
+	g->live_prev = &ctx->graphs;
+	ctx->graphs = g;
 	g->nodes_tail = &g->nodes;
 	g->tasks_tail = &g->tasks;
 	*out = g;
@@ -63,6 +68,9 @@ void cgr_graph_destroy(cgr_graph *g)
 
 	if (g == NULL)
 		return;
+	*g->live_prev = g->live_next;
+	if (g->live_next != NULL)
+		g->live_next->live_prev = g->live_prev;
 	if (g->eager_free != NULL)
 		g->eager_free(g);
 	a = &g->ctx->arena;

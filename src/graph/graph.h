@@ -69,6 +69,8 @@ struct cgr__task {
 
 struct cgr_graph {
 	cgr_ctx *ctx;
+	/* On ctx->graphs (cgr_ctx_destroy destroys what is left). */
+	cgr_graph *live_next, **live_prev;
 	struct cgr_node *nodes, **nodes_tail;
 	struct cgr__task *tasks, **tasks_tail;
 	unsigned nnodes, ntasks;
