@@ -636,8 +636,8 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  *
  * Failures: UCX reports a peer process that ended (in milliseconds), not
  * a host that went silent (a cut cable, a frozen host).  So every link
- * sends each peer it talks to a heartbeat when it has sent it nothing for
- * heartbeat_ns, and declares a peer lost once nothing arrived from it for
+ * sends each peer it talks to (and every serving rank its driver, from
+ * the start) a heartbeat when it has sent it nothing for heartbeat_ns, and declares a peer lost once nothing arrived from it for
  * deadline_ns (default 3 s; on a slow link raise it: a link that moves
  * nothing for that long is taken for lost).  It checks every
  * min(heartbeat_ns / 2, deadline_ns / 30): a silent host is known within
