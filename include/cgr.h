@@ -280,7 +280,9 @@ typedef struct cgr_worker_params {
 	/* A process worker's arg: these bytes (at most 64 KiB, else
 	 * -EINVAL), copied into its process (init and fini get a pointer
 	 * to the copy; arg must be NULL); the same for a worker on another
-	 * rank. */
+	 * rank.  A thread worker of this process ignores them (its init
+	 * gets arg), but arg_len over 64 KiB, or with arg_data NULL, is
+	 * -EINVAL for every worker. */
 	const void *arg_data;
 	size_t arg_len;
 	/* A process worker started by something else (mpirun, a service
@@ -1225,7 +1227,8 @@ int cgr_comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 int cgr_comm_abort(cgr_comm *c);
 /* Frees the communicator; no operation may be pending (if one is, the
  * communicator is aborted first and waited for up to 1 s; so are tasks
- * that hold it: cgr_task_comm).  NULL is a no-op. */
+ * that hold it, cgr_task_comm, and threads waiting inside a call on it,
+ * which return -ECANCELED).  NULL is a no-op. */
 void cgr_comm_destroy(cgr_comm *c);
 int cgr_comm_size(const cgr_comm *c);
 /* The message of the last failed operation on this rank ("" if none). */
@@ -1545,11 +1548,14 @@ int cgr_graph_allreduce(cgr_graph *g, cgr_node *const *in, size_t n,
  * (cgr_graph_eager_value), a hook sees each task's inputs and outputs,
  * and a task's own failure names its inputs' shapes.  The same
  * cgr_task_ctx calls work.  A graph runs eagerly any number of times and
- * may then be compiled (after which eager runs are refused).  The first
+ * may then be compiled (after which eager runs are refused); it may
+ * change between runs (nodes added, inputs moved, edges set: each run
+ * sees the graph as it is then, validated as a compile would).  The first
  * run prepares it (buffers, communicators: what compiling does, freed
- * with the graph).  Eager runs need the workers idle (-EBUSY while one
- * serves a compiled graph), and run on thread workers only, without NCCL
- * (-ENOTSUP, saying so).  Cost: a thread hand-off per task, tens of
+ * with the graph; again after a change, values of earlier runs gone).
+ * Eager runs need the workers idle (-EBUSY while one serves a compiled
+ * graph, or still runs a task of an eager run that returned CGR_ESTUCK),
+ * and run on thread workers only, without NCCL (-ENOTSUP, saying so).  Cost: a thread hand-off per task, tens of
  * microseconds where compiled execution costs hundreds of nanoseconds.
  */
 typedef struct cgr_eager_params {
@@ -1571,8 +1577,9 @@ typedef struct cgr_eager_params {
  * next eager run or the graph's destruction).  Returns 0 (outs may hold
  * error values), -EINVAL, CGR_ENARGS, CGR_ECOMPILED, -EBUSY, -ENOTSUP,
  * -EDEADLK (from one of its own tasks), CGR_ESTUCK (a task did not finish
- * by its timeout: the graph runs eagerly no more), or what preparing it
- * returned (cgr_graph_errmsg says why).
+ * by its timeout: the graph runs eagerly no more; that task keeps what it
+ * uses until it returns, even if the graph is destroyed meanwhile), or
+ * what preparing it returned (cgr_graph_errmsg says why).
  */
 int cgr_graph_execute_eager(cgr_graph *g, const cgr_value *args,
 			    size_t nargs, cgr_value *outs, size_t nouts,

@@ -4,13 +4,15 @@
  * rank with CGR_EMISMATCH and a message naming the ranks and the field,
  * and the communicator keeps working; a poisoned descriptor (or bad
  * arguments, or a failed device) on one rank fails every rank with its
- * code; abort and deadlines end waits promptly when a rank never arrives;
+ * code; abort and deadlines end waits promptly when a rank never arrives,
+ * and so does cgr_comm_destroy (it aborts first);
  * groups let sends and receives both ways complete, and one with a call
  * on another stream fails whole, on the peers too; messages of one
  * (sender, receiver) pair arrive in order.
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 
 #include "tap.h"
 #include "comm/comm.h"
@@ -644,6 +646,42 @@ static void test_p2p(void)
 	check_works("point-to-point errors");
 }
 
+/* cgr_comm_destroy while a thread waits inside a synchronous call: the
+ * communicator is aborted first, the call returns -ECANCELED, and only
+ * then is it freed. */
+struct in_call {
+	cgr_comm *c;
+	int ret;
+};
+
+static void *call_blocked(void *p)
+{
+	struct in_call *ic = p;
+	int32_t x = 1, y = 0;
+
+	/* Rank 0 never comes. */
+	ic->ret = cgr_allreduce(ic->c, 1, &x, &y, 1, CGR_INT32, CGR_SUM, NULL,
+				NULL);
+	return NULL;
+}
+
+static void test_destroy_in_call(void)
+{
+	struct in_call ic = { NULL, 1 };
+	pthread_t t;
+
+	cgr_comm_create(ctx, NULL, 2, CGR_BACKEND_CPU, &ic.c);
+	pthread_create(&t, NULL, call_blocked, &ic);
+	/* Inside the call (its count: comm.h). */
+	while (atomic_load(&ic.c->calls[1].n) == 0)
+		sched_yield();
+	cgr_comm_destroy(ic.c);
+	pthread_join(t, NULL);
+	t_is(ic.ret, -ECANCELED,
+	     "cgr_comm_destroy while a thread waits in a synchronous "
+	     "allreduce: aborted first, the call returns -ECANCELED");
+}
+
 static void test_create(void)
 {
 	cgr_comm *c;
@@ -699,6 +737,7 @@ int main(int argc, char **argv)
 	test_device_error();
 	test_p2p();
 	test_abort();
+	test_destroy_in_call();
 	cgr_comm_destroy(comm);
 	usleep(20000);
 	cgr_ctx_memory(ctx, &b1, NULL);

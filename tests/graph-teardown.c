@@ -276,6 +276,17 @@ static void test_init_fail(void)
 	wp = (cgr_worker_params)CGR_WORKER_PARAMS_INIT;
 	wp.kind = 9;
 	t_is(cgr_worker_create(ctx, &wp, &w), -EINVAL, "unknown worker kind");
+	wp = (cgr_worker_params)CGR_WORKER_PARAMS_INIT;
+	wp.arg_len = 8;
+	t_is(cgr_worker_create(ctx, &wp, &w), -EINVAL,
+	     "a thread worker's arg_len with arg_data NULL");
+	{
+		static char big[(64 << 10) + 1];
+		wp.arg_data = big;
+		wp.arg_len = sizeof(big);
+		t_is(cgr_worker_create(ctx, &wp, &w), -EINVAL,
+		     "a thread worker's arg_data over 64 KiB");
+	}
 	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
 	cp.flags = 0x80;
 	cgr_ctx *c2 = NULL;

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "comm/comm.h"
 
@@ -30,9 +31,18 @@ int cgr__comm_finish(cgr_ctx *ctx, cgr_comm *c, cgr_worker *const *members,
 	c->n = (int)n;
 	c->backend = backend;
 	c->members = NULL;
+	c->calls = cgr__alloc(c->arena, n * sizeof(*c->calls), 64);
+	if (c->calls == NULL) {
+		c->ops->destroy(c);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++)
+		atomic_init(&c->calls[i].n, 0);
 	if (members != NULL) {
 		c->members = cgr__alloc(c->arena, n * sizeof(*members), 16);
 		if (c->members == NULL) {
+			cgr__free(c->arena, c->calls, n * sizeof(*c->calls),
+				  64);
 			c->ops->destroy(c);
 			return -ENOMEM;
 		}
@@ -125,21 +135,38 @@ static void unhold(cgr_comm *c)
 		}
 }
 
-/* Under ctx->comm_lock: tasks that hold c are given 1 s to return after
- * an abort: whether none holds it then. */
+/* Whether a thread is inside one of c's calls (C1: the acquire pairs
+ * with the call's release as it leaves: then it touches c no more). */
+static bool calls_in(const cgr_comm *c)
+{
+	for (int r = 0; c->calls != NULL && r < c->n; r++)
+		if (atomic_load_explicit(&c->calls[r].n, memory_order_acquire))
+			return true;
+	return false;
+}
+
+/* Under ctx->comm_lock: tasks that hold c, and threads inside its calls,
+ * are given 1 s to return after an abort: whether none is left then. */
 static bool comm_unused(cgr_ctx *ctx, cgr_comm *c)
 {
 	int64_t until = cgr__now_ns() + 1000000000;
 	struct timespec ts = { until / 1000000000, until % 1000000000 };
 
-	if (c->uses == 0)
+	if (c->uses == 0 && !calls_in(c))
 		return true;
 	pthread_mutex_unlock(&ctx->comm_lock);
 	c->ops->abort(c);
 	pthread_mutex_lock(&ctx->comm_lock);
 	while (c->uses != 0 && cgr__now_ns() < until)
 		pthread_cond_timedwait(&ctx->comm_cond, &ctx->comm_lock, &ts);
-	return c->uses == 0;
+	/* A call wakes with -ECANCELED: a look every millisecond. */
+	while (calls_in(c) && cgr__now_ns() < until) {
+		struct timespec ms = { 0, 1000000 };
+		pthread_mutex_unlock(&ctx->comm_lock);
+		nanosleep(&ms, NULL);
+		pthread_mutex_lock(&ctx->comm_lock);
+	}
+	return c->uses == 0 && !calls_in(c);
 }
 
 static int comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
@@ -238,15 +265,16 @@ void cgr_comm_destroy(cgr_comm *c)
 	unused = comm_unused(ctx, c);
 	pthread_mutex_unlock(&ctx->comm_lock);
 	if (!unused) {
-		cgr__err(&ctx->log, "cgr_comm_destroy: a task still holds "
-				    "communicator %llu 1 s after its abort: "
-				    "it is left to it",
+		cgr__err(&ctx->log, "cgr_comm_destroy: a task or a call still "
+				    "holds communicator %llu 1 s after its "
+				    "abort: it is left to it",
 			 (unsigned long long)c->id);
 		return;
 	}
 	if (c->members != NULL)
 		cgr__free(c->arena, c->members, (size_t)c->n * sizeof(*c->members),
 			  16);
+	cgr__free(c->arena, c->calls, (size_t)c->n * sizeof(*c->calls), 64);
 	c->ops->destroy(c);
 	cgr__ctx_put(ctx);
 }
@@ -460,6 +488,32 @@ int cgr__comm_coll(cgr_comm *c, int rank, const struct cgr__coll_desc *d,
 
 /* ---- public calls -------------------------------------------------- */
 
+/* A public call of rank's is counted while it runs (c->calls), so that
+ * cgr_comm_destroy waits for it; call_out returns ret. */
+static void call_in(cgr_comm *c, int rank)
+{
+	if (c->calls != NULL)
+		atomic_fetch_add_explicit(&c->calls[rank].n, 1,
+					  memory_order_relaxed);
+}
+
+static int call_out(cgr_comm *c, int rank, int ret)
+{
+	if (c->calls != NULL) /* C1 */
+		atomic_fetch_sub_explicit(&c->calls[rank].n, 1,
+					  memory_order_release);
+	return ret;
+}
+
+static int public_coll(cgr_comm *c, int rank, const struct cgr__coll_desc *d,
+		       cgr_stream *s, cgr_future **out)
+{
+	if (c == NULL || rank < 0 || rank >= c->n)
+		return -EINVAL;
+	call_in(c, rank);
+	return call_out(c, rank, cgr__comm_coll(c, rank, d, s, out));
+}
+
 #define CGR__DESC(k, sb, rb, n, dt, o, rt)                                 \
 	(struct cgr__coll_desc)                                             \
 	{                                                                   \
@@ -473,7 +527,7 @@ int cgr_allreduce(cgr_comm *c, int rank, const void *send, void *recv,
 {
 	struct cgr__coll_desc d =
 		CGR__DESC(CGR_COLL_ALLREDUCE, send, recv, count, dt, op, 0);
-	return cgr__comm_coll(c, rank, &d, s, out);
+	return public_coll(c, rank, &d, s, out);
 }
 
 int cgr_allgather(cgr_comm *c, int rank, const void *send, void *recv,
@@ -482,7 +536,7 @@ int cgr_allgather(cgr_comm *c, int rank, const void *send, void *recv,
 {
 	struct cgr__coll_desc d = CGR__DESC(CGR_COLL_ALLGATHER, send, recv,
 					    sendcount, dt, CGR_SUM, 0);
-	return cgr__comm_coll(c, rank, &d, s, out);
+	return public_coll(c, rank, &d, s, out);
 }
 
 int cgr_reducescatter(cgr_comm *c, int rank, const void *send, void *recv,
@@ -491,7 +545,7 @@ int cgr_reducescatter(cgr_comm *c, int rank, const void *send, void *recv,
 {
 	struct cgr__coll_desc d = CGR__DESC(CGR_COLL_REDUCESCATTER, send,
 					    recv, recvcount, dt, op, 0);
-	return cgr__comm_coll(c, rank, &d, s, out);
+	return public_coll(c, rank, &d, s, out);
 }
 
 int cgr_reduce(cgr_comm *c, int rank, const void *send, void *recv,
@@ -500,7 +554,7 @@ int cgr_reduce(cgr_comm *c, int rank, const void *send, void *recv,
 {
 	struct cgr__coll_desc d =
 		CGR__DESC(CGR_COLL_REDUCE, send, recv, count, dt, op, root);
-	return cgr__comm_coll(c, rank, &d, s, out);
+	return public_coll(c, rank, &d, s, out);
 }
 
 int cgr_broadcast(cgr_comm *c, int rank, const void *send, void *recv,
@@ -509,7 +563,7 @@ int cgr_broadcast(cgr_comm *c, int rank, const void *send, void *recv,
 {
 	struct cgr__coll_desc d = CGR__DESC(CGR_COLL_BROADCAST, send, recv,
 					    count, dt, CGR_SUM, root);
-	return cgr__comm_coll(c, rank, &d, s, out);
+	return public_coll(c, rank, &d, s, out);
 }
 
 int cgr_gather(cgr_comm *c, int rank, const void *send, void *recv,
@@ -518,7 +572,7 @@ int cgr_gather(cgr_comm *c, int rank, const void *send, void *recv,
 {
 	struct cgr__coll_desc d = CGR__DESC(CGR_COLL_GATHER, send, recv,
 					    sendcount, dt, CGR_SUM, root);
-	return cgr__comm_coll(c, rank, &d, s, out);
+	return public_coll(c, rank, &d, s, out);
 }
 
 int cgr_scatter(cgr_comm *c, int rank, const void *send, void *recv,
@@ -527,7 +581,7 @@ int cgr_scatter(cgr_comm *c, int rank, const void *send, void *recv,
 {
 	struct cgr__coll_desc d = CGR__DESC(CGR_COLL_SCATTER, send, recv,
 					    recvcount, dt, CGR_SUM, root);
-	return cgr__comm_coll(c, rank, &d, s, out);
+	return public_coll(c, rank, &d, s, out);
 }
 
 int cgr_alltoall(cgr_comm *c, int rank, const void *send, void *recv,
@@ -535,7 +589,7 @@ int cgr_alltoall(cgr_comm *c, int rank, const void *send, void *recv,
 {
 	struct cgr__coll_desc d = CGR__DESC(CGR_COLL_ALLTOALL, send, recv,
 					    count, dt, CGR_SUM, 0);
-	return cgr__comm_coll(c, rank, &d, s, out);
+	return public_coll(c, rank, &d, s, out);
 }
 
 int cgr_send(cgr_comm *c, int rank, const void *buf, size_t count,
@@ -543,7 +597,7 @@ int cgr_send(cgr_comm *c, int rank, const void *buf, size_t count,
 {
 	struct cgr__coll_desc d =
 		CGR__DESC(CGR__COLL_SEND, buf, NULL, count, dt, CGR_SUM, peer);
-	return cgr__comm_coll(c, rank, &d, s, out);
+	return public_coll(c, rank, &d, s, out);
 }
 
 int cgr_recv(cgr_comm *c, int rank, void *buf, size_t count, cgr_dtype dt,
@@ -551,7 +605,7 @@ int cgr_recv(cgr_comm *c, int rank, void *buf, size_t count, cgr_dtype dt,
 {
 	struct cgr__coll_desc d =
 		CGR__DESC(CGR__COLL_RECV, NULL, buf, count, dt, CGR_SUM, peer);
-	return cgr__comm_coll(c, rank, &d, s, out);
+	return public_coll(c, rank, &d, s, out);
 }
 
 int cgr_group_start(cgr_comm *c, int rank)
@@ -565,5 +619,6 @@ int cgr_group_end(cgr_comm *c, int rank, cgr_future **out)
 {
 	if (c == NULL || rank < 0 || rank >= c->n)
 		return -EINVAL;
-	return c->ops->group_end(c, rank, out);
+	call_in(c, rank);
+	return call_out(c, rank, c->ops->group_end(c, rank, out));
 }

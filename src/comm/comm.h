@@ -114,6 +114,11 @@ struct cgr__comm_ops {
 };
 
 /* The backend-independent head of every communicator. */
+struct cgr__comm_calls {
+	_Atomic int n;
+	char pad[60];
+};
+
 struct cgr_comm {
 	const struct cgr__comm_ops *ops;
 	cgr_ctx *ctx; /* referenced */
@@ -129,6 +134,11 @@ struct cgr_comm {
 	/* Tasks holding it (cgr_task_comm, until they return; under
 	 * ctx->comm_lock): cgr_comm_destroy aborts it and waits for them. */
 	int uses;
+	/* By rank: its calls in progress on the caller's thread (the public
+	 * operations and cgr_group_end), one cache line each; NULL for a
+	 * backend's inner communicators.  cgr_comm_destroy aborts it and
+	 * waits for them too. */
+	struct cgr__comm_calls *calls;
 	/* Across hosts: the job rank each rank runs on (remote/rcomm.c);
 	 * NULL: all on this host. */
 	const uint32_t *hosts;

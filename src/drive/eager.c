@@ -4,7 +4,8 @@
  *
  * The first eager run compiles the graph for itself (overlap off, one
  * execution in flight) without starting any program and without marking
- * the graph compiled: that gives every task its context, every node its
+ * the graph compiled (a run after a change to the graph compiles it
+ * again): that gives every task its context, every node its
  * buffer and every collective its communicator, exactly as compiled
  * execution has them.  Each run then stores the arguments, and the driver
  * walks the tasks in the compiler's global order: a task's operation is
@@ -25,6 +26,7 @@
 
 struct eager {
 	cgr_compiled *c;
+	unsigned version; /* the graph's, when c was built */
 	bool broken; /* a step did not finish in time: no more runs */
 };
 
@@ -38,6 +40,16 @@ static void eager_free(cgr_graph *g)
 	cgr__free(&g->ctx->arena, e, sizeof(*e), 64);
 	g->eager = NULL;
 	g->eager_free = NULL;
+}
+
+/* Whether w still runs the step of an eager run (one that returned
+ * CGR_ESTUCK): a step posted now would overwrite it. */
+static bool step_running(cgr_worker *w)
+{
+	int r;
+
+	return w->step_prog != NULL &&
+	       cgr__future_test(&w->step_done, w->step_gen, &r) == 0;
 }
 
 /* What eager execution cannot run (each kind's check_task; a kind whose
@@ -60,6 +72,12 @@ static int eager_check(cgr_graph *g)
 					"%s: eager execution cannot run on "
 					"%s worker %s",
 					t->name, w->ops->name, w->name);
+			if (step_running(w))
+				return cgr__graph_fail(
+					g, -EBUSY,
+					"%s: worker %s still runs a task of an "
+					"eager run that passed its deadline",
+					t->name, w->name);
 			if (w->busy_with != NULL && !cgr__torn_down(w->busy_with))
 				return cgr__graph_fail(
 					g, -EBUSY,
@@ -85,6 +103,9 @@ static int eager_get(cgr_graph *g, struct eager **out)
 	struct eager *e = g->eager;
 	int ret;
 
+	if (e != NULL && e->version != g->version && !e->broken)
+		eager_free(g); /* the graph changed: built again */
+	e = g->eager;
 	if (e == NULL) {
 		e = cgr__alloc(&g->ctx->arena, sizeof(*e), 64);
 		if (e == NULL)
@@ -107,6 +128,8 @@ static int eager_get(cgr_graph *g, struct eager **out)
 			cgr__free(&g->ctx->arena, e, sizeof(*e), 64);
 			return ret;
 		}
+		e->version = g->version;
+		e->broken = false;
 		g->eager = e;
 		g->eager_free = eager_free;
 	}
@@ -116,10 +139,14 @@ static int eager_get(cgr_graph *g, struct eager **out)
 
 /* ---- one step -------------------------------------------------------- */
 
-/* Operation op of p for execution seq, handed to its worker. */
+/* Operation op of p for execution seq, handed to its worker.  The step
+ * holds the eager compiled graph until it ends (its worker drops it): a
+ * graph destroyed after a step ran past its deadline (CGR_ESTUCK) frees
+ * nothing that step still uses. */
 static void step_post(struct cgr__prog *p, const struct cgr__op *op,
 		      uint64_t seq)
 {
+	atomic_fetch_add_explicit(&p->c->refs, 1, memory_order_relaxed);
 	p->w->ops->step_post(p, op, seq);
 }
 
@@ -304,19 +331,25 @@ int cgr_graph_execute_eager(cgr_graph *g, const cgr_value *args,
 	if (g->compiled)
 		return cgr__graph_fail(g, CGR_ECOMPILED,
 				       "graph is compiled: cgr_execute it");
-	if ((ret = eager_check(g)) < 0 || (ret = eager_get(g, &e)) < 0)
-		return ret;
-	c = e->c;
-	if (cgr__running_graph == c)
+	/* (Before the workers' check: its own step is running.) */
+	if (g->eager != NULL &&
+	    cgr__running_graph == ((struct eager *)g->eager)->c)
 		return cgr__graph_fail(g, -EDEADLK,
 				       "called from a task of this graph's "
 				       "eager run");
+	if ((ret = eager_check(g)) < 0 || (ret = eager_get(g, &e)) < 0)
+		return ret;
+	c = e->c;
 	if (e->broken)
 		return cgr__graph_fail(g, CGR_ESTUCK,
 				       "a task of an earlier eager run did "
 				       "not finish");
 	if (nargs != c->nargs || nouts != c->nout)
-		return CGR_ENARGS;
+		return cgr__graph_fail(g, CGR_ENARGS,
+				       "%zu arguments and %zu outputs given; "
+				       "the graph has %zu and %zu",
+				       nargs, nouts, (size_t)c->nargs,
+				       (size_t)c->nout);
 	for (size_t a = 0; a < nargs; a++)
 		if ((ret = cgr__value_check(&args[a],
 					    c->ports[c->arg_port[a]].cap,

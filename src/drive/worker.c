@@ -108,8 +108,10 @@ int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 	CGR__PARAMS_COPY(prm, p, ((cgr_worker_params)CGR_WORKER_PARAMS_INIT));
 	if ((ops = kind_of(ctx, &prm)) == NULL || prm.cpu < -1 ||
 	    (prm.device < 0 && prm.device != CGR_DEVICE_NONE &&
-	     prm.device != CGR_DEVICE_SIM))
-		return -EINVAL;
+	     prm.device != CGR_DEVICE_SIM) ||
+	    (prm.arg_len > 0 && prm.arg_data == NULL) ||
+	    prm.arg_len > ((size_t)64 << 10))
+		return -EINVAL; /* (arg_data: for any kind, used or not) */
 	if (prm.device >= 0 && !ops->other_host) {
 		/* The device must exist (-ENODEV; the log says why). */
 		cgr_stream *probe;

@@ -96,6 +96,7 @@ static cgr_node *cgr__node_new(cgr_graph *g, int kind)
 	n->kind = kind;
 	n->g = g;
 	n->id = g->nnodes++;
+	g->version++;
 	*g->nodes_tail = n;
 	g->nodes_tail = &n->next;
 	return n;
@@ -276,6 +277,7 @@ int cgr_node_set_input(cgr_node *n, size_t i, cgr_node *src)
 		return cgr__graph_fail(n->g, CGR_ECOMPILED,
 				       "graph already compiled");
 	n->task->in[i] = src;
+	n->g->version++;
 	return 0;
 }
 
@@ -307,6 +309,7 @@ int cgr_graph_output(cgr_graph *g, cgr_node *const *outs, size_t n)
 		return -ENOMEM;
 	memcpy(g->outputs, outs, n * sizeof(*outs));
 	g->noutputs = n;
+	g->version++;
 	return 0;
 }
 
@@ -528,14 +531,18 @@ int cgr_graph_allreduce(cgr_graph *g, cgr_node *const *in, size_t n,
 
 int cgr_node_set_overlap(cgr_node *n, int mode)
 {
-	if (n == NULL || mode < CGR_OVERLAP_DEFAULT || mode > CGR_OVERLAP_OFF)
+	if (n == NULL)
 		return -EINVAL;
+	if (mode < CGR_OVERLAP_DEFAULT || mode > CGR_OVERLAP_OFF)
+		return cgr__graph_fail(n->g, -EINVAL, "%s: no overlap mode %d",
+				       n->name, mode);
 	if (n->kind != CGR__NODE_TASK)
 		return cgr__graph_fail(n->g, -EINVAL,
 				       "%s: only task outputs have an overlap "
 				       "mode",
 				       n->name);
 	n->overlap = mode;
+	n->g->version++;
 	return 0;
 }
 
@@ -544,10 +551,16 @@ int cgr_node_set_transport(cgr_node *n, int transport, unsigned flags)
 	const unsigned known = CGR_EDGE_STATIC_SHAPE | CGR_EDGE_CPU |
 			       CGR_EDGE_NCCL;
 
-	if (n == NULL || transport < CGR_TRANSPORT_AUTO ||
-	    transport > CGR_TRANSPORT_DEVICE || (flags & ~known) ||
-	    (flags & CGR_EDGE_CPU && flags & CGR_EDGE_NCCL))
+	if (n == NULL)
 		return -EINVAL;
+	if (transport < CGR_TRANSPORT_AUTO || transport > CGR_TRANSPORT_DEVICE)
+		return cgr__graph_fail(n->g, -EINVAL, "%s: no transport %d",
+				       n->name, transport);
+	if ((flags & ~known) || (flags & CGR_EDGE_CPU && flags & CGR_EDGE_NCCL))
+		return cgr__graph_fail(n->g, -EINVAL,
+				       "%s: edge flags 0x%x: unknown, or both "
+				       "CGR_EDGE_CPU and CGR_EDGE_NCCL",
+				       n->name, flags);
 	if (n->kind != CGR__NODE_TASK)
 		return cgr__graph_fail(n->g, -EINVAL,
 				       "%s: only task outputs have a transport",
@@ -557,5 +570,6 @@ int cgr_node_set_transport(cgr_node *n, int transport, unsigned flags)
 				       "graph already compiled");
 	n->transport = transport;
 	n->edge_flags = flags;
+	n->g->version++;
 	return 0;
 }

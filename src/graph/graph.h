@@ -77,6 +77,9 @@ struct cgr_graph {
 	cgr_node **outputs;
 	size_t noutputs;
 	bool compiled;
+	/* Bumped by every change (a node, an input, the outputs, an edge's
+	 * settings): eager runs rebuild their program (drive/eager.c). */
+	unsigned version;
 	char errmsg[512];
 	/* Eager execution (drive/eager.c): its state, freed with the graph
 	 * by eager_free. */

@@ -147,6 +147,14 @@ int cgr__boot_init(struct cgr__boot *b, char *why, size_t len)
 	pmix_status_t rc;
 
 	memset(b, 0, sizeof(*b));
+	/* A PMIx launcher names each process in its environment (PMIx_Init
+	 * reads it): without, there is no job to join, and libpmix is not
+	 * even loaded (its PMIx_Init would fail, keeping a few bytes). */
+	if (getenv("PMIX_NAMESPACE") == NULL && getenv("PMIX_RANK") == NULL) {
+		snprintf(why, len, "not started by a PMIx launcher (neither "
+				   "PMIX_NAMESPACE nor PMIX_RANK is set)");
+		return -ENODEV;
+	}
 	b->lib = dlopen("libpmix.so.2", RTLD_NOW | RTLD_GLOBAL);
 	if (b->lib == NULL) {
 		snprintf(why, len, "cannot load libpmix.so.2: %s", dlerror());

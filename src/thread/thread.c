@@ -47,16 +47,19 @@ static bool cgr__cmd_ready(void *arg)
 	       CGR__WCMD_IDLE;
 }
 
-/* An eager step (drive/eager.c): one operation, then idle again. */
+/* An eager step (drive/eager.c): one operation, then idle again; the
+ * step's hold on its compiled graph dropped (eager.c, step_post). */
 static void worker_step(cgr_worker *w, struct cgr__reactor *r)
 {
-	uint32_t step = CGR__WCMD_STEP;
+	uint32_t step = CGR__WCMD_STEP, gen = w->step_gen;
+	struct cgr_compiled *c = w->step_prog->c;
 	int ret = cgr__worker_step(w, w->step_prog, w->step_op, w->step_seq,
 				   r);
 
 	atomic_compare_exchange_strong(&w->cmd, &step, CGR__WCMD_IDLE);
 	/* E1: the step's writes; pairs with the driver's future wait. */
-	cgr__future_complete(&w->step_done, w->step_gen, ret);
+	cgr__future_complete(&w->step_done, gen, ret);
+	cgr__compiled_unref(c);
 }
 
 __thread const struct cgr_compiled *cgr__running_graph
@@ -164,10 +167,12 @@ static void thread_lost(void *arg)
 		cgr__prog_leave(w->running, w->reactor);
 	} else if (phase == CGR__WPH_STEP) {
 		uint32_t step = CGR__WCMD_STEP;
+		struct cgr_compiled *c = w->step_prog->c;
 		atomic_compare_exchange_strong(&w->cmd, &step, CGR__WCMD_IDLE);
 		/* E1: the eager driver sees the step fail. */
 		cgr__future_complete(&w->step_done, w->step_gen,
 				     CGR_EPEERDEAD);
+		cgr__compiled_unref(c); /* (worker_step's, which never ends) */
 	}
 	cgr__running_graph = NULL; /* it left (or never ran) a graph */
 	if (phase != CGR__WPH_FINI && w->fini != NULL) {
