@@ -740,7 +740,9 @@ typedef struct cgr_task_desc {
 	cgr_task_fn fn;
 	void *arg;	  /* cgr_task_arg() returns it */
 	size_t max_out_bytes; /* per output, at most 2^40 (1 TiB); 0: the
-				 compile default */
+				 compile default; raised to 512 and
+				 rounded up to a multiple of 64 (the
+				 limit then), as max_value_bytes */
 	unsigned flags;	      /* enum cgr_task_flags */
 	/* Instead of arg: these bytes (at most 1 MiB), copied now, and into
 	 * the process of a process worker; cgr_task_arg() returns the copy
@@ -895,10 +897,12 @@ typedef struct cgr_compile_params {
 	size_t max_value_bytes;	   /* the largest value of an output or
 				      argument buffer (a limit: reserved
 				      address space, resident as values use
-				      it); default 64 KiB; at least 512 (an
-				      error value's room), as each task's
-				      max_out_bytes; at most 2^40 (1 TiB;
-				      -EINVAL) */
+				      it); default 64 KiB; a smaller one is
+				      raised to 512 (an error value's room),
+				      as each task's max_out_bytes, and
+				      every one is rounded up to a multiple
+				      of 64, which is then the limit; at
+				      most 2^40 (1 TiB; -EINVAL) */
 	int64_t submit_timeout_ns; /* execute's longest wait; default 10 s */
 	int64_t get_timeout_ns;	   /* ref_get's default; default 10 s */
 	int wait_mode;		   /* enum cgr_wait_mode */
@@ -1006,7 +1010,8 @@ int cgr_ref_release(cgr_compiled *c, cgr_ref ref);
  * the driver thread at once.  From a task of this graph: -EDEADLK,
  * nothing done.
  * CPU communicators are aborted at once (a member waiting in one for a
- * member that left returns), but for one across hosts: its members'
+ * member that left returns; one the caller gave a collective node too:
+ * its later operations fail with -ECANCELED), but for one across hosts: its members'
  * waits see the teardown themselves, and only one cut short aborts it
  * (else it stays whole for the next graph).  NCCL communicators are
  * not: a leaving worker first finishes the NCCL operations it enqueued
@@ -1420,7 +1425,10 @@ typedef struct cgr_coll_params {
 				 for an allreduce of 1 MiB or more one
 				 across hosts; device tensors: an NCCL one
 				 across hosts; see cgr_graph_collective);
-				 it must outlive the compiled graphs */
+				 it must outlive the compiled graphs.  A
+				 CPU one of one host is aborted by the
+				 graph's teardown (-ECANCELED from then
+				 on: see cgr_compiled_teardown) */
 	/* Agree once: on the first execution whose inputs are all tensors
 	 * that agree (an execution with an error value or a mismatch
 	 * agrees again next time).  A member whose shape (or dtype) later
@@ -1436,7 +1444,8 @@ typedef struct cgr_coll_params {
 	 * poisons the operation and every member reads its error value. */
 	int static_shape;
 	size_t max_out_bytes; /* per output, at most 2^40 (1 TiB; -EINVAL);
-				 0: the compile default */
+				 0: the compile default; raised and
+				 rounded as cgr_task_desc's */
 	size_t ntensors;      /* allreduce, allgather: tensors per member,
 				 fused into one operation; 0 or 1: one */
 	int overlap;	      /* CGR_OVERLAP_*: 0 follows the graph */

@@ -140,19 +140,32 @@ static int eager_get(cgr_graph *g, struct eager **out)
 /* ---- one step -------------------------------------------------------- */
 
 /* Operation op of p for execution seq, handed to its worker.  The step
- * holds the eager compiled graph until it ends (its worker drops it): a
- * graph destroyed after a step ran past its deadline (CGR_ESTUCK) frees
- * nothing that step still uses. */
+ * holds the eager compiled graph until it ends: a graph destroyed after a
+ * step ran past its deadline (CGR_ESTUCK) frees nothing that step still
+ * uses.  Its end drops that hold here (step_wait), so memory is exact
+ * when the run returns; only one the driver stopped waiting for is
+ * dropped by its worker (thread/thread.c, step_ended). */
 static void step_post(struct cgr__prog *p, const struct cgr__op *op,
 		      uint64_t seq)
 {
 	atomic_fetch_add_explicit(&p->c->refs, 1, memory_order_relaxed);
+	atomic_store_explicit(&p->w->step_hold, CGR__STEP_HELD,
+			      memory_order_relaxed);
 	p->w->ops->step_post(p, op, seq);
 }
 
 static int step_wait(struct cgr__prog *p, int64_t deadline)
 {
-	return p->w->ops->step_wait(p, deadline);
+	int ret = p->w->ops->step_wait(p, deadline);
+
+	/* Ended (step_done completed after STEP_ENDED), or it ended
+	 * between the timeout and this exchange: the driver's to drop. */
+	if (ret != -ETIMEDOUT ||
+	    atomic_exchange_explicit(&p->w->step_hold, CGR__STEP_LEFT,
+				     memory_order_acq_rel) ==
+		    CGR__STEP_ENDED)
+		cgr__compiled_unref(p->c);
+	return ret;
 }
 
 /* Value v of port pi's slot seq (for hooks and node values). */

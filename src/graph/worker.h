@@ -58,6 +58,8 @@ enum cgr__wphase {
 	CGR__WPH_FINI = 5, /* in fini */
 };
 
+enum { CGR__STEP_HELD = 1, CGR__STEP_ENDED = 2, CGR__STEP_LEFT = 3 };
+
 struct cgr_worker {
 	cgr_ctx *ctx;
 	char *name;
@@ -99,6 +101,12 @@ struct cgr_worker {
 	uint64_t step_seq;
 	struct cgr_future step_done;
 	uint32_t step_gen;
+	/* Who drops the step's reference to its compiled graph
+	 * (drive/eager.c): STEP_HELD at the post, STEP_ENDED once the
+	 * worker is done with it (set before step_done completes), or
+	 * STEP_LEFT when the driver stopped waiting (a timeout): the worker
+	 * drops it then, else the driver. */
+	_Atomic uint32_t step_hold;
 
 	/* What its thread is doing (run/worker.c), for teardown's report. */
 	const char *_Atomic current_task;

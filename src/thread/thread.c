@@ -47,8 +47,17 @@ static bool cgr__cmd_ready(void *arg)
 	       CGR__WCMD_IDLE;
 }
 
-/* An eager step (drive/eager.c): one operation, then idle again; the
- * step's hold on its compiled graph dropped (eager.c, step_post). */
+/* An eager step ends: its hold on its compiled graph is the driver's to
+ * drop, unless the driver stopped waiting for it (drive/eager.c,
+ * step_wait).  Before step_done completes. */
+static void step_ended(cgr_worker *w, struct cgr_compiled *c)
+{
+	if (atomic_exchange_explicit(&w->step_hold, CGR__STEP_ENDED,
+				     memory_order_acq_rel) == CGR__STEP_LEFT)
+		cgr__compiled_unref(c);
+}
+
+/* An eager step (drive/eager.c): one operation, then idle again. */
 static void worker_step(cgr_worker *w, struct cgr__reactor *r)
 {
 	uint32_t step = CGR__WCMD_STEP, gen = w->step_gen;
@@ -57,9 +66,9 @@ static void worker_step(cgr_worker *w, struct cgr__reactor *r)
 				   r);
 
 	atomic_compare_exchange_strong(&w->cmd, &step, CGR__WCMD_IDLE);
+	step_ended(w, c);
 	/* E1: the step's writes; pairs with the driver's future wait. */
 	cgr__future_complete(&w->step_done, gen, ret);
-	cgr__compiled_unref(c);
 }
 
 __thread const struct cgr_compiled *cgr__running_graph
@@ -167,12 +176,11 @@ static void thread_lost(void *arg)
 		cgr__prog_leave(w->running, w->reactor);
 	} else if (phase == CGR__WPH_STEP) {
 		uint32_t step = CGR__WCMD_STEP;
-		struct cgr_compiled *c = w->step_prog->c;
 		atomic_compare_exchange_strong(&w->cmd, &step, CGR__WCMD_IDLE);
+		step_ended(w, w->step_prog->c);
 		/* E1: the eager driver sees the step fail. */
 		cgr__future_complete(&w->step_done, w->step_gen,
 				     CGR_EPEERDEAD);
-		cgr__compiled_unref(c); /* (worker_step's, which never ends) */
 	}
 	cgr__running_graph = NULL; /* it left (or never ran) a graph */
 	if (phase != CGR__WPH_FINI && w->fini != NULL) {
