@@ -903,8 +903,11 @@ typedef struct cgr_compile_params {
 				      every one is rounded up to a multiple
 				      of 64, which is then the limit; at
 				      most 2^40 (1 TiB; -EINVAL) */
-	int64_t submit_timeout_ns; /* execute's longest wait; default 10 s */
-	int64_t get_timeout_ns;	   /* ref_get's default; default 10 s */
+	int64_t submit_timeout_ns; /* execute's longest wait; negative (the
+				      default): 10 s */
+	int64_t get_timeout_ns;	   /* what cgr_ref_get's negative timeout
+				      means (0: no wait); negative (the
+				      default): 10 s */
 	int wait_mode;		   /* enum cgr_wait_mode */
 	int64_t spin_ns;	   /* adaptive spin before parking; default 50 us */
 	uint32_t trace_events;	   /* per worker, kept from the start; 0: off */
@@ -965,8 +968,9 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 		cgr_ref *out);
 
 /*
- * Waits up to timeout_ns for execution ref and fills outs[0..nouts) (nouts
- * must equal the number of graph outputs).  Refs may be got in any order,
+ * Waits up to timeout_ns (negative: cgr_compile_params.get_timeout_ns,
+ * 10 s by default; 0: not at all) for execution ref and fills
+ * outs[0..nouts) (nouts must equal the number of graph outputs).  Refs may be got in any order,
  * and again: results of other executions that arrive meanwhile are kept
  * (at most max_inflight executions exist at once, so that is the bound).
  * An output may be an error value: the call still returns 0.  The values
