@@ -486,6 +486,15 @@ int cgr__comm_coll(cgr_comm *c, int rank, const struct cgr__coll_desc *d,
 	return ret;
 }
 
+void cgr__group_mixed(struct cgr__coll_desc *d, char *msg, size_t cap)
+{
+	if (d->poison != 0)
+		return;
+	d->poison = -EINVAL;
+	snprintf(msg, cap, "%s", CGR__GROUP_MIXED_MSG);
+	d->poison_msg = msg;
+}
+
 /* ---- public calls -------------------------------------------------- */
 
 /* A public call of rank's is counted while it runs (c->calls), so that

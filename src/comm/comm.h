@@ -88,6 +88,15 @@ struct cgr__coll_desc {
 int cgr__comm_coll(cgr_comm *c, int rank, const struct cgr__coll_desc *d,
 		   cgr_stream *s, cgr_future **out);
 
+/* Groups (every backend): all operations of a group use one stream.  A
+ * call on another is poisoned with -EINVAL and this message, and at the
+ * group's end so is every other operation of it (cgr__group_mixed: d
+ * unless already poisoned, its message kept in msg, cap bytes), so that
+ * the group fails whole, on the peers too, before any data moves. */
+#define CGR__GROUP_MIXED_MSG \
+	"invalid arguments: operations of one group on different streams"
+void cgr__group_mixed(struct cgr__coll_desc *d, char *msg, size_t cap);
+
 /* ---- the backend interface ------------------------------------------ */
 
 typedef int (*cgr__comm_op_fn)(cgr_comm *c, int rank,

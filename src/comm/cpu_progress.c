@@ -393,13 +393,9 @@ static int done_future(struct cgr__cpu *c, cgr_future **out)
 	return 0;
 }
 
-#define MIXED_MSG \
-	"invalid arguments: operations of one group on different streams"
-
 /* Inside a group: the operation joins rank r's list (issued at the
- * outermost cgr_group_end).  All of a group's operations use one stream;
- * with one on another, each of them is poisoned at the end (group_mixed),
- * so the group fails everywhere and none of its data moves. */
+ * outermost cgr_group_end).  All of a group's operations use one stream
+ * (cgr__group_mixed). */
 static int group_add(struct cgr__cpu *c, struct cgr__rank *rk,
 		     const struct cgr__coll_desc *d, cgr_stream *s,
 		     cgr_future **out)
@@ -414,7 +410,7 @@ static int group_add(struct cgr__cpu *c, struct cgr__rank *rk,
 		rk->gstream_set = true;
 	} else if (s != rk->gstream && p.poison == 0) {
 		p.poison = -EINVAL;
-		p.poison_msg = MIXED_MSG;
+		p.poison_msg = CGR__GROUP_MIXED_MSG;
 		rk->gmixed = true;
 		out = NULL;
 	}
@@ -499,18 +495,6 @@ int cgr__cpu_group_start(cgr_comm *cc, int r)
 	return 0;
 }
 
-/* A group with a call on another stream: every operation of it fails
- * (-EINVAL, on the peers too), not only that call. */
-static void group_mixed(struct cgr__item *items, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (items[i].d.poison == 0) {
-			items[i].d.poison = -EINVAL;
-			snprintf(items[i].msg, sizeof(items[i].msg), "%s",
-				 MIXED_MSG);
-		}
-}
-
 /* Room for one more group_end future; 0 or -ENOMEM. */
 static int cgr__gfuts_grow(struct cgr__cpu *c, struct cgr__rank *rk)
 {
@@ -566,8 +550,9 @@ int cgr__cpu_group_end(cgr_comm *cc, int r, cgr_future **out)
 		return nomem ? -ENOMEM : 0;
 	}
 	s = rk->gstream;
-	if (rk->gmixed)
-		group_mixed(rk->gitems, rk->gn);
+	for (size_t i = 0; rk->gmixed && i < rk->gn; i++)
+		cgr__group_mixed(&rk->gitems[i].d, rk->gitems[i].msg,
+				 sizeof(rk->gitems[i].msg));
 	ret = cgr__issue(c, r, rk->gitems, rk->gn, rk->gfuts, rk->gfn, s);
 	rk->gn = 0;
 	rk->gfn = 0;

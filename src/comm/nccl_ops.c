@@ -444,13 +444,8 @@ static int issue(struct ncomm *c, int r, struct gop *g, size_t n,
 
 /* ---- the interface ------------------------------------------------- */
 
-#define MIXED_MSG \
-	"invalid arguments: operations of one group on different streams"
-
 /* A future for an operation joining rank r's group (completed or
- * attached at its end).  With a call on another stream, every operation
- * of the group fails at its end (on the peers too), none of its data
- * moves. */
+ * attached at its end).  One stream per group (cgr__group_mixed). */
 static int group_add(struct ncomm *c, int r, const struct cgr__coll_desc *d,
 		     cgr_stream *s, cgr_future **out)
 {
@@ -478,7 +473,7 @@ static int group_add(struct ncomm *c, int r, const struct cgr__coll_desc *d,
 		rk->gs_set = true;
 	} else if (s != rk->gs && op->d.poison == 0) {
 		op->d.poison = -EINVAL;
-		op->d.poison_msg = MIXED_MSG;
+		op->d.poison_msg = CGR__GROUP_MIXED_MSG;
 		rk->gmixed = true;
 		ret = -EINVAL;
 		out = NULL;
@@ -538,12 +533,8 @@ int cgr__nccl_group_end(cgr_comm *cc, int r, cgr_future **out)
 	if (--rk->gdepth > 0)
 		return 0;
 	for (size_t i = 0; rk->gmixed && i < rk->gn; i++)
-		if (rk->g[i].d.poison == 0) {
-			rk->g[i].d.poison = -EINVAL;
-			snprintf(rk->g[i].msg, sizeof(rk->g[i].msg), "%s",
-				 MIXED_MSG);
-			rk->g[i].d.poison_msg = rk->g[i].msg;
-		}
+		cgr__group_mixed(&rk->g[i].d, rk->g[i].msg,
+				 sizeof(rk->g[i].msg));
 	ret = issue(c, r, rk->g, rk->gn, rk->gs, out);
 	rk->gn = 0;
 	rk->gs = NULL;

@@ -992,8 +992,9 @@ static void job_free(struct cgr_job *j)
 	cgr__ucx_close(j->ucx);
 	/* After a loss (here, or the driver's: its END says so) the
 	 * launcher may be ending the job and never answer PMIx_Finalize
-	 * (Open MPI's mpirun without recovery): a bounded wait, then it goes on alone; this process joins no job again
-	 * before it returned (-EBUSY). */
+	 * (Open MPI's mpirun without recovery): a bounded wait, then it
+	 * goes on alone; this process joins no job again before it
+	 * returned (-EBUSY). */
 	if (j->booted &&
 	    cgr__boot_fini(&j->boot,
 			   atomic_load(&j->st_lost) != 0 || j->lost_any ?

@@ -1704,9 +1704,6 @@ struct rgroup {
 	cgr_stream *s;
 };
 
-#define MIXED_MSG \
-	"invalid arguments: operations of one group on different streams"
-
 static int group_add(struct cgr__rcomm *rc, int me,
 		     const struct cgr__coll_desc *d, cgr_stream *s,
 		     cgr_future **out)
@@ -1729,7 +1726,7 @@ static int group_add(struct cgr__rcomm *rc, int me,
 	if (other && o->d.poison == 0) {
 		/* One group, one stream: the peers fail too. */
 		o->d.poison = -EINVAL;
-		o->d.poison_msg = MIXED_MSG;
+		o->d.poison_msg = CGR__GROUP_MIXED_MSG;
 		g->mixed = true;
 		out = NULL;
 	}
@@ -1931,15 +1928,8 @@ static int rc_group_end(cgr_comm *c, int rank, cgr_future **out)
 	 * new. */
 	ops = g->ops, n = g->n;
 	s = g->stream_set ? g->s : NULL;
-	/* A call on another stream: every operation of the group fails
-	 * (-EINVAL, on the peers too), none of its data moves. */
 	for (size_t i = 0; g->mixed && i < n; i++)
-		if (ops[i].d.poison == 0) {
-			ops[i].d.poison = -EINVAL;
-			snprintf(ops[i].msg, sizeof(ops[i].msg), "%s",
-				 MIXED_MSG);
-			ops[i].d.poison_msg = ops[i].msg;
-		}
+		cgr__group_mixed(&ops[i].d, ops[i].msg, sizeof(ops[i].msg));
 	g->ops = NULL, g->n = g->cap = 0;
 	g->stream_set = false;
 	g->mixed = false;
