@@ -319,7 +319,8 @@ int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 
 /*
  * Stops the worker: runs fini on its thread and joins it, waiting at most
- * timeout_ns.  Returns -EBUSY (and does nothing) while a live compiled graph
+ * timeout_ns (negative: 1 s; 0 abandons any worker whose thread has not
+ * already ended, even an idle one).  Returns -EBUSY (and does nothing) while a live compiled graph
  * uses the worker; CGR_ESTUCK if the thread did not stop in time (it is then
  * abandoned: it frees what it owns when it returns); CGR_EPEERDEAD if the
  * worker had died (below; its remains are freed all the same), or its fini

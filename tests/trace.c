@@ -218,8 +218,9 @@ int main(int argc, char **argv)
 	cgr_graph_destroy(g);
 	cgr_ctx_destroy(ctx);
 	static const char *const files[] = { "graph.dot", "trace0.json",
-					     "trace1.json", "schedule.dot" };
-	for (size_t i = 0; i < 4 && getenv("CGR_TEST_KEEP") == NULL; i++) {
+					     "trace1.json", "trace2.json",
+					     "schedule.dot" };
+	for (size_t i = 0; i < 5 && getenv("CGR_TEST_KEEP") == NULL; i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
 		remove(path);
 	}
