@@ -875,7 +875,9 @@ int cgr_node_set_transport(cgr_node *n, int transport, unsigned flags);
  * cgr_overlap_mode).  Returns 0, -EINVAL. */
 int cgr_node_set_overlap(cgr_node *n, int mode);
 
-/* Declares the graph's outputs (once).  Returns 0, -EINVAL, -EALREADY. */
+/* Declares the graph's outputs (once): task (or collective) outputs;
+ * an input or a constant is refused (-EINVAL: route it through a task).
+ * Returns 0, -EINVAL, -EALREADY. */
 int cgr_graph_output(cgr_graph *g, cgr_node *const *outs, size_t n);
 
 /* The node's name as used in messages: a task's output "task" (its name)
@@ -1004,7 +1006,11 @@ int cgr_ref_release(cgr_compiled *c, cgr_ref ref);
 /*
  * Tears the compiled graph down: executions in flight are cancelled,
  * workers leave its program and are free for another graph.  Waits at most
- * timeout_ns (negative: 1 s).  A worker thread stuck in a task past the
+ * timeout_ns (negative: 1 s; less than 20 ms: 20 ms, the least time given
+ * idle workers to leave).  A worker thread still finishing its streams'
+ * work at the deadline (its tasks returned) is not abandoned: it leaves
+ * when that work ends (at most 2 s more per stream) and a graph
+ * compiled meanwhile starts on it then.  A worker thread stuck in a task past the
  * deadline is reported through the log and abandoned: CGR_ESTUCK is
  * returned, the worker can no longer be used, and what the stuck task may
  * touch stays allocated until it returns.  A worker process that has not
@@ -1101,7 +1107,8 @@ int cgr_stream_create(cgr_ctx *ctx, int device, int priority,
 		      cgr_stream **out);
 /* Waits (up to 1 s) for queued work, then drops what is left (it never
  * runs; internal work such as a pending collective fails with -ECANCELED
- * and aborts its communicator) and frees.  A thread stuck in a host
+ * and aborts its communicator; an event recorded after dropped work
+ * reports -ECANCELED, and a stream waiting for it goes on) and frees.  A thread stuck in a host
  * function is abandoned (it frees the stream when the function returns).
  * Returns within about 1.1 s.  NULL is a no-op. */
 void cgr_stream_destroy(cgr_stream *s);
@@ -1122,7 +1129,9 @@ void cgr_event_destroy(cgr_event *e);
  * stream passes it.  An event never recorded never completes.  Recording
  * again moves the event; waits enqueued before keep the record they saw. */
 int cgr_event_record(cgr_event *e, cgr_stream *s);
-/* 1 completed, 0 not yet (or never recorded), negative: device error. */
+/* 1 completed, 0 not yet (or never recorded), negative: the device's
+ * sticky error, or -ECANCELED once the stream passed the record but
+ * dropped work before it (cgr_stream_destroy). */
 int cgr_event_query(cgr_event *e);
 /* Work enqueued on s after this waits for e's current record; never
  * blocks the caller.  An event never recorded has no record to wait for:
@@ -1452,7 +1461,9 @@ typedef struct cgr_coll_params {
 				 0: the compile default; raised and
 				 rounded as cgr_task_desc's */
 	size_t ntensors;      /* allreduce, allgather: tensors per member,
-				 fused into one operation; 0 or 1: one */
+				 fused into one operation; 0 or 1: one;
+				 at most 64, and not with static_shape
+				 (-EINVAL) */
 	int overlap;	      /* CGR_OVERLAP_*: 0 follows the graph */
 	/* enum cgr_backend of the communicator made at compile (comm NULL):
 	 * AUTO is NCCL when every input is a device output (CGR_TASK_DEVICE)

@@ -408,11 +408,19 @@ static void test_destroy(void)
 	int64_t t0;
 	int k = (int)t_scale(500);
 
+	cgr_event *done, *lost;
+	cgr_stream *b;
+	_Atomic int after = 0;
+
+	cgr_event_create(ctx, &done);
+	cgr_event_create(ctx, &lost);
 	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &s);
 	for (int i = 0; i < k; i++)
 		cgr_stream_launch_host(s, inc_fn, (void *)&n);
+	cgr_event_record(done, s);
 	cgr_stream_destroy(s);
 	t_is(atomic_load(&n), k, "destroy runs queued work first");
+	t_is(cgr_event_query(done), 1, "an event after work that ran: 1");
 
 	/* A stream blocked on an event that will not complete within the
 	 * second destroy waits: its remaining work is dropped. */
@@ -424,12 +432,25 @@ static void test_destroy(void)
 	cgr_stream_wait_event(s, e);
 	atomic_store(&n, 0);
 	cgr_stream_launch_host(s, inc_fn, (void *)&n);
+	/* b waits for an event recorded after the work that is dropped. */
+	cgr_event_record(lost, s);
+	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &b);
+	cgr_stream_wait_event(b, lost);
+	cgr_stream_launch_host(b, inc_fn, (void *)&after);
 	t0 = cgr__now_ns();
 	cgr_stream_destroy(s);
 	t_ok(ms_since(t0) >= 900 && ms_since(t0) < 1500,
 	     "destroy of a blocked stream gives up after ~1 s (%lld ms)",
 	     (long long)ms_since(t0));
 	t_is(atomic_load(&n), 0, "its remaining work was dropped");
+	t_is(cgr_event_query(lost), -ECANCELED,
+	     "an event recorded after dropped work: -ECANCELED");
+	t_is(cgr_stream_synchronize(b, 5000000000LL), 0,
+	     "a stream waiting for it goes on");
+	t_is(atomic_load(&after), 1, "...and runs its work");
+	cgr_stream_destroy(b);
+	cgr_event_destroy(done);
+	cgr_event_destroy(lost);
 	atomic_store(&g.open, 1);
 	cgr_event_destroy(e);
 	cgr_stream_destroy(a);

@@ -443,7 +443,27 @@ static void check_mixed(void)
 	     "%d executions through 2 processes and a thread: every "
 		     "value right, each task in its worker's process",
 	     n);
-	t_is(cgr_compiled_teardown(c, 5 * SEC), 0, "teardown");
+	/* Deadline 0 on an idle graph: the workers get the time to leave
+	 * (none killed, none abandoned) and serve the next graph. */
+	t_is(cgr_compiled_teardown(c, 0), 0, "teardown with deadline 0");
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	c = NULL;
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	d = task(g, p1, t_add, "d", task(g, t, t_add, "b",
+					task(g, p0, t_add, "a", in)));
+	cgr_graph_output(g, &d, 1);
+	t_is(cgr_graph_compile(g, NULL, &c), 0,
+	     "the same workers compile the next graph: %s",
+	     cgr_graph_errmsg(g));
+	{
+		int64_t r = 0, pid = 0;
+		int ret = c != NULL ? run1(c, 5, &r, &pid) : -1;
+		t_ok(ret == 0 && r == 115 && pid == cgr_worker_pid(p1),
+		     "...and run it: %d, %lld", ret, (long long)r);
+	}
+	t_is(cgr_compiled_teardown(c, 0), 0, "its teardown, deadline 0");
 	cgr_compiled_destroy(c);
 	cgr_graph_destroy(g);
 	t_is(cgr_worker_destroy(p0, 5 * SEC), 0, "p0 stops (fini ran)");

@@ -478,6 +478,86 @@ static void test_device_lost(void (*fail)(int))
 }
 #endif
 
+/* Stream work held at a gate while the graph is torn down: the worker is
+ * not in a task (its task returned), so teardown does not abandon it; it
+ * leaves once the work ends and then runs the next graph. */
+static _Atomic int gate_open, gate_in;
+
+static void gate_run(void *arg)
+{
+	(void)arg;
+	atomic_store(&gate_in, 1);
+	while (!atomic_load(&gate_open))
+		sched_yield();
+}
+
+static int gate_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	int64_t *o = cgr_task_output_buffer(tc, 0, 8);
+	(void)st, (void)in, (void)nin, (void)nout;
+
+	if (cgr_stream_launch_host(cgr_task_stream(tc), gate_run, NULL) != 0)
+		return -EIO;
+	*o = 7;
+	out[0] = cgr_value_bytes(o, 8);
+	return 0;
+}
+
+static void test_teardown_late(cgr_ctx *ctx, cgr_worker **W)
+{
+	static struct htask h = { .mul = 3, .add = 1 };
+	cgr_graph *g;
+	cgr_compiled *c = NULL, *c2 = NULL;
+	cgr_node *x, *k;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_value a, o;
+	cgr_ref ref;
+	int64_t xv = 5;
+	int ret;
+
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	d.fn = gate_fn;
+	d.flags = CGR_TASK_STREAM;
+	cgr_graph_task(g, W[0], &d, &x, 1, &k, 1);
+	cgr_graph_output(g, &k, 1);
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "gated stream task compiles");
+	cgr_graph_destroy(g);
+	a = cgr_value_bytes(&xv, 8);
+	cgr_execute(c, &a, 1, &ref);
+	while (!atomic_load(&gate_in))
+		sched_yield();
+	ret = cgr_compiled_teardown(c, 50000000);
+	t_is(ret, 0, "teardown while the stream's work is held: 0 (%s)",
+	     cgr_err_name(ret));
+	cgr_compiled_destroy(c);
+	/* The same worker, before its stream work ended. */
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	d = (cgr_task_desc)CGR_TASK_DESC_INIT;
+	d.fn = host_fn;
+	d.arg = &h;
+	cgr_graph_task(g, W[0], &d, &x, 1, &k, 1);
+	cgr_graph_output(g, &k, 1);
+	ret = cgr_graph_compile(g, NULL, &c2);
+	t_is(ret, 0, "its worker compiles the next graph: %s",
+	     cgr_graph_errmsg(g));
+	cgr_graph_destroy(g);
+	if (ret != 0) {
+		atomic_store(&gate_open, 1);
+		return;
+	}
+	t_is(cgr_execute(c2, &a, 1, &ref), 0, "execute it");
+	atomic_store(&gate_open, 1);
+	ret = cgr_ref_get(c2, ref, 10000000000LL, &o, 1);
+	t_ok(ret == 0 && o.kind == CGR_VALUE_TENSOR &&
+		     ((const int64_t *)o.u.tensor.data)[0] == 16,
+	     "it runs once the held work ended: %d", ret);
+	cgr_ref_release(c2, ref);
+	cgr_compiled_destroy(c2);
+}
+
 int main(int argc, char **argv)
 {
 	cgr_ctx *ctx;
@@ -508,6 +588,7 @@ int main(int argc, char **argv)
 	test_pipeline(ctx, W, 0, false);
 	test_errors(ctx, W);
 	test_teardown(ctx, W);
+	test_teardown_late(ctx, W);
 	/* The workers are free again after all of that. */
 	test_pipeline(ctx, W, 1, false);
 	cgr_ctx_destroy(ctx);

@@ -180,6 +180,17 @@ static void test_inflight(void)
 	t_is(cgr_ref_get(c, r, -1, &o, 1), 0, "get");
 	t_ok(o.u.bytes.len == 3 && memcmp(o.u.bytes.data, "abc", 3) == 0,
 	     "value");
+	cgr_ref_release(c, r);
+	/* Deadline 0 on an idle graph: its workers get the time to leave
+	 * (none abandoned) and serve the next graph. */
+	t_is(cgr_compiled_teardown(c, 0), 0, "idle graph: teardown(0) is 0");
+	cgr_compiled_destroy(c);
+	c = chain(ctx, w, 3, echo);
+	t_ok(c != NULL, "its workers serve the next graph");
+	t_is(c != NULL ? cgr_execute(c, &v, 1, &r) : -1, 0, "execute");
+	t_is(c != NULL ? cgr_ref_get(c, r, -1, &o, 1) : -1, 0, "get");
+	t_ok(o.u.bytes.len == 3 && memcmp(o.u.bytes.data, "abc", 3) == 0,
+	     "value");
 	/* Two graphs left too: one built, one run eagerly (its own compiled
 	 * state goes with it). */
 	{

@@ -208,6 +208,9 @@ struct cgr_stream {
 	 * done > i. */
 	_Atomic uint64_t enq cgr__aligned;
 	_Atomic uint64_t done cgr__aligned;
+	/* The first position dropped by destroy (UINT64_MAX: none): the
+	 * executor's, written before done passes it. */
+	_Atomic uint64_t dropped;
 	/* The executor parks on bell while the queue is empty; enqueue rings
 	 * it.  Everyone else waiting for this stream's progress parks on
 	 * pbell, which the executor rings after each operation. */

@@ -106,7 +106,9 @@ static bool cgr__sim_op_ready(cgr_stream *s, const struct cgr__sop *op)
 	}
 }
 
-static void cgr__sim_run(cgr_stream *s, struct cgr__sop *op)
+/* Runs op, or drops it (its code: -ECANCELED after stop, or the device's
+ * sticky error): 0 if it ran. */
+static int cgr__sim_run(cgr_stream *s, struct cgr__sop *op)
 {
 	int err = cgr__device_error(s->dev);
 
@@ -126,8 +128,9 @@ static void cgr__sim_run(cgr_stream *s, struct cgr__sop *op)
 			struct cgr__sim_posw w = { s, op->u.wait.s,
 						   op->u.wait.pos };
 			cgr__stream_kick(op->u.wait.s);
-			cgr__sim_exec_wait(s, &op->u.wait.s->pbell,
-					   cgr__sim_pos_ready, &w);
+			/* A wait cut short by the stop counts as dropped. */
+			err = cgr__sim_exec_wait(s, &op->u.wait.s->pbell,
+						 cgr__sim_pos_ready, &w);
 		}
 		cgr__stream_put(op->u.wait.s);
 		break;
@@ -138,10 +141,10 @@ static void cgr__sim_run(cgr_stream *s, struct cgr__sop *op)
 			if (f->poll != NULL)
 				cgr__dfuture_poll_wait(f, s);
 			else
-				cgr__sim_exec_wait(s,
-						   f->s != NULL ? &f->s->pbell :
-								  &f->bell,
-						   cgr__sim_fut_ready, &w);
+				err = cgr__sim_exec_wait(
+					s,
+					f->s != NULL ? &f->s->pbell : &f->bell,
+					cgr__sim_fut_ready, &w);
 		}
 		cgr__dfuture_put(op->u.waitf.f);
 		break;
@@ -157,6 +160,7 @@ static void cgr__sim_run(cgr_stream *s, struct cgr__sop *op)
 	default:
 		break;
 	}
+	return err;
 }
 
 /* Work for the executor: queued and not held by the enqueuer, or the
@@ -203,7 +207,12 @@ static void cgr__sim_step(cgr_stream *s, uint64_t d)
 {
 	struct cgr__sop op = s->q[d & CGR__SIM_MASK];
 
-	cgr__sim_run(s, &op);
+	/* The first operation dropped by a destroy: events past it report
+	 * -ECANCELED. */
+	if (cgr__sim_run(s, &op) == -ECANCELED &&
+	    atomic_load_explicit(&s->dropped, memory_order_relaxed) ==
+		    UINT64_MAX)
+		atomic_store_explicit(&s->dropped, d, memory_order_relaxed);
 	/* X1: release: the operation's effects (and the slot being free) are
 	 * visible to whoever reads this position: P1, the enqueuer's space
 	 * check Q0, synchronize S1, the next runner. */
@@ -316,6 +325,7 @@ static int cgr__sim_stream_init(cgr_stream *s)
 		return -ENOMEM;
 	atomic_init(&s->enq, 0);
 	atomic_init(&s->done, 0);
+	atomic_init(&s->dropped, UINT64_MAX);
 	cgr__bell_init(&s->bell);
 	cgr__bell_init(&s->pbell);
 	atomic_init(&s->stop, 0);
@@ -483,6 +493,22 @@ static cgr_stream *cgr__sim_event_get(cgr_event *e, uint64_t *pos)
 	return s;
 }
 
+/* Whether s passed position pos: 1, 0, the device's sticky error, or
+ * -ECANCELED if work before pos was dropped (cgr_stream_destroy). */
+static int cgr__sim_passed(cgr_stream *s, uint64_t pos)
+{
+	int err = cgr__device_error(s->dev);
+
+	if (err)
+		return err;
+	/* P1 as above; dropped is written before done's release (X1). */
+	if (atomic_load_explicit(&s->done, memory_order_acquire) < pos)
+		return 0;
+	return atomic_load_explicit(&s->dropped, memory_order_relaxed) < pos ?
+		       -ECANCELED :
+		       1;
+}
+
 static int cgr__sim_event_query(cgr_event *e)
 {
 	uint64_t pos;
@@ -491,10 +517,7 @@ static int cgr__sim_event_query(cgr_event *e)
 
 	if (s == NULL)
 		return 0;
-	ret = cgr__device_error(s->dev);
-	if (ret == 0)
-		ret = atomic_load_explicit(&s->done, memory_order_acquire) >=
-		      pos;
+	ret = cgr__sim_passed(s, pos);
 	cgr__stream_put(s);
 	return ret;
 }
@@ -534,13 +557,7 @@ static int cgr__sim_event_snap(cgr_event *e, void **snap, uint64_t *pos)
 
 static int cgr__sim_snap_query(void *snap, uint64_t pos)
 {
-	cgr_stream *s = snap;
-	int err = cgr__device_error(s->dev);
-
-	if (err)
-		return err;
-	/* P1 as above. */
-	return atomic_load_explicit(&s->done, memory_order_acquire) >= pos;
+	return cgr__sim_passed(snap, pos);
 }
 
 static void cgr__sim_snap_put(void *snap)

@@ -13,6 +13,9 @@
 /* More than there are kinds of worker (thread, process, a worker
  * process's stand-in). */
 #define CGR__KINDS_MAX 8
+/* The least time cgr_compiled_teardown gives workers to leave: an idle
+ * one answers in microseconds, but may have to be scheduled first. */
+#define CGR__LEAVE_MIN_NS 20000000 /* 20 ms */
 
 /* The kinds (ops tables) of c's programs' workers, each once, in the
  * order of their first program: how many. */

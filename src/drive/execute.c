@@ -331,6 +331,10 @@ int cgr_compiled_teardown(cgr_compiled *c, int64_t timeout_ns)
 	cgr__bell_ring_force(cgr__drv_bell(c));
 	if (timeout_ns < 0)
 		timeout_ns = 1000000000;
+	/* Idle workers get the time to leave: a deadline of 0 would have
+	 * abandoned (killed, for processes) workers that were not stuck. */
+	if (timeout_ns < CGR__LEAVE_MIN_NS)
+		timeout_ns = CGR__LEAVE_MIN_NS;
 	deadline = cgr__deadline(timeout_ns);
 	/* Half the time for NCCL operations to finish (run/launch.c). */
 	atomic_store_explicit(&c->ctl->drain_deadline,
