@@ -104,13 +104,17 @@ enum cgr_ctx_flags {
 	 * it a reactor uses io_uring until any step of it fails (setup,
 	 * register, enter, a request the kernel refuses: seccomp profiles
 	 * refuse some of them), then parks with futex system calls; the
-	 * context logs that once (CGR_LOG_WARN, naming the step). */
+	 * context logs that once (CGR_LOG_WARN, naming the step; with this
+	 * flag, CGR_LOG_INFO). */
 	CGR_CTX_NO_IO_URING = 1u << 0,
 };
 
 typedef struct cgr_ctx_params {
 	size_t size;
-	cgr_log_fn log_fn; /* NULL: diagnostics are dropped */
+	/* NULL: diagnostics are dropped.  A worker process's own (its
+	 * reactor, its side of a teardown) go to its stderr, as "cgr worker
+	 * NAME (pid P): message", at log_level; none when log_fn is NULL. */
+	cgr_log_fn log_fn;
 	void *log_arg;
 	int log_level;	   /* messages above this level are dropped */
 	unsigned flags;	   /* CGR_CTX_* */
@@ -940,7 +944,9 @@ typedef struct cgr_compile_params {
  * Validates and compiles the graph: channels allocated, one program per
  * worker, programs started.  Validation failures return a CGR_E* code and
  * cgr_graph_errmsg names the nodes.  A graph compiles once (CGR_ECOMPILED).
- * A worker serves one live compiled graph at a time (-EBUSY).
+ * A worker serves one live compiled graph at a time (-EBUSY).  Resources
+ * that run out give their errno (-ENOMEM, -EAGAIN: no stream thread,
+ * -EMFILE, ...), every failure with its reason in cgr_graph_errmsg.
  */
 int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *p,
 		      cgr_compiled **out);

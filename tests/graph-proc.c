@@ -23,12 +23,14 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <spawn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1567,9 +1569,194 @@ static void check_corrupt(void)
 	cgr_ctx_destroy(ctx);
 }
 
+/* A process worker made from a driver thread with a small stack (64 KiB;
+ * musl's threads have 128 KiB): nothing big on the caller's stack. */
+static void *small_stack_body(void *arg)
+{
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *w = NULL;
+	int64_t r = 0, pid = 0;
+	int *ok = arg;
+
+	if (new_proc(ctx, "small", "3", &w) == 0) {
+		cgr_graph *g;
+		cgr_compiled *c = NULL;
+		cgr_node *in, *a;
+		cgr_graph_create(ctx, &g);
+		cgr_graph_input(g, 0, &in);
+		a = task(g, w, t_add, "a", in);
+		cgr_graph_output(g, &a, 1);
+		if (cgr_graph_compile(g, NULL, &c) == 0)
+			*ok = run1(c, 4, &r, &pid) == 0 && r == 7 &&
+			      pid == cgr_worker_pid(w);
+		cgr_compiled_destroy(c);
+		cgr_graph_destroy(g);
+	}
+	cgr_ctx_destroy(ctx);
+	return NULL;
+}
+
+static void check_small_stack(void)
+{
+	pthread_attr_t at;
+	pthread_t th;
+	int ok = 0;
+	size_t stack = 64 << 10;
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	stack *= 4; /* the sanitizers' frames are larger */
+#endif
+	pthread_attr_init(&at);
+	pthread_attr_setstacksize(&at, stack);
+	t_is(pthread_create(&th, &at, small_stack_body, &ok), 0,
+	     "a driver thread with a %zu KiB stack", stack >> 10);
+	pthread_join(th, NULL);
+	pthread_attr_destroy(&at);
+	t_ok(ok, "...starts a process worker and runs a graph on it");
+}
+
+/* The lowest descriptor number process pid has free: the next one it
+ * gets (below 1024). */
+static int lowest_free_fd(pid_t pid)
+{
+	char path[64];
+	struct dirent *de;
+	bool used[1024] = { false };
+	DIR *d;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	if ((d = opendir(path)) == NULL)
+		return -1;
+	while ((de = readdir(d)) != NULL)
+		if (de->d_name[0] != '.' && atoi(de->d_name) < 1024)
+			used[atoi(de->d_name)] = true;
+	closedir(d);
+	while (n < 1024 && used[n])
+		n++;
+	return n;
+}
+
+/* A worker process out of descriptors when the graph's segment comes:
+ * the compile fails with -EMFILE and says so, the worker lives on, and
+ * with its limit back the same graph compiles. */
+static void check_fd_limit(void)
+{
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *w = NULL;
+	cgr_graph *g;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a;
+	struct rlimit old, tight;
+	int64_t r = 0, pid = 0;
+	int ret, n;
+
+	t_is(new_proc(ctx, "fds", "2", &w), 0, "process worker starts");
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, w, t_add, "a", in);
+	cgr_graph_output(g, &a, 1);
+	n = lowest_free_fd(cgr_worker_pid(w));
+	prlimit(cgr_worker_pid(w), RLIMIT_NOFILE, NULL, &old);
+	tight.rlim_cur = (rlim_t)n;
+	tight.rlim_max = old.rlim_max;
+	t_ok(n > 0 && prlimit(cgr_worker_pid(w), RLIMIT_NOFILE, &tight,
+			      NULL) == 0,
+	     "its descriptor limit set to %d, its lowest free one", n);
+	ret = cgr_graph_compile(g, NULL, &c);
+	t_is(ret, -EMFILE, "compile: -EMFILE (%s)", cgr_err_name(ret));
+	if (ret == 0)
+		cgr_compiled_destroy(c);
+	c = NULL;
+	t_ok(strstr(cgr_graph_errmsg(g), "fds") != NULL &&
+		     strstr(cgr_graph_errmsg(g), "segment") != NULL,
+	     "its reason names the worker and the segment: %s",
+	     cgr_graph_errmsg(g));
+	prlimit(cgr_worker_pid(w), RLIMIT_NOFILE, &old, NULL);
+	cgr_graph_destroy(g);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, w, t_add, "a", in);
+	cgr_graph_output(g, &a, 1);
+	ret = cgr_graph_compile(g, NULL, &c);
+	t_is(ret, 0, "with its limit back the worker compiles: %s",
+	     cgr_graph_errmsg(g));
+	ret = ret == 0 ? run1(c, 1, &r, &pid) : ret;
+	t_ok(ret == 0 && r == 3, "...and runs the graph (%lld)", (long long)r);
+	cgr_compiled_destroy(c);
+	cgr_graph_destroy(g);
+	t_is(cgr_worker_destroy(w, 5 * SEC), 0, "it stops cleanly");
+	cgr_ctx_destroy(ctx);
+}
+
+/* Under an address-space limit (RLIMIT_AS of 1 GiB), a graph with process
+ * workers still compiles: its shared segment reserves what the limit
+ * leaves room for, not 64 GiB.  Run in a copy of this program started
+ * with CGR_TEST_AS_LIMIT set (a limit for this process alone). */
+static int as_limit_child(void)
+{
+	struct rlimit rl = { 1ull << 30, 1ull << 30 };
+	cgr_ctx *ctx;
+	cgr_worker *w = NULL;
+	cgr_graph *g;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a;
+	int64_t r = 0, pid = 0;
+	int ret;
+
+	unsetenv("CGR_TEST_AS_LIMIT");
+	if (setrlimit(RLIMIT_AS, &rl) != 0)
+		return 2;
+	ctx = new_ctx();
+	ret = new_proc(ctx, "as", "5", &w);
+	if (ret == 0) {
+		cgr_graph_create(ctx, &g);
+		cgr_graph_input(g, 0, &in);
+		a = task(g, w, t_add, "a", in);
+		cgr_graph_output(g, &a, 1);
+		ret = cgr_graph_compile(g, NULL, &c);
+		if (ret != 0)
+			fprintf(stderr, "compile: %s\n", cgr_graph_errmsg(g));
+		if (ret == 0)
+			ret = run1(c, 2, &r, &pid) == 0 && r == 7 ? 0 : 3;
+		cgr_compiled_destroy(c);
+		cgr_graph_destroy(g);
+	}
+	cgr_ctx_destroy(ctx);
+	return ret == 0 ? 0 : 1;
+}
+
+static void check_as_limit(char **argv)
+{
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+	(void)argv;
+	t_skip("the sanitizers' shadow memory needs more address space "
+		  "than any limit");
+#else
+	extern char **environ;
+	char *env[256];
+	size_t n = 0;
+	pid_t pid;
+	int st = -1;
+
+	for (char **e = environ; *e != NULL && n < 254; e++)
+		env[n++] = *e;
+	env[n++] = "CGR_TEST_AS_LIMIT=1";
+	env[n] = NULL;
+	if (posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, env) == 0)
+		waitpid(pid, &st, 0);
+	t_ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	     "a graph with a process worker under a 1 GiB address-space "
+	     "limit compiles and runs (status %d)",
+	     st);
+#endif
+}
+
 int main(int argc, char **argv)
 {
 	cgr_worker_main(argc, argv, exports);
+	if (getenv("CGR_TEST_AS_LIMIT") != NULL)
+		return as_limit_child();
 	t_init(argc, argv, 300);
 	{
 		/* Sanitizer runtimes start a thread of their own with the
@@ -1580,6 +1767,9 @@ int main(int argc, char **argv)
 		cgr_ctx_destroy(ctx);
 	}
 	check_driver_death();
+	check_small_stack();
+	check_fd_limit();
+	check_as_limit(argv);
 	check_mixed();
 	check_errors();
 	check_stream(0);

@@ -539,9 +539,55 @@ static void test_thread_exit(void)
 	t_is(t_threads_back(thr0), thr0, "thread exit: threads back");
 }
 
+/* CGR_CTX_NO_IO_URING: graphs run, and the context says so once, at
+ * CGR_LOG_INFO (the caller's choice is no failure to warn about). */
+static _Atomic int nu_info, nu_warn;
+
+static void nu_logger(void *arg, int level, const char *msg)
+{
+	(void)arg;
+	if (strstr(msg, "io_uring") == NULL)
+		return;
+	if (level == CGR_LOG_INFO && strstr(msg, "turned off") != NULL)
+		atomic_fetch_add(&nu_info, 1);
+	else
+		atomic_fetch_add(&nu_warn, 1);
+}
+
+static void test_no_uring(void)
+{
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	cgr_ctx *ctx;
+	cgr_worker *w[2];
+	cgr_compiled *c;
+	cgr_ref r;
+	cgr_value v = cgr_value_bytes("nu", 2), o;
+	int ok = 1;
+
+	cp.flags = CGR_CTX_NO_IO_URING;
+	cp.log_fn = nu_logger;
+	cp.log_level = CGR_LOG_DEBUG;
+	cgr_ctx_create(&cp, &ctx);
+	w[0] = mkworker(ctx, "nu0"), w[1] = mkworker(ctx, "nu1");
+	c = chain(ctx, w, 2, echo);
+	for (int i = 0; c != NULL && i < 100; i++) {
+		ok &= cgr_execute(c, &v, 1, &r) == 0 &&
+		      cgr_ref_get(c, r, -1, &o, 1) == 0 &&
+		      o.kind == CGR_VALUE_BYTES && o.u.bytes.len == 2 &&
+		      memcmp(o.u.bytes.data, "nu", 2) == 0;
+		cgr_ref_release(c, r);
+	}
+	t_ok(c != NULL && ok, "without io_uring: 100 executions, values right");
+	cgr_compiled_destroy(c);
+	cgr_ctx_destroy(ctx);
+	t_is(atomic_load(&nu_info), 1, "said once, at CGR_LOG_INFO");
+	t_is(atomic_load(&nu_warn), 0, "no warning");
+}
+
 int main(int argc, char **argv)
 {
 	t_init(argc, argv, 60);
+	test_no_uring();
 	test_inflight();
 	test_stuck();
 	test_init_fail();

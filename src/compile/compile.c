@@ -445,6 +445,11 @@ static int compile(struct cgr__cc *cc)
 	}
 	if (ret == -ENOMEM && cc->g->errmsg[0] == 0)
 		cgr__graph_fail(cc->g, ret, "out of memory compiling the graph");
+	else if (ret < 0 && cc->g->errmsg[0] == 0)
+		cgr__graph_fail(cc->g, ret,
+				"cannot set up the graph's workers (a stream "
+				"thread, a device, a communicator): %s",
+				cgr_strerror(ret));
 	return ret;
 }
 

@@ -270,6 +270,17 @@ static size_t out_want(const struct cgr_compiled *c, const cgr_node *n)
 					c->p.max_value_bytes;
 }
 
+/* ", of N bytes reserved" for a graph's shared segment (an address space
+ * limit makes it smaller), else "". */
+static const char *seg_room(const struct cgr_compiled *c, char *buf,
+			    size_t len)
+{
+	if (c->seg == NULL || c->seg->attach)
+		return "";
+	snprintf(buf, len, ", of %zu bytes reserved", c->seg->reserve);
+	return buf;
+}
+
 /* After measuring: the regions, and the big areas reserved at once (a
  * sum that overflows, or that the system will not reserve, fails the
  * compile, saying how much it asked for).  Rows hold at most
@@ -278,6 +289,7 @@ static int lay_alloc(struct cgr__cc *cc, struct lay *L)
 {
 	struct cgr_compiled *c = cc->c;
 	uint32_t rows[2] = { c->nslots, c->nbufs };
+	char room[48];
 
 	for (int k = 0; k < 2; k++)
 		if (L->row[k] != 0 &&
@@ -288,7 +300,17 @@ static int lay_alloc(struct cgr__cc *cc, struct lay *L)
 						       "the ports' slots lie "
 						       "outside the driver's "
 						       "segment") :
-				       -ENOMEM;
+				       cgr__graph_fail(
+					       cc->g, -ENOMEM,
+					       "cannot allocate the ports' "
+					       "slots (%zu bytes)%s%s",
+					       (size_t)(L->row[k] * rows[k]),
+					       c->seg != NULL ?
+						       " in the graph's "
+						       "shared segment" :
+						       "",
+					       seg_room(c, room,
+							sizeof(room)));
 	if (L->over)
 		return cgr__graph_fail(cc->g, -ENOMEM,
 				       "the outputs' buffers take more "
@@ -299,10 +321,11 @@ static int lay_alloc(struct cgr__cc *cc, struct lay *L)
 			cc->g, -ENOMEM,
 			"cannot reserve %zu bytes of address space for the "
 			"values' buffers (%zu ports, max_value_bytes %zu, "
-			"%u slots)%s",
+			"%u slots)%s%s",
 			L->big_total, c->nports, c->p.max_value_bytes,
 			c->nslots,
-			c->seg != NULL ? " in the graph's shared segment" : "");
+			c->seg != NULL ? " in the graph's shared segment" : "",
+			seg_room(c, room, sizeof(room)));
 	L->place = true;
 	return 0;
 }

@@ -25,7 +25,28 @@
 
 /* Address space the driver reserves for one graph's segment. */
 #define SEG_RESERVE (64ull << 30)
+#define SEG_MIN (16u << 20)
 #define SEG_HDR CGR__ALIGN_UP(sizeof(struct cgr__shm_hdr), 64)
+
+/* Reserves SEG_RESERVE of address space over fd, or under an address
+ * space limit (RLIMIT_AS) half of the most it could get (the rest is
+ * for the process), at least SEG_MIN: the base, NULL if not even that. */
+static void *seg_reserve(int fd, size_t *got)
+{
+	for (size_t r = SEG_RESERVE; r >= SEG_MIN; r /= 2) {
+		void *base = mmap(NULL, r, PROT_READ | PROT_WRITE,
+				  MAP_SHARED | MAP_NORESERVE, fd, 0);
+		if (base == MAP_FAILED)
+			continue;
+		if (r < SEG_RESERVE && r > SEG_MIN) {
+			munmap((unsigned char *)base + r / 2, r / 2);
+			r /= 2;
+		}
+		*got = r;
+		return base;
+	}
+	return NULL;
+}
 
 int cgr__seg_create(struct cgr_compiled *c)
 {
@@ -42,13 +63,11 @@ int cgr__seg_create(struct cgr_compiled *c)
 	if (fd < 0)
 		return -errno;
 	s->shm.fd = fd;
-	base = mmap(NULL, SEG_RESERVE, PROT_READ | PROT_WRITE,
-		    MAP_SHARED | MAP_NORESERVE, fd, 0);
-	if (base == MAP_FAILED)
-		return -errno;
+	base = seg_reserve(fd, &s->reserve);
+	if (base == NULL)
+		return -ENOMEM;
 	s->shm.addr = base;
-	s->shm.size = SEG_RESERVE;
-	s->reserve = SEG_RESERVE;
+	s->shm.size = s->reserve;
 	s->used = SEG_HDR;
 	return 0;
 }
@@ -97,7 +116,7 @@ void *cgr__c_salloc(struct cgr_compiled *c, size_t size)
 		return cgr__c_alloc(c, size);
 	off = CGR__ALIGN_UP(s->used, 64);
 	if (size > SEG_RESERVE || (end = off + CGR__ALIGN_UP(size, 64)) < off ||
-	    end > (s->attach ? s->total : SEG_RESERVE))
+	    end > (s->attach ? s->total : s->reserve))
 		return NULL;
 	if (!s->attach && end > s->cap) {
 		size_t cap = s->cap ? s->cap : (size_t)1 << 20;
@@ -122,7 +141,7 @@ int cgr__seg_seal(struct cgr_compiled *c, const void *blob, size_t blen)
 	struct cgr__shm_hdr *h = s->shm.addr;
 
 	size = CGR__ALIGN_UP(boff + blen, (size_t)(pg > 0 ? pg : 4096));
-	if (size > SEG_RESERVE)
+	if (size > s->reserve)
 		return -ENOMEM;
 	if (ftruncate(s->shm.fd, (off_t)size) != 0)
 		return -errno;

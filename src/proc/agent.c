@@ -294,7 +294,12 @@ static int serve(struct agent *a, const struct cgr__pmsg *m, int fd,
 
 	switch (m->type) {
 	case CGR__PMSG_COMPILE:
-		ret = fd < 0 ? -EPROTO :
+		if (fd == -EMFILE)
+			snprintf(why, sizeof(why),
+				 "cannot receive the graph's shared segment: "
+				 "%s",
+				 cgr_strerror(-EMFILE));
+		ret = fd < 0 ? (fd == -EMFILE ? -EMFILE : -EPROTO) :
 			       compile_one(a, m->gid, fd, why, sizeof(why));
 		reply(a, CGR__PMSG_COMPILED, m->gid, ret, why);
 		return 0;
@@ -333,6 +338,12 @@ static int agent_loop(struct agent *a)
 		struct cgr__pmsg m;
 		int fd = -1, status = 1;
 		int ret = cgr__pmsg_recv(a->sock, &m, &fd, CGR_FOREVER);
+		if (ret == -EMFILE) {
+			/* Its descriptor was lost to our limit: the message
+			 * fails (serve), the worker lives on. */
+			fd = -EMFILE;
+			ret = 0;
+		}
 		if (ret < 0) {
 			/* The driver is gone (or speaks nonsense): exit
 			 * now, whatever the worker is doing. */
@@ -419,6 +430,14 @@ int cgr_worker_main(int argc, char **argv, const cgr_export *exports)
 	(void)argc, (void)argv;
 	if (addr == NULL)
 		return 0;
+	if (strlen(addr) >= sizeof(buf)) {
+		/* Cut short, it could name another context's address. */
+		fprintf(stderr,
+			"cgr worker: %s is %zu bytes long, at most %zu: "
+			"exiting\n",
+			CGR__WORKER_ENV, strlen(addr), sizeof(buf) - 1);
+		exit(1);
+	}
 	snprintf(buf, sizeof(buf), "%s", addr);
 	/* Not for what this process may start in turn. */
 	unsetenv(CGR__WORKER_ENV);

@@ -134,12 +134,14 @@ int cgr__pmsg_recv(int sock, struct cgr__pmsg *m, int *fd, int64_t deadline)
 	int ret = cgr__shm_recv(sock, m, sizeof(*m), &n, fds, fd ? 1 : 0, &nf,
 				deadline);
 
-	if (ret == 0 && (n != sizeof(*m) || m->magic != CGR__PMSG_MAGIC ||
-			 m->version != CGR__PMSG_VERSION))
+	if ((ret == 0 || ret == -EMFILE) &&
+	    (n != sizeof(*m) || m->magic != CGR__PMSG_MAGIC ||
+	     m->version != CGR__PMSG_VERSION))
 		ret = -EPROTO;
 	if (ret < 0 && nf > 0)
 		close(fds[0]);
-	if (ret == 0) {
+	/* -EMFILE: a whole message whose descriptor was lost (the limit). */
+	if (ret == 0 || ret == -EMFILE) {
 		m->text[sizeof(m->text) - 1] = 0;
 		m->name[sizeof(m->name) - 1] = 0;
 		m->fn[sizeof(m->fn) - 1] = 0;
@@ -372,37 +374,80 @@ static int procs_list(cgr_worker *w, bool add)
 
 /* ---- starting and stopping a worker process ------------------------- */
 
-/* This program's arguments (/proc/self/cmdline), as an argv in one
- * allocation of *size bytes. */
-static char **self_argv(struct cgr__arena *a, size_t *size)
+/* The whole of /proc/self/cmdline, NUL-terminated, in *out (malloc'd):
+ * its length, or a negative errno.  On the heap: a driver thread may
+ * have a small stack. */
+static ssize_t read_cmdline(char **out)
 {
-	char buf[65536], **argv;
-	size_t n = 0, nargs = 0, off;
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap), *more;
 	ssize_t r;
 	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
 
-	if (fd < 0)
-		return NULL;
-	while (n < sizeof(buf) - 1 &&
-	       (r = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+	if (fd < 0 || buf == NULL) {
+		r = fd < 0 ? -errno : -ENOMEM;
+		if (fd >= 0)
+			close(fd);
+		free(buf);
+		return r;
+	}
+	for (;;) {
+		if (n + 1 >= cap) {
+			if ((more = realloc(buf, cap * 2)) == NULL) {
+				r = -ENOMEM;
+				break;
+			}
+			buf = more;
+			cap *= 2;
+		}
+		r = read(fd, buf + n, cap - 1 - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			r = r < 0 ? -errno : 0;
+			break;
+		}
 		n += (size_t)r;
+	}
 	close(fd);
+	if (r < 0) {
+		free(buf);
+		return r;
+	}
 	if (n == 0 || buf[n - 1] != 0)
 		buf[n++] = 0;
-	for (size_t i = 0; i < n; i++)
+	*out = buf;
+	return (ssize_t)n;
+}
+
+/* This program's arguments (/proc/self/cmdline), as an argv in one
+ * allocation of *size bytes: 0, or a negative errno. */
+static int self_argv(struct cgr__arena *a, char ***out, size_t *size)
+{
+	char *buf = NULL, **argv;
+	size_t nargs = 0, off;
+	ssize_t n = read_cmdline(&buf);
+
+	if (n < 0)
+		return (int)n;
+	for (ssize_t i = 0; i < n; i++)
 		nargs += buf[i] == 0;
 	off = (nargs + 1) * sizeof(char *);
-	*size = off + n;
+	*size = off + (size_t)n;
 	argv = cgr__alloc(a, *size, 16);
-	if (argv == NULL)
-		return NULL;
-	memcpy((char *)argv + off, buf, n);
+	if (argv == NULL) {
+		free(buf);
+		return -ENOMEM;
+	}
+	memcpy((char *)argv + off, buf, (size_t)n);
+	free(buf);
 	for (size_t i = 0, k = 0; k < nargs; k++) {
 		argv[k] = (char *)argv + off + i;
 		i += strlen(argv[k]) + 1;
 	}
 	argv[nargs] = NULL;
-	return argv;
+	*out = argv;
+	return 0;
 }
 
 /* The environment with CGR_WORKER=addr (every other CGR_WORKER gone). */
@@ -433,15 +478,23 @@ static int spawn(cgr_worker *w, const char *addr)
 	struct cgr__arena *a = &w->ctx->arena;
 	size_t asize = 0, esize = 0;
 	char var[128];
-	char **argv = self_argv(a, &asize);
+	char **argv = NULL;
 	char **env = worker_env(a, addr, var, sizeof(var), &esize);
 	pid_t pid;
-	int ret = -ENOMEM;
+	int ret = self_argv(a, &argv, &asize);
 
-	if (argv != NULL && env != NULL)
+	if (ret < 0)
+		cgr__err(&w->ctx->log,
+			 "worker %s: cannot read this program's arguments "
+			 "(/proc/self/cmdline): %s",
+			 w->name, cgr_strerror(ret));
+	else if (env == NULL)
+		ret = -ENOMEM;
+	else
 		ret = -posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv,
 				   env);
-	cgr__free(a, argv, asize, 16);
+	if (argv != NULL)
+		cgr__free(a, argv, asize, 16);
 	cgr__free(a, env, esize, 16);
 	if (ret < 0)
 		return ret;
@@ -586,7 +639,8 @@ static int start(cgr_worker *w)
 	m.cpu = w->cpu;
 	m.device = w->device;
 	m.flags = w->ctx->flags;
-	m.log_level = w->ctx->log.level;
+	/* Its own diagnostics go to its stderr: none without a hook. */
+	m.log_level = w->ctx->log.fn != NULL ? w->ctx->log.level : -1;
 	m.arg_len = (uint32_t)pr->arg_len;
 	snprintf(m.name, sizeof(m.name), "%s", w->name);
 	snprintf(m.fn, sizeof(m.fn), "%s", pr->init_name);

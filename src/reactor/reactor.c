@@ -79,6 +79,13 @@ static void say_fallback(struct cgr__reactor *r)
 
 	if (r->log == NULL || atomic_exchange(once, true))
 		return;
+	if (r->uring_err == -EPERM && r->uring_where != NULL &&
+	    strcmp(r->uring_where, "turned off") == 0) {
+		/* The caller's choice, not a failure. */
+		cgr__info(r->log, "io_uring turned off (CGR_CTX_NO_IO_URING): "
+				  "reactors park with futex system calls");
+		return;
+	}
 	cgr__warn(r->log,
 		  "io_uring unavailable (%s: %s): reactors park with futex "
 		  "system calls",

@@ -354,6 +354,13 @@ int cgr__shm_recv(int sock, void *msg, size_t cap, size_t *len, int *fds,
 	if (!plain || ng > maxfds || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
 		for (size_t i = 0; i < ng; i++)
 			close(got[i]);
+		if (plain && (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ==
+				     MSG_CTRUNC) {
+			/* Whole, but its descriptors are lost: our limit. */
+			*len = (size_t)n;
+			*nfds = 0;
+			return -EMFILE;
+		}
 		return -EPROTO;
 	}
 	if (ng > 0)

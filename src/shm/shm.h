@@ -102,7 +102,10 @@ int cgr__shm_attach(int fd, uint16_t kind, const uint64_t geom[CGR__SHM_NGEOM],
  * The receiver takes at most cap bytes and maxfds descriptors (close-on-
  * exec); a message or descriptor set that does not fit is -EPROTO with
  * every descriptor that came closed, as is one that is not a plain
- * message with rights.  Waits until the absolute deadline (-ETIMEDOUT);
+ * message with rights.  One whose descriptors the kernel could not
+ * install (the receiver's descriptor limit: MSG_CTRUNC alone) is
+ * -EMFILE, with the message in msg and *len set, no descriptor kept.
+ * Waits until the absolute deadline (-ETIMEDOUT);
  * a peer that hung up is -ECONNRESET.  Returns 0 or a negative errno.
  */
 #define CGR__SHM_MAX_FDS 16
