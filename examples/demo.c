@@ -19,13 +19,15 @@
  *
  * Usage: demo [executions] [--trace DIR]: with --trace, the MLP graph is
  * also written as DOT (graph and schedule) and its run as Chrome trace
- * JSON into DIR.
+ * JSON into DIR (made if missing).
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <cgr.h>
@@ -166,21 +168,59 @@ static int run_tp_mlp(cgr_ctx *ctx, int iters, const char *trace_dir)
 	if (trace_dir != NULL) {
 		snprintf(path, sizeof(path), "%s/tp_mlp_schedule.dot",
 			 trace_dir);
-		cgr_compiled_write_dot(c, path);
+		ret = cgr_compiled_write_dot(c, path);
 		snprintf(path, sizeof(path), "%s/tp_mlp_trace.json", trace_dir);
 		cgr_compiled_teardown(c, -1);
-		ret = cgr_compiled_write_trace(c, path);
-		printf("demo: wrote %s/tp_mlp.dot, tp_mlp_schedule.dot and "
-		       "tp_mlp_trace.json (%s)\n",
-		       trace_dir, cgr_strerror(ret));
+		if (ret == 0)
+			ret = cgr_compiled_write_trace(c, path);
+		if (ret == 0)
+			printf("demo: wrote %s/tp_mlp.dot, tp_mlp_schedule.dot "
+			       "and tp_mlp_trace.json\n",
+			       trace_dir);
+		else
+			fprintf(stderr, "demo: cannot write into %s: %s\n",
+				trace_dir, cgr_strerror(ret));
+		bad += ret != 0;
 	}
 	cgr_compiled_destroy(c);
 	return bad ? -1 : 0;
 }
 
+static int usage(FILE *f, int status)
+{
+	fprintf(f, "usage: demo [EXECUTIONS] [--trace DIR]\n"
+		   "  EXECUTIONS  of the first graph (default 20000; the MLP "
+		   "runs a tenth, at least 100)\n"
+		   "  --trace DIR also write the MLP's graph and schedule "
+		   "(DOT) and trace (JSON) into DIR\n");
+	return status;
+}
+
 int main(int argc, char **argv)
 {
-	int iters = argc > 1 ? atoi(argv[1]) : 20000;
+	int iters = 20000;
+	const char *trace_dir = NULL;
+
+	for (int a = 1; a < argc; a++) {
+		char *end;
+		long v;
+		if (strcmp(argv[a], "--help") == 0 || strcmp(argv[a], "-h") == 0)
+			return usage(stdout, 0);
+		if (strcmp(argv[a], "--trace") == 0 && a + 1 < argc) {
+			trace_dir = argv[++a];
+			if (mkdir(trace_dir, 0777) != 0 && errno != EEXIST) {
+				perror(trace_dir);
+				return 1;
+			}
+			continue;
+		}
+		errno = 0;
+		v = strtol(argv[a], &end, 10);
+		if (a != 1 || end == argv[a] || *end != 0 || errno || v < 1 ||
+		    v > 100000000)
+			return usage(stderr, 2);
+		iters = (int)v;
+	}
 	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
 	cgr_ctx *ctx;
 	cgr_worker *w[4];
@@ -268,9 +308,7 @@ int main(int argc, char **argv)
 	       lat[iters / 2] / 1e3, lat[iters * 99 / 100] / 1e3);
 	free(lat);
 	cgr_compiled_destroy(c);
-	ret = run_tp_mlp(ctx, iters / 10 > 100 ? iters / 10 : 100,
-			 argc > 3 && strcmp(argv[2], "--trace") == 0 ? argv[3] :
-								       NULL);
+	ret = run_tp_mlp(ctx, iters / 10 > 100 ? iters / 10 : 100, trace_dir);
 	cgr_ctx_destroy(ctx);
 	if (ret != 0 && ret != -1)
 		goto fail;

@@ -68,7 +68,7 @@ for line in open(sys.argv[1]):
     if f is not None:
         floors.setdefault((j["bench"], j["side"]), []).append(f)
 med = statistics.median
-print("%-16s %-28s %-10s %-14s %12s %12s %7s" %
+print("%-16s %-28s %-10s %-18s %12s %12s %7s" %
       ("bench", "case", "impl", "metric", "A", "B", "B/A"))
 for key in sorted(rows):
     a, b = rows[key].get("A"), rows[key].get("B")
@@ -77,8 +77,8 @@ for key in sorted(rows):
     ma, mb = med(a), med(b)
     ratio = mb / ma if ma else float("nan")
     fmt = "%12.3f %12.3f" if ma < 100 else "%12.1f %12.1f"
-    print(("%-16s %-28s %-10s %-14s " + fmt + " %7.3f") %
-          (key[0], key[1][:28], key[2][:10], key[3][:14], ma, mb, ratio))
+    print(("%-16s %-28s %-10s %-18s " + fmt + " %7.3f") %
+          (key[0], key[1][:28], key[2][:10], key[3][:18], ma, mb, ratio))
 for (bench, side), v in sorted(floors.items()):
     print("floor (one cache line) %s %s: median %.1f ns, %.1f to %.1f" %
           (bench, side, med(v), min(v), max(v)))

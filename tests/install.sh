@@ -1,8 +1,9 @@
 #!/bin/sh
 # tests/install.sh: `make install` into a scratch root, then build and run a
-# program that uses nothing but `pkg-config --cflags --libs cgr`.  TAP.
+# program that uses nothing but `pkg-config --cflags --libs cgr`, and the
+# README's sample program as it stands there (-Wall -Wextra -Werror).  TAP.
 set -u
-echo "1..4"
+echo "1..6"
 b=${abs_top_builddir:?run from make check}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -75,4 +76,22 @@ out=$("$tmp/app" 2>&1)
 case "$out" in
 *": 42") echo "ok 4 - runs: $out" ;;
 *) echo "not ok 4 - runs: $out" ;;
+esac
+# The README's sample: the first C block of "Using it", verbatim.
+src=${abs_top_srcdir:?run from make check}
+awk '/^## Using it/ { on = 1 } on && /^```c$/ { inc = 1; next }
+     inc && /^```$/ { exit } inc { print }' "$src/README.md" >"$tmp/sample.c"
+# shellcheck disable=SC2086
+if [ -s "$tmp/sample.c" ] &&
+	${CC:-cc} ${CGR_SAN_FLAGS:-} -Wall -Wextra -Werror -o "$tmp/sample" \
+	"$tmp/sample.c" $flags >"$tmp/cc2.log" 2>&1; then
+	echo "ok 5 - the README's sample builds with -Wall -Wextra -Werror"
+else
+	echo "not ok 5 - the README's sample builds"
+	sed 's/^/# /' "$tmp/cc2.log"
+fi
+out=$("$tmp/sample" 2>&1)
+case "$out" in
+42) echo "ok 6 - the README's sample prints 42" ;;
+*) echo "not ok 6 - the README's sample prints: $out" ;;
 esac
