@@ -11,7 +11,10 @@
  *    (all negative).  cgr_strerror() names any of them.  Results come back
  *    through the last pointer argument, which is untouched on failure.
  *  - Parameter structs start with `size_t size`; initialise them with the
- *    matching _INIT macro so that later versions can grow them.
+ *    matching _INIT macro so that later versions can grow them.  A struct
+ *    of an older, smaller size is read as far as it goes (the rest
+ *    defaults), a newer, larger one's tail is ignored, and a size below
+ *    sizeof(size_t) is -EINVAL.
  *  - Timeouts are in nanoseconds: a negative timeout means "the default"
  *    (from the compile parameters), 0 means "do not wait", CGR_FOREVER
  *    waits without a deadline.

@@ -56,6 +56,18 @@ static void params(void)
 	t_is(cgr_job_join(&p, &j), -EINVAL, "an unknown wait mode");
 	t_ok(j == NULL, "*out untouched on failure");
 	t_is(cgr_job_join(NULL, NULL), -EINVAL, "no out");
+	{
+		/* A struct from a newer cgr: its tail is ignored, as for
+		 * every parameter struct. */
+		struct {
+			cgr_job_params p;
+			char newer[32];
+		} big = { CGR_JOB_PARAMS_INIT, { 0 } };
+		big.p.size = sizeof(big);
+		t_is(cgr_job_join(&big.p, &j), 0, "a larger params struct");
+		cgr_job_leave(j);
+		j = NULL;
+	}
 }
 
 int main(int argc, char **argv)

@@ -866,14 +866,13 @@ static void *link_main(void *arg)
 
 static int job_params(const cgr_job_params *p, cgr_job_params *out)
 {
-	cgr_job_params d = CGR_JOB_PARAMS_INIT;
+	cgr_job_params d;
 
-	if (p != NULL) {
-		if (p->size < sizeof(size_t) || p->size > sizeof(d))
-			return -EINVAL;
-		memcpy(&d, p, p->size);
-		d.size = sizeof(d);
-	}
+	/* As every parameter struct: a smaller (older) one is read as far
+	 * as it goes, a larger one's tail is ignored. */
+	if (p != NULL && p->size < sizeof(size_t))
+		return -EINVAL;
+	CGR__PARAMS_COPY(d, p, (cgr_job_params)CGR_JOB_PARAMS_INIT);
 	if (d.driver < 0 || d.deadline_ns < 0 || d.heartbeat_ns < 0 ||
 	    d.fence_timeout_s < 0 || d.spin_ns < 0 ||
 	    (d.wait_mode != CGR_WAIT_ADAPTIVE && d.wait_mode != CGR_WAIT_BUSY &&
