@@ -410,7 +410,8 @@ enum cgr_value_kind {
  * task (an argument or constant handed in, a corrupt buffer, a worker
  * process that died) has task "" and, unless a worker is the cause,
  * worker "" too; its msg is its text.  Handed in (an argument, a
- * constant, a task's output), only kind, code and msg are read: a task
+ * constant, a task's output), only kind, code and msg are read (a code
+ * of 0 becomes CGR_ETASK, a NULL msg the empty text): a task
  * that outputs an error value is its origin.
  */
 typedef struct cgr_value {
@@ -499,8 +500,10 @@ static inline cgr_value cgr_value_list(const cgr_value *items, size_t n)
 	return v;
 }
 
-/* Bytes a tensor's elements occupy (contiguous), or 0 if malformed or if
- * that overflows size_t.  Any thread. */
+/* Bytes a tensor's elements occupy (contiguous), or 0 if its rank or
+ * shape is malformed, its element (bits x lanes) is not whole bytes, or
+ * that overflows size_t.  It checks nothing else (data, device, dtype
+ * code: cgr_execute does).  Any thread. */
 size_t cgr_tensor_nbytes(const DLTensor *t);
 
 /*
@@ -973,8 +976,10 @@ typedef uint64_t cgr_ref;
  * member).  Never
  * allocates (an argument over 512 bytes makes the pages it writes of its
  * slot's reserved big area resident, the first time only: see "Values"
- * in the README).  A CUDA tensor argument (kDLCUDA) is passed by reference:
- * it must stay valid until the execution's outputs were got.
+ * in the README).  A CUDA tensor argument (kDLCUDA) is passed by reference
+ * (no size limit): it must stay valid until the execution's outputs were
+ * got.  Only to workers of this process: in a graph with process workers
+ * or workers on other hosts, or inside a list, it is CGR_EBADVALUE.
  */
 int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 		cgr_ref *out);
@@ -1259,7 +1264,10 @@ int cgr_comm_abort(cgr_comm *c);
  * which return -ECANCELED).  NULL is a no-op. */
 void cgr_comm_destroy(cgr_comm *c);
 int cgr_comm_size(const cgr_comm *c);
-/* The message of the last failed operation on this rank ("" if none). */
+/* The message of the last failed operation on this rank ("" if none).  A
+ * call refused at once, for arguments no peer needs to hear of (a send or
+ * receive whose peer is this rank, outside a group, or out of range),
+ * returns -EINVAL and leaves the message as it was. */
 const char *cgr_comm_errmsg(const cgr_comm *c, int rank);
 /* Its id: never 0, unique in the context (and, across hosts, in the job);
  * 0 for NULL.  A task finds a communicator by it (cgr_task_comm). */
@@ -1350,8 +1358,11 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * recv == send + rank * recvcount; gather on the root: send == recv +
  * root * sendcount; scatter on the root: recv == send + root * recvcount.
  * alltoall is never in place.  Any other overlap is -EINVAL.  CGR_AVG sums
- * then divides by the number of ranks (integer division for integers);
- * float16 and bfloat16 reduce in float and round to nearest even.
+ * then divides by the number of ranks (integers: the sum wraps in the
+ * element type, as CGR_SUM's, then integer division); float16 and
+ * bfloat16 reduce in float and round to nearest even.  CGR_MIN and
+ * CGR_MAX compare with < and > as C does: a NaN, and which zero of -0.0
+ * and 0.0 wins, depend on the fold order, as in NCCL.
  *
  * Every rank calls the same operations in the same order; a rank's
  * operations run in call order even across streams.  Each call is
@@ -1609,7 +1620,8 @@ typedef struct cgr_eager_params {
 /*
  * Runs one execution of g eagerly: args in, outs (values valid until the
  * next eager run or the graph's destruction).  Returns 0 (outs may hold
- * error values), -EINVAL, CGR_ENARGS, CGR_ECOMPILED, -EBUSY, -ENOTSUP,
+ * error values), -EINVAL, CGR_ENARGS, CGR_EBADVALUE and CGR_ETOOBIG (an
+ * argument, as cgr_execute's), CGR_ECOMPILED, -EBUSY, -ENOTSUP,
  * -EDEADLK (from one of its own tasks), CGR_ESTUCK (a task did not finish
  * by its timeout: the graph runs eagerly no more; that task keeps what it
  * uses until it returns, even if the graph is destroyed meanwhile), or

@@ -1683,6 +1683,17 @@ static void check_fd_limit(void)
 	     cgr_graph_errmsg(g));
 	ret = ret == 0 ? run1(c, 1, &r, &pid) : ret;
 	t_ok(ret == 0 && r == 3, "...and runs the graph (%lld)", (long long)r);
+	{
+		/* A CUDA pointer means nothing in another process. */
+		static int64_t shape[1] = { 4 };
+		cgr_value v = cgr_value_tensor((void *)(uintptr_t)0x1000,
+					       kDLFloat, 32, 1, shape);
+		cgr_ref ref;
+		v.u.tensor.device.device_type = kDLCUDA;
+		t_is(c != NULL ? cgr_execute(c, &v, 1, &ref) : -1,
+		     CGR_EBADVALUE,
+		     "a CUDA tensor argument to a worker process is refused");
+	}
 	cgr_compiled_destroy(c);
 	cgr_graph_destroy(g);
 	t_is(cgr_worker_destroy(w, 5 * SEC), 0, "it stops cleanly");

@@ -332,6 +332,85 @@ static void check_limits(struct rig *r)
 	cgr_graph_destroy(g);
 }
 
+/* What a task sees of a CUDA tensor argument: its pointer, device and
+ * shape. */
+static int see_ref(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	static __thread uint64_t o[4];
+	(void)tc, (void)st, (void)nin, (void)nout;
+
+	o[0] = (uint64_t)(uintptr_t)in[0].u.tensor.data;
+	o[1] = (uint64_t)in[0].u.tensor.device.device_type;
+	o[2] = (uint64_t)in[0].u.tensor.device.device_id;
+	o[3] = in[0].kind == CGR_VALUE_TENSOR ?
+		       (uint64_t)in[0].u.tensor.shape[0] :
+		       0;
+	out[0] = cgr_value_bytes(o, sizeof(o));
+	return 0;
+}
+
+/* A CUDA tensor argument goes by reference (larger than any buffer: it
+ * is not copied), compiled and eager; inside a list it is refused before
+ * anything starts.  (The task does not touch the memory: no GPU here.) */
+static void check_cuda_arg(cgr_ctx *ctx, cgr_worker *w)
+{
+	static int64_t big[1] = { (int64_t)1 << 30 };
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_graph *g;
+	cgr_node *x, *y;
+	cgr_compiled *c = NULL;
+	cgr_value v, res, items[2];
+	cgr_ref ref;
+	uint64_t o[4] = { 0 };
+	int ret;
+
+	v = cgr_value_tensor((void *)(uintptr_t)0x7f0000001000ull, kDLFloat,
+			     32, 1, big);
+	v.u.tensor.device.device_type = kDLCUDA;
+	v.u.tensor.device.device_id = 3;
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	d.name = "see_ref", d.fn = see_ref;
+	cgr_graph_task(g, w, &d, &x, 1, &y, 1);
+	cgr_graph_output(g, &y, 1);
+	ret = cgr_graph_execute_eager(g, &v, 1, &res, 1, NULL);
+	if (ret == 0 && res.kind == CGR_VALUE_BYTES)
+		memcpy(o, res.u.bytes.data, sizeof(o));
+	t_ok(ret == 0 && o[0] == 0x7f0000001000ull && o[1] == kDLCUDA &&
+		     o[2] == 3 && o[3] == (uint64_t)1 << 30,
+	     "eager: a 4 GiB CUDA tensor argument arrives by reference (%s)",
+	     cgr_err_name(ret));
+	items[0] = cgr_value_bytes(o, 8);
+	items[1] = v;
+	res = cgr_value_list(items, 2);
+	t_is(cgr_graph_execute_eager(g, &res, 1, &res, 1, NULL), CGR_EBADVALUE,
+	     "eager: one inside a list is CGR_EBADVALUE");
+	cgr_graph_destroy(g);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	cgr_graph_task(g, w, &d, &x, 1, &y, 1);
+	cgr_graph_output(g, &y, 1);
+	t_is(cgr_graph_compile(g, NULL, &c), 0, "compiled");
+	cgr_graph_destroy(g);
+	memset(o, 0, sizeof(o));
+	ret = c != NULL ? cgr_execute(c, &v, 1, &ref) : -1;
+	if (ret == 0)
+		ret = cgr_ref_get(c, ref, -1, &res, 1);
+	if (ret == 0 && res.kind == CGR_VALUE_BYTES)
+		memcpy(o, res.u.bytes.data, sizeof(o));
+	t_ok(ret == 0 && o[0] == 0x7f0000001000ull && o[1] == kDLCUDA &&
+		     o[2] == 3 && o[3] == (uint64_t)1 << 30,
+	     "compiled: a 4 GiB CUDA tensor argument arrives by reference (%s)",
+	     cgr_err_name(ret));
+	if (ret == 0)
+		cgr_ref_release(c, ref);
+	res = cgr_value_list(items, 2);
+	t_is(c != NULL ? cgr_execute(c, &res, 1, &ref) : -1, CGR_EBADVALUE,
+	     "compiled: one inside a list is CGR_EBADVALUE");
+	cgr_compiled_destroy(c);
+}
+
 int main(int argc, char **argv)
 {
 	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
@@ -351,6 +430,7 @@ int main(int argc, char **argv)
 	cgr_worker_create(r.ctx, &wp, &r.w[1]);
 	check_nbytes();
 	check_limits(&r);
+	check_cuda_arg(r.ctx, r.w[0]);
 
 	cgr_graph_create(r.ctx, &g);
 	cgr_graph_input(g, 0, &in[0]);

@@ -378,6 +378,13 @@ int cgr__value_store_port(const struct cgr__port *p, uint64_t seq,
 /* A CUDA tensor argument, by reference: the header only (the caller keeps
  * its memory valid until the execution is released). */
 void cgr__value_store_ref(struct cgr__slot_hdr *h, const cgr_value *v);
+/* An argument of an execution (cgr_execute, an eager run): a CUDA tensor
+ * goes by reference (no size limit), only where every reader is in this
+ * process (local); one inside a list, or for a graph with workers in
+ * other processes, is CGR_EBADVALUE.  Else as cgr__value_check. */
+int cgr__arg_check(const cgr_value *v, size_t cap, bool local);
+/* Stores a checked argument into slot h of capacity cap. */
+void cgr__arg_store(struct cgr__slot_hdr *h, size_t cap, const cgr_value *v);
 /* Whether v is a tensor in CUDA device memory. */
 static inline bool cgr__value_on_device(const cgr_value *v)
 {

@@ -847,6 +847,24 @@ void cgr__value_store_ref(struct cgr__slot_hdr *h, const cgr_value *v)
 		      cgr__tensor_src(t));
 }
 
+int cgr__arg_check(const cgr_value *v, size_t cap, bool local)
+{
+	if (cgr__value_on_device(v))
+		return local ? cgr__value_check(v, SIZE_MAX, NULL) :
+			       CGR_EBADVALUE;
+	if (cgr__list_on_device(v))
+		return CGR_EBADVALUE;
+	return cgr__value_check(v, cap, NULL);
+}
+
+void cgr__arg_store(struct cgr__slot_hdr *h, size_t cap, const cgr_value *v)
+{
+	if (cgr__value_on_device(v))
+		cgr__value_store_ref(h, v);
+	else
+		(void)cgr__value_store(h, cap, v);
+}
+
 /* Copies n bytes to device port p's memory now (-ENODEV without the
  * device's backend). */
 static int dev_copy(const struct cgr__port *p, void *dst, const void *src,

@@ -364,14 +364,22 @@ int cgr_graph_execute_eager(cgr_graph *g, const cgr_value *args,
 				       nargs, nouts, (size_t)c->nargs,
 				       (size_t)c->nout);
 	for (size_t a = 0; a < nargs; a++)
-		if ((ret = cgr__value_check(&args[a],
-					    c->ports[c->arg_port[a]].cap,
-					    NULL)) < 0)
-			return ret;
+		if ((ret = cgr__arg_check(&args[a],
+					  c->ports[c->arg_port[a]].cap,
+					  c->seg == NULL)) < 0)
+			return cgr__graph_fail(g, ret,
+					       "argument %zu: %s (its buffer "
+					       "holds %zu bytes)",
+					       a,
+					       ret == CGR_ETOOBIG ?
+						       "too big" :
+						       "malformed, or a CUDA "
+						       "tensor in a list",
+					       c->ports[c->arg_port[a]].cap);
 	seq = c->next_seq++;
 	for (size_t a = 0; a < nargs; a++) {
 		struct cgr__port *pt = &c->ports[c->arg_port[a]];
-		cgr__value_store(cgr__port_slot(pt, seq), pt->cap, &args[a]);
+		cgr__arg_store(cgr__port_slot(pt, seq), pt->cap, &args[a]);
 	}
 	for (size_t i = 0; i < c->norder; i++) {
 		int64_t dl = cgr__deadline(ep.timeout_ns > 0 ?

@@ -89,8 +89,8 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 	if (c->unreleased >= c->p.max_inflight)
 		return CGR_ECAPACITY;
 	for (size_t a = 0; a < nargs; a++) {
-		ret = cgr__value_check(&args[a], c->ports[c->arg_port[a]].cap,
-				       NULL);
+		ret = cgr__arg_check(&args[a], c->ports[c->arg_port[a]].cap,
+				     c->seg == NULL);
 		if (ret < 0)
 			return ret;
 	}
@@ -101,7 +101,7 @@ int cgr_execute(cgr_compiled *c, const cgr_value *args, size_t nargs,
 		return ret;
 	for (size_t a = 0; a < nargs; a++) {
 		struct cgr__port *p = &c->ports[c->arg_port[a]];
-		cgr__value_store(cgr__port_slot(p, seq), p->cap, &args[a]);
+		cgr__arg_store(cgr__port_slot(p, seq), p->cap, &args[a]);
 	}
 	c->arrived[slot] = 0;
 	c->released[slot] = 0;
