@@ -682,6 +682,60 @@ static void test_destroy_in_call(void)
 	     "allreduce: aborted first, the call returns -ECANCELED");
 }
 
+/* Destroy right after every future completed: nothing is pending (no
+ * warning, no abort), and the streams' executors are done with the
+ * communicator before it is freed (TSan/ASan: no use after free). */
+static _Atomic int pending_logs;
+
+static void pending_log(void *arg, int level, const char *msg)
+{
+	(void)arg, (void)level;
+	if (strstr(msg, "pending") != NULL)
+		atomic_fetch_add(&pending_logs, 1);
+}
+
+static void test_destroy_after_wait(void)
+{
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	cgr_ctx *x;
+	cgr_stream *st[2];
+	int n = (int)t_scale(3000), bad = 0;
+
+	cp.log_fn = pending_log;
+	cp.log_level = CGR_LOG_DEBUG;
+	cgr_ctx_create(&cp, &x);
+	for (int r = 0; r < 2; r++)
+		cgr_stream_create(x, CGR_DEVICE_SIM, 0, &st[r]);
+	for (int i = 0; i < n; i++) {
+		cgr_comm *c;
+		cgr_future *f[2];
+		int32_t in[2][4], out[2][4];
+		if (cgr_comm_create(x, NULL, 2, CGR_BACKEND_CPU, &c) != 0) {
+			bad++;
+			break;
+		}
+		for (int r = 0; r < 2; r++) {
+			for (int k = 0; k < 4; k++)
+				in[r][k] = i + r + k;
+			bad += cgr_allreduce(c, r, in[r], out[r], 4, CGR_INT32,
+					     CGR_SUM, st[r], &f[r]) != 0;
+		}
+		for (int r = 0; r < 2; r++) {
+			bad += cgr_future_wait(f[r], -1) != 0 ||
+			       out[r][3] != 2 * i + 7;
+			cgr_future_release(f[r]);
+		}
+		cgr_comm_destroy(c);
+	}
+	for (int r = 0; r < 2; r++)
+		cgr_stream_destroy(st[r]);
+	cgr_ctx_destroy(x);
+	t_is(bad, 0, "%d allreduces on streams, each communicator destroyed "
+		     "once its futures completed", n);
+	t_is(atomic_load(&pending_logs), 0,
+	     "none was taken for pending (no abort)");
+}
+
 static void test_create(void)
 {
 	cgr_comm *c;
@@ -738,6 +792,7 @@ int main(int argc, char **argv)
 	test_p2p();
 	test_abort();
 	test_destroy_in_call();
+	test_destroy_after_wait();
 	cgr_comm_destroy(comm);
 	usleep(20000);
 	cgr_ctx_memory(ctx, &b1, NULL);

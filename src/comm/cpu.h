@@ -222,6 +222,9 @@ struct cgr__rank {
 	bool gmixed; /* a call on another stream: the whole group fails */
 	/* Executing side: one record at a time, in issue order. */
 	_Atomic uint64_t done cgr__aligned;
+	/* Records whose executor let go of the communicator (after done
+	 * and the bell, its last touch): what destroy waits for. */
+	_Atomic uint64_t left;
 	uint64_t coll_seq;
 	uint64_t *sidx, *ridx; /* per peer: messages sent / received */
 	/* Per peer and slot: the message that may use the slot next.  A

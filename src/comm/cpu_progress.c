@@ -262,6 +262,8 @@ static int cgr__cpu_exec(void *arg, cgr_stream *s, int err)
 	 * issuer's space check. */
 	atomic_store_explicit(&rk->done, rec->k + 1, memory_order_release);
 	cgr__bell_ring(&c->sh->bell);
+	/* L0: the last touch of c; pairs with destroy's acquire. */
+	atomic_fetch_add_explicit(&rk->left, 1, memory_order_release);
 	return res;
 }
 
