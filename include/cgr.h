@@ -546,7 +546,10 @@ typedef struct cgr_compiled cgr_compiled;
  * helpers (cgr_value_*, cgr_tensor_nbytes, cgr_dtype_size), cgr_strerror
  * and cgr_err_name, streams, events, futures and communicators (its
  * compute stream: cgr_task_stream), and the calls of graphs that run on
- * other workers.  It must not drive its own graph, which waits for it:
+ * other workers: it may build, compile, run and destroy them while the
+ * driver thread does the same with others (compiles of one context run
+ * one at a time; each graph and compiled graph is used by one thread at
+ * a time).  It must not drive its own graph, which waits for it:
  * cgr_execute, cgr_ref_get, cgr_ref_release and cgr_compiled_teardown of
  * its own graph (and cgr_graph_execute_eager of the graph it runs in
  * eagerly) return -EDEADLK, cgr_compiled_destroy of it and

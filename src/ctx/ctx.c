@@ -41,6 +41,7 @@ int cgr__ctx_new(const cgr_ctx_params *p, cgr_ctx **out)
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->ext_lock, NULL);
 	pthread_mutex_init(&ctx->comm_lock, NULL);
+	pthread_mutex_init(&ctx->graph_lock, NULL);
 	{
 		pthread_condattr_t ca;
 		pthread_condattr_init(&ca);
@@ -65,6 +66,7 @@ static void ctx_free(cgr_ctx *ctx)
 	pthread_mutex_destroy(&ctx->lock);
 	pthread_mutex_destroy(&ctx->ext_lock);
 	pthread_mutex_destroy(&ctx->comm_lock);
+	pthread_mutex_destroy(&ctx->graph_lock);
 	pthread_cond_destroy(&ctx->comm_cond);
 	arena.index = ctx->arena.index;
 	arena.flags = ctx->arena.flags;

@@ -61,9 +61,13 @@ struct cgr_ctx {
 	pthread_mutex_t ext_lock;
 	struct cgr__ctx_ext ext[CGR__CTX_EXT]; /* in order of creation */
 
-	/* The graph layers' (graph/ and above): driver thread only.  Workers
-	 * are freed with the context (release_workers), since an abandoned
-	 * worker thread uses its struct until it exits. */
+	/* The graph layers' (graph/ and above): the driver thread's, and a
+	 * task's that drives other graphs (cgr.h): graph_lock guards the
+	 * lists of graphs and compiled graphs and a whole compile (which
+	 * claims workers).  Workers are freed with the context
+	 * (release_workers), since an abandoned worker thread uses its
+	 * struct until it exits. */
+	pthread_mutex_t graph_lock;
 	struct cgr_worker *workers;	/* every worker ever created */
 	struct cgr_compiled *compiled;	/* live (not destroyed) graphs */
 	struct cgr_graph *graphs;	/* graphs not yet destroyed */

@@ -7,9 +7,33 @@
  */
 #include "drive/drive.h"
 
+/* The first graph, or compiled graph, left (a task may still make or
+ * destroy some: graph_lock). */
+static cgr_graph *first_graph(cgr_ctx *ctx)
+{
+	cgr_graph *g;
+
+	pthread_mutex_lock(&ctx->graph_lock);
+	g = ctx->graphs;
+	pthread_mutex_unlock(&ctx->graph_lock);
+	return g;
+}
+
+static cgr_compiled *first_compiled(cgr_ctx *ctx)
+{
+	cgr_compiled *c;
+
+	pthread_mutex_lock(&ctx->graph_lock);
+	c = ctx->compiled;
+	pthread_mutex_unlock(&ctx->graph_lock);
+	return c;
+}
+
 void cgr_ctx_destroy(cgr_ctx *ctx)
 {
 	cgr_worker *w;
+	cgr_graph *g;
+	cgr_compiled *c;
 
 	if (ctx == NULL || ctx->destroyed)
 		return;
@@ -21,10 +45,10 @@ void cgr_ctx_destroy(cgr_ctx *ctx)
 	}
 	ctx->destroyed = true;
 	/* Graphs first: an eager graph's own compiled graph goes with it. */
-	while (ctx->graphs != NULL)
-		cgr_graph_destroy(ctx->graphs);
-	while (ctx->compiled != NULL)
-		cgr_compiled_destroy(ctx->compiled);
+	while ((g = first_graph(ctx)) != NULL)
+		cgr_graph_destroy(g);
+	while ((c = first_compiled(ctx)) != NULL)
+		cgr_compiled_destroy(c);
 	for (w = ctx->workers; w != NULL; w = w->next)
 		cgr_worker_destroy(w, 1000000000);
 	cgr__worker_kinds_release(ctx);

@@ -392,10 +392,12 @@ void cgr_compiled_destroy(cgr_compiled *c)
 		return;
 	}
 	cgr_compiled_teardown(c, -1);
+	pthread_mutex_lock(&c->ctx->graph_lock);
 	for (pp = &c->ctx->compiled; *pp != NULL; pp = &(*pp)->next)
 		if (*pp == c) {
 			*pp = c->next;
 			break;
 		}
+	pthread_mutex_unlock(&c->ctx->graph_lock);
 	cgr__compiled_unref(c);
 }

@@ -33,7 +33,8 @@ static int check_workers(cgr_graph *g, bool dead)
 	return 0;
 }
 
-void cgr__compiled_start(cgr_ctx *ctx, cgr_compiled *c)
+/* cgr__compiled_start with ctx->graph_lock held. */
+static void start_held(cgr_ctx *ctx, cgr_compiled *c)
 {
 	const struct cgr__worker_ops *k[CGR__KINDS_MAX];
 	size_t n = cgr__compiled_kinds(c, k);
@@ -45,6 +46,13 @@ void cgr__compiled_start(cgr_ctx *ctx, cgr_compiled *c)
 			k[i]->graph_start(c);
 	c->next = ctx->compiled;
 	ctx->compiled = c;
+}
+
+void cgr__compiled_start(cgr_ctx *ctx, cgr_compiled *c)
+{
+	pthread_mutex_lock(&ctx->graph_lock);
+	start_held(ctx, c);
+	pthread_mutex_unlock(&ctx->graph_lock);
 }
 
 /* Each kind of c's workers prepares it: 0, or the first failure (g's
@@ -238,16 +246,14 @@ static void auto_comms_end(cgr_graph *g, cgr_comm **made, size_t nmade,
 			cgr_comm_destroy(made[i]);
 }
 
-int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
-		      cgr_compiled **out)
+static int compile_locked(cgr_graph *g, const cgr_compile_params *prm,
+			  cgr_compiled **out)
 {
 	cgr_compiled *c;
 	cgr_comm **made;
 	size_t nmade = 0;
 	int ret;
 
-	if (g == NULL || out == NULL)
-		return -EINVAL;
 	if ((ret = check_workers(g, true)) < 0)
 		return ret;
 	if ((made = calloc((size_t)g->ntasks + g->nnodes + 1,
@@ -269,7 +275,22 @@ int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
 		return ret;
 	}
 	g->compiled = true;
-	cgr__compiled_start(g->ctx, c);
+	start_held(g->ctx, c);
 	*out = c;
 	return 0;
+}
+
+/* One compile at a time per context: the driver's, or a task's driving
+ * another graph (it claims workers and joins the list of live graphs). */
+int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *prm,
+		      cgr_compiled **out)
+{
+	int ret;
+
+	if (g == NULL || out == NULL)
+		return -EINVAL;
+	pthread_mutex_lock(&g->ctx->graph_lock);
+	ret = compile_locked(g, prm, out);
+	pthread_mutex_unlock(&g->ctx->graph_lock);
+	return ret;
 }

@@ -37,11 +37,13 @@ int cgr_graph_create(cgr_ctx *ctx, cgr_graph **out)
 	if (g == NULL)
 		return -ENOMEM;
 	g->ctx = ctx;
+	pthread_mutex_lock(&ctx->graph_lock);
 	g->live_next = ctx->graphs;
 	if (ctx->graphs != NULL)
 		ctx->graphs->live_prev = &g->live_next;
 	g->live_prev = &ctx->graphs;
 	ctx->graphs = g;
+	pthread_mutex_unlock(&ctx->graph_lock);
 	g->nodes_tail = &g->nodes;
 	g->tasks_tail = &g->tasks;
 	*out = g;
@@ -68,9 +70,11 @@ void cgr_graph_destroy(cgr_graph *g)
 
 	if (g == NULL)
 		return;
+	pthread_mutex_lock(&g->ctx->graph_lock);
 	*g->live_prev = g->live_next;
 	if (g->live_next != NULL)
 		g->live_next->live_prev = g->live_prev;
+	pthread_mutex_unlock(&g->ctx->graph_lock);
 	if (g->eager_free != NULL)
 		g->eager_free(g);
 	a = &g->ctx->arena;

@@ -121,7 +121,9 @@ struct cgr_worker {
 	_Atomic uint32_t lost;
 	char lost_msg[200];
 
-	struct cgr_compiled *busy_with; /* driver: live graph using us */
+	/* The live graph using us: set by a compile (graph_lock), cleared
+	 * by its teardown, read by any driving thread. */
+	struct cgr_compiled *_Atomic busy_with;
 	bool destroyed;			/* driver */
 	bool abandoned; /* driver: left behind (stuck), exits by itself */
 	struct cgr_worker *next; /* ctx->workers */
