@@ -19,7 +19,8 @@
  *    (from the compile parameters), 0 means "do not wait", CGR_FOREVER
  *    waits without a deadline.
  *  - Threads: unless a prototype says otherwise, a context and everything
- *    built from it may be used by one driver thread at a time.  Task
+ *    built from it may be used by one driver thread at a time, and by
+ *    tasks driving other graphs (see "What a task may call").  Task
  *    functions and worker init/fini callbacks run on the worker's thread.
  */
 #ifndef CGR_H
