@@ -4,9 +4,12 @@
  * buffers) takes a decoded value (tests/fuzz/fuzz.h) as its argument:
  * cgr_execute returns 0, CGR_ETOOBIG or CGR_EBADVALUE, never accepts a
  * value whose data is not real memory (a range that wraps, a size past
- * the buffer), and what it accepts comes back equal (a CUDA tensor as a
- * CGR_EBADVALUE error value, an error value as an error value).  After
- * every input a plain execution still gives the right value.
+ * the buffer) but a CUDA tensor (by reference: cgr never reads it), nor a
+ * list holding one, and what it accepts comes back equal (a CUDA tensor,
+ * which the echo outputs on the host, as a CGR_EBADVALUE error value, or
+ * CGR_ETOOBIG past the output's buffer; an error value as an error
+ * value).  After every input a plain execution
+ * still gives the right value.
  */
 #include <stdlib.h>
 
@@ -47,12 +50,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fz_value(&f, &a, &fv);
 	ret = cgr_execute(c, &fv.v, 1, &ref);
 	fz_assert(ret == 0 || ret == CGR_ETOOBIG || ret == CGR_EBADVALUE);
+	if (fv.v.kind == CGR_VALUE_LIST && fz_on_device(&fv.v))
+		fz_assert(ret != 0);
 	if (ret == 0) {
-		fz_assert(fv.backed);
+		fz_assert(fv.backed || fz_on_device(&fv.v));
 		fz_assert(cgr_ref_get(c, ref, 10ll * 1000000000, &res, 1) == 0);
 		if (fz_on_device(&fv.v))
 			fz_assert(res.kind == CGR_VALUE_ERROR &&
-				  res.code == CGR_EBADVALUE);
+				  (res.code == CGR_EBADVALUE ||
+				   res.code == CGR_ETOOBIG));
 		else if (fv.v.kind == CGR_VALUE_ERROR)
 			fz_assert(res.kind == CGR_VALUE_ERROR);
 		else

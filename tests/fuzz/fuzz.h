@@ -322,7 +322,9 @@ static inline bool fz_on_device(const cgr_value *v)
 {
 	if (v->kind == CGR_VALUE_TENSOR)
 		return v->u.tensor.device.device_type == kDLCUDA;
-	for (size_t i = 0; v->kind == CGR_VALUE_LIST && i < v->u.list.n; i++)
+	for (size_t i = 0; v->kind == CGR_VALUE_LIST && v->u.list.items != NULL &&
+			    i < v->u.list.n;
+	     i++)
 		if (fz_on_device(&v->u.list.items[i]))
 			return true;
 	return false;
