@@ -849,16 +849,15 @@ void cgr__value_store_ref(struct cgr__slot_hdr *h, const cgr_value *v)
 
 int cgr__arg_check(const cgr_value *v, size_t cap, bool local)
 {
-	int ret;
-
 	if (cgr__value_on_device(v))
 		return local ? cgr__value_check(v, SIZE_MAX, NULL) :
 			       CGR_EBADVALUE;
-	/* A list's items are read once it is known to be well formed. */
-	ret = cgr__value_check(v, cap, NULL);
-	if (ret == 0 && cgr__list_on_device(v))
+	/* A list's items are looked at only where they are (else
+	 * cgr__value_check refuses it). */
+	if (v->kind == CGR_VALUE_LIST && v->u.list.items != NULL &&
+	    v->u.list.n <= CGR_MAX_LIST && cgr__list_on_device(v))
 		return CGR_EBADVALUE;
-	return ret;
+	return cgr__value_check(v, cap, NULL);
 }
 
 void cgr__arg_store(struct cgr__slot_hdr *h, size_t cap, const cgr_value *v)
