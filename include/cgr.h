@@ -1027,7 +1027,7 @@ int cgr_ref_release(cgr_compiled *c, cgr_ref ref);
  * timeout_ns (negative: 1 s; less than 20 ms: 20 ms, the least time given
  * idle workers to leave).  A worker thread still finishing its streams'
  * work at the deadline (its tasks returned) is not abandoned: it leaves
- * when that work ends (at most 2 s more per stream) and a graph
+ * when that work ends (queued stream work is not cut short) and a graph
  * compiled meanwhile starts on it then.  A worker thread stuck in a task past the
  * deadline is reported through the log and abandoned: CGR_ESTUCK is
  * returned, the worker can no longer be used, and what the stuck task may

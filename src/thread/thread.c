@@ -414,9 +414,9 @@ static int thread_graph_wait(cgr_compiled *c, int64_t deadline,
 				       CGR_WAIT_BLOCK, 0);
 		if (ret == -ETIMEDOUT &&
 		    atomic_load(&w->current_task) == NULL) {
-			/* Not in a task: finishing its streams' work (at
-			 * most 2 s each, cgr__prog_leave).  It leaves by
-			 * itself and then takes the next graph posted. */
+			/* Not in a task: finishing its streams' work
+			 * (cgr__prog_leave).  It leaves by itself and then
+			 * takes the next graph posted. */
 			cgr__warn(&c->ctx->log,
 				  "teardown: worker %s is still finishing its "
 				  "streams' work past the deadline; it leaves "
