@@ -294,13 +294,17 @@ static int serve(struct agent *a, const struct cgr__pmsg *m, int fd,
 
 	switch (m->type) {
 	case CGR__PMSG_COMPILE:
-		if (fd == -EMFILE)
+		if (fd == -EMFILE) { /* lost to our limit (agent_loop) */
+			ret = -EMFILE;
 			snprintf(why, sizeof(why),
 				 "cannot receive the graph's shared segment: "
 				 "%s",
-				 cgr_strerror(-EMFILE));
-		ret = fd < 0 ? (fd == -EMFILE ? -EMFILE : -EPROTO) :
-			       compile_one(a, m->gid, fd, why, sizeof(why));
+				 cgr_strerror(ret));
+		} else {
+			ret = fd < 0 ? -EPROTO :
+				       compile_one(a, m->gid, fd, why,
+						   sizeof(why));
+		}
 		reply(a, CGR__PMSG_COMPILED, m->gid, ret, why);
 		return 0;
 	case CGR__PMSG_RUN:

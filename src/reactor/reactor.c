@@ -79,9 +79,7 @@ static void say_fallback(struct cgr__reactor *r)
 
 	if (r->log == NULL || atomic_exchange(once, true))
 		return;
-	if (r->uring_err == -EPERM && r->uring_where != NULL &&
-	    strcmp(r->uring_where, "turned off") == 0) {
-		/* The caller's choice, not a failure. */
+	if (r->uring_off) { /* the caller's choice, not a failure */
 		cgr__info(r->log, "io_uring turned off (CGR_CTX_NO_IO_URING): "
 				  "reactors park with futex system calls");
 		return;
@@ -131,6 +129,7 @@ void cgr__reactor_init(struct cgr__reactor *r, unsigned flags)
 	if (flags & CGR__REACTOR_NO_URING) {
 		r->uring_err = -EPERM;
 		r->uring_where = "turned off";
+		r->uring_off = true;
 		return;
 	}
 	memset(&p, 0, sizeof(p));

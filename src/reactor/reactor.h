@@ -112,6 +112,7 @@ struct cgr__reactor {
 	bool uring;	/* false: futex fallback */
 	int uring_err;	/* why io_uring was not used (negative errno) */
 	const char *uring_where; /* the step that failed (a string literal) */
+	bool uring_off;		 /* CGR__REACTOR_NO_URING: the caller's choice */
 	bool test_badop;	 /* CGR__REACTOR_TEST_BADOP */
 	/* Where the fallback is said, once per *log_once (cgr__reactor_set_log). */
 	const struct cgr__logger *log;
