@@ -206,6 +206,48 @@ static int gpu_mix(cgr_task_ctx *tc, void *state, const cgr_value *in,
 	return 0;
 }
 
+/* List item i of execution seed's list: i * 4099 % 20011 bytes, each
+ * (seed + i * 13 + b) & 0xFF; odd items as uint8 tensors. */
+static size_t litem_len(size_t i)
+{
+	return i * 4099 % 20011;
+}
+
+static unsigned char litem_byte(unsigned seed, size_t i, size_t b)
+{
+	return (unsigned char)(seed + i * 13 + b);
+}
+
+/* Its input, (n, seed) as two uint32: a list of n items as above. */
+static int mklist(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		  size_t nin, cgr_value *out, size_t nout)
+{
+	static __thread cgr_value items[64];
+	static __thread int64_t shapes[64];
+	static __thread unsigned char *data;
+	uint32_t a[2];
+	size_t at = 0;
+
+	(void)tc, (void)state, (void)nin, (void)nout;
+	if (in[0].kind != CGR_VALUE_BYTES || in[0].u.bytes.len != 8)
+		return -EINVAL;
+	memcpy(a, in[0].u.bytes.data, 8);
+	if (a[0] > 64 || (data == NULL && (data = malloc(64 * 20011)) == NULL))
+		return -EINVAL;
+	for (size_t i = 0; i < a[0]; i++) {
+		size_t len = litem_len(i);
+		for (size_t b = 0; b < len; b++)
+			data[at + b] = litem_byte(a[1], i, b);
+		shapes[i] = (int64_t)len;
+		items[i] = i % 2 ? cgr_value_tensor(data + at, kDLUInt, 8, 1,
+						    &shapes[i]) :
+				   cgr_value_bytes(data + at, len);
+		at += len;
+	}
+	out[0] = cgr_value_list(items, a[0]);
+	return 0;
+}
+
 /* A stream task: its input (a CUDA tensor of uint8) as bytes, copied to
  * host memory by its stream. */
 static int gpu_d2h(cgr_task_ctx *tc, void *state, const cgr_value *in,
@@ -226,6 +268,7 @@ static int gpu_d2h(cgr_task_ctx *tc, void *state, const cgr_value *in,
 
 static const cgr_export exports[] = {
 	{ "stage", stage, NULL, NULL },
+	{ "mklist", mklist, NULL, NULL },
 	{ "gen", netcoll_gen, NULL, NULL },
 	{ "netcomm_task", netcomm_task, NULL, NULL },
 #ifdef CGR_FAKE_CUDART
@@ -497,6 +540,80 @@ static int refusals(cgr_ctx *ctx, cgr_worker *const *far)
 	return bad;
 }
 
+/* Whether list o is execution seed's list of n items (mklist). */
+static bool list_ok(const cgr_value *o, uint32_t n, unsigned seed)
+{
+	if (o->kind != CGR_VALUE_LIST || o->u.list.n != n)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		const cgr_value *it = &o->u.list.items[i];
+		const unsigned char *d;
+		size_t len = litem_len(i);
+		if (i % 2 ? it->kind != CGR_VALUE_TENSOR ||
+				    it->u.tensor.ndim != 1 ||
+				    it->u.tensor.shape[0] != (int64_t)len :
+			    it->kind != CGR_VALUE_BYTES ||
+				    it->u.bytes.len != len)
+			return false;
+		d = i % 2 ? (const unsigned char *)it->u.tensor.data +
+				    it->u.tensor.byte_offset :
+			    it->u.bytes.data;
+		for (size_t b = 0; b < len; b++)
+			if (d[b] != litem_byte(seed, i, b))
+				return false;
+	}
+	return true;
+}
+
+/* A list made on host 3 reaches the driver as a graph output only (its
+ * tables laid out on host 3 at that slot's place, read here at this
+ * slot's): 0 to 64 items of bytes and tensors, up to 1.3 MiB in all
+ * (large ones fetched by rendezvous).  Returns the lists that were not
+ * the ones made. */
+static int lists(cgr_ctx *ctx, cgr_worker *far)
+{
+	static const uint32_t ns[] = { 0, 1, 2, 3, 5, 17, 63, 64 };
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	cgr_compiled *c = NULL;
+	cgr_graph *g = NULL;
+	cgr_node *in, *o;
+	int bad = 0;
+
+	d.name = "mklist";
+	d.fn = mklist;
+	cp.max_value_bytes = 2 * MAXV;
+	if (cgr_graph_create(ctx, &g) || cgr_graph_input(g, 0, &in) ||
+	    cgr_graph_task(g, far, &d, &in, 1, &o, 1) ||
+	    cgr_graph_output(g, &o, 1) || cgr_graph_compile(g, &cp, &c)) {
+		printf("lists BAD: not compiled: %s\n", cgr_graph_errmsg(g));
+		cgr_graph_destroy(g);
+		return 1;
+	}
+	cgr_graph_destroy(g);
+	for (unsigned k = 0; k < 3 * sizeof(ns) / sizeof(ns[0]); k++) {
+		uint32_t a[2] = { ns[k % (sizeof(ns) / sizeof(ns[0]))], k };
+		cgr_value v = cgr_value_bytes(a, 8), out;
+		cgr_ref ref;
+		int ret = cgr_execute(c, &v, 1, &ref);
+		if (ret == 0)
+			ret = cgr_ref_get(c, ref, 30 * SEC, &out, 1);
+		if (ret != 0 || !list_ok(&out, a[0], k)) {
+			if (bad++ < 3)
+				printf("list of %u: %s kind %d %s\n", a[0],
+				       cgr_strerror(ret), out.kind,
+				       ret == 0 && out.kind == CGR_VALUE_ERROR ?
+					       out.u.error.msg :
+					       "");
+		}
+		if (ret == 0)
+			cgr_ref_release(c, ref);
+	}
+	cgr_compiled_destroy(c);
+	printf("lists %s\n", bad == 0 ? "OK" : "BAD");
+	return bad;
+}
+
 static int pipeline(cgr_ctx *ctx, cgr_job *job)
 {
 	cgr_worker *far[3], *near[3], *spin[3];
@@ -548,6 +665,7 @@ static int pipeline(cgr_ctx *ctx, cgr_job *job)
 	cgr_compiled_destroy(cn);
 	cgr_compiled_destroy(cs);
 	ok = refusals(ctx, far) == 0 && ok;
+	ok = lists(ctx, far[2]) == 0 && ok;
 	/* Each serving rank's stale message (fault injection) arrives
 	 * after its answer to the teardown: wait for them on the clock. */
 	{

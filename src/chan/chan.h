@@ -398,6 +398,11 @@ struct cgr__list_view {
 	cgr_value items[CGR_MAX_LIST];
 	int64_t shapes[CGR_MAX_LIST][CGR_MAX_NDIM];
 };
+/* List h arrived from another host, whose slot had its data src_off bytes
+ * past its header (this host's may sit elsewhere): its base moved so that
+ * readers here relocate its items to where its bytes now are.  Nothing for
+ * another kind. */
+void cgr__value_rebase(struct cgr__slot_hdr *h, size_t src_off);
 /* cgr__value_load, with a list laid out in another process relocated into
  * view (each item checked to lie inside the slot's cap bytes: else a
  * CGR_ECORRUPT error value); view NULL: as cgr__value_load. */

@@ -743,6 +743,18 @@ static int list_relocate(struct cgr__slot_hdr *h, size_t cap, cgr_value *v,
 	return 0;
 }
 
+void cgr__value_rebase(struct cgr__slot_hdr *h, size_t src_off)
+{
+	struct cgr__list_hdr *lh = (void *)cgr__slot_data(h);
+	size_t here = (size_t)((unsigned char *)lh - (unsigned char *)h);
+
+	/* item_relocate reads an item at (its pointer - base - offset of the
+	 * data here): base + offset must be where the sender's data began.
+	 * Unsigned, so wrapping is exact. */
+	if (h->kind == CGR_VALUE_LIST && h->len >= sizeof(*lh))
+		lh->base = lh->base + (uint64_t)src_off - (uint64_t)here;
+}
+
 void cgr__value_load_view(struct cgr__slot_hdr *h, size_t cap, cgr_value *v,
 			  struct cgr__list_view *view)
 {

@@ -39,6 +39,7 @@ struct fetch {
 	struct cgr__bgraph *bg;
 	unsigned chan;
 	uint64_t seq;
+	size_t src_off; /* where the sender's slot had its data */
 };
 
 struct cgr__bgraph {
@@ -489,13 +490,17 @@ static void value_fetched(void *arg, int status)
 	struct cgr__bgraph *bg = f->bg;
 
 	pthread_mutex_lock(&j->lock);
-	if (status < 0 && !bg->gone) {
+	if (!bg->gone) {
 		const struct cgr__port *p =
 			&bg->c->ports[bg->c->chans[f->chan].port];
-		cgr__value_store_error(cgr__port_slot(p, f->seq), p->cap,
-				       CGR_EHOSTLOST,
-				       "a value from another host did not "
-				       "arrive whole");
+		struct cgr__slot_hdr *h = cgr__port_slot(p, f->seq);
+
+		if (status < 0)
+			cgr__value_store_error(h, p->cap, CGR_EHOSTLOST,
+					       "a value from another host did "
+					       "not arrive whole");
+		else
+			cgr__value_rebase(h, f->src_off);
 	}
 	if (!bg->gone)
 		arrived(bg, f->chan, f->seq);
@@ -514,11 +519,13 @@ static void take_value(struct cgr_job *j, struct cgr__bgraph *bg,
 	const struct cgr__port *p = &c->ports[c->chans[ch].port];
 	struct cgr__slot_hdr *h = cgr__port_slot(p, seq);
 	int64_t big_off = h->big_off;
-	size_t off = 0, len;
+	size_t off = 0, len, src_off;
 	struct fetch *f;
 	unsigned char *d;
 
 	memcpy(h, slot, CGR__SLOT_HDR);
+	/* The sender's layout, for a list's tables (cgr__value_rebase). */
+	src_off = h->big ? (size_t)h->big_off : CGR__SLOT_HDR;
 	/* The layout's, not the sender's. */
 	h->big_off = big_off;
 	h->big = 0;
@@ -537,17 +544,19 @@ static void take_value(struct cgr_job *j, struct cgr__bgraph *bg,
 	d = (unsigned char *)cgr__slot_place(h, (size_t)h->len) + off;
 	if (m->rndv == NULL) {
 		memcpy(d, m->data, m->len);
+		cgr__value_rebase(h, src_off);
 		arrived(bg, ch, seq);
 		return;
 	}
 	f = &bg->fetches[(size_t)ch * c->nslots + (seq & (c->nslots - 1))];
-	*f = (struct fetch){ j, bg, ch, seq };
+	*f = (struct fetch){ j, bg, ch, seq, src_off };
 	bg->pending++;
 	switch (cgr__ucx_fetch(j->ucx, m->rndv, d, m->len, value_fetched, f)) {
 	case 1:
 		return; /* value_fetched, later */
 	case 0:
 		bg->pending--;
+		cgr__value_rebase(h, src_off);
 		arrived(bg, ch, seq);
 		return;
 	default:
