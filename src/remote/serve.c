@@ -290,7 +290,30 @@ static struct sgraph **graph_of(struct server *s, uint64_t gid)
 }
 
 /* Tears graph *pp down (timeout) and forgets it: teardown's result. */
-static int graph_end(struct server *s, struct sgraph **pp, int64_t timeout)
+/* The workers of c that its teardown abandoned, for the driver's log:
+ * "worker W (in task T), ...". */
+static void stuck_text(const cgr_compiled *c, char *buf, size_t len)
+{
+	size_t at = 0;
+
+	buf[0] = '\0';
+	for (size_t i = 0; i < c->nprogs && at < len; i++) {
+		const cgr_worker *w = c->progs[i].w;
+		const char *t = atomic_load(&w->current_task);
+		int n;
+		if (!w->abandoned)
+			continue;
+		n = snprintf(buf + at, len - at, "%sworker %s (in task %s)",
+			     at > 0 ? ", " : "", w->name,
+			     t != NULL ? t : "(none)");
+		at += n > 0 ? (size_t)n : 0;
+	}
+}
+
+/* Tears down and drops graph *pp; text (NULL: none): the workers it
+ * abandoned, if any. */
+static int graph_end(struct server *s, struct sgraph **pp, int64_t timeout,
+		     char *text, size_t len)
 {
 	struct sgraph *sg = *pp;
 	int ret = 0;
@@ -298,6 +321,8 @@ static int graph_end(struct server *s, struct sgraph **pp, int64_t timeout)
 	*pp = sg->next;
 	if (sg->started)
 		ret = cgr_compiled_teardown(sg->c, timeout);
+	if (ret == CGR_ESTUCK && text != NULL)
+		stuck_text(sg->c, text, len);
 	/* Nothing more arrives into its slots. */
 	cgr__bridge_remove(s->j, sg->c);
 	if (sg->started)
@@ -313,7 +338,7 @@ static int graph_end(struct server *s, struct sgraph **pp, int64_t timeout)
 static void shut(struct server *s, int64_t timeout)
 {
 	while (s->graphs != NULL)
-		graph_end(s, &s->graphs, timeout);
+		graph_end(s, &s->graphs, timeout, NULL, 0);
 	/* Shares of communicators the driver did not free (rcomm.c). */
 	while (s->ctx != NULL && s->ctx->comms != NULL)
 		cgr_comm_destroy(s->ctx->comms);
@@ -372,11 +397,15 @@ static int serve_one(struct server *s, const struct cgr__cmsg *cm)
 		}
 		return 0;
 	case CGR__RM_TEARDOWN:
-	case CGR__RM_DROP:
-		ret = *pp != NULL ? graph_end(s, pp, m->timeout_ns) : 0;
+	case CGR__RM_DROP: {
+		char stuck[sizeof(m->text)] = "";
+		ret = *pp != NULL ? graph_end(s, pp, m->timeout_ns, stuck,
+					      sizeof(stuck)) :
+				    0;
 		if (m->type == CGR__RM_TEARDOWN)
-			reply(s, CGR__RM_LEFT, m->gid, ret, "");
+			reply(s, CGR__RM_LEFT, m->gid, ret, stuck);
 		return 0;
+	}
 	case CGR__RM_END: {
 		/* Ending (link.c, end_all): the driver's GONE once every rank
 		 * knows, or a deadline. */
