@@ -604,16 +604,21 @@ static void check_trace(void)
 }
 
 /* Lists cross processes: from a worker process to a thread and to the
- * driver, and from a thread to a worker process (each reader relocates
- * the list's tables to its own mapping). */
+ * driver, from a thread to a worker process, and a constant list to a
+ * worker process (each reader relocates the list's tables to its own
+ * mapping). */
 static void check_lists(void)
 {
 	cgr_ctx *ctx = new_ctx();
 	cgr_worker *p0 = NULL, *p1 = NULL, *t = NULL;
 	cgr_graph *g;
 	cgr_compiled *c = NULL;
-	cgr_node *in, *a, *b, *d, *e, *outs[3];
+	cgr_node *in, *a, *b, *d, *e, *k, *f, *outs[4];
 	int bad = 0, n = (int)t_scale(1000);
+	int64_t seven = 7, kt[3] = { 7, 8, 9 }, kshape[1] = { 3 };
+	cgr_value kitems[2] = { cgr_value_bytes("item 7", 7),
+				cgr_value_tensor(kt, kDLInt, 64, 1, kshape) };
+	cgr_value klist = cgr_value_list(kitems, 2);
 
 	new_proc(ctx, "p0", "0", &p0);
 	new_proc(ctx, "p1", "0", &p1);
@@ -625,16 +630,18 @@ static void check_lists(void)
 	d = task(g, t, t_list, "tlist", in);	 /* thread -> */
 	e = task(g, p1, t_unlist, "punlist", d); /* -> process */
 	outs[0] = b, outs[1] = e, outs[2] = a;	 /* and -> driver */
-	cgr_graph_output(g, outs, 3);
+	cgr_graph_const(g, &klist, &k);
+	outs[3] = f = task(g, p1, t_unlist, "cunlist", k); /* const -> */
+	cgr_graph_output(g, outs, 4);
 	t_is(cgr_graph_compile(g, NULL, &c), 0, "list graph compiles: %s",
 	     cgr_graph_errmsg(g));
 	cgr_graph_destroy(g);
 	for (int i = 0; c != NULL && i < n; i++) {
 		int64_t v = 1000 + i, r0 = 0, r1 = 0;
-		cgr_value arg = cgr_value_bytes(&v, 8), o[3];
+		cgr_value arg = cgr_value_bytes(&v, 8), o[4];
 		cgr_ref r;
 		if (cgr_execute(c, &arg, 1, &r) != 0 ||
-		    cgr_ref_get(c, r, 10 * SEC, o, 3) != 0) {
+		    cgr_ref_get(c, r, 10 * SEC, o, 4) != 0) {
 			bad++;
 			break;
 		}
@@ -647,6 +654,15 @@ static void check_lists(void)
 			       o[1].kind == CGR_VALUE_ERROR ? o[1].u.error.msg :
 							      "?");
 		bad += r0 != v || r1 != v;
+		if (o[3].kind != CGR_VALUE_BYTES || o[3].u.bytes.len != 8 ||
+		    memcmp(o[3].u.bytes.data, &seven, 8) != 0) {
+			if (bad++ == 0)
+				t_diag("execution %d: the constant list: %s",
+				       i,
+				       o[3].kind == CGR_VALUE_ERROR ?
+					       o[3].u.error.msg :
+					       "not its value");
+		}
 		bad += o[2].kind != CGR_VALUE_LIST || o[2].u.list.n != 2 ||
 		       strncmp(o[2].u.list.items[0].u.bytes.data, "item ", 5) ||
 		       ((const int64_t *)o[2].u.list.items[1].u.tensor.data)[1] !=
@@ -655,7 +671,8 @@ static void check_lists(void)
 	}
 	t_is(c != NULL ? bad : -1, 0,
 	     "%d executions of lists from a process to a thread and to the "
-	     "driver, and from a thread to a process: every item right",
+	     "driver, from a thread to a process, and a constant list to a "
+	     "process: every item right",
 	     n);
 	cgr_compiled_destroy(c);
 	cgr_ctx_destroy(ctx);

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "chan/chan.h"
@@ -493,6 +494,28 @@ static int make_task(struct unpack *u, uint32_t ti, cgr_node **first)
 	return 0;
 }
 
+/* Constant id, from its slot as the sender laid it out (a list's tables
+ * point into the sender's copy: relocated into a view, which
+ * cgr_graph_const copies). */
+static int make_const(struct unpack *u, uint32_t id, cgr_node **n)
+{
+	struct cgr__slot_hdr *h = (struct cgr__slot_hdr *)u->cdata[id];
+	struct cgr__list_view *view = NULL;
+	cgr_value v;
+	int ret;
+
+	if (h->kind == CGR_VALUE_LIST &&
+	    (view = malloc(sizeof(*view))) == NULL)
+		return -ENOMEM;
+	cgr__value_load_view(h, (size_t)(u->bn[id]->clen - CGR__SLOT_HDR), &v,
+			     view);
+	ret = v.kind == CGR_VALUE_ERROR && h->kind != CGR_VALUE_ERROR ?
+		      bad(u->r, "constant %u: %s", id, v.u.error.msg) :
+		      cgr_graph_const(u->g, &v, n);
+	free(view);
+	return ret;
+}
+
 /* The nodes in creation order (a task's output nodes where its first
  * one was made), then every task's inputs and the outputs. */
 static int build(struct unpack *u)
@@ -506,10 +529,7 @@ static int build(struct unpack *u)
 		if (bn->kind == CGR__NODE_INPUT) {
 			ret = cgr_graph_input(u->g, bn->index, &n);
 		} else if (bn->kind == CGR__NODE_CONST) {
-			cgr_value v;
-			cgr__value_load((struct cgr__slot_hdr *)u->cdata[id],
-					&v);
-			ret = cgr_graph_const(u->g, &v, &n);
+			ret = make_const(u, id, &n);
 		} else if (n == NULL) {
 			if (ti >= u->h->ntasks)
 				return bad(u->r, "more tasks than %u",
