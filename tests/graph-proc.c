@@ -11,7 +11,8 @@
  * in flight becomes a CGR_EPEERDEAD error value naming it, the context
  * stays usable without it); a worker stuck in a task past the teardown
  * deadline (killed, CGR_ESTUCK), and one stopped (SIGSTOP: killed at the
- * deadline, the call returns on time); a worker killed just before the
+ * deadline, the call returns on time; stopped before a compile: killed
+ * after 10 s without an answer, CGR_ESTUCK); a worker killed just before the
  * driver sends it something (a compile, a destroy: CGR_EPEERDEAD saying
  * it died, never a bare -EPIPE); a task that ends its worker's thread
  * (pthread_exit) or process (exit): a death, reported as one; the driver
@@ -81,7 +82,11 @@ static int w_init(void *arg, void **state)
 
 static void w_fini(void *arg, void *state)
 {
-	(void)arg;
+	/* A fini that takes its time (flushing, say): 200 ms. */
+	struct timespec slow = { 0, 200000000 };
+
+	if (arg != NULL && strcmp(arg, "slowfini") == 0)
+		nanosleep(&slow, NULL);
 	free(state);
 }
 
@@ -1075,6 +1080,59 @@ static void check_stopped(void)
 	leaks_check(before, "stopped worker");
 }
 
+/* A worker process stopped (SIGSTOP) before a compile: the compile is
+ * cgr's own work, so it does not wait for ever: after 10 s without its
+ * answer the process is killed and the compile fails with CGR_ESTUCK,
+ * saying so; the worker is dead then (CGR_EPEERDEAD). */
+static void check_stopped_compile(void)
+{
+	struct leaks before = leaks_now();
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *p0 = NULL;
+	cgr_graph *g = NULL;
+	cgr_compiled *c = NULL;
+	cgr_node *in, *a;
+	int64_t t0, dt;
+
+	new_proc(ctx, "p0", "1", &p0);
+	t_is(kill(cgr_worker_pid(p0), SIGSTOP), 0, "p0 stopped (SIGSTOP)");
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &in);
+	a = task(g, p0, t_add, "first", in);
+	cgr_graph_output(g, &a, 1);
+	t0 = t_now_ns();
+	t_is(cgr_graph_compile(g, NULL, &c), CGR_ESTUCK,
+	     "compile with p0 stopped: CGR_ESTUCK");
+	dt = t_now_ns() - t0;
+	t_ok(strstr(cgr_graph_errmsg(g), "did not answer") != NULL,
+	     "...saying so: %s", cgr_graph_errmsg(g));
+	t_ok(dt >= 10 * SEC - SEC / 100 && dt < 12 * SEC,
+	     "...after its 10 s (%.1f ms)", dt / 1e6);
+	cgr_graph_destroy(g);
+	t_is(cgr_worker_destroy(p0, SEC), CGR_EPEERDEAD,
+	     "the stopped worker was killed: destroy says it died");
+	cgr_ctx_destroy(ctx);
+	leaks_check(before, "stopped worker at compile");
+}
+
+/* cgr_worker_destroy(w, 400 ms) of a worker process whose fini takes
+ * 200 ms: fini gets the whole timeout, not a part of it (0, not killed). */
+static void check_slow_fini(void)
+{
+	cgr_ctx *ctx = new_ctx();
+	cgr_worker *p0 = NULL;
+	int64_t t0, dt;
+
+	t_is(new_proc(ctx, "p0", "slowfini", &p0), 0, "slow fini: created");
+	t0 = t_now_ns();
+	t_is(cgr_worker_destroy(p0, 400000000), 0,
+	     "destroy(400 ms) waits for a fini of 200 ms: 0");
+	dt = t_now_ns() - t0;
+	t_ok(dt >= 200000000 && dt < 400000000,
+	     "...returning when fini did (%.1f ms)", dt / 1e6);
+	cgr_ctx_destroy(ctx);
+}
+
 /* A pidfd of the test's own for pid (not reaped by it). */
 static int pidfd_of(int pid)
 {
@@ -1812,6 +1870,8 @@ int main(int argc, char **argv)
 	check_kill(8, "kill -9 with its ring full");
 	check_stuck();
 	check_stopped();
+	check_stopped_compile();
+	check_slow_fini();
 	check_dead_send((int)(t_scale(40) < 20 ? 20 : t_scale(40)));
 	check_task_exit(-1, "a task calls pthread_exit", "thread exited");
 	check_task_exit(-2, "a task calls exit(7)", "exited with status 7");

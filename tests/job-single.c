@@ -9,7 +9,9 @@
  * builds: nothing leaks, a failed PMIx_Init would keep a few bytes).
  */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cgr.h>
@@ -51,6 +53,13 @@ static void params(void)
 	p.heartbeat_ns = 2000000;
 	t_is(cgr_job_join(&p, &j), -EINVAL,
 	     "heartbeats no sooner than the deadline");
+	p.heartbeat_ns = 500001;
+	t_is(cgr_job_join(&p, &j), -EINVAL,
+	     "heartbeats less often than half the deadline: -EINVAL");
+	p.heartbeat_ns = 500000;
+	t_is(cgr_job_join(&p, &j), 0, "every half deadline: accepted");
+	cgr_job_leave(j);
+	j = NULL;
 	p = (cgr_job_params)CGR_JOB_PARAMS_INIT;
 	p.wait_mode = 7;
 	t_is(cgr_job_join(&p, &j), -EINVAL, "an unknown wait mode");
@@ -167,5 +176,31 @@ int main(int argc, char **argv)
 	t_ok(ret == 0 && cgr_job_size(j) == 1, "...a job of one again");
 	if (ret == 0)
 		cgr_job_leave(j);
+#if defined(HAVE_PMIX) && defined(HAVE_UCX)
+	/* A launcher's variables set, its PMIx server nowhere: not a job
+	 * of one (every rank would drive its own), -EIO.  In a child: the
+	 * failed PMIx_Init keeps a few bytes (sanitizer builds see them). */
+	{
+		int status = -1;
+		pid_t pid = fork();
+		if (pid == 0) {
+			setenv("PMIX_NAMESPACE", "cgr-test-no-such-launcher", 1);
+			setenv("PMIX_RANK", "0", 1);
+			j = NULL;
+			ret = cgr_job_join(NULL, &j);
+			_exit(ret == -EIO && j == NULL	   ? 0 :
+			      ret == -ENOENT && j == NULL ? 2 :
+							    1);
+		}
+		waitpid(pid, &status, 0);
+		t_ok(WIFEXITED(status) && WEXITSTATUS(status) != 1,
+		     "launcher variables without its PMIx: %s, not a job of "
+		     "one",
+		     WIFEXITED(status) && WEXITSTATUS(status) == 0 ? "-EIO" :
+		     WIFEXITED(status) && WEXITSTATUS(status) == 2 ?
+								      "-ENOENT (no libpmix)" :
+								      "wrong");
+	}
+#endif
 	return t_done();
 }

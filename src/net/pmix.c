@@ -167,9 +167,14 @@ int cgr__boot_init(struct cgr__boot *b, char *why, size_t len)
 	rc = fns->init(self(b), NULL, 0);
 	if (rc != PMIX_SUCCESS) {
 		b->ready = false;
-		return fail(b, -ENODEV, rc,
-			    "PMIx_Init (not started by a PMIx launcher?)", why,
-			    len);
+		/* A launcher started it (its variables are set) but its
+		 * PMIx cannot be reached: not a job of one (every rank
+		 * would drive its own). */
+		return fail(b, -EIO, rc,
+			    "PMIx_Init (PMIX_NAMESPACE or PMIX_RANK is set, "
+			    "but the launcher's PMIx server cannot be "
+			    "reached)",
+			    why, len);
 	}
 	b->rank = self(b)->rank;
 	memcpy(b->nspace, self(b)->nspace, sizeof(pmix_nspace_t));

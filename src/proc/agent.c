@@ -135,6 +135,7 @@ static int become(struct agent *a, const struct cgr__pmsg *m,
 		snprintf(text, sizeof(text),
 			 "its init/fini '%s' is not exported by this program",
 			 m->fn);
+		cgr__err(&a->ctx->log, "%s: exiting", text);
 		ret = -ENOENT;
 	}
 	if (ret == 0) {
@@ -284,6 +285,14 @@ static int graph_end(struct agent *a, struct agraph **pp, int64_t timeout)
 
 /* ---- the control loop ---------------------------------------------- */
 
+/* What is left of a STOP's time until end (0 stays 0: abandon). */
+static int64_t left_ns(const struct cgr__pmsg *m, int64_t end)
+{
+	int64_t left = end - cgr__now_ns();
+
+	return m->timeout_ns <= 0 ? m->timeout_ns : left > 0 ? left : 1;
+}
+
 /* One message; 1 once the agent is to exit (its status in *status). */
 static int serve(struct agent *a, const struct cgr__pmsg *m, int fd,
 		 int *status)
@@ -319,13 +328,16 @@ static int serve(struct agent *a, const struct cgr__pmsg *m, int fd,
 		if (m->type == CGR__PMSG_TEARDOWN)
 			reply(a, CGR__PMSG_LEFT, m->gid, ret, "");
 		return 0;
-	case CGR__PMSG_STOP:
+	case CGR__PMSG_STOP: {
+		/* One deadline for all: fini gets what the graphs left. */
+		int64_t end = cgr__now_ns() + m->timeout_ns;
 		while (a->graphs != NULL)
-			graph_end(a, &a->graphs, m->timeout_ns / 2);
-		ret = cgr_worker_destroy(a->self, m->timeout_ns / 2);
+			graph_end(a, &a->graphs, left_ns(m, end));
+		ret = cgr_worker_destroy(a->self, left_ns(m, end));
 		reply(a, CGR__PMSG_BYE, 0, ret, "");
 		*status = ret == 0 ? 0 : 1;
 		return 1;
+	}
 	default:
 		fprintf(stderr,
 			"cgr worker %s: a control message of type %u: "

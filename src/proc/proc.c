@@ -795,6 +795,9 @@ static int proc_create(cgr_worker *w, const cgr_worker_params *p)
 				      start_child(w, why, sizeof(why));
 	if (ret < 0 && why[0])
 		cgr__err(&w->ctx->log, "worker %s: %s", w->name, why);
+	/* Exited before it joined: it died before its init returned. */
+	if (ret == -ECHILD)
+		ret = CGR_EPEERDEAD;
 	if (ret == 0)
 		ret = start(w);
 	if (ret == 0)
@@ -981,6 +984,21 @@ static void send_all(cgr_compiled *c, int type, int64_t deadline,
 			psend(pg->ws[i], &m, sizeof(m), NULL, 0, deadline);
 }
 
+/* Kills worker process w, which then died "was killed: <past>". */
+static void proc_kill(cgr_worker *w, const char *past)
+{
+	struct cgr__proc *pr = proc_of(w);
+
+	/* Under the lock: the monitor reads why once it sees the end. */
+	pthread_mutex_lock(&pr->ps->lock);
+	if (!atomic_load_explicit(&pr->dead, memory_order_relaxed))
+		snprintf(pr->why, sizeof(pr->why),
+			 "worker %s (pid %d) was killed: %s", w->name, pr->pid,
+			 past);
+	pthread_mutex_unlock(&pr->ps->lock);
+	syscall(SYS_pidfd_send_signal, pr->pidfd, SIGKILL, NULL, 0);
+}
+
 /* g's compile fails on w (code r; text: the worker's reason): g's errmsg
  * says whose and why. */
 static int compile_failed(cgr_graph *g, cgr_worker *w, int r,
@@ -1001,6 +1019,7 @@ static int proc_graph_prepare(cgr_compiled *c, cgr_graph *g)
 {
 	struct cgr__pmsg m;
 	size_t i, sent = 0;
+	int64_t deadline;
 	int ret;
 
 	if (c->seg == NULL)
@@ -1017,12 +1036,21 @@ static int proc_graph_prepare(cgr_compiled *c, cgr_graph *g)
 			break; /* w did not get it */
 		}
 	}
+	/* Its compile is ours, not the user's: a process that does not
+	 * answer by then (stopped, hung) is killed. */
+	deadline = cgr__now_ns() + CGR__PROC_COMPILE_NS;
 	for (i = 0; i < sent; i++) {
 		cgr_worker *w = pgraph_of(c)->ws[i];
-		int r = await(w, &m, CGR__PMSG_COMPILED, CGR_FOREVER);
+		int r = await(w, &m, CGR__PMSG_COMPILED, deadline);
 		const char *text = "";
 		if (r == 0 && m.code != 0)
 			r = m.code, text = m.text;
+		if (r == -ETIMEDOUT) {
+			proc_kill(w, "it did not answer a compile in time");
+			r = CGR_ESTUCK;
+			text = "it did not answer within 10 s (stopped or "
+			       "hung?): killed";
+		}
 		if (r != 0 && ret == 0)
 			ret = compile_failed(g, w, r, text);
 	}
@@ -1057,21 +1085,11 @@ static void proc_graph_start(cgr_compiled *c)
 /* w did not leave graph c in time: it is killed. */
 static void kill_stuck(cgr_compiled *c, cgr_worker *w, const char *text)
 {
-	struct cgr__proc *pr = proc_of(w);
-
 	cgr__err(&c->ctx->log,
 		 "teardown: worker %s (pid %d) did not leave the graph by the "
 		 "deadline%s%s; killed",
-		 w->name, pr->pid, text[0] ? ": " : "", text);
-	/* Under the lock: the monitor reads why once it sees the end. */
-	pthread_mutex_lock(&pr->ps->lock);
-	if (!atomic_load_explicit(&pr->dead, memory_order_relaxed))
-		snprintf(pr->why, sizeof(pr->why),
-			 "worker %s (pid %d) was killed: stuck past a "
-			 "teardown deadline",
-			 w->name, pr->pid);
-	pthread_mutex_unlock(&pr->ps->lock);
-	syscall(SYS_pidfd_send_signal, pr->pidfd, SIGKILL, NULL, 0);
+		 w->name, proc_of(w)->pid, text[0] ? ": " : "", text);
+	proc_kill(w, "stuck past a teardown deadline");
 }
 
 /* Teardown: each worker process is told to leave c, given a little less

@@ -13,6 +13,9 @@
 
 #define CGR__WORKER_ENV "CGR_WORKER"
 #define CGR__PROC_MAX 1024 /* process workers per context */
+/* How long a worker process may take to answer a compile (its share of
+ * the graph: cgr's work, not the user's) before it is killed. */
+#define CGR__PROC_COMPILE_NS 10000000000ll
 
 /* ---- control messages ---------------------------------------------- */
 

@@ -882,7 +882,9 @@ static int job_params(const cgr_job_params *p, cgr_job_params *out)
 		d.deadline_ns = 3000000000ll;
 	if (d.heartbeat_ns == 0)
 		d.heartbeat_ns = d.deadline_ns / 6;
-	if (d.heartbeat_ns >= d.deadline_ns)
+	/* Room for a late tick on each side and the trip: a peer's
+	 * heartbeats must arrive well within the deadline. */
+	if (d.heartbeat_ns > d.deadline_ns / 2)
 		return -EINVAL;
 	if (d.fence_timeout_s == 0)
 		d.fence_timeout_s = 60;
@@ -988,6 +990,11 @@ static void job_free(struct cgr_job *j)
 		out_end(o, -ECONNRESET);
 	}
 	cgr__rcomm_box_free(j);
+	/* Lost peers the link did not close yet: by force, not waited
+	 * on. */
+	for (uint32_t i = 0; j->ucx != NULL && i < j->size; i++)
+		if (i != j->rank && cgr__job_lost(j, i, NULL))
+			cgr__ucx_peer_close(j->ucx, i, j->peers[i].why);
 	cgr__ucx_close(j->ucx);
 	/* After a loss (here, or the driver's: its END says so) the
 	 * launcher may be ending the job and never answer PMIx_Finalize
@@ -1052,10 +1059,13 @@ int cgr_job_join(const cgr_job_params *p, cgr_job **out)
 		j->booted = true;
 		j->rank = j->boot.rank;
 		j->size = j->boot.size;
-	} else if (ret == -ENOSYS || ret == -ENOENT || ret == -ENODEV) {
-		/* No launcher (or no PMIx here): a job of one. */
+	} else if (ret == -ENOSYS || ret == -ENODEV) {
+		/* No launcher (or a build without PMIx): a job of one. */
 		cgr__info(&j->log, "a job of one process: %s", why);
 		ret = 0;
+	} else {
+		/* A launcher, and no PMIx to join it through. */
+		cgr__err(&j->log, "cannot join the job: %s", why);
 	}
 	if (ret == 0 && (unsigned)d.driver >= j->size)
 		ret = -EINVAL, cgr__err(&j->log,
@@ -1167,10 +1177,18 @@ static void end_all(struct cgr_job *j)
 	send_all(j, CGR__RM_END, atomic_load(&j->st_lost) != 0);
 	for (uint32_t i = 0; i < j->size; i++) {
 		struct cgr__cmsg *cm;
-		if (i != j->rank &&
-		    cgr__job_await(j, i, CGR__RM_ENDING, 0, deadline, &cm) ==
-			    0)
+		int ret = i == j->rank ? 0 :
+					 cgr__job_await(j, i, CGR__RM_ENDING,
+							0, deadline, &cm);
+		if (ret == 0 && i != j->rank)
 			free(cm);
+		/* Silent that long (stopped, cut off): lost, so that
+		 * nothing after waits on it (its endpoint is closed by
+		 * force, not gracefully). */
+		if (ret == -ETIMEDOUT)
+			cgr__job_lose(j, i,
+				      "it did not answer the driver's leave "
+				      "within the deadline");
 	}
 	send_all(j, CGR__RM_GONE, 0);
 }
