@@ -319,8 +319,14 @@ typedef struct cgr_worker_params {
  * Starts a worker thread and runs init on it.  Blocks until init returned.
  * Returns 0, -EINVAL, -ENODEV (no such CUDA device), -ENOMEM, -EAGAIN (no
  * thread), init's code, CGR_EPEERDEAD (init ended its thread:
- * pthread_exit; a worker process that died before its init returned), or
- * -ETIMEDOUT (join_addr: nobody joined within join_timeout_ns).
+ * pthread_exit; a worker process that died, or exited, before its init
+ * returned), -ETIMEDOUT (join_addr: nobody joined within
+ * join_timeout_ns; a process cgr started that did not join within 10 s),
+ * -ENOENT (a process worker's, or another rank's, program does not
+ * export the init or fini: every process must have the same exports),
+ * -EPROTO (a process other than the one cgr started connected, or a
+ * malformed control message), or CGR_EHOSTLOST (rank: that host is
+ * lost).  The log says why.
  */
 int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 		      cgr_worker **out);
@@ -332,8 +338,11 @@ int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
  * uses the worker; CGR_ESTUCK if the thread did not stop in time (it is then
  * abandoned: it frees what it owns when it returns); CGR_EPEERDEAD if the
  * worker had died (below; its remains are freed all the same), or its fini
- * ended its thread.  The handle stays valid, marked destroyed, until the
- * context is destroyed; a second call is a no-op returning 0.
+ * ended its thread; CGR_EHOSTLOST if it is on a lost host (not waited
+ * for).  A worker process runs fini within the same timeout, or is killed
+ * (0: killed at once, fini not run).  The handle stays valid, marked
+ * destroyed, until the context is destroyed; a second call is a no-op
+ * returning 0.
  */
 int cgr_worker_destroy(cgr_worker *w, int64_t timeout_ns);
 
@@ -349,7 +358,8 @@ int cgr_worker_destroy(cgr_worker *w, int64_t timeout_ns);
  * and destroy work as usual; other workers of the graph leave it and
  * serve other graphs.  The dead worker serves no more: compiling a graph
  * with it, or running one eagerly, fails with CGR_EPEERDEAD (the graph's
- * errmsg says how it died), and cgr_worker_destroy returns CGR_EPEERDEAD.
+ * errmsg says how it died; a process worker, dead or alive, never runs
+ * eagerly: -ENOTSUP), and cgr_worker_destroy returns CGR_EPEERDEAD.
  * A worker thread that ends inside a task still leaves its program,
  * runs its fini (on that thread, as it ends) and frees what cgr held for
  * it, so nothing leaks; one that ends inside init fails
@@ -647,7 +657,9 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * armed.  wait_mode and spin_ns below are that thread's.  UCX_TLS is
  * honoured among host-memory transports: device transports named there
  * (cuda_copy, cuda_ipc, gdr_copy, rocm_*) are left out, and
- * cgr_job_transports says what was used.  UCX_NET_DEVICES picks the
+ * cgr_job_transports says what was used; it must name a network
+ * transport (tcp, rc, ud, dc: shared memory and self alone cannot tell a
+ * peer's failure, and cgr_job_join refuses them with -EINVAL).  UCX_NET_DEVICES picks the
  * interfaces.  The job's processes find each other through PMIx (each
  * publishes its UCX address and host with Put, Commit and a Fence).
  *
@@ -676,9 +688,13 @@ typedef struct cgr_job_params {
 	void *log_arg;
 	int log_level;
 	int driver;	     /* the driver's rank (default 0) */
+	/* 0 picks each default (in parentheses); a negative value, or an
+	 * unknown wait_mode, is -EINVAL. */
 	int64_t deadline_ns; /* a peer not heard from this long is lost (3 s) */
 	int64_t heartbeat_ns; /* sent to a peer after this long without
-				 anything for it (deadline / 6) */
+				 anything for it (deadline / 6); at most
+				 deadline / 2 (-EINVAL): heartbeats must
+				 arrive well within the deadline */
 	int fence_timeout_s; /* the bootstrap's fence (60 s) */
 	int wait_mode;	     /* enum cgr_wait_mode: how the link waits */
 	int64_t spin_ns;     /* CGR_WAIT_ADAPTIVE's spin (50 us) */
@@ -693,19 +709,24 @@ typedef struct cgr_job_params {
  * a job of one rank, this process, its driver, so that the same program
  * runs on one host unchanged.  Collective: every rank of the job calls
  * it.  Blocks until every rank joined (the fence) or fence_timeout_s.
- * Returns 0, -EINVAL, -ENOMEM, -ETIMEDOUT, -EIO (PMIx or UCX failed: the
- * log says why), -ENOENT (libucp.so.0 cannot be loaded under a
+ * Returns 0, -EINVAL (also: UCX_TLS names no network transport, only
+ * shared memory and self, which cannot tell a peer's failure), -ENOMEM,
+ * -ETIMEDOUT, -EIO (PMIx or UCX failed: the log says why; also when the
+ * launcher's variables PMIX_NAMESPACE or PMIX_RANK are set but its PMIx
+ * server cannot be reached, rather than a job of one per process),
+ * -ENOENT (libpmix.so.2 or libucp.so.0 cannot be loaded under a
  * launcher), -EBUSY (this process is in a job already: one per process,
  * until cgr_job_leave, and after a loss until the last job's PMIx ended:
  * see cgr_job_leave).  Any thread; the job is then this process's.
  */
 int cgr_job_join(const cgr_job_params *p, cgr_job **out);
-/* This process's rank, the job's size, and its driver's rank. */
+/* This process's rank, the job's size, and its driver's rank (-EINVAL
+ * for a NULL job). */
 int cgr_job_rank(const cgr_job *j);
 int cgr_job_size(const cgr_job *j);
 int cgr_job_driver(const cgr_job *j);
-/* The host rank runs on, as the launcher named it ("" if unknown);
- * valid while the job lives. */
+/* The host rank runs on, as the launcher named it ("" if unknown, or
+ * for a rank not in the job); valid while the job lives. */
 const char *cgr_job_host(const cgr_job *j, int rank);
 /* What UCX uses between hosts, e.g. "UCX_TLS=tcp,self (left out:
  * cuda_copy); resources: self/memory0 tcp/eth0" ("" in a job of one). */
@@ -740,7 +761,8 @@ void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out);
 /* Leaves the job: the driver first tells every serving rank to return,
  * in two steps so that no rank takes another's exit for a loss: each
  * rank answers that it is ending (the driver waits for the answers at
- * most cgr_job_params.deadline_ns), then its cgr_job_serve returns.
+ * most cgr_job_params.deadline_ns, and takes a rank that did not answer
+ * by then for lost), then its cgr_job_serve returns.
  * Then the link stops, UCX and PMIx end.  Contexts using the job must be
  * destroyed first.  Never waits on a lost host, nor long on the launcher
  * after a loss (this rank's, or one the driver saw): a launcher that ends
@@ -903,7 +925,8 @@ const char *cgr_node_name(const cgr_node *n);
 
 /*
  * The last error message of a graph call (compile validation names the
- * nodes involved here).  Valid until the next call on g.
+ * nodes involved here); a call that succeeds leaves it as it was.  Valid
+ * until the next call on g.
  */
 const char *cgr_graph_errmsg(const cgr_graph *g);
 
@@ -956,7 +979,12 @@ typedef struct cgr_compile_params {
  * cgr_graph_errmsg names the nodes.  A graph compiles once (CGR_ECOMPILED).
  * A worker serves one live compiled graph at a time (-EBUSY).  Resources
  * that run out give their errno (-ENOMEM, -EAGAIN: no stream thread,
- * -EMFILE, ...), every failure with its reason in cgr_graph_errmsg.
+ * -EMFILE, ...), every failure with its reason in cgr_graph_errmsg.  With
+ * workers in other processes or on other hosts, each compiles its share:
+ * CGR_EPEERDEAD (a worker that died), CGR_ESTUCK (a worker process that
+ * did not answer within 10 s, stopped or hung: it is killed),
+ * CGR_EHOSTLOST (a lost host), -EPROTO (a program there that does not
+ * export a task's function: every process must have the same exports).
  */
 int cgr_graph_compile(cgr_graph *g, const cgr_compile_params *p,
 		      cgr_compiled **out);
@@ -1222,12 +1250,14 @@ size_t cgr_dtype_size(cgr_dtype dt);
 #define CGR_MAX_RANKS 256
 
 /*
- * Creates a communicator of n ranks (at most CGR_MAX_RANKS).  members (may be NULL)
- * binds rank i to worker members[i] (distinct, non-NULL); without members,
- * any n threads may drive the ranks (one thread per rank at a time).
- * CGR_BACKEND_AUTO picks CPU.  Returns 0, -EINVAL, -ENOMEM, -EOPNOTSUPP
- * (backend not built), -ENODEV (NCCL: the library or a device is
- * missing; the log says which).
+ * Creates a communicator of n ranks (at most CGR_MAX_RANKS).  members
+ * (may be NULL) binds rank i to worker members[i] (distinct, non-NULL,
+ * this context's, not destroyed: else -EINVAL; thread workers: a process
+ * worker is -ENOTSUP, its tasks could never reach a communicator of this
+ * process); without members, any n threads may drive the ranks (one
+ * thread per rank at a time).  CGR_BACKEND_AUTO picks CPU.  Returns 0,
+ * -EINVAL, -ENOTSUP, -ENOMEM, -EOPNOTSUPP (backend not built), -ENODEV
+ * (NCCL: the library or a device is missing; the log says which).
  *
  * CGR_BACKEND_NCCL: rank i is members[i]'s CUDA device
  * (cgr_worker_params.device; without members, CUDA device i), each rank
@@ -1372,7 +1402,14 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * operations run in call order even across streams.  Each call is
  * enqueued on stream s (NULL: run on the calling thread, returning the
  * operation's result when done) and yields a future in *out (may be NULL;
- * with s NULL it is already complete).  Before data moves the ranks agree
+ * with s NULL it is already complete; a call that returns an error yields
+ * none, *out untouched).  A count of 0 is valid (buffers may then be
+ * NULL) when every rank passes 0.  With s NULL, a CPU communicator's
+ * operation has no deadline: a rank waits for its peers as long as they
+ * take (cgr_comm_abort or cgr_comm_destroy from another thread releases
+ * it with -ECANCELED; on a stream, cgr_future_wait bounds the caller's
+ * wait); NCCL's operations have a deadline of 60 s (-ETIMEDOUT, the
+ * communicator aborted).  Before data moves the ranks agree
  * on count, dtype, op and root: a mismatch fails the operation on every
  * rank with CGR_EMISMATCH and cgr_comm_errmsg names the ranks and what
  * differed; the communicator stays usable.  Invalid arguments seen by one
@@ -1466,7 +1503,11 @@ typedef struct cgr_coll_params {
 				 it must outlive the compiled graphs.  A
 				 CPU one of one host is aborted by the
 				 graph's teardown (-ECANCELED from then
-				 on: see cgr_compiled_teardown) */
+				 on: see cgr_compiled_teardown), not by
+				 eager runs.  On one host its ranks need
+				 not follow members' order (each member
+				 drives the rank of its index); across
+				 hosts they must */
 	/* Agree once: on the first execution whose inputs are all tensors
 	 * that agree (an execution with an error value or a mismatch
 	 * agrees again next time).  A member whose shape (or dtype) later
@@ -1511,8 +1552,9 @@ enum cgr_overlap_mode {
 
 /*
  * A collective node over n distinct workers (at most CGR_MAX_RANKS); rank
- * i is members[i].  Values
- * are CPU tensors (or bytes, taken as a 1-D uint8 tensor), NCCL's shapes:
+ * i is members[i] (in[i] may come from any worker).  Values are CPU
+ * tensors or bytes (bytes reduce as uint8, agree only with bytes of the
+ * same length, and give bytes back), NCCL's shapes:
  *  - allreduce, allgather, reducescatter, reduce, gather, alltoall: nin ==
  *    n, in[i] is rank i's contribution;  broadcast, scatter: nin == 1, the
  *    root's value.
@@ -1523,7 +1565,8 @@ enum cgr_overlap_mode {
  *    scatter and alltoall split dimension 0 (it must divide by n).
  *  - Buckets: allreduce and allgather with ntensors = k > 1 take k tensors
  *    per member (in[r * k + j] is rank r's tensor j; out likewise), of one
- *    dtype, and move them all in one fused operation.
+ *    dtype (else each execution's outputs are -EINVAL error values), and
+ *    move them all in one fused operation.
  * Before data moves, the members agree on dtype, shape and error state: a
  * mismatch makes every output of that execution an error value naming the
  * ranks and what differed (the collective its origin); an error value at
@@ -1628,8 +1671,10 @@ typedef struct cgr_eager_params {
  * argument, as cgr_execute's), CGR_ECOMPILED, -EBUSY, -ENOTSUP,
  * -EDEADLK (from one of its own tasks), CGR_ESTUCK (a task did not finish
  * by its timeout: the graph runs eagerly no more; that task keeps what it
- * uses until it returns, even if the graph is destroyed meanwhile), or
- * what preparing it returned (cgr_graph_errmsg says why).
+ * uses until it returns, even if the graph is destroyed meanwhile),
+ * CGR_EPEERDEAD (a worker died, before or during the run: a task ended
+ * its thread; cgr_graph_errmsg says how), or what preparing it returned
+ * (cgr_graph_errmsg says why).
  */
 int cgr_graph_execute_eager(cgr_graph *g, const cgr_value *args,
 			    size_t nargs, cgr_value *outs, size_t nouts,
@@ -1675,7 +1720,8 @@ cgr_worker *cgr_task_worker(const cgr_task_ctx *tc);
 /* The communicator with this id (cgr_comm_id) whose member is this
  * task's worker, and the worker's rank in it: 0, -ENOENT (none here:
  * another context's, freed, or the worker is not a member), -ENOSPC (this
- * run holds 8 already), -EINVAL.  The run holds it until the task
+ * run holds 8 distinct communicators already, even for an unknown id),
+ * -EINVAL.  The run holds it until the task
  * returns: cgr_comm_destroy from another thread meanwhile aborts it (the
  * task's operations fail with -ECANCELED) and waits for the task, 1 s at
  * most; the task itself may destroy it (then it must not use it).  Across

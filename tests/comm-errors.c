@@ -747,6 +747,25 @@ static void test_create(void)
 	     "NULL member: -EINVAL");
 	t_is(cgr_comm_create(ctx, NULL, 2, 77, &c), -EINVAL,
 	     "unknown backend: -EINVAL");
+	{
+		/* Members must be this context's live workers (a context
+		 * of their own: workers stay until it goes). */
+		cgr_ctx *mine = NULL, *other = NULL;
+		cgr_worker *m[2] = { NULL, NULL }, *gone = NULL;
+		cgr_ctx_create(NULL, &mine);
+		cgr_ctx_create(NULL, &other);
+		cgr_worker_create(mine, NULL, &m[0]);
+		cgr_worker_create(other, NULL, &m[1]);
+		t_is(cgr_comm_create(mine, m, 2, CGR_BACKEND_CPU, &c), -EINVAL,
+		     "a member of another context: -EINVAL");
+		cgr_worker_create(mine, NULL, &gone);
+		cgr_worker_destroy(gone, -1);
+		m[1] = gone;
+		t_is(cgr_comm_create(mine, m, 2, CGR_BACKEND_CPU, &c), -EINVAL,
+		     "a destroyed member: -EINVAL");
+		cgr_ctx_destroy(other);
+		cgr_ctx_destroy(mine);
+	}
 	t_is(cgr_comm_create(ctx, NULL, N, CGR_BACKEND_AUTO, &comm), 0,
 	     "AUTO: the CPU backend");
 	t_is(cgr_comm_size(comm), N, "size");

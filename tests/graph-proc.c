@@ -775,6 +775,17 @@ static void check_refusals(void)
 	t_ok(strstr(cgr_graph_errmsg(g), "exports") != NULL, "saying so: %s",
 	     cgr_graph_errmsg(g));
 	cgr_graph_destroy(g);
+	{
+		/* A communicator of the caller's lives in this process: a
+		 * process worker's task could never reach it. */
+		cgr_worker *t = NULL, *m[2];
+		cgr_comm *comm = NULL;
+		cgr_worker_create(ctx, NULL, &t);
+		m[0] = t, m[1] = p0;
+		t_is(cgr_comm_create(ctx, m, 2, CGR_BACKEND_CPU, &comm),
+		     -ENOTSUP, "a communicator with a process worker member: "
+		     "-ENOTSUP");
+	}
 	cgr_ctx_destroy(ctx);
 	leaks_check(before, "refusals");
 }

@@ -167,15 +167,38 @@ static unsigned long long fnv(const unsigned char *p, size_t n)
 	return h;
 }
 
-int main(void)
+/* "tls": which UCX_TLS lists open a UCX context here (no launcher
+ * needed): "tls LIST CODE" per list. */
+static int tls_lists(void)
+{
+	static const char *const lists[] = { "sm,self", "posix,sysv,self",
+					     "tcp,self", "sm,tcp" };
+
+	for (size_t i = 0; i < sizeof(lists) / sizeof(lists[0]); i++) {
+		struct cgr__ucx *u = NULL;
+		char why[256] = "";
+		int ret;
+		setenv("UCX_TLS", lists[i], 1);
+		ret = cgr__ucx_open(&u, 1, why, sizeof(why));
+		printf("tls %s %d %s\n", lists[i], ret, why);
+		if (ret == 0)
+			cgr__ucx_close(u);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
 {
 	struct cgr__boot b;
 	char why[256], host[64], hosts[512] = "", peer[64];
 	unsigned char id[128], got[128];
 	size_t len = 0, off = 0;
 	long long t0;
-	int ret = cgr__boot_init(&b, why, sizeof(why));
+	int ret;
 
+	if (argc > 1 && strcmp(argv[1], "tls") == 0)
+		return tls_lists();
+	ret = cgr__boot_init(&b, why, sizeof(why));
 	if (ret == -ENOSYS) {
 		printf("no-pmix: %s\n", why);
 		return 4;

@@ -182,6 +182,17 @@ static int comm_create(cgr_ctx *ctx, cgr_worker *const *members, size_t n,
 		for (size_t i = 0; i < n; i++) {
 			if (members[i] == NULL)
 				return -EINVAL;
+			const char *why = NULL;
+			int bad = ctx->worker_unfit != NULL ?
+					  ctx->worker_unfit(ctx, members[i],
+							    shm != NULL, &why) :
+					  0;
+			if (bad < 0) {
+				cgr__err(&ctx->log,
+					 "cgr_comm_create: member %zu is %s", i,
+					 why);
+				return bad;
+			}
 			for (size_t j = 0; j < i; j++)
 				if (members[j] == members[i])
 					return -EINVAL;

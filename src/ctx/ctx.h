@@ -76,6 +76,12 @@ struct cgr_ctx {
 	/* A worker's device (cgr_worker_params.device), for communicators
 	 * bound to members (comm/ sees workers as handles only). */
 	int (*worker_device)(const struct cgr_worker *w);
+	/* Whether w can be a member of a communicator of ctx: 0, or
+	 * -EINVAL (another context's worker, a destroyed one) or -ENOTSUP
+	 * (a process worker, but for a graph's communicator in its shared
+	 * segment), *why saying which. */
+	int (*worker_unfit)(cgr_ctx *ctx, const struct cgr_worker *w,
+			    bool shared, const char **why);
 	/* Communicators by id (comm/comm.c: cgr_comm_id, cgr_task_comm),
 	 * under comm_lock; and, with a job, the maker of communicators whose
 	 * members are on several hosts (remote/rcomm.c): 1 if they are not

@@ -196,8 +196,9 @@ static void inputs_shapes(cgr_compiled *c, const struct cgr_task_ctx *tc,
 					v.u.tensor.dtype.code,
 					v.u.tensor.dtype.bits);
 		} else if (v.kind == CGR_VALUE_BYTES) {
-			n += (size_t)snprintf(buf + n, len - n, " %zu bytes",
-					      v.u.bytes.len);
+			n += (size_t)snprintf(buf + n, len - n, " %zu byte%s",
+					      v.u.bytes.len,
+					      v.u.bytes.len == 1 ? "" : "s");
 		} else {
 			n += (size_t)snprintf(buf + n, len - n, " %s",
 					      v.kind == CGR_VALUE_LIST ? "a list" :

@@ -65,6 +65,24 @@ static int worker_device(const struct cgr_worker *w)
 	return w->device;
 }
 
+static int worker_unfit(cgr_ctx *ctx, const struct cgr_worker *w,
+			bool shared, const char **why)
+{
+	if (w->ctx != ctx || w->destroyed) {
+		*why = w->ctx != ctx ? "another context's worker" :
+				       "a destroyed worker";
+		return -EINVAL;
+	}
+	/* A caller's communicator lives in this process: a task in
+	 * another could never reach it (cgr_task_comm). */
+	if (!shared && w->ops == &cgr__proc_ops) {
+		*why = "a process worker (a communicator of the caller's is "
+		       "for thread workers)";
+		return -ENOTSUP;
+	}
+	return 0;
+}
+
 /* A worker's identity, where it lives (ops), not started yet. */
 static cgr_worker *worker_new(cgr_ctx *ctx, const cgr_worker_params *prm,
 			      const struct cgr__worker_ops *ops)
@@ -131,6 +149,7 @@ int cgr_worker_create(cgr_ctx *ctx, const cgr_worker_params *p,
 	ctx->workers = w;
 	ctx->release_workers = release_workers;
 	ctx->worker_device = worker_device;
+	ctx->worker_unfit = worker_unfit;
 	ctx->nworkers++;
 	*out = w;
 	return 0;

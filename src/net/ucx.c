@@ -373,6 +373,22 @@ static bool device_tl(const char *t, size_t n)
 	return false;
 }
 
+/* Whether transport name t (n bytes) is within one host only (shared
+ * memory, loopback to itself): UCX gives those no peer failure handling,
+ * which the links need. */
+static bool local_tl(const char *t, size_t n)
+{
+	static const char *const loc[] = { "self", "sm",   "shm",  "mm",
+					   "posix", "sysv", "cma", "knem",
+					   "xpmem" };
+
+	for (size_t i = 0; i < sizeof(loc) / sizeof(loc[0]); i++)
+		if (n >= strlen(loc[i]) && !strncmp(t, loc[i], strlen(loc[i])) &&
+		    (t[strlen(loc[i])] == 0 || t[strlen(loc[i])] == ':'))
+			return true;
+	return false;
+}
+
 /*
  * The control context moves host memory only: the transports UCX_TLS
  * names (cfg's TLS) without the device ones (cuda_copy, cuda_ipc,
@@ -407,15 +423,26 @@ static int host_tls(struct cgr__ucx *u, ucp_config_t *cfg, bool strict,
 			 want[0] == '^' && want[1] ? "," : "");
 		snprintf(out, sizeof(out), "cuda, gdr_copy, rocm");
 	} else {
+		bool net = false;
 		for (char *t = strtok_r(want, ",", &e); t != NULL;
 		     t = strtok_r(NULL, ",", &e)) {
 			bool dev = device_tl(t, strlen(t));
+			net |= !dev && !local_tl(t, strlen(t));
 			char *d = dev ? out : keep;
 			size_t *dn = dev ? &on : &kn;
 			*dn += (size_t)snprintf(d + *dn, sizeof(keep) - *dn,
 						"%s%s", *dn ? "," : "", t);
 			if (*dn >= sizeof(keep))
 				*dn = sizeof(keep) - 1;
+		}
+		if (keep[0] != 0 && !net) {
+			snprintf(why, len,
+				 "UCX_TLS=%s names no network transport: the "
+				 "links need one with peer failure handling "
+				 "(tcp, rc, ud, dc), which shared memory and "
+				 "self lack",
+				 keep);
+			return -EINVAL;
 		}
 	}
 	if (keep[0] == 0) {
