@@ -624,7 +624,8 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * hosts (cgr_coll_params.comm).  A worker on another host may own a
  * CUDA device (cgr_worker_params.device): that rank loads the GPU
  * libraries this context was given (cgr_ctx_params.cudart_path and
- * nccl_path, at most 398 bytes together, else -EINVAL; NULL: by soname
+ * nccl_path: for a worker there that owns a device, at most 398 bytes
+ * together, else cgr_worker_create gives -EINVAL; NULL: by soname
  * there), and a device it lacks fails cgr_worker_create with -ENODEV.
  * Stream tasks, device tasks, and collectives and device-transport
  * edges (CGR_TRANSPORT_DEVICE) through NCCL whose members are all on one
@@ -800,7 +801,7 @@ enum cgr_task_flags {
 	 * written into cgr_task_output_buffer() by the stream, or, for an
 	 * output that points elsewhere, copied from there by the stream after
 	 * the task's work (the source must stay valid until then).  Lists
-	 * are refused (an error value).  Inputs made by an earlier stream
+	 * are refused (a CGR_EBADVALUE error value).  Inputs made by an earlier stream
 	 * task of the same worker may still be in flight when the function
 	 * runs: read them only from work on the stream.  Every other input
 	 * is complete.  Who consumes the outputs joins the stream: the next
@@ -950,7 +951,8 @@ typedef struct cgr_compile_params {
 				      default): 10 s */
 	int wait_mode;		   /* enum cgr_wait_mode */
 	int64_t spin_ns;	   /* adaptive spin before parking; default 50 us */
-	uint32_t trace_events;	   /* per worker, kept from the start; 0: off */
+	uint32_t trace_events;	   /* per worker, kept from the start; 0: off;
+				      at most 2^24 (-EINVAL) */
 	int overlap;		   /* 1: collectives run on communication
 				      streams per worker, beside compute,
 				      and stream tasks are not waited for
@@ -975,8 +977,10 @@ typedef struct cgr_compile_params {
 
 /*
  * Validates and compiles the graph: channels allocated, one program per
- * worker, programs started.  Validation failures return a CGR_E* code and
- * cgr_graph_errmsg names the nodes.  A graph compiles once (CGR_ECOMPILED).
+ * worker, programs started.  Validation failures return a CGR_E* code
+ * (placement refusals an errno: -EINVAL, e.g. a device task on a worker
+ * without a CUDA device; -ENOTSUP for what a kind of worker cannot do
+ * yet) and cgr_graph_errmsg names the nodes.  A graph compiles once (CGR_ECOMPILED).
  * A worker serves one live compiled graph at a time (-EBUSY).  Resources
  * that run out give their errno (-ENOMEM, -EAGAIN: no stream thread,
  * -EMFILE, ...), every failure with its reason in cgr_graph_errmsg.  With
@@ -1096,7 +1100,8 @@ void cgr_compiled_destroy(cgr_compiled *c);
  */
 int cgr_compiled_write_trace(const cgr_compiled *c, const char *path);
 /* The graph as Graphviz DOT: one cluster per worker, collectives joining
- * their members, edges labelled with their transport. */
+ * their members, edges labelled with their transport.  Returns 0, -EINVAL
+ * (NULL), or -errno (the file: -ENOENT, -ENOSPC, ...); so does the next. */
 int cgr_graph_write_dot(const cgr_graph *g, const char *path);
 /* Each worker's program (READ, COMPUTE, COLL, WRITE in order) as DOT, with
  * the rings between workers and the collectives' rendezvous. */
@@ -1123,9 +1128,12 @@ size_t cgr_compiled_nargs(const cgr_compiled *c);
  * may wait for an event of another backend (it polls the record it saw,
  * 1 to 100 us apart) and for any future.
  * On CUDA streams, work left at destroy finishes in the background (CUDA
- * cannot drop it), and the CPU communicator's operations are refused
- * (-ENOTSUP: they block on their peers inside host functions, which CUDA
- * may run one at a time).
+ * cannot drop it), and the CPU communicator's operations are refused:
+ * they would block on their peers inside host functions, which CUDA may
+ * run one at a time.  Such a call still takes its turn on the calling
+ * thread (so every peer's operation fails too, with -ENOTSUP), then
+ * returns -ENOTSUP, no future made: like any call with s NULL, it waits
+ * for its peers to reach the operation.
  *
  * A device (CGR_DEVICE_SIM of one context, or a CUDA index) can fail for
  * good: the sticky error.  Every later call on its streams and events

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# perf/compare.sh [-r rounds] [-b "bench args" ...] A_BUILD B_BUILD
+# perf/compare.sh [-r rounds] [-b "bench [args]" ...] A_BUILD B_BUILD
 #
 # Runs the perf programs of two builds (say, the previous main and this
 # tree) interleaved: each round runs every benchmark of A then of B, the
@@ -18,11 +18,21 @@ while getopts "r:b:" o; do
 	case $o in
 	r) rounds=$OPTARG ;;
 	b) benches+=("$OPTARG") ;;
-	*) echo "usage: $0 [-r rounds] [-b 'bench args'] A B" >&2; exit 2 ;;
+	*) echo "usage: $0 [-r rounds] [-b 'bench [args]'] A B" >&2; exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
-[ $# -eq 2 ] || { echo "usage: $0 [-r rounds] [-b 'bench args'] A B" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: $0 [-r rounds] [-b 'bench [args]'] A B" >&2; exit 2; }
+for b in "${benches[@]}"; do
+	# The benchmark's name first (a perf/ program of both builds).
+	for d in "$1" "$2"; do
+		[ -x "$d/perf/${b%% *}" ] || {
+			echo "$0: -b '$b': no program $d/perf/${b%% *}" \
+			     "(give the benchmark's name, then its arguments)" >&2
+			exit 2
+		}
+	done
+done
 A=$1 B=$2
 if [ ${#benches[@]} -eq 0 ]; then
 	benches=("ring_pingpong -w 5 -n 20000" "graph_roundtrip -w 5 -n 20000"
@@ -60,7 +70,8 @@ for line in open(sys.argv[1]):
     # drift of the machine moves least.
     for r in ("ratio_to_floor", "ratio_to_ck", "x_bound"):
         if r in j:
-            k2 = (key[0], key[1], key[2], key[3][:6] + "/" + r[-5:])
+            k2 = (key[0], key[1], key[2], key[3] + "/" + r[len("ratio_to_"):]
+                  if r.startswith("ratio_to_") else key[3] + "/" + r)
             rows.setdefault(k2, {}).setdefault(j["side"], []).append(j[r])
     f = j.get("floor_ns")
     if j.get("impl") == "floor":
@@ -78,7 +89,7 @@ for key in sorted(rows):
     ratio = mb / ma if ma else float("nan")
     fmt = "%12.3f %12.3f" if ma < 100 else "%12.1f %12.1f"
     print(("%-16s %-28s %-10s %-18s " + fmt + " %7.3f") %
-          (key[0], key[1][:28], key[2][:10], key[3][:18], ma, mb, ratio))
+          (key[0], key[1][:28], key[2][:10], key[3], ma, mb, ratio))
 for (bench, side), v in sorted(floors.items()):
     print("floor (one cache line) %s %s: median %.1f ns, %.1f to %.1f" %
           (bench, side, med(v), min(v), max(v)))

@@ -34,6 +34,20 @@ static void log_keep(void *arg, int level, const char *msg)
 	snprintf(g_log, sizeof(g_log), "%s", msg);
 }
 
+static _Atomic int g_lines, g_multi;
+
+/* Counts messages, and those that are not one line. */
+static void log_lines(void *arg, int level, const char *msg)
+{
+	(void)arg, (void)level;
+	atomic_fetch_add(&g_lines, 1);
+	for (const char *p = msg; *p; p++)
+		if ((unsigned char)*p < 0x20) {
+			atomic_fetch_add(&g_multi, 1);
+			break;
+		}
+}
+
 /* ---- helpers ------------------------------------------------------- */
 
 struct gate {
@@ -455,6 +469,29 @@ static void test_destroy(void)
 	cgr_event_destroy(e);
 	cgr_stream_destroy(a);
 
+	/* A collective on s whose peer never comes, cut short by the
+	 * destroy: an event recorded after it reports -ECANCELED too. */
+	{
+		cgr_comm *cm = NULL;
+		cgr_future *f = NULL;
+		int32_t x = 1, y = 0;
+		cgr_event *ev;
+		cgr_event_create(ctx, &ev);
+		cgr_comm_create(ctx, NULL, 2, CGR_BACKEND_CPU, &cm);
+		cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &s);
+		t_is(cgr_allreduce(cm, 0, &x, &y, 1, CGR_INT32, CGR_SUM, s, &f),
+		     0, "a collective on s (its peer never comes)");
+		cgr_event_record(ev, s);
+		cgr_stream_destroy(s);
+		t_is(cgr_future_wait(f, 0), -ECANCELED,
+		     "destroy cuts it short: -ECANCELED");
+		t_is(cgr_event_query(ev), -ECANCELED,
+		     "an event recorded right after it: -ECANCELED");
+		cgr_future_release(f);
+		cgr_event_destroy(ev);
+		cgr_comm_destroy(cm);
+	}
+
 	/* Stuck in a host function: the executor is abandoned and frees the
 	 * stream itself when the function returns. */
 	cgr_stream_create(ctx, CGR_DEVICE_SIM, 0, &s);
@@ -531,6 +568,74 @@ static void cross_wait(cgr_stream *a, cgr_stream *b, cgr_stream *c,
 /* CUDA only: events and futures across backends (a CUDA stream waits in
  * a host function, a sim stream polls the CUDA event); internal CALL work
  * is refused. */
+static int pass_on(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	(void)tc, (void)st, (void)nin, (void)nout;
+	out[0] = in[0];
+	return 0;
+}
+
+/* The log hook gets one line per message, whatever the names it quotes
+ * hold (a worker and a task named with a newline, a compile that fails
+ * and logs both). */
+static void test_log_one_line(void)
+{
+	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
+	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_compiled *c = NULL;
+	cgr_worker *w = NULL;
+	cgr_graph *g = NULL;
+	cgr_node *x, *y;
+	cgr_ctx *lc = NULL;
+
+	cp.log_fn = log_lines;
+	cp.log_level = CGR_LOG_DEBUG;
+	cgr_ctx_create(&cp, &lc);
+	wp.name = "bad\nworker";
+	cgr_worker_create(lc, &wp, &w);
+	cgr_graph_create(lc, &g);
+	cgr_graph_input(g, 0, &x);
+	d.name = "t\r\nask\x1b[0m";
+	d.fn = pass_on;
+	d.flags = CGR_TASK_DEVICE; /* on a worker without a device */
+	cgr_graph_task(g, w, &d, &x, 1, &y, 1);
+	cgr_graph_output(g, &y, 1);
+	t_ok(cgr_graph_compile(g, NULL, &c) != 0, "a device task there fails "
+						 "to compile");
+	cgr_graph_destroy(g);
+	cgr_ctx_destroy(lc);
+	t_ok(atomic_load(&g_lines) > 0 && atomic_load(&g_multi) == 0,
+	     "every log message is one line without control characters (%d "
+	     "of %d were not)",
+	     atomic_load(&g_multi), atomic_load(&g_lines));
+}
+
+/* The CPU communicator's operations are refused on a CUDA stream
+ * (-ENOTSUP from the call, no future): CUDA may run host functions one at
+ * a time, and they block on their peers. */
+static void test_cuda_cpu_comm(void)
+{
+	cgr_comm *cm = NULL;
+	cgr_future *f = NULL;
+	cgr_stream *cu;
+	int32_t x = 1, y = 0;
+
+	cgr_stream_create(ctx, g_dev, 0, &cu);
+	cgr_comm_create(ctx, NULL, 1, CGR_BACKEND_CPU, &cm);
+	t_is(cgr_allreduce(cm, 0, &x, &y, 1, CGR_INT32, CGR_SUM, cu, &f),
+	     -ENOTSUP, "a CPU communicator's operation on a CUDA stream: "
+	     "-ENOTSUP");
+	t_ok(f == NULL && y == 0, "...no future, nothing moved");
+	t_ok(strstr(cgr_comm_errmsg(cm, 0), "CUDA stream") != NULL,
+	     "...saying why: %s", cgr_comm_errmsg(cm, 0));
+	t_is(cgr_allreduce(cm, 0, &x, &y, 1, CGR_INT32, CGR_SUM, NULL, NULL),
+	     0, "the communicator stays usable");
+	cgr_comm_destroy(cm);
+	cgr_stream_destroy(cu);
+}
+
 static void test_cuda_only(void)
 {
 	struct gate g = { 0, 0 };
@@ -973,6 +1078,7 @@ int main(int argc, char **argv)
 		snprintf(no_cuda, sizeof(no_cuda), "%s", g_log);
 	cgr_ctx_memory(ctx, &b0, &n0);
 	test_args();
+	test_log_one_line();
 	test_order();
 	test_events_data();
 	test_sync_and_nowait();
@@ -993,6 +1099,7 @@ int main(int argc, char **argv)
 		test_never_recorded();
 		test_rerecord();
 		test_cuda_only();
+		test_cuda_cpu_comm();
 		test_cuda_no_block();
 #ifdef CGR_FAKE_CUDART
 		test_cuda_nomemops();

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cgr.h>
 
@@ -214,6 +215,15 @@ int main(int argc, char **argv)
 	     "no trace when tracing is off");
 	t_is(cgr_graph_write_dot(g, "/nonexistent/dir/x.dot"), -ENOENT,
 	     "unwritable path: -ENOENT");
+	if (access("/dev/full", W_OK) == 0) {
+		t_is(cgr_graph_write_dot(g, "/dev/full"), -ENOSPC,
+		     "a full device: -ENOSPC (the write's own errno)");
+		t_is(cgr_compiled_write_dot(c, "/dev/full"), -ENOSPC,
+		     "...and for the schedule");
+	} else {
+		t_skip("no writable /dev/full");
+		t_skip("no writable /dev/full");
+	}
 	cgr_compiled_destroy(c);
 	cgr_graph_destroy(g);
 	cgr_ctx_destroy(ctx);

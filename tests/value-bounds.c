@@ -350,6 +350,15 @@ static int see_ref(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	return 0;
 }
 
+/* Its input as its output. */
+static int pass_on(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	(void)tc, (void)st, (void)nin, (void)nout;
+	out[0] = in[0];
+	return 0;
+}
+
 /* A CUDA tensor argument goes by reference (larger than any buffer: it
  * is not copied), compiled and eager; inside a list it is refused before
  * anything starts.  (The task does not touch the memory: no GPU here.) */
@@ -408,6 +417,28 @@ static void check_cuda_arg(cgr_ctx *ctx, cgr_worker *w)
 	res = cgr_value_list(items, 2);
 	t_is(c != NULL ? cgr_execute(c, &res, 1, &ref) : -1, CGR_EBADVALUE,
 	     "compiled: one inside a list is CGR_EBADVALUE");
+	cgr_compiled_destroy(c);
+	/* A plain task that passes it on as its output: never a host
+	 * output, whatever its size (CGR_EBADVALUE, not CGR_ETOOBIG). */
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	d.name = "pass", d.fn = pass_on;
+	cgr_graph_task(g, w, &d, &x, 1, &y, 1);
+	cgr_graph_output(g, &y, 1);
+	c = NULL;
+	cgr_graph_compile(g, NULL, &c);
+	cgr_graph_destroy(g);
+	ret = c != NULL ? cgr_execute(c, &v, 1, &ref) : -1;
+	if (ret == 0)
+		ret = cgr_ref_get(c, ref, -1, &res, 1);
+	t_ok(ret == 0 && res.kind == CGR_VALUE_ERROR &&
+		     res.code == CGR_EBADVALUE &&
+		     strstr(res.u.error.msg, "CUDA tensor in a host output"),
+	     "a 4 GiB CUDA tensor as a plain task's output: CGR_EBADVALUE "
+	     "(%s)",
+	     ret == 0 && res.kind == CGR_VALUE_ERROR ? res.u.error.msg : "?");
+	if (ret == 0)
+		cgr_ref_release(c, ref);
 	cgr_compiled_destroy(c);
 }
 

@@ -18,6 +18,11 @@ void cgr__log(const struct cgr__logger *lg, int level, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
+	/* One line, whatever names it quotes hold (a newline, an escape):
+	 * control characters become spaces. */
+	for (char *p = line; *p != 0; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = ' ';
 	lg->fn(lg->arg, level, line);
 }
 

@@ -520,13 +520,17 @@ int cgr__value_store_on(struct cgr__slot_hdr *h, size_t cap,
 	size_t n;
 	int ret = cgr__value_check(v, cap, &n);
 
-	if (ret == 0 && s != NULL && v->kind == CGR_VALUE_LIST) {
+	/* Well formed, too big or not: what can never be here is said
+	 * first (a larger buffer would not make it right). */
+	bool formed = ret == 0 || ret == CGR_ETOOBIG;
+
+	if (formed && s != NULL && v->kind == CGR_VALUE_LIST) {
 		cgr__value_store_error(h, cap, CGR_EBADVALUE,
 				       "a stream task's output is bytes or a "
 				       "tensor, not a list");
 		return CGR_EBADVALUE;
 	}
-	if (ret == 0 && cgr__list_on_device(v)) {
+	if (formed && cgr__list_on_device(v)) {
 		cgr__value_store_error(h, cap, CGR_EBADVALUE,
 				       "a CUDA tensor in a host output (give the "
 				       "task CGR_TASK_DEVICE)");

@@ -226,8 +226,13 @@ static int cgr__cpu_exec(void *arg, cgr_stream *s, int err)
 		for (size_t i = 0; i < rec->nitems; i++)
 			if (rec->items[i].d.poison == 0) {
 				rec->items[i].d.poison = err;
-				snprintf(rec->items[i].msg, CGR__MSG,
-					 "device error: %s",
+				snprintf(rec->items[i].msg, CGR__MSG, "%s%s",
+					 err == -ENOTSUP ?
+						 "refused on a CUDA stream "
+						 "(the CPU communicator's "
+						 "operations block on their "
+						 "peers): " :
+						 "device error: ",
 					 cgr_strerror(err));
 			}
 	}
@@ -349,8 +354,13 @@ static int cgr__issue(struct cgr__cpu *c, int r, struct cgr__item *items,
 		ret = cgr__stream_enqueue(s, &op);
 		if (ret == 0)
 			return 0;
+		/* Refused by the stream (a CUDA stream: -ENOTSUP; a failed
+		 * device): it still takes its turn, poisoned, here, so that
+		 * the peers fail too; the caller gets the refusal. */
+		(void)cgr__cpu_exec(rec, NULL, ret);
+		return ret;
 	}
-	return cgr__cpu_exec(rec, NULL, ret);
+	return cgr__cpu_exec(rec, NULL, 0);
 }
 
 static void cgr__item_fill(struct cgr__item *it,
@@ -474,6 +484,11 @@ int cgr__cpu_op(cgr_comm *cc, int r, const struct cgr__coll_desc *d,
 	}
 	ret = cgr__issue(c, r, &it, 1, NULL, 0, s);
 	if (s != NULL) {
+		if (ret < 0) { /* the stream refused it: no future */
+			if (df != NULL)
+				cgr__dfuture_put(df);
+			return ret;
+		}
 		if (df != NULL)
 			*out = cgr__dfuture_pub(df);
 		return 0;
@@ -555,11 +570,11 @@ int cgr__cpu_group_end(cgr_comm *cc, int r, cgr_future **out)
 	for (size_t i = 0; rk->gmixed && i < rk->gn; i++)
 		cgr__group_mixed(&rk->gitems[i].d, rk->gitems[i].msg,
 				 sizeof(rk->gitems[i].msg));
+	/* On a stream: 0, or the stream's refusal (the group took its turn
+	 * inline, poisoned). */
 	ret = cgr__issue(c, r, rk->gitems, rk->gn, rk->gfuts, rk->gfn, s);
 	rk->gn = 0;
 	rk->gfn = 0;
-	if (s != NULL)
-		ret = 0;
 	if (df != NULL) {
 		/* Inline and failed: the caller gets the error instead. */
 		if (ret != 0)

@@ -148,9 +148,14 @@ static int cgr__sim_run(cgr_stream *s, struct cgr__sop *op)
 		}
 		cgr__dfuture_put(op->u.waitf.f);
 		break;
-	case CGR__SOP_CALL:
-		op->u.call.fn(op->u.call.arg, s, err);
+	case CGR__SOP_CALL: {
+		/* Internal work the destroy cut short (a collective whose
+		 * peers never came) counts as dropped too. */
+		int r = op->u.call.fn(op->u.call.arg, s, err);
+		if (err == 0 && r == -ECANCELED && cgr__stream_stopping(s))
+			err = r;
 		break;
+	}
 	case CGR__SOP_WAITE:
 		if (err == 0)
 			cgr__waite_run(s, op);

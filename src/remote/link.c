@@ -1018,6 +1018,20 @@ static void job_free(struct cgr_job *j)
 		unjoined();
 }
 
+/* The job's lock, condition (on the monotonic clock) and bells. */
+static void job_sync_init(struct cgr_job *j)
+{
+	pthread_condattr_t ca;
+
+	pthread_mutex_init(&j->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&j->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	cgr__bell_init(&j->bell);
+	cgr__bell_init(&j->quiet);
+}
+
 int cgr_job_join(const cgr_job_params *p, cgr_job **out)
 {
 	cgr_job_params d;
@@ -1042,15 +1056,7 @@ int cgr_job_join(const cgr_job_params *p, cgr_job **out)
 	j->debug_copy = getenv("CGR_TEST_NO_CLAIMS") != NULL;
 	j->debug_serial = getenv("CGR_TEST_SERIAL_FOLD") != NULL;
 #endif
-	pthread_condattr_t ca;
-
-	pthread_mutex_init(&j->lock, NULL);
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&j->cond, &ca);
-	pthread_condattr_destroy(&ca);
-	cgr__bell_init(&j->bell);
-	cgr__bell_init(&j->quiet);
+	job_sync_init(j);
 	j->in_tail = &j->in_head;
 	j->out_tail = &j->out_head;
 	j->size = 1;

@@ -70,12 +70,20 @@ static void cgr__put_escaped(FILE *f, const char *s)
 	}
 }
 
+/* 0, or why the file could not be written whole (-ENOSPC, ...): a
+ * flush retries what is buffered and leaves its errno. */
 static int cgr__close(FILE *f)
 {
-	int bad = ferror(f);
-	if (fclose(f) != 0 || bad)
-		return -EIO;
-	return 0;
+	int bad, err;
+
+	errno = 0;
+	bad = fflush(f) != 0 || ferror(f);
+	err = errno;
+	if (fclose(f) != 0 && !bad)
+		bad = 1, err = errno;
+	if (!bad)
+		return 0;
+	return err != 0 ? -err : -EIO;
 }
 
 /* One track's name: "worker <name><suffix>" (first: no comma before). */
