@@ -583,7 +583,9 @@ typedef struct cgr_export {
 
 /*
  * Call at the top of main with main's arguments and the exports.  In a
- * process that cgr started as a worker, runs the worker until its
+ * process that cgr started as a worker (CGR_WORKER is set in its
+ * environment: set but empty or over 63 bytes is malformed), runs the
+ * worker until its
  * context lets it go (or dies), then exits the process: it never returns
  * there (CGR_WORKER is gone from its environment by the time its init and
  * tasks run).  Anywhere else it returns 0 at once.  A worker that cannot

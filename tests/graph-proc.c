@@ -1567,6 +1567,26 @@ static void check_bad_control(void)
 	t_is(exit_status(pid, pidfd, 15 * SEC), 1,
 	     "a context that hangs up first: exits with 1");
 	close(pidfd);
+
+	/* CGR_WORKER set but empty, or too long: malformed, exit 1. */
+	for (int k = 0; k < 2; k++) {
+		char longer[80];
+		memset(longer, 'a', sizeof(longer) - 1);
+		longer[sizeof(longer) - 1] = 0;
+		pid = fork();
+		if (pid == 0) {
+			int null = open("/dev/null", O_WRONLY);
+			dup2(null, 2); /* (it says why there) */
+			setenv("CGR_WORKER", k == 0 ? "" : longer, 1);
+			execl("/proc/self/exe", "graph-proc", (char *)NULL);
+			_exit(127);
+		}
+		pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+		t_is(exit_status(pid, pidfd, 5 * SEC), 1,
+		     "CGR_WORKER %s: exits with 1",
+		     k == 0 ? "set but empty" : "of 79 bytes");
+		close(pidfd);
+	}
 	leaks_check(before, "bad control messages");
 }
 

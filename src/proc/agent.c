@@ -446,6 +446,12 @@ int cgr_worker_main(int argc, char **argv, const cgr_export *exports)
 	(void)argc, (void)argv;
 	if (addr == NULL)
 		return 0;
+	if (addr[0] == 0) {
+		fprintf(stderr, "cgr worker: %s is set but empty (no address "
+				"to join): exiting\n",
+			CGR__WORKER_ENV);
+		exit(1);
+	}
 	if (strlen(addr) >= sizeof(buf)) {
 		/* Cut short, it could name another context's address. */
 		fprintf(stderr,
