@@ -8,7 +8,9 @@
 #    values, error values crossing), parked and adaptive (threads that
 #    spin move the UCX worker themselves), medians reported; messages of a
 #    graph that is gone (fault injection) are counted and dropped; what
-#    does not cross hosts yet is refused at compile, saying so;
+#    does not cross hosts yet is refused at compile, saying so; lists of
+#    0-64 items made on host 3 reach the driver whole; a teardown waits
+#    for a task of host 3 that ends within its deadline;
 #  2 25 000 executions (100 000 messages between hosts) at random gaps of
 #    0-2 ms with every thread parked between them (blocking mode): none
 #    lost, none slower than 100 ms (500 ms in sanitizer builds);
@@ -151,6 +153,8 @@ NETNS_ENV="-x CGR_TEST_LATE_MESSAGES=1" \
 rc=$?
 if [ $rc = 0 ] && grep -q '^pipeline OK' "$tmp/p.out" &&
 	grep -q '^refusals OK' "$tmp/p.out" &&
+	grep -q '^lists OK' "$tmp/p.out" &&
+	grep -q '^far-teardown OK' "$tmp/p.out" &&
 	[ "$(grep -c '^serve rank [12]: done' "$tmp/p.out")" = 2 ] &&
 	[ "$(sed -n 's/^left late \([0-9]*\)$/\1/p' "$tmp/p.out")" = $late ]; then
 	echo "ok 1 - a 3-stage pipeline over hosts" \
@@ -162,7 +166,9 @@ if [ $rc = 0 ] && grep -q '^pipeline OK' "$tmp/p.out" &&
 	     "$(field "$tmp/p.out" spin_p50_us) us across hosts adaptive);" \
 	     "$late messages of graphs that are gone counted and dropped;" \
 	     "refused, saying so:" \
-	     "$(sed -n 's/^refusal OK \([^:]*\):.*/\1/p' "$tmp/p.out" | xargs)"
+	     "$(sed -n 's/^refusal OK \([^:]*\):.*/\1/p' "$tmp/p.out" | xargs);" \
+	     "lists of 0-64 items from host 3 read by the driver;" \
+	     "teardown(1 s) waits for a task of host 3 ending at 930 ms"
 else
 	echo "not ok 1 - the pipeline across hosts (mpirun exit $rc)"
 	show "$tmp/p.out" "$tmp/p.err"
