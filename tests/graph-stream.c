@@ -485,10 +485,12 @@ static _Atomic int gate_open, gate_in;
 
 static void gate_run(void *arg)
 {
-	(void)arg;
 	atomic_store(&gate_in, 1);
 	while (!atomic_load(&gate_open))
 		sched_yield();
+	/* Its output buffer, written after the graph's destroy: it stays
+	 * allocated until the work ended (ASan would see it otherwise). */
+	*(volatile int64_t *)arg = 9;
 }
 
 static int gate_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
@@ -497,11 +499,158 @@ static int gate_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	int64_t *o = cgr_task_output_buffer(tc, 0, 8);
 	(void)st, (void)in, (void)nin, (void)nout;
 
-	if (cgr_stream_launch_host(cgr_task_stream(tc), gate_run, NULL) != 0)
-		return -EIO;
 	*o = 7;
+	if (cgr_stream_launch_host(cgr_task_stream(tc), gate_run, o) != 0)
+		return -EIO;
 	out[0] = cgr_value_bytes(o, 8);
 	return 0;
+}
+
+static _Atomic int slow_ran, slow_issued;
+
+/* 0.8 s of the user's work, then its output buffer written. */
+static void slow_work(void *arg)
+{
+	struct timespec ts = { 0, 800000000 };
+
+	nanosleep(&ts, NULL);
+	*(volatile int64_t *)arg = 11;
+	atomic_fetch_add(&slow_ran, 1);
+}
+
+static int slow_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	int64_t *o = cgr_task_output_buffer(tc, 0, 8);
+	(void)st, (void)in, (void)nin, (void)nout;
+
+	*o = 0;
+	if (cgr_stream_launch_host(cgr_task_stream(tc), slow_work, o) != 0)
+		return -EIO;
+	out[0] = cgr_value_bytes(o, 8);
+	atomic_fetch_add(&slow_issued, 1);
+	return 0;
+}
+
+/* 4 s of stream work queued (five executions' 0.8 s each), then a
+ * teardown(50 ms) and the graph destroyed: the work is not cut short
+ * (every piece runs, past the 2 s a communication stream is given and
+ * the 1 s a stream's destroy waits), and the buffers it writes stay
+ * allocated until it is done. */
+static void test_teardown_long_work(cgr_ctx *ctx, cgr_worker **W)
+{
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_compiled *c = NULL;
+	cgr_graph *g;
+	cgr_node *x, *k;
+	int64_t xv = 1, end;
+	cgr_value a = cgr_value_bytes(&xv, 8);
+	cgr_ref ref;
+
+	atomic_store(&slow_ran, 0);
+	atomic_store(&slow_issued, 0);
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	d.name = "slow";
+	d.fn = slow_fn;
+	d.flags = CGR_TASK_STREAM;
+	cgr_graph_task(g, W[1], &d, &x, 1, &k, 1);
+	cgr_graph_output(g, &k, 1);
+	cp.overlap = 1;
+	cp.inline_ns = 0; /* every piece on the stream */
+	t_is(cgr_graph_compile(g, &cp, &c), 0, "slow stream task compiles");
+	cgr_graph_destroy(g);
+	if (c == NULL)
+		return;
+	for (int i = 0; i < 5; i++)
+		cgr_execute(c, &a, 1, &ref);
+	/* Every task returned (its work queued on the stream). */
+	end = t_now_ns() + 20 * 1000000000LL;
+	while (atomic_load(&slow_issued) < 5 && t_now_ns() < end)
+		sched_yield();
+	t_is(cgr_compiled_teardown(c, 50000000), 0,
+	     "teardown(50 ms) with 4 s of stream work queued: 0");
+	cgr_compiled_destroy(c);
+	end = t_now_ns() + 20 * 1000000000LL;
+	while (atomic_load(&slow_ran) < 5 && t_now_ns() < end)
+		sched_yield();
+	t_is(atomic_load(&slow_ran), 5,
+	     "all of it ran, writing its buffers, after the destroy");
+}
+
+/* Fills 64 bytes of its output buffer with 'X' (the stream's work). */
+static void scribble(void *arg)
+{
+	memset(arg, 'X', 64);
+}
+
+/* Enqueues work that writes its output buffer, then fails. */
+static int fail_after_work(cgr_task_ctx *tc, void *st, const cgr_value *in,
+			   size_t nin, cgr_value *out, size_t nout)
+{
+	void *o = cgr_task_output_buffer(tc, 0, 64);
+	(void)st, (void)in, (void)nin, (void)out, (void)nout;
+
+	if (cgr_stream_launch_host(cgr_task_stream(tc), scribble, o) != 0)
+		return -EIO;
+	cgr_task_set_error(tc, -1234, "boom %llu",
+			   (unsigned long long)cgr_task_seq(tc));
+	return 1;
+}
+
+/* A stream task that fails after its work was enqueued: that work still
+ * runs, and the error value is stored once it did, whole (overlap off and
+ * on). */
+static void test_fail_after_work(cgr_ctx *ctx, cgr_worker **W)
+{
+	for (int ov = 0; ov <= 1; ov++) {
+		cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		cgr_compiled *c = NULL;
+		cgr_graph *g;
+		cgr_node *x, *k;
+		int64_t xv = 5;
+		cgr_value a = cgr_value_bytes(&xv, 8), o;
+		int bad = 0;
+		cgr_graph_create(ctx, &g);
+		cgr_graph_input(g, 0, &x);
+		d.name = "S";
+		d.fn = fail_after_work;
+		d.flags = CGR_TASK_STREAM;
+		cgr_graph_task(g, W[0], &d, &x, 1, &k, 1);
+		cgr_graph_output(g, &k, 1);
+		cp.overlap = ov;
+		cgr_graph_compile(g, &cp, &c);
+		cgr_graph_destroy(g);
+		for (int i = 0; c != NULL && i < 20; i++) {
+			cgr_ref ref;
+			char want[64];
+			int ret = cgr_execute(c, &a, 1, &ref);
+			if (ret == 0)
+				ret = cgr_ref_get(c, ref, 10000000000LL, &o, 1);
+			snprintf(want, sizeof(want),
+				 "task S on worker %s, execution %d: boom %d",
+				 cgr_worker_name(W[0]), i, i);
+			if (ret != 0 || o.kind != CGR_VALUE_ERROR ||
+			    o.code != -1234 || strcmp(o.u.error.task, "S") ||
+			    strncmp(o.u.error.msg, want, strlen(want))) {
+				if (bad++ == 0)
+					t_diag("execution %d: %s", i,
+					       ret == 0 && o.kind ==
+							       CGR_VALUE_ERROR ?
+						       o.u.error.msg :
+						       "?");
+			}
+			if (ret == 0)
+				cgr_ref_release(c, ref);
+		}
+		t_ok(c != NULL && bad == 0,
+		     "overlap %s: a stream task failing after its work was "
+		     "enqueued: 20 error values whole (%d not)",
+		     ov ? "on" : "off", bad);
+		cgr_compiled_destroy(c);
+	}
 }
 
 static void test_teardown_late(cgr_ctx *ctx, cgr_worker **W)
@@ -589,6 +738,8 @@ int main(int argc, char **argv)
 	test_errors(ctx, W);
 	test_teardown(ctx, W);
 	test_teardown_late(ctx, W);
+	test_fail_after_work(ctx, W);
+	test_teardown_long_work(ctx, W);
 	/* The workers are free again after all of that. */
 	test_pipeline(ctx, W, 1, false);
 	cgr_ctx_destroy(ctx);

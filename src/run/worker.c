@@ -185,10 +185,15 @@ void cgr__task_run(struct cgr_task_ctx *tc, uint64_t seq)
 	atomic_store_explicit(&w->current_task, NULL, memory_order_relaxed);
 	if (cgr__comm_nheld != 0)
 		cgr__comm_drop_held(); /* what cgr_task_comm took */
-	if (ret != 0)
+	if (ret != 0) {
+		/* A stream task's work may still write its output buffers:
+		 * the error values go in once it is done, not under it. */
+		if (tc->stream)
+			(void)cgr_stream_synchronize(tc->s, -1);
 		task_fail(tc, ret);
-	else
+	} else {
 		task_store(tc, seq);
+	}
 	cgr__fault_slot_after(tc, seq);
 }
 
@@ -377,9 +382,15 @@ void cgr__prog_leave(struct cgr__prog *p, struct cgr__reactor *r)
 	for (int s = 0; s < CGR__NSTREAMS; s++)
 		if (p->streams[s] != NULL)
 			cgr__held_flush(p, s);
+	/* The compute stream's work (stream tasks') is the user's: not cut
+	 * short, however long it takes (the worker leaves when it ends;
+	 * teardown counts the program as held meanwhile, so what the work
+	 * writes stays allocated). */
 	for (int s = 0; s < CGR__NSTREAMS_ALL; s++)
 		if (p->streams[s] != NULL)
-			cgr_stream_synchronize(p->streams[s], 2000000000);
+			cgr_stream_synchronize(p->streams[s],
+					       s == CGR__S_COMP ? -1 :
+								  2000000000);
 	r->poll = NULL;
 	r->poll_arg = NULL;
 	cgr__launch_drain(p);
