@@ -396,7 +396,7 @@ enum cgr_value_kind {
  * A value.  Values cgr hands out (task inputs, ref_get outputs) point into
  * cgr's channel buffers: read-only, valid for the task call or until
  * cgr_ref_release.  Values a task or caller hands in are copied (unless
- * they already live in the buffer cgr_task_output_buffer returned).
+ * they already start where cgr_task_output_buffer's buffer starts).
  *
  * Error values keep their root cause.  An error arises at one place, its
  * origin: a task that failed (returned non-zero, or output an error
@@ -855,7 +855,9 @@ void cgr_graph_destroy(cgr_graph *g);
  * An input node: argument `index` of each execution, or CGR_INPUT_ALL for
  * all arguments (a task given it receives every argument, in order, at that
  * position of its inputs).  The number of arguments an execution takes is
- * the highest index used plus one (1 if only CGR_INPUT_ALL is used).
+ * the highest index used plus one (1 if only CGR_INPUT_ALL is used; an
+ * index no task reads fails compile with CGR_EUNUSEDARG, while a
+ * CGR_INPUT_ALL node no task reads is ignored).
  */
 int cgr_graph_input(cgr_graph *g, int index, cgr_node **out);
 
@@ -928,8 +930,9 @@ const char *cgr_node_name(const cgr_node *n);
 
 /*
  * The last error message of a graph call (compile validation names the
- * nodes involved here); a call that succeeds leaves it as it was.  Valid
- * until the next call on g.
+ * nodes involved here).  cgr_graph_compile and cgr_graph_execute_eager
+ * clear it first ("" after they succeed); other calls that succeed leave
+ * it as it was.  Valid until the next call on g.
  */
 const char *cgr_graph_errmsg(const cgr_graph *g);
 
@@ -946,8 +949,12 @@ typedef struct cgr_compile_params {
 				      every one is rounded up to a multiple
 				      of 64, which is then the limit; at
 				      most 2^40 (1 TiB; -EINVAL) */
-	int64_t submit_timeout_ns; /* execute's longest wait; negative (the
-				      default): 10 s */
+	int64_t submit_timeout_ns; /* a bound on cgr_execute's writes to
+				      its rings, which never wait while
+				      executions stay within max_inflight
+				      (-ETIMEDOUT past it: cannot happen
+				      but to a corrupted graph); negative
+				      (the default): 10 s */
 	int64_t get_timeout_ns;	   /* what cgr_ref_get's negative timeout
 				      means (0: no wait); negative (the
 				      default): 10 s */
@@ -1700,8 +1707,8 @@ int cgr_graph_eager_value(cgr_graph *g, const cgr_node *n, cgr_value *out);
 
 /*
  * A buffer of at least `bytes` (64-byte aligned) where the task may build
- * output i directly: an output value whose data points into it is not
- * copied.  NULL if bytes exceeds the output's buffer.  Write no more than
+ * output i directly: an output value whose data starts at it is not
+ * copied (one built at an offset into it is moved to its start).  NULL if bytes exceeds the output's buffer.  Write no more than
  * `bytes` into it: up to 512 bytes it is the room right after the slot's
  * header, next to other slots; above, the slot's big area (address space
  * reserved for the output's whole capacity, its pages made resident the

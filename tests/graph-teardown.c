@@ -252,8 +252,10 @@ static void test_stuck(void)
 	cgr_compiled_destroy(c);
 	cgr_compiled *c2 = chain(ctx, w, 2, echo);
 	t_ok(c2 == NULL, "the abandoned worker cannot be used again");
-	t_is(cgr_worker_destroy(w[1], 0), 0,
-	     "destroying the abandoned worker does not wait");
+	t_is(cgr_worker_destroy(w[1], 20 * 1000000), CGR_ESTUCK,
+	     "destroying the abandoned worker still in its task: CGR_ESTUCK "
+	     "by the 20 ms deadline");
+	t_is(cgr_worker_destroy(w[1], 0), 0, "...a second destroy: a no-op");
 	t_is(cgr_worker_destroy(w[0], -1), 0, "the healthy worker stops");
 	cgr_ctx_destroy(ctx);
 	/* Let the task return: the worker finishes, runs fini, exits. */

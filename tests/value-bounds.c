@@ -350,6 +350,22 @@ static int see_ref(cgr_task_ctx *tc, void *st, const cgr_value *in,
 	return 0;
 }
 
+/* 4000 bytes built at offset 64 of its own output buffer (a header's
+ * room in front): moved to the buffer's start, overlapping. */
+static int at_offset(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		     size_t nin, cgr_value *out, size_t nout)
+{
+	unsigned char *b = cgr_task_output_buffer(tc, 0, 4064);
+	(void)st, (void)in, (void)nin, (void)nout;
+
+	if (b == NULL)
+		return -ENOSPC;
+	for (int i = 0; i < 4000; i++)
+		b[64 + i] = (unsigned char)(i * 7 + 1);
+	out[0] = cgr_value_bytes(b + 64, 4000);
+	return 0;
+}
+
 /* Its input as its output. */
 static int pass_on(cgr_task_ctx *tc, void *st, const cgr_value *in,
 		   size_t nin, cgr_value *out, size_t nout)
@@ -418,6 +434,38 @@ static void check_cuda_arg(cgr_ctx *ctx, cgr_worker *w)
 	t_is(c != NULL ? cgr_execute(c, &res, 1, &ref) : -1, CGR_EBADVALUE,
 	     "compiled: one inside a list is CGR_EBADVALUE");
 	cgr_compiled_destroy(c);
+	/* An output built at an offset of its own buffer arrives whole
+	 * (moved, not copied over itself). */
+	cgr_graph_create(ctx, &g);
+	cgr_graph_input(g, 0, &x);
+	d.name = "at_offset", d.fn = at_offset;
+	cgr_graph_task(g, w, &d, &x, 1, &y, 1);
+	cgr_graph_output(g, &y, 1);
+	c = NULL;
+	cgr_graph_compile(g, NULL, &c);
+	cgr_graph_destroy(g);
+	{
+		int64_t one = 1;
+		cgr_value a1 = cgr_value_bytes(&one, 8);
+		bool same = false;
+		ret = c != NULL ? cgr_execute(c, &a1, 1, &ref) : -1;
+		if (ret == 0)
+			ret = cgr_ref_get(c, ref, -1, &res, 1);
+		if (ret == 0 && res.kind == CGR_VALUE_BYTES &&
+		    res.u.bytes.len == 4000) {
+			const unsigned char *p = res.u.bytes.data;
+			same = true;
+			for (int i = 0; i < 4000; i++)
+				same &= p[i] == (unsigned char)(i * 7 + 1);
+		}
+		t_ok(same, "an output built at offset 64 of its own buffer "
+			   "arrives whole (%s)",
+		     cgr_err_name(ret));
+		if (ret == 0)
+			cgr_ref_release(c, ref);
+		cgr_compiled_destroy(c);
+	}
+	d.name = "see_ref", d.fn = see_ref;
 	/* A plain task that passes it on as its output: never a host
 	 * output, whatever its size (CGR_EBADVALUE, not CGR_ETOOBIG). */
 	cgr_graph_create(ctx, &g);

@@ -504,7 +504,8 @@ static int cgr__data_copy(void *d, const void *src, size_t n, cgr_stream *s)
 		return 0;
 	if (s != NULL)
 		return cgr_stream_memcpy_async(s, d, src, n);
-	memcpy(d, src, n);
+	/* A value built at an offset of its own buffer overlaps it. */
+	memmove(d, src, n);
 	return 0;
 }
 

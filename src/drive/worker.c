@@ -162,10 +162,21 @@ int cgr_worker_destroy(cgr_worker *w, int64_t timeout_ns)
 	if (w->destroyed)
 		return 0;
 	if (w->abandoned) {
-		/* Already told to stop and left behind: it exits by
-		 * itself. */
+		/* Already told to stop and left behind (stuck in a task):
+		 * it exits by itself, fini run, when the task returns; 0 if
+		 * that happens by the deadline. */
+		int ret;
 		w->destroyed = true;
-		return 0;
+		if (timeout_ns < 0)
+			timeout_ns = 1000000000;
+		ret = cgr__future_wait(&w->exited, w->exit_gen,
+				       cgr__deadline(timeout_ns), NULL,
+				       CGR_WAIT_BLOCK, 0);
+		if (ret == -ETIMEDOUT)
+			return CGR_ESTUCK;
+		return atomic_load_explicit(&w->lost, memory_order_acquire) ?
+			       CGR_EPEERDEAD :
+			       0;
 	}
 	if (w->busy_with != NULL && !cgr__torn_down(w->busy_with))
 		return -EBUSY;
