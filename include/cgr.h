@@ -892,7 +892,8 @@ enum cgr_transport {
 enum cgr_edge_flags {
 	/* The value's shape and dtype never change: they are agreed on the
 	 * first execution whose value is not an error only; a later change
-	 * is an error value (an error value goes through as it is). */
+	 * is an error value (an error value goes through as it is).  For a
+	 * tensor value: a list's items are not checked. */
 	CGR_EDGE_STATIC_SHAPE = 1u << 0,
 	/* The communicator of the edge (default: NCCL when the value is a
 	 * device output, CGR_TASK_DEVICE, and its producer and readers own
@@ -959,17 +960,20 @@ typedef struct cgr_compile_params {
 				      means (0: no wait); negative (the
 				      default): 10 s */
 	int wait_mode;		   /* enum cgr_wait_mode */
-	int64_t spin_ns;	   /* adaptive spin before parking; default 50 us */
+	int64_t spin_ns;	   /* adaptive spin before parking; negative
+				      (the default): 50 us */
 	uint32_t trace_events;	   /* per worker, kept from the start; 0: off;
 				      at most 2^24 (-EINVAL) */
 	int overlap;		   /* 1: collectives run on communication
 				      streams per worker, beside compute,
 				      and stream tasks are not waited for
-				      (CGR_TASK_STREAM) */
+				      (CGR_TASK_STREAM); 0: off; else
+				      -EINVAL */
 	/* Modelled communication, for planning and benchmarks: every
 	 * collective and device-edge transfer also takes this long once its
 	 * members agreed (the payload still moves), on its stream with
-	 * overlap, on the worker thread without.  0: off; at most 10 s. */
+	 * overlap, on the worker thread without.  0: off; at most 10 s
+	 * (negative or more: -EINVAL). */
 	int64_t sim_comm_ns;
 	/* CPU streams: a collective's job (overlap) or a stream task's work
 	 * on a simulated compute stream whose last run took less than this
@@ -977,7 +981,8 @@ typedef struct cgr_compile_params {
 	 * handoff to a parked stream thread costs a kernel wakeup, more than
 	 * a short operation takes.  Longer ones, and the first run, go to
 	 * their stream.  -1: default 20 us; 0: always the stream; at most
-	 * 1 s. */
+	 * 1 s (another negative value or more: -EINVAL).  An invalid
+	 * parameter's compile error message names it. */
 	int64_t inline_ns;
 } cgr_compile_params;
 #define CGR_COMPILE_PARAMS_INIT                                          \

@@ -156,6 +156,12 @@ int main(int argc, char **argv)
 	pp.sim_comm_ns = 11ll * 1000000000;
 	t_is(cgr_graph_compile(g, &pp, &c), -EINVAL,
 	     "modelled communication time over 10 s");
+	t_ok(strstr(cgr_graph_errmsg(g), "sim_comm_ns") != NULL,
+	     "...naming the field: %s", cgr_graph_errmsg(g));
+	pp = (cgr_compile_params)CGR_COMPILE_PARAMS_INIT;
+	pp.overlap = 2;
+	t_is(cgr_graph_compile(g, &pp, &c), -EINVAL, "overlap 2: %s",
+	     cgr_graph_errmsg(g));
 
 	/* Compile, then: compile twice, busy worker, nargs, capacity. */
 	pp = (cgr_compile_params)CGR_COMPILE_PARAMS_INIT;

@@ -230,6 +230,7 @@ static int compiled_new(cgr_graph *g, const cgr_compile_params *prm,
 {
 	struct cgr_compiled *c = cgr__alloc(&g->ctx->arena, sizeof(*c), 64);
 	char why[sizeof(g->errmsg)] = "";
+	const char *bad = "";
 	int ret = 0;
 
 	if (c == NULL)
@@ -259,9 +260,10 @@ static int compiled_new(cgr_graph *g, const cgr_compile_params *prm,
 				       g->ctx->nworkers);
 	if (c->ctl == NULL)
 		return -ENOMEM;
-	ret = cgr__compile_params(&c->p, prm);
+	ret = cgr__compile_params(&c->p, prm, &bad);
 	if (ret < 0)
-		return cgr__graph_fail(g, ret, "invalid compile parameters");
+		return cgr__graph_fail(g, ret, "invalid compile parameters: %s",
+				       bad);
 	c->nslots = 1;
 	while (c->nslots < c->p.max_inflight)
 		c->nslots <<= 1;
@@ -510,10 +512,12 @@ static int compile_graph(cgr_graph *g, const cgr_compile_params *prm,
 	if (!plan_only && seg_fd < 0 && !g->ctx->driver_far &&
 	    graph_remote(g)) {
 		cgr_compile_params pp;
-		ret = cgr__compile_params(&pp, prm);
+		const char *why = "";
+		ret = cgr__compile_params(&pp, prm, &why);
 		if (ret < 0)
 			return cgr__graph_fail(g, ret,
-					       "invalid compile parameters");
+					       "invalid compile parameters: %s",
+					       why);
 		ret = cgr__graph_pack(g, &pp, &bl.p, &bl.len, &bl.cap);
 	}
 	if (ret == 0)

@@ -117,7 +117,10 @@ struct cgr__cc {
 };
 
 /* validate.c */
-int cgr__compile_params(cgr_compile_params *p, const cgr_compile_params *in);
+/* p from in (NULL: defaults), defaults filled in: 0, or -EINVAL with
+ * *why (may be NULL) naming the field. */
+int cgr__compile_params(cgr_compile_params *p, const cgr_compile_params *in,
+			const char **why);
 int cgr__validate_tasks(cgr_graph *g);
 int cgr__validate_graph(struct cgr__cc *cc);
 

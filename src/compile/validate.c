@@ -18,20 +18,28 @@
 #define CGR__DEF_SPIN_NS (50ll * 1000)
 #define CGR__DEF_INLINE_NS (20ll * 1000)
 
-int cgr__compile_params(cgr_compile_params *p, const cgr_compile_params *in)
+#define CGR__BAD(why_)                   \
+	do {                             \
+		if (why != NULL)         \
+			*why = (why_);   \
+		return -EINVAL;          \
+	} while (0)
+
+int cgr__compile_params(cgr_compile_params *p, const cgr_compile_params *in,
+			const char **why)
 {
 	if (in != NULL && in->size < sizeof(size_t))
-		return -EINVAL;
+		CGR__BAD("size smaller than a size_t");
 	CGR__PARAMS_COPY(*p, in,
 			 ((cgr_compile_params)CGR_COMPILE_PARAMS_INIT));
 	if (p->max_inflight == 0)
 		p->max_inflight = CGR__DEF_INFLIGHT;
 	if (p->max_inflight > CGR__MAX_INFLIGHT)
-		return -EINVAL;
+		CGR__BAD("max_inflight over 4096");
 	if (p->max_value_bytes == 0)
 		p->max_value_bytes = CGR__DEF_VALUE_BYTES;
 	if (p->max_value_bytes > CGR__MAX_VALUE_BYTES)
-		return -EINVAL;
+		CGR__BAD("max_value_bytes over 2^40");
 	if (p->max_value_bytes < CGR__MIN_VALUE_BYTES)
 		p->max_value_bytes = CGR__MIN_VALUE_BYTES;
 	if (p->submit_timeout_ns < 0)
@@ -43,15 +51,19 @@ int cgr__compile_params(cgr_compile_params *p, const cgr_compile_params *in)
 	if (p->inline_ns == -1)
 		p->inline_ns = CGR__DEF_INLINE_NS;
 	if (p->inline_ns < 0 || p->inline_ns > 1000000000)
-		return -EINVAL;
-	if (p->trace_events > (1u << 24) || p->overlap < 0 || p->overlap > 1 ||
-	    p->sim_comm_ns < 0 || p->sim_comm_ns > 10ll * 1000000000)
-		return -EINVAL;
+		CGR__BAD("inline_ns not -1 or 0 to 1 s");
+	if (p->trace_events > (1u << 24))
+		CGR__BAD("trace_events over 2^24");
+	if (p->overlap < 0 || p->overlap > 1)
+		CGR__BAD("overlap not 0 or 1");
+	if (p->sim_comm_ns < 0 || p->sim_comm_ns > 10ll * 1000000000)
+		CGR__BAD("sim_comm_ns not 0 to 10 s");
 	if (p->wait_mode != CGR_WAIT_ADAPTIVE && p->wait_mode != CGR_WAIT_BUSY &&
 	    p->wait_mode != CGR_WAIT_BLOCK)
-		return -EINVAL;
+		CGR__BAD("an unknown wait_mode");
 	return 0;
 }
+#undef CGR__BAD
 
 /* ---- tasks and workers --------------------------------------------- */
 

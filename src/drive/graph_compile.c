@@ -204,7 +204,7 @@ static int auto_comms(cgr_graph *g, const cgr_compile_params *prm,
 	int be, ret;
 
 	*nmade = 0;
-	if (cgr__compile_params(&pp, prm) < 0)
+	if (cgr__compile_params(&pp, prm, NULL) < 0)
 		return 0; /* the compile says what is wrong with them */
 	for (struct cgr__task *t = g->tasks; t != NULL; t = t->next) {
 		if ((be = auto_comm_wanted(t, pp.max_value_bytes)) < 0)
