@@ -158,54 +158,6 @@ static int stage(cgr_task_ctx *tc, void *state, const cgr_value *in,
 
 /* gpu: CUDA workers on other hosts (the CUDA model, tests/fake_cudart.c,
  * loaded on every host from the driver context's cudart_path). */
-#ifdef CGR_FAKE_CUDART
-/* A CUDA worker's state: host memory a device task mixes into (its output
- * points there and is copied to the device after the task). */
-static int gpu_init(void *arg, void **state)
-{
-	(void)arg;
-	*state = malloc(MAXV);
-	return *state != NULL ? 0 : -ENOMEM;
-}
-
-static void gpu_fini(void *arg, void *state)
-{
-	(void)arg;
-	free(state);
-}
-
-/* A device task: its input (bytes) mixed, as a CUDA tensor of uint8;
- * stage 1 refuses what stage() does. */
-static int gpu_mix(cgr_task_ctx *tc, void *state, const cgr_value *in,
-		   size_t nin, cgr_value *out, size_t nout)
-{
-	static __thread int64_t shape[1];
-	int k = *(const unsigned char *)cgr_task_arg(tc);
-
-	(void)nin, (void)nout;
-	if (in[0].kind != CGR_VALUE_BYTES || in[0].u.bytes.len > MAXV)
-		return -EINVAL;
-	if (k == 1 && in[0].u.bytes.len > 0 &&
-	    ((const unsigned char *)in[0].u.bytes.data)[0] == 0xEE) {
-		cgr_task_set_error(tc, -EDOM, "stage 1 refuses 0xEE (%zu B)",
-				   in[0].u.bytes.len);
-		return -EDOM;
-	}
-	/* k 3: mix 0, as a list of the argument's bytes and that tensor
-	 * when the argument starts with 'L'. */
-	mix(state, in[0].u.bytes.data, in[0].u.bytes.len, k == 3 ? 0 : k);
-	shape[0] = (int64_t)in[0].u.bytes.len;
-	out[0] = cgr_value_tensor(state, kDLUInt, 8, 1, shape);
-	if (k == 3 && in[0].u.bytes.len > 0 &&
-	    ((const unsigned char *)in[0].u.bytes.data)[0] == 'L') {
-		static __thread cgr_value items[2]; /* past the return */
-		items[0] = in[0];
-		items[1] = out[0];
-		out[0] = cgr_value_list(items, 2);
-	}
-	return 0;
-}
-
 /* List item i of execution seed's list: i * 4099 % 20011 bytes, each
  * (seed + i * 13 + b) & 0xFF; odd items as uint8 tensors. */
 static size_t litem_len(size_t i)
@@ -262,6 +214,54 @@ static int mklist(cgr_task_ctx *tc, void *state, const cgr_value *in,
 		at += len;
 	}
 	out[0] = cgr_value_list(items, a[0]);
+	return 0;
+}
+
+#ifdef CGR_FAKE_CUDART
+/* A CUDA worker's state: host memory a device task mixes into (its output
+ * points there and is copied to the device after the task). */
+static int gpu_init(void *arg, void **state)
+{
+	(void)arg;
+	*state = malloc(MAXV);
+	return *state != NULL ? 0 : -ENOMEM;
+}
+
+static void gpu_fini(void *arg, void *state)
+{
+	(void)arg;
+	free(state);
+}
+
+/* A device task: its input (bytes) mixed, as a CUDA tensor of uint8;
+ * stage 1 refuses what stage() does. */
+static int gpu_mix(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	static __thread int64_t shape[1];
+	int k = *(const unsigned char *)cgr_task_arg(tc);
+
+	(void)nin, (void)nout;
+	if (in[0].kind != CGR_VALUE_BYTES || in[0].u.bytes.len > MAXV)
+		return -EINVAL;
+	if (k == 1 && in[0].u.bytes.len > 0 &&
+	    ((const unsigned char *)in[0].u.bytes.data)[0] == 0xEE) {
+		cgr_task_set_error(tc, -EDOM, "stage 1 refuses 0xEE (%zu B)",
+				   in[0].u.bytes.len);
+		return -EDOM;
+	}
+	/* k 3: mix 0, as a list of the argument's bytes and that tensor
+	 * when the argument starts with 'L'. */
+	mix(state, in[0].u.bytes.data, in[0].u.bytes.len, k == 3 ? 0 : k);
+	shape[0] = (int64_t)in[0].u.bytes.len;
+	out[0] = cgr_value_tensor(state, kDLUInt, 8, 1, shape);
+	if (k == 3 && in[0].u.bytes.len > 0 &&
+	    ((const unsigned char *)in[0].u.bytes.data)[0] == 'L') {
+		static __thread cgr_value items[2]; /* past the return */
+		items[0] = in[0];
+		items[1] = out[0];
+		out[0] = cgr_value_list(items, 2);
+	}
 	return 0;
 }
 
