@@ -191,9 +191,10 @@ static int napper(cgr_task_ctx *tc, void *state, const cgr_value *in,
 static int mklist(cgr_task_ctx *tc, void *state, const cgr_value *in,
 		  size_t nin, cgr_value *out, size_t nout)
 {
-	static __thread cgr_value items[64];
-	static __thread int64_t shapes[64];
-	static __thread unsigned char *data;
+	/* One worker runs it (one thread at a time): a static buffer. */
+	static cgr_value items[64];
+	static int64_t shapes[64];
+	static unsigned char data[64 * 20011];
 	uint32_t a[2];
 	size_t at = 0;
 
@@ -201,7 +202,7 @@ static int mklist(cgr_task_ctx *tc, void *state, const cgr_value *in,
 	if (in[0].kind != CGR_VALUE_BYTES || in[0].u.bytes.len != 8)
 		return -EINVAL;
 	memcpy(a, in[0].u.bytes.data, 8);
-	if (a[0] > 64 || (data == NULL && (data = malloc(64 * 20011)) == NULL))
+	if (a[0] > 64)
 		return -EINVAL;
 	for (size_t i = 0; i < a[0]; i++) {
 		size_t len = litem_len(i);
