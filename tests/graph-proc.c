@@ -1082,8 +1082,9 @@ static void check_stopped(void)
 	cgr_compiled_destroy(c);
 	cgr_graph_destroy(g);
 	t0 = t_now_ns();
-	t_is(cgr_worker_destroy(p0, SEC), CGR_EPEERDEAD,
-	     "the stopped worker was killed: destroy says it died");
+	t_is(cgr_worker_destroy(p0, 0), CGR_EPEERDEAD,
+	     "the stopped worker was killed: destroy says it died, even "
+	     "with a timeout of 0");
 	t_ok(t_now_ns() - t0 < SEC / 10, "...at once (%.1f ms)",
 	     (t_now_ns() - t0) / 1e6);
 	t_is(cgr_worker_destroy(p1, SEC), 0, "p1 stops as usual");

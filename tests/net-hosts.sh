@@ -87,7 +87,7 @@ if grep -q '^ucx [0-9] skipped' "$tmp/out"; then
 	echo "ok 5 # SKIP no UCX in this build"
 elif [ "$tls" = 3 ] &&
      [ "$(ASAN_OPTIONS=detect_leaks=0 "$bin" tls | cut -d' ' -f2,3 | tr '\n' ' ')" = \
-       "sm,self -22 posix,sysv,self -22 tcp,self 0 sm,tcp 0 " ]; then
+       "sm,self -22 posix,sysv,self -22 tcp,self 0 sm,tcp 0 ^tcp -22 " ]; then
 	echo "ok 5 - UCX_TLS=tcp,self,cuda_copy: the control context leaves" \
 	     "cuda_copy out and says what it uses:" \
 	     "$(grep -m1 '^tls 0 ' "$tmp/out" | cut -d' ' -f3-);" \

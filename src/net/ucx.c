@@ -382,10 +382,11 @@ static bool local_tl(const char *t, size_t n)
 					   "posix", "sysv", "cma", "knem",
 					   "xpmem" };
 
-	for (size_t i = 0; i < sizeof(loc) / sizeof(loc[0]); i++)
-		if (n >= strlen(loc[i]) && !strncmp(t, loc[i], strlen(loc[i])) &&
-		    (t[strlen(loc[i])] == 0 || t[strlen(loc[i])] == ':'))
+	for (size_t i = 0; i < sizeof(loc) / sizeof(loc[0]); i++) {
+		size_t k = strlen(loc[i]);
+		if (n >= k && !strncmp(t, loc[i], k) && (n == k || t[k] == ':'))
 			return true;
+	}
 	return false;
 }
 
@@ -463,18 +464,22 @@ static int host_tls(struct cgr__ucx *u, ucp_config_t *cfg, bool strict,
 
 /* The resources the context chose ("tcp/eth0 self/memory0 ..."), added
  * to u->transports: whether one of them is a device transport. */
-static bool chosen(struct cgr__ucx *u)
+static bool chosen(struct cgr__ucx *u, bool *net)
 {
 	char *info = print_to(print_context, u, NULL), *p;
 	size_t n = strlen(u->transports);
 	bool dev = false;
 
+	*net = false;
 	n += (size_t)snprintf(u->transports + n, sizeof(u->transports) - n,
 			      "; resources:");
 	for (p = info; p != NULL && (p = strstr(p, "flags -- ")) != NULL;) {
 		char *e = strchr(p += 9, '\n');
 		size_t l = e != NULL ? (size_t)(e - p) : strlen(p);
+		const char *sl = memchr(p, '/', l);
 		dev |= device_tl(p, l);
+		*net |= !device_tl(p, l) &&
+			!local_tl(p, sl != NULL ? (size_t)(sl - p) : l);
 		if (n < sizeof(u->transports))
 			n += (size_t)snprintf(u->transports + n,
 					      sizeof(u->transports) - n, " %.*s",
@@ -491,6 +496,7 @@ static ucs_status_t make_context(struct cgr__ucx *u, ucp_config_t *cfg,
 {
 	ucp_params_t pp;
 	ucs_status_t st;
+	bool net, dev;
 
 	memset(&pp, 0, sizeof(pp));
 	pp.field_mask = UCP_PARAM_FIELD_FEATURES;
@@ -500,7 +506,23 @@ static ucs_status_t make_context(struct cgr__ucx *u, ucp_config_t *cfg,
 			return UCS_ERR_INVALID_PARAM;
 		st = u->f.init_version(UCP_API_MAJOR, UCP_API_MINOR, &pp, cfg,
 				       &u->ctx);
-		if (st != UCS_OK || !chosen(u))
+		if (st != UCS_OK)
+			return st;
+		dev = chosen(u, &net);
+		if (!dev && !net) {
+			/* As "UCX_TLS=^tcp" leaves it: no peer failure
+			 * handling, every endpoint would fail. */
+			snprintf(why, len,
+				 "UCX chose no network transport (%s): the "
+				 "links need one with peer failure handling "
+				 "(tcp, rc, ud, dc)",
+				 u->transports);
+			*err = -EINVAL;
+			u->f.cleanup(u->ctx);
+			u->ctx = NULL;
+			return UCS_ERR_INVALID_PARAM;
+		}
+		if (!dev)
 			return st;
 		/* A device transport came with "all" or "^...": again,
 		 * excluding them. */

@@ -73,6 +73,7 @@ struct cgr__proc {
 	int pidfd, sock;
 	_Atomic uint32_t dead; /* it ended (seen by the monitor or a reply) */
 	bool stopping;	       /* told to stop: no failure to report */
+	bool killed;	       /* by us (proc_kill): dead by now or soon */
 	bool external;	       /* started by something else: not reaped */
 	char why[160];	       /* how it ended */
 };
@@ -822,12 +823,18 @@ static int proc_destroy(cgr_worker *w, int64_t deadline)
 	struct cgr__proc *pr = proc_of(w);
 	struct cgr__pmsg m;
 	int ret = 0;
+	bool killed;
 
 	pthread_mutex_lock(&pr->ps->lock);
 	pr->stopping = true;
+	killed = pr->killed;
 	pthread_mutex_unlock(&pr->ps->lock);
-	if (atomic_load(&pr->dead)) {
+	if (atomic_load(&pr->dead) || killed) {
+		/* Killed by a teardown (or a compile) it did not answer:
+		 * dead, whatever the timeout; reaped below at once. */
 		ret = CGR_EPEERDEAD;
+		if (killed)
+			cgr__fd_wait_readable(pr->pidfd, CGR_FOREVER);
 	} else {
 		cgr__pmsg_init(&m, CGR__PMSG_STOP, 0);
 		m.timeout_ns = worker_timeout(deadline);
@@ -995,6 +1002,7 @@ static void proc_kill(cgr_worker *w, const char *past)
 		snprintf(pr->why, sizeof(pr->why),
 			 "worker %s (pid %d) was killed: %s", w->name, pr->pid,
 			 past);
+	pr->killed = true;
 	pthread_mutex_unlock(&pr->ps->lock);
 	syscall(SYS_pidfd_send_signal, pr->pidfd, SIGKILL, NULL, 0);
 }
