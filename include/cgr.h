@@ -662,7 +662,8 @@ int cgr_worker_join(const char *join_addr, const cgr_export *exports);
  * (cuda_copy, cuda_ipc, gdr_copy, rocm_*) are left out, and
  * cgr_job_transports says what was used; it must name a network
  * transport (tcp, rc, ud, dc: shared memory and self alone cannot tell a
- * peer's failure, and cgr_job_join refuses them with -EINVAL).  UCX_NET_DEVICES picks the
+ * peer's failure, and cgr_job_join refuses a setting that leaves UCX only
+ * those with -EINVAL).  UCX_NET_DEVICES picks the
  * interfaces.  The job's processes find each other through PMIx (each
  * publishes its UCX address and host with Put, Commit and a Fence).
  *
@@ -713,7 +714,8 @@ typedef struct cgr_job_params {
  * runs on one host unchanged.  Collective: every rank of the job calls
  * it.  Blocks until every rank joined (the fence) or fence_timeout_s.
  * Returns 0, -EINVAL (also: UCX_TLS names no network transport, only
- * shared memory and self, which cannot tell a peer's failure), -ENOMEM,
+ * shared memory and self, which cannot tell a peer's failure, or leaves
+ * UCX none, as "^tcp" on a host without RDMA does), -ENOMEM,
  * -ETIMEDOUT, -EIO (PMIx or UCX failed: the log says why; also when the
  * launcher's variables PMIX_NAMESPACE or PMIX_RANK are set but its PMIx
  * server cannot be reached, rather than a job of one per process),
