@@ -1373,7 +1373,10 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * ranks on a host, hierarchically: each host's lowest rank folds its
  * host's inputs, these leaders reduce-scatter and allgather the h
  * partial results (a host sends 2 (h - 1) / h inputs, however many ranks
- * it has) and the other ranks take the blocks from them.  A broadcast of
+ * it has) and the other ranks take the blocks from them, each block in
+ * chunks (an eighth of it, 256 KiB to 1 MiB) that move on as soon as
+ * they are folded, so the host's fold, the network and the copies out
+ * overlap.  A broadcast of
  * 128 KiB or more over three hosts or more is a chain, after the
  * records' exchange: the root sends it in chunks (64 KiB to 1 MiB) to
  * one rank of the next host, which passes each chunk on to the next
@@ -1392,14 +1395,20 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * arrives straight in the
  * receive buffer (UCX writes it there: the operation says where before
  * its own record leaves; cgr_job_stats.comm_bytes_direct) when it was
- * sent so (64 KiB or more) to a host with one rank of the communicator;
- * any other data is copied once out of the message it came in (before
- * the records agree it may not touch the caller's buffer).
+ * sent so (64 KiB or more) to a host with one rank of the communicator,
+ * and a hierarchical allreduce's result chunks (so sent) at each host's
+ * leader whatever its host's ranks (they copy them from there; the
+ * leader's operation returns once they did); any other data is copied
+ * once out of the message it came in (before the records agree it may
+ * not touch the caller's buffer).
  * Reductions fold in rank order (rank 0's input op rank 1's op ...), and
  * a hierarchical allreduce folds each host's ranks in rank order, then
  * the hosts' results in the order of their lowest ranks (averages sum,
  * then divide once); either way the result is bit-identical on every
- * member, and integer results do not depend on the layout.  Failures: a
+ * member, and integer results do not depend on the layout.  A
+ * hierarchical allreduce of float16 or bfloat16 rounds each host's
+ * partial result to its type, then the final result (as NCCL's ring
+ * rounds at every step), where the other algorithms round once.  Failures: a
  * host of the communicator lost fails its pending and later operations with
  * CGR_EHOSTLOST (the message names the host), within the job's deadline;
  * cgr_comm_abort, or an operation past its deadline (-ETIMEDOUT there),

@@ -16,8 +16,12 @@
 # back, as Open MPI's benchmark does) and its ratio; and an allreduce node
 # of 16 MiB over two members per host, over values and on a
 # communicator (hierarchical).  Root only.
-# Usage: perf/hosts.sh [--coll] [--quick] [-w N] [-n N]   (from the build
-# tree: sh ../perf/hosts.sh; --coll: the collectives only)
+# Usage: perf/hosts.sh [--coll|--hier [BUILD]] [--quick] [-w N] [-n N]
+# (from the build tree: sh ../perf/hosts.sh; --coll: the collectives
+# only; --hier: only the hierarchical allreduce of 16 MiB over two members
+# per host, six rounds alternating its chunks (the default) and one chunk
+# per block (CGR_TEST_HIER_CHUNK: a build with fault injection), and
+# BUILD's perf/hosts_coll --hier if given, then the medians)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${abs_top_builddir:-$PWD}
@@ -31,6 +35,34 @@ echo "3 hosts: network namespaces on a bridge ($net.1-3), UCX_TLS=tcp,self"
 : >"$tmp/all"
 only_coll=0
 [ "${1:-}" = --coll ] && { only_coll=1; shift; }
+if [ "${1:-}" = --hier ]; then
+	shift
+	other=
+	case "${1:-}" in -*|'') ;; *) other=$1; shift;; esac
+	: >"$tmp/hier"
+	for round in 1 2 3 4 5 6; do
+		for v in chunks whole ${other:+other}; do
+			bin=$build/perf/hosts_coll NETNS_ENV=
+			[ $v = whole ] &&
+				NETNS_ENV="-x CGR_TEST_HIER_CHUNK=1073741824"
+			[ $v = other ] && bin=$other/perf/hosts_coll
+			NETNS_ENV=$NETNS_ENV netns_mpirun 600 "$tmp/o" "$tmp/e" \
+				"$bin" --hier -w 5 "$@"
+			ms=$(awk '$1 == "hosts_hier" && $2 == "comm" {
+				printf "%.1f", $6 / 1e3 }' "$tmp/o")
+			echo "round $round $v: ${ms:-?} ms on a communicator"
+			echo "$v ${ms:-0}" >>"$tmp/hier"
+		done
+	done
+	awk '{ v[$1, ++n[$1]] = $2 }
+	END { for (k in n) {
+		for (i = 1; i <= n[k]; i++) for (j = i + 1; j <= n[k]; j++)
+			if (v[k, j] < v[k, i]) { t = v[k, i]; v[k, i] = v[k, j]; v[k, j] = t }
+		m = n[k] % 2 ? v[k, (n[k] + 1) / 2] : (v[k, n[k] / 2] + v[k, n[k] / 2 + 1]) / 2
+		printf "hier allreduce 16 MiB, 3 hosts x 2: %s median %.1f ms\n", k, m } }' \
+		"$tmp/hier"
+	exit 0
+fi
 for round in 1 2; do
 	[ $only_coll = 1 ] && break
 	for mode in adaptive block; do

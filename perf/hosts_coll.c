@@ -25,7 +25,8 @@
  * members): a task on each member runs the operations back to back, as
  * MPI's benchmark does, and the driver's member's median is the case's
  * number ("hosts_comm").  Prints a line per case and a JSON line per
- * result ("hosts_coll", "hosts_ncomm", "hosts_comm").
+ * result ("hosts_coll", "hosts_ncomm", "hosts_comm").  --hier: only the
+ * hierarchical case (hier_case).
  */
 #include "perf.h"
 
@@ -38,6 +39,8 @@
 
 /* Members of the node graphs (graph, run1): NM, or MAXM for hier_case. */
 static int nm = NM;
+/* --hier: hier_case alone. */
+static bool hier_only;
 #define MAXC 8
 #define MAXS 8
 
@@ -478,6 +481,15 @@ static int drive(cgr_ctx *ctx, const struct perf_opts *o, const size_t *sizes,
 	}
 	static double comm[NCOLL][MAXS];
 
+	if (hier_only) {
+		lat = calloc((size_t)iters + 3, sizeof(*lat));
+		if (lat == NULL ||
+		    hier_case(ctx, w, iters / 100 > 3 ? iters / 100 : 3,
+			      windows, mode, lat) != 0)
+			return 1;
+		free(lat);
+		return 0;
+	}
 	if (comm_cases(ctx, w, iters, windows, sizes, ns, comm) != 0)
 		return 1;
 	lat = calloc((size_t)iters + 3, sizeof(*lat));
@@ -551,6 +563,8 @@ int main(int argc, char **argv)
 			for (tok = strtok_r(argv[++i], ",", &save);
 			     tok && ns < MAXS; tok = strtok_r(NULL, ",", &save))
 				sizes[ns++] = (size_t)strtoull(tok, NULL, 10);
+		} else if (!strcmp(argv[i], "--hier")) {
+			hier_only = true;
 		} else if (nrest < 63) {
 			rest[nrest++] = argv[i];
 		}
@@ -558,7 +572,8 @@ int main(int argc, char **argv)
 	rest[nrest] = NULL;
 	if (perf_parse(nrest, rest, &o,
 		       "collective nodes across 3 hosts (a rank program: "
-		       "perf/hosts.sh); own option: -s BYTES[,BYTES]"))
+		       "perf/hosts.sh); own options: -s BYTES[,BYTES], --hier (the "
+		       "hierarchical case only)"))
 		return 2;
 	jp.wait_mode = getenv("PERF_MODE") && !strcmp(getenv("PERF_MODE"),
 						      "block") ?

@@ -55,11 +55,22 @@
 /* Elements (int64) of a block that goes after the records (LATE_BYTES in
  * src/remote/rcomm.c, 128 KiB), with room for one more in OUTMAX. */
 #define LATEC 17000
+/* A hierarchical allreduce of int64 or float64 with several chunks in a
+ * leader's block (hier_cases); the count whose operation fails half
+ * through under CGR_TEST_HIER_FAIL (float32: 2 chunks of 256 KiB and
+ * more in each of two leaders' blocks). */
+#define HIERC 149999
+#define HFAILC 299999
+/* A rough bfloat16 allreduce (rough_sum): several chunks per block. */
+#define BF16C 599999
 /* An output: the call's result (int32) in a 16-byte head, so that the
  * receive buffer after it is aligned for every dtype. */
 #define HEAD 16
 #define OUTMAX (HEAD + (size_t)MAXM * ZCC * 8)
 _Static_assert(HEAD + SPLITC * 8 <= OUTMAX, "room for split allreduces");
+_Static_assert(HEAD + HIERC * 8 <= OUTMAX, "room for hierarchical ones");
+_Static_assert(HEAD + (HFAILC + 1) * 4 <= OUTMAX, "room for HFAILC");
+_Static_assert(HEAD + BF16C * 2 <= OUTMAX, "room for BF16C");
 _Static_assert(HEAD + (MAXM + 1) * 1000 * 8 <= OUTMAX, "room for groups");
 
 enum {
@@ -88,6 +99,7 @@ struct cmd {
 	uint8_t fault; /* 0, 1: `who` passes NULL, 2: `who` count + 1 */
 	uint8_t who;
 	uint8_t inplace; /* allreduce: send == recv on every rank */
+	uint8_t rough;	 /* bfloat16 inputs in [1, 2) that round (bf16in) */
 };
 
 /* Element e of rank r's input: 1..5 (1..2 for products), so that every
@@ -97,6 +109,19 @@ static unsigned elem(const struct cmd *c, int r, size_t e)
 	unsigned m = c->op == CGR_PROD || c->dtype == CGR_BFLOAT16 ? 2 : 5;
 
 	return (unsigned)((c->seed + 7u * (unsigned)r + 3u * e) % m) + 1u;
+}
+
+/* A rough command's element e of rank r: a bfloat16 in [1, 2), any of
+ * its 128 values (two of them sum exactly in float, not in bfloat16). */
+static uint16_t bf16in(const struct cmd *c, int r, size_t e)
+{
+	uint32_t x = c->seed * 2654435761u ^ (uint32_t)r * 40503u ^
+		     (uint32_t)e * 2246822519u;
+
+	x ^= x >> 15;
+	x *= 2246822519u;
+	x ^= x >> 13;
+	return (uint16_t)(0x3f80 | (x & 0x7f));
 }
 
 static void put(unsigned char *p, cgr_dtype dt, size_t e, unsigned v)
@@ -171,7 +196,10 @@ static size_t run_op(cgr_comm *cm, int n, int r, const struct cmd *c,
 	rb = out + HEAD;
 	memset(rb, 0xAB, nr * es);
 	for (size_t e = 0; e < ns; e++)
-		put(s, dt, e, elem(c, r, e));
+		if (c->rough)
+			memcpy(s + 2 * e, &(uint16_t){ bf16in(c, r, e) }, 2);
+		else
+			put(s, dt, e, elem(c, r, e));
 	if (c->fault == 2 && r == c->who)
 		cnt++;
 	if (c->inplace) {
@@ -358,6 +386,9 @@ struct tally {
 	uint64_t sent, sent_split, sent_chain; /* crossing() */
 	uint64_t direct_bytes[3];	       /* direct() */
 	unsigned waited; /* destroyed(): ranks that were in the call */
+	unsigned hfail;	 /* hier_cases(): injected failures */
+	size_t rounded_twice; /* rough_sum() */
+	uint64_t hier_direct; /* crossing() */
 	char msg[200];
 };
 
@@ -606,6 +637,127 @@ static void cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
 	c.fault = 0;
 }
 
+/* Hierarchical allreduces (a host with two members: hier) of HIERC
+ * elements, several chunks per leader's block at the default chunk size
+ * (256 KiB to 1 MiB: src/remote/rcomm.c), the last one shorter, in place
+ * and not, integers and floating point (its fold order: bit-identical to
+ * one host's).  With CGR_TEST_HIER_FAIL=HFAILC (tests/net-graph.sh sets
+ * it in builds with fault injection) the last host's leader fails its
+ * fold of its own second chunk with -ENOMEM, half through the
+ * operation: every rank's call returns -ENOMEM, none waits for a chunk
+ * that does not come, none is left behind (the next operation is
+ * right); over one member per host it is not hierarchical and succeeds. */
+static void hier_cases(cgr_compiled *g, cgr_comm *cm, cgr_comm *ref, int n,
+		       bool hier, struct tally *t)
+{
+	struct cmd c = { .id = cgr_comm_id(cm), .kind = CGR_COLL_ALLREDUCE,
+			 .count = HIERC, .seed = 5 };
+	const char *fail = getenv("CGR_TEST_HIER_FAIL");
+
+	for (uint8_t ip = 0; ip < 2; ip++)
+		for (int f = 0; f < 2; f++) {
+			c.dtype = f ? CGR_FLOAT64 : CGR_INT64;
+			c.op = f ? (ip ? CGR_AVG : CGR_SUM) : CGR_MAX;
+			c.inplace = ip;
+			c.seed++;
+			one(g, ref, n, &c, 0, t);
+		}
+	if (fail == NULL || strtoul(fail, NULL, 10) != HFAILC)
+		return;
+	c.dtype = CGR_FLOAT32;
+	c.op = CGR_SUM;
+	c.count = HFAILC;
+	c.inplace = 0;
+	one(g, hier ? NULL : ref, n, &c, hier ? -ENOMEM : 0, t);
+	c.dtype = CGR_INT32;
+	c.count = HFAILC + 1;
+	one(g, ref, n, &c, 0, t);
+	t->hfail += hier;
+}
+
+static float bf2f(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* float to bfloat16, to nearest even (finite values). */
+static uint16_t f2bf(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, 4);
+	return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+/* A bfloat16 sum allreduce of BF16C rough elements (bf16in) over the
+ * layout (host[r]: member r's host): each element as cgr.h documents it,
+ * each host's members summed in float in rank order and rounded to
+ * bfloat16 where hierarchical (hier), the hosts' in the order of their
+ * lowest ranks, rounded once more (else all of them in rank order,
+ * rounded once); every member's output equal to that, and (hier) at
+ * least one element that rounding once would give otherwise. */
+static void rough_sum(cgr_compiled *g, cgr_comm *cm, int n, const int *host,
+		      bool hier, struct tally *t)
+{
+	struct cmd c = { .id = cgr_comm_id(cm), .kind = CGR_COLL_ALLREDUCE,
+			 .count = BF16C, .dtype = CGR_BFLOAT16, .op = CGR_SUM,
+			 .seed = 91, .rough = 1 };
+	cgr_value av = cgr_value_bytes(&c, sizeof(c)), o[MAXM];
+	size_t differ = 0, wrong = 0;
+	cgr_ref r;
+
+	t->execs++;
+	if (cgr_execute(g, &av, 1, &r) != 0 ||
+	    cgr_ref_get(g, r, 30 * SEC, o, (size_t)n) != 0) {
+		snprintf(t->msg, sizeof(t->msg), "execute failed");
+		t->bad++;
+		return;
+	}
+	for (size_t e = 0; e < BF16C; e++) {
+		float part[3] = { 0, 0, 0 }, all = 0, once = 0;
+		uint16_t want, got;
+		for (int q = 0; q < n; q++) {
+			part[host[q]] += bf2f(bf16in(&c, q, e));
+			once += bf2f(bf16in(&c, q, e));
+		}
+		/* Hosts in the order of their lowest ranks. */
+		for (int q = 0; q < n; q++) {
+			bool first = true;
+			for (int p = 0; p < q; p++)
+				first = first && host[p] != host[q];
+			if (first)
+				all += hier ? bf2f(f2bf(part[host[q]]))
+					    : part[host[q]];
+		}
+		want = f2bf(all);
+		differ += want != f2bf(once);
+		for (int q = 0; q < n; q++) {
+			const unsigned char *b = o[q].u.bytes.data;
+			if (o[q].kind != CGR_VALUE_BYTES ||
+			    o[q].u.bytes.len != HEAD + 2 * BF16C ||
+			    memcmp(b, "\0\0\0\0", 4) != 0) {
+				wrong = BF16C;
+				break;
+			}
+			memcpy(&got, b + HEAD + 2 * e, 2);
+			wrong += got != want;
+		}
+	}
+	t->outs += (unsigned)n;
+	if (wrong != 0 || (hier && differ == 0)) {
+		snprintf(t->msg, sizeof(t->msg), "bfloat16 sum over %d "
+			 "members: %zu elements wrong, %zu rounded twice",
+			 n, wrong, differ);
+		t->bad++;
+	}
+	t->rounded_twice += hier ? differ : 0;
+	cgr_ref_release(g, r);
+}
+
 /* An abort by member who: every rank -ECANCELED, and the next operation
  * too. */
 static void aborted(cgr_compiled *g, cgr_comm *cm, int n, uint8_t who,
@@ -692,6 +844,24 @@ static void crossing(cgr_job *job, cgr_compiled *g, cgr_comm *cm, int n,
 		fprintf(stderr, "comm: a split allreduce of %d B per rank sent "
 				"%llu B from the driver's host (want 4/3x)\n",
 			4 * 8190, (unsigned long long)t->sent_split);
+		t->bad++;
+	}
+	/* A hierarchical allreduce of HIERC int64 (blocks of 400,000,
+	 * 400,000 and 399,992 B, chunks of 256 KiB and the rest: all sent
+	 * from the leaders' buffers): the other two leaders' blocks land
+	 * straight in rank 0's buffer (its host's leader), the other rank
+	 * there reads them where they landed: 799,992 B direct. */
+	c.count = HIERC;
+	c.dtype = CGR_INT64;
+	cgr_job_stats_get(job, &x);
+	one(g, NULL, n, &c, 0, t);
+	cgr_job_stats_get(job, &y);
+	t->hier_direct = y.comm_bytes_direct - x.comm_bytes_direct;
+	if (t->hier_direct != 799992) {
+		fprintf(stderr, "comm: a hierarchical allreduce of %d B: %llu "
+				"B straight into rank 0's buffer (want "
+				"799992)\n", 8 * HIERC,
+			(unsigned long long)t->hier_direct);
 		t->bad++;
 	}
 	/* A broadcast of 200,000 B from rank 0 over the three hosts is a
@@ -843,7 +1013,7 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 	cgr_worker *w[6] = { far3[0], far3[1], far3[2] };
 	struct tally t = { 0 };
 	double op_us = 0, base_us = 0;
-	int ret = 0;
+	int ret = 0, host[MAXM];
 
 	for (int h = 0; h < 3 && ret == 0; h++) {
 		char name[8];
@@ -878,6 +1048,10 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 			break;
 		}
 		cases(g, cm, ref, n, false, &t);
+		hier_cases(g, cm, ref, n, n > 3, &t);
+		for (int r = 0; r < n; r++)
+			host[r] = layouts[l][1 + r] % 3;
+		rough_sum(g, cm, n, host, n > 3, &t);
 		if (l == 0) {
 			timed(g, cm, n, &op_us, &base_us);
 			refusals(ctx, mw, n, cm, &t);
@@ -902,6 +1076,11 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 	for (int h = 0; h < 3; h++)
 		if (w[3 + h] != NULL)
 			cgr_worker_destroy(w[3 + h], 5 * SEC);
+	if (getenv("CGR_TEST_HIER_FAIL") != NULL && t.hfail != 3 && ret == 0) {
+		snprintf(t.msg, sizeof(t.msg), "%u injected failures (want 3)",
+			 t.hfail);
+		t.bad++;
+	}
 	if (ret != 0 || t.bad != 0) {
 		printf("comm FAILED %u of %u outputs (%s)\n", t.bad, t.outs,
 		       ret ? cgr_strerror(ret) : t.msg);
@@ -915,13 +1094,15 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 	       "allreduce_200000B_direct_B %llu "
 	       "broadcast_200000B_direct_B %llu "
 	       "allgather_200000B_direct_B %llu "
-	       "destroyed_while_waiting %u\n",
+	       "destroyed_while_waiting %u hier_failed_halfway %u "
+	       "bf16_rounded_per_host %zu hier_direct_B %llu\n",
 	       t.execs, t.outs, t.direct, op_us, base_us,
 	       (unsigned long long)t.sent, (unsigned long long)t.sent_split,
 	       (unsigned long long)t.sent_chain,
 	       (unsigned long long)t.direct_bytes[0],
 	       (unsigned long long)t.direct_bytes[1],
-	       (unsigned long long)t.direct_bytes[2], t.waited);
+	       (unsigned long long)t.direct_bytes[2], t.waited, t.hfail,
+	       t.rounded_twice, (unsigned long long)t.hier_direct);
 	return 0;
 }
 

@@ -48,7 +48,10 @@
 #    (tests/net-comm.c); a split allreduce's and a chained broadcast's
 #    blocks of 64 KiB or more and an allgather's inputs of 200,000 B
 #    land straight in the driver's rank's buffer
-#    (cgr_job_stats.comm_bytes_direct, to the byte);
+#    (cgr_job_stats.comm_bytes_direct, to the byte); hierarchical
+#    allreduces of 1.2 MB (several chunks per leader's block), and with
+#    fault injection one that fails half through at one leader (every
+#    rank -ENOMEM, the next one right);
 # 11 as 7, under a communicator's allreduce: the pending execution's
 #    outputs are CGR_EHOSTLOST error values naming host 3 (the members on
 #    hosts 1 and 2 stop waiting for it), the rest as in 3; healed;
@@ -313,7 +316,11 @@ mode_check() {
 # 9: collectives across hosts; 10: communicators across hosts, called
 # directly.
 mode_check 9 coll "collectives across hosts equal one host's"
-mode_check 10 comm "communicators across hosts equal one host's"
+# (With fault injection, a hierarchical allreduce fails half through at
+# one leader: tests/net-comm.c, hier_cases.)
+case "$defs" in *CGR_FAULT_INJECTION=1*) hf="-x CGR_TEST_HIER_FAIL=299999";;
+*) hf=;; esac
+NETNS_ENV=$hf mode_check 10 comm "communicators across hosts equal one host's"
 
 # 11: a silent cut under a communicator's allreduce, then healed.
 lose_run losecomm cut3

@@ -284,12 +284,17 @@ static void ctrl_fetched(void *arg, int status)
 	struct cgr__cmsg *cm = arg;
 	struct cgr_job *j = (struct cgr_job *)(void *)cm->next;
 	struct cgr__claim *cl = cm->claim;
+	void *dst = (void *)(uintptr_t)cm->ext;
 
 	cm->claim = NULL;
-	if (status < 0 || !ctrl_ok(cm))
+	cm->ext = NULL;
+	if (status < 0 || !ctrl_ok(cm)) {
 		free(cm);
-	else
+	} else {
+		if (cl != NULL)
+			cgr__rcomm_claim_lend(j, cl, cm, dst);
 		inbox_put(j, cm);
+	}
 	/* (After: its operation waits for this before it lets go.) */
 	if (cl != NULL)
 		cgr__rcomm_claim_done(j, cl);
@@ -336,7 +341,7 @@ static void ctrl_in(struct cgr_job *j, const struct cgr__lhdr *h,
 	cm->len = len;
 	cm->claimed = dst != NULL;
 	cm->claim = cl;
-	cm->ext = NULL;
+	cm->ext = dst; /* (until it is in: where it goes, if claimed) */
 	cm->ext_n = NULL;
 	cm->users = 0;
 	memcpy(&cm->m, hm, pre);
@@ -1054,7 +1059,12 @@ int cgr_job_join(const cgr_job_params *p, cgr_job **out)
 	j->spin_ns = d.spin_ns;
 #ifdef CGR_FAULT_INJECTION
 	j->debug_copy = getenv("CGR_TEST_NO_CLAIMS") != NULL;
-	j->debug_serial = getenv("CGR_TEST_SERIAL_FOLD") != NULL;
+	if (getenv("CGR_TEST_HIER_CHUNK") != NULL)
+		j->debug_hchunk = strtoull(getenv("CGR_TEST_HIER_CHUNK"), NULL,
+					   10);
+	if (getenv("CGR_TEST_HIER_FAIL") != NULL)
+		j->debug_hfail = strtoull(getenv("CGR_TEST_HIER_FAIL"), NULL,
+					  10);
 #endif
 	job_sync_init(j);
 	j->in_tail = &j->in_head;

@@ -55,9 +55,10 @@ enum {
 	LANE_SEND = 1,
 	LANE_RECV = 2,
 	LANE_GATHER = 3,
-	LANE_HOSTS = 4, /* hier: the leaders' blocks */
-	LANE_CHAIN = 5, /* a chained broadcast's chunks, host to host */
-	LANE_LOCAL = 6	/* its data to the other ranks of a host */
+	LANE_HOSTS = 4,	  /* hier: a host's fold, chunk by chunk */
+	LANE_CHAIN = 5,	  /* a chained broadcast's chunks, host to host */
+	LANE_LOCAL = 6,	  /* its data to the other ranks of a host */
+	LANE_HGATHER = 7 /* hier: the reduced blocks, chunk by chunk */
 };
 
 /* A broadcast of at least this many bytes over three hosts or more runs
@@ -77,6 +78,18 @@ enum {
  * broadcast as a scatter and an allgather (the root sends 2 (n - 1) / n
  * inputs, not n - 1). */
 #define SPLIT_BYTES ((size_t)16 << 10)
+
+/* A hierarchical allreduce (struct op: hier) moves its blocks in chunks
+ * of an eighth of a block, HIER_CHUNK_MIN to HIER_CHUNK_MAX bytes (whole
+ * elements, at most 65535 chunks a block): a leader sends chunk k of
+ * another leader's block as soon as it has folded its host's inputs
+ * there; it folds chunk k of its own block from every leader's as soon as
+ * they are in, and sends the result to every host at once; every rank
+ * copies each chunk of the result as it comes.  The host's fold (shared
+ * memory), the leaders' exchange (the network) and the copies out to the
+ * host's ranks overlap chunk by chunk, not block by block. */
+#define HIER_CHUNK_MIN ((size_t)256 << 10)
+#define HIER_CHUNK_MAX ((size_t)1 << 20)
 
 /* An allgather, alltoall, gather or scatter whose blocks (a rank's input,
  * or one block of it) are at least this many bytes sends its data only
@@ -355,6 +368,11 @@ struct cgr__claim {
 		       size_t len);
 	const struct op *o;
 	int me, peer;
+	/* Its messages may be for other ranks of this host too (a
+	 * hierarchical allreduce's leader: the others read the data where
+	 * it landed, cgr__rcomm_claim_lend): the count of its rank's lent
+	 * messages (zout.loc), else NULL. */
+	unsigned *lend;
 	unsigned inflight; /* under j->lock */
 };
 
@@ -365,11 +383,10 @@ void *cgr__rcomm_claim(struct cgr_job *j, const struct cgr__rmsg *m,
 	uint64_t key = (uint64_t)m->timeout_ns;
 
 	*cl = NULL;
-	if (m->nranks != 1)
-		return NULL; /* several ranks here take it */
 	pthread_mutex_lock(&j->lock);
 	for (struct cgr__claim *c = j->claims; c != NULL; c = c->next)
 		if (c->gid == m->gid && c->to == m->flags &&
+		    (m->nranks == 1 || c->lend != NULL) &&
 		    c->lane == m->cpu && key - c->key < c->nkeys &&
 		    (dst = c->where(c, m->index, key - c->key, len)) != NULL) {
 			c->inflight++;
@@ -380,6 +397,20 @@ void *cgr__rcomm_claim(struct cgr_job *j, const struct cgr__rmsg *m,
 		}
 	pthread_mutex_unlock(&j->lock);
 	return dst;
+}
+
+void cgr__rcomm_claim_lend(struct cgr_job *j, struct cgr__claim *cl,
+			   struct cgr__cmsg *cm, void *dst)
+{
+	if (cm->m.nranks <= 1 || cl->lend == NULL)
+		return;
+	pthread_mutex_lock(&j->lock);
+	/* As a message a rank of this process lends (put): box_drop
+	 * counts it off. */
+	cm->ext = dst;
+	cm->ext_n = cl->lend;
+	++*cm->ext_n;
+	pthread_mutex_unlock(&j->lock);
 }
 
 void cgr__rcomm_claim_done(struct cgr_job *j, struct cgr__claim *cl)
@@ -631,17 +662,25 @@ static int await(struct cgr__rcomm *rc, struct want *w)
  * from) cleared; a failure as op_failed says.  ret: the caller's so far
  * (not 0: no wait). */
 static int op_failed(struct cgr__rcomm *rc, int me, int kind, int ret);
-static int await_marked(struct cgr__rcomm *rc, int me, int kind,
-			struct want *w, int ret)
+static int await_plain(struct cgr__rcomm *rc, int me, int kind,
+		       struct want *w, int ret)
 {
 	if (ret == 0)
 		ret = await(rc, w);
 	for (int q = 0; q < rc->head.n; q++)
 		if (w->got[q] == (struct cgr__cmsg *)w)
 			w->got[q] = NULL;
-	/* The next step may write where this one sent from. */
-	zout_wait(rc, me);
 	return ret != 0 ? op_failed(rc, me, kind, ret) : 0;
+}
+
+/* await_plain, then until UCX is done with what rank me sent: the next
+ * step may write where this one sent from. */
+static int await_marked(struct cgr__rcomm *rc, int me, int kind,
+			struct want *w, int ret)
+{
+	ret = await_plain(rc, me, kind, w, ret);
+	zout_wait(rc, me);
+	return ret;
 }
 
 /* ---- operations ----------------------------------------------------------- */
@@ -660,10 +699,12 @@ struct op {
 	 * host's inputs, the leaders reduce-scatter and allgather those
 	 * among themselves, every other rank takes the blocks from them.
 	 * own[q]: rank q's block (leaders in rank order: the hosts' order),
-	 * or -1; nown of them. */
+	 * or -1; nown of them.  hchunk: the bytes of its chunks (the last
+	 * of a block fewer), nhk: the chunks of the largest block. */
 	bool hier;
 	int nown;
 	int own[CGR_MAX_RANKS];
+	size_t hchunk, nhk;
 	/* A chained broadcast: its hosts' carriers in chain order (the
 	 * root, then each other host's lowest rank), nchain of them, and
 	 * its chunks' bytes. */
@@ -752,6 +793,21 @@ static void op_plan(struct op *o, const struct cgr__rcomm *rc,
 	o->blk = o->split ? (d->count + (size_t)o->nown - 1) /
 				    (size_t)o->nown * es :
 			    0;
+	o->hchunk = o->nhk = 0;
+	if (o->hier) {
+		size_t c = o->blk / 8;
+		c = c < HIER_CHUNK_MIN ? HIER_CHUNK_MIN :
+		    c > HIER_CHUNK_MAX ? HIER_CHUNK_MAX :
+					 c;
+#ifdef CGR_FAULT_INJECTION
+		if (rc->j->debug_hchunk != 0)
+			c = rc->j->debug_hchunk;
+#endif
+		if (c < (o->blk + 65534) / 65535)
+			c = (o->blk + 65534) / 65535;
+		o->hchunk = (c + es - 1) / es * es;
+		o->nhk = (o->blk + o->hchunk - 1) / o->hchunk;
+	}
 }
 
 /* Rank q's block of a split operation: its offset and its bytes (none if
@@ -1271,80 +1327,196 @@ static int late_run(struct cgr__rcomm *rc, int me, const struct op *o,
 	return res != 0 ? res : ret;
 }
 
-/* Hier, a leader: its host's inputs (hsrc, by rank) folded block by
- * block, each block sent to the leader that owns it as soon as it is
- * folded (the other leaders in ring order from this one's next, so that
- * they do not all start with the same one; this host's own block last):
- * the fold of the next block overlaps the transfer of the last one.
- * Then its own block folded from the other leaders' parts, hosts in
- * order (averages divided here).  res: its result so far (sent as its
- * record's code: the others fail alike). */
-static int host_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
+/* The key of chunk k of operation seq's messages on a lane (a chained
+ * broadcast's, a hierarchical allreduce's: at most 65536 chunks). */
+static uint64_t chunk_key(uint64_t seq, size_t k)
+{
+	return seq << 16 | (uint64_t)k;
+}
+
+/* Hier: chunk k of rank q's block, its bytes (0: past its end) and where
+ * it starts in the buffers (*off). */
+static size_t hchunk_of(const struct op *o, int q, size_t k, size_t *off)
+{
+	size_t at, len = blk_of(o, q, &at), c = k * o->hchunk;
+
+	*off = at + (c < len ? c : len);
+	return c >= len ? 0 : len - c < o->hchunk ? len - c : o->hchunk;
+}
+
+/* Hier: the chunks of rank q's block that go (one at least: an empty
+ * block's record goes too). */
+static size_t hchunks(const struct op *o, int q)
+{
+	size_t at, len = blk_of(o, q, &at);
+
+	return len == 0 ? 1 : (len + o->hchunk - 1) / o->hchunk;
+}
+
+/* Hier: whether rank me (a leader) folds its host's inputs for chunk k of
+ * rank q's block with an injected failure (CGR_TEST_HIER_FAIL: the last
+ * host's leader, at its second chunk, or its first if it has one). */
+static bool hfail(const struct cgr__rcomm *rc, int me, const struct op *o,
+		  int q, size_t k)
+{
+#ifdef CGR_FAULT_INJECTION
+	int last = 0;
+
+	for (int r = 0; r < rc->head.n; r++)
+		if (o->own[r] >= 0 && rc->host[r] > rc->host[last])
+			last = r;
+	return rc->j->debug_hfail != 0 && rc->j->debug_hfail == o->d->count &&
+	       me == last && q == me && k == (hchunks(o, q) > 1 ? 1 : 0);
+#else
+	(void)rc, (void)me, (void)o, (void)q, (void)k;
+	return false;
+#endif
+}
+
+/* Hier, a leader: bytes [at, at + len) of its host's fold (host_fold) for
+ * chunk k of rank q's block; res: its result so far (not 0: none). */
+static int hfold(struct cgr__rcomm *rc, int me, const struct op *o,
+		 const void *const *hsrc, int q, size_t k, int res)
+{
+	size_t at, len = hchunk_of(o, q, k, &at);
+
+	if (res != 0)
+		return res;
+	if (hfail(rc, me, o, q, k))
+		return fail_rank(rc, me, -ENOMEM, "allreduce: an injected "
+						  "failure (CGR_TEST_HIER_FAIL)");
+	return host_fold(rc, me, o, hsrc, at, len);
+}
+
+/*
+ * Hier, a leader, the verdict agreed: its host's inputs (hsrc, by rank)
+ * folded chunk by chunk (HIER_CHUNK_MIN), each chunk of another leader's
+ * block sent to it as soon as it is folded (chunk k to each other leader
+ * in ring order from this one's next, so that they do not all start with
+ * the same one, then chunk k + 1); then each chunk of its own block: its
+ * host's fold, folded with the other leaders' as soon as they are in
+ * (hosts in order; averages divided here), the result sent to every
+ * host's ranks at once (LANE_HGATHER: hier_gather takes them).  res: its
+ * result so far.  Once it failed, its chunks still go, records of its
+ * failure without data: every chunk any rank waits for comes, and the
+ * others fail alike.  Only a wait that fails (the communicator's failure)
+ * stops it.
+ */
+static int hier_reduce(struct cgr__rcomm *rc, int me, const struct op *o,
 		       uint64_t seq, int res, const void *const *hsrc)
 {
 	const struct cgr__coll_desc *d = o->d;
+	size_t es = cgr_dtype_size(d->dtype), at, len;
 	int n = rc->head.n, ret = 0;
 	struct cgr__cmsg *got[CGR_MAX_RANKS];
-	struct want w = { rc->j->rank, LANE_HOSTS, 0, seq, got,
-			  d->deadline, d->stop };
 	const void *src[CGR_MAX_RANKS];
 	int lead[CGR_MAX_RANKS];
 	char *r = d->recv;
 	struct cgr__agree a;
-	size_t at, len;
-	bool whole = false;
+	struct iovec v;
 
 	memset(&a, 0, sizeof(a));
-#ifdef CGR_FAULT_INJECTION
-	whole = rc->j->debug_serial; /* perf comparisons: fold, then send */
-#endif
-	if (res == 0 && whole)
-		res = host_fold(rc, me, o, hsrc, 0, o->b);
-	for (int q = 0; q < n; q++) {
-		bool from = q != me && o->own[q] >= 0;
-		got[q] = from ? NULL : (struct cgr__cmsg *)&w;
-		w.nleft += from;
+	for (int q = 0; q < n; q++)
 		if (o->own[q] >= 0)
 			lead[o->own[q]] = q;
-	}
-	for (int k = 1; k < o->nown && ret == 0; k++) {
-		int q = lead[(o->own[me] + k) % o->nown];
-		struct iovec v;
-		v.iov_len = blk_of(o, q, &at);
+	for (size_t k = 0; k < o->nhk && ret == 0; k++)
+		for (int i = 1; i < o->nown && ret == 0; i++) {
+			int q = lead[(o->own[me] + i) % o->nown];
+			if (k >= hchunks(o, q))
+				continue;
+			v.iov_len = hchunk_of(o, q, k, &at);
+			v.iov_base = r + at;
+			a.code = res = hfold(rc, me, o, hsrc, q, k, res);
+			ret = put(rc, me, rc->host[q], LANE_HOSTS,
+				  chunk_key(seq, k), 1, &a, &v,
+				  res != 0 ? 0 : 1, false);
+		}
+	if (ret != 0)
+		return op_failed(rc, me, d->kind, ret);
+	for (size_t k = 0; k < hchunks(o, me) && ret == 0; k++) {
+		struct want w = { rc->j->rank, LANE_HOSTS, 0, chunk_key(seq, k),
+				  got, d->deadline, d->stop };
+		len = hchunk_of(o, me, k, &at);
+		res = hfold(rc, me, o, hsrc, me, k, res);
+		for (int q = 0; q < n; q++) {
+			bool from = q != me && o->own[q] >= 0;
+			got[q] = from ? NULL : (struct cgr__cmsg *)&w;
+			w.nleft += from;
+		}
+		ret = await_plain(rc, me, d->kind, &w, 0);
+		for (int q = 0; q < n && ret == 0; q++) {
+			if (o->own[q] < 0)
+				continue;
+			src[o->own[q]] = q == me ? (const void *)(r + at)
+						 : (const void *)data(got[q]);
+			if (q != me && res == 0)
+				res = judge(rc, me, d->kind, seq, q, got[q],
+					    len, "fold its host's inputs",
+					    "block");
+		}
+		if (ret == 0 && res == 0 && len != 0)
+			res = fold(d, d->op, n, o->nown, o->own[me], r + at,
+				   src, len / es, len);
+		for (int q = 0; q < n; q++)
+			if (got[q] != NULL)
+				let_go(rc->j, got[q]);
 		v.iov_base = r + at;
-		if (res == 0 && !whole)
-			res = host_fold(rc, me, o, hsrc, at, v.iov_len);
+		v.iov_len = len;
 		a.code = res;
-		ret = put(rc, me, rc->host[q], LANE_HOSTS, seq, 1, &a, &v,
-			  res != 0 ? 0 : 1, false);
+		if (ret == 0 && (ret = coll_send(rc, me, o, LANE_HGATHER,
+						 chunk_key(seq, k), &a, &v)))
+			ret = op_failed(rc, me, d->kind, ret);
 	}
-	len = blk_of(o, me, &at);
-	if (res == 0 && !whole)
-		res = host_fold(rc, me, o, hsrc, at, len);
-	ret = await_marked(rc, me, d->kind, &w, ret);
-	for (int q = 0; q < n && ret == 0; q++) {
-		if (o->own[q] < 0)
-			continue;
-		src[o->own[q]] = q == me ? (const void *)(r + at)
-					 : (const void *)data(got[q]);
-		if (q != me)
-			ret = judge(rc, me, d->kind, seq, q, got[q], len,
-				    "fold its host's inputs", "block");
-	}
-	if (ret == 0 && res == 0 && len != 0)
-		ret = fold(d, d->op, n, o->nown, o->own[me], r + at, src,
-			   len / cgr_dtype_size(d->dtype), len);
-	for (int q = 0; q < n; q++)
-		if (got[q] != NULL)
-			let_go(rc->j, got[q]);
 	return res != 0 ? res : ret;
 }
 
-/* The key of chunk k of a chained broadcast's operation seq (its
- * messages' sequence: at most 65536 chunks). */
-static uint64_t chain_key(uint64_t seq, size_t k)
+/* Hier, every rank, after its host's leader's hier_reduce: each chunk of
+ * every other leader's block (its own host's leader's too) as it comes,
+ * into its place in the receive buffer (where not claimed: a host with
+ * one rank of the communicator).  res: its result so far; once failed it
+ * still takes every chunk (they go: none is left behind). */
+static int hier_gather(struct cgr__rcomm *rc, int me, const struct op *o,
+		       uint64_t seq, int res)
 {
-	return seq << 16 | (uint64_t)k;
+	const struct cgr__coll_desc *d = o->d;
+	int n = rc->head.n, ret = 0;
+	struct cgr__cmsg *got[CGR_MAX_RANKS];
+	size_t at, len;
+
+	/* A leader: UCX is done with the chunks it sent from where the
+	 * others' results go (they come only once its chunks are in). */
+	if (o->own[me] >= 0)
+		zout_wait(rc, me);
+	for (size_t k = 0; k < o->nhk && ret == 0; k++) {
+		struct want w = { rc->j->rank, LANE_HGATHER, 0,
+				  chunk_key(seq, k), got, d->deadline,
+				  d->stop };
+		for (int q = 0; q < n; q++) {
+			bool from = q != me && o->own[q] >= 0 &&
+				    k < hchunks(o, q);
+			got[q] = from ? NULL : (struct cgr__cmsg *)&w;
+			w.nleft += from;
+		}
+		ret = await_plain(rc, me, d->kind, &w, 0);
+		for (int q = 0; q < n && ret == 0; q++) {
+			if (got[q] == NULL)
+				continue;
+			len = hchunk_of(o, q, k, &at);
+			if (res == 0)
+				res = judge(rc, me, d->kind, seq, q, got[q],
+					    len, "make its block", "block");
+			/* (Claimed: a leader has it where it goes, another
+			 * rank of its host reads it there.) */
+			if (res == 0 && len != 0 &&
+			    !(got[q]->claimed && o->own[me] >= 0))
+				memcpy((char *)d->recv + at, data(got[q]), len);
+		}
+		for (int q = 0; q < n; q++)
+			if (got[q] != NULL)
+				let_go(rc->j, got[q]);
+	}
+	zout_wait(rc, me);
+	return res != 0 ? res : ret;
 }
 
 /* Takes rank `from`'s message of operation d on lane, key seq, for this
@@ -1421,12 +1593,12 @@ static int chain_run(struct cgr__rcomm *rc, int me, const struct op *o,
 		v.iov_len = o->b - off < o->chunk ? o->b - off : o->chunk;
 		if (prev >= 0 && ret == 0)
 			ret = chain_take(rc, me, d, prev, LANE_CHAIN,
-					 chain_key(seq, k), r + off,
+					 chunk_key(seq, k), r + off,
 					 v.iov_len);
 		a.code = ret;
 		if (next >= 0)
 			pr = put(rc, me, rc->host[next], LANE_CHAIN,
-				 chain_key(seq, k), 1, &a, &v, ret != 0 ? 0 : 1,
+				 chunk_key(seq, k), 1, &a, &v, ret != 0 ? 0 : 1,
 				 false);
 		if (pr != 0 && ret == 0)
 			ret = op_failed(rc, me, d->kind, pr);
@@ -1476,6 +1648,21 @@ static void *where_chunk(const struct cgr__claim *c, uint32_t from,
 	return (char *)o->d->recv + off;
 }
 
+/* A hierarchical allreduce's chunk k of rank from's reduced block
+ * (hier_gather) into its place in the receive buffer. */
+static void *where_hchunk(const struct cgr__claim *c, uint32_t from,
+			  uint64_t k, size_t len)
+{
+	const struct op *o = c->o;
+	size_t at;
+
+	if (from >= (uint32_t)o->rc->head.n || (int)from == c->me ||
+	    o->own[from] < 0 || k >= hchunks(o, (int)from) || len == 0 ||
+	    hchunk_of(o, (int)from, k, &at) != len)
+		return NULL;
+	return (char *)o->d->recv + at;
+}
+
 /* A late operation's data from rank from (late_run) into its place in
  * the receive buffer. */
 static void *where_late(const struct cgr__claim *c, uint32_t from,
@@ -1520,6 +1707,14 @@ static bool claim_plan(struct cgr__rcomm *rc, int me, const struct op *o,
 		c->key = seq;
 		c->nkeys = 1;
 		c->where = where_late;
+	} else if (o->hier) {
+		if (o->own[me] < 0)
+			return false; /* its leader claims them */
+		c->lane = LANE_HGATHER;
+		c->key = chunk_key(seq, 0);
+		c->nkeys = o->nhk;
+		c->where = where_hchunk;
+		c->lend = &rc->zout[me].loc;
 	} else if (o->split) {
 		c->lane = LANE_GATHER;
 		c->key = seq;
@@ -1532,7 +1727,7 @@ static bool claim_plan(struct cgr__rcomm *rc, int me, const struct op *o,
 			return false; /* the root, or not a carrier */
 		c->peer = o->carrier[k - 1];
 		c->lane = LANE_CHAIN;
-		c->key = chain_key(seq, 0);
+		c->key = chunk_key(seq, 0);
 		c->nkeys = (o->b + o->chunk - 1) / o->chunk;
 		c->where = where_chunk;
 	} else {
@@ -1571,11 +1766,13 @@ static int coll_run(struct cgr__rcomm *rc, int me,
 	 * record says so); a leader folds its host's inputs first (they
 	 * stay in the box until then). */
 	if (agreed && o.hier && o.own[me] >= 0)
-		ret = host_blocks(rc, me, &o, w.seq, ret, hsrc);
+		ret = hier_reduce(rc, me, &o, w.seq, ret, hsrc);
 	for (int q = 0; q < n; q++)
 		if (got[q] != NULL)
 			let_go(rc->j, got[q]);
-	if (agreed && o.split)
+	if (agreed && o.hier)
+		ret = hier_gather(rc, me, &o, w.seq, ret);
+	else if (agreed && o.split)
 		ret = gather_blocks(rc, me, &o, w.seq, ret);
 	if (agreed && o.late)
 		ret = late_run(rc, me, &o, w.seq, ret);

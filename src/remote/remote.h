@@ -124,10 +124,13 @@ struct cgr__cmsg {
 	bool claimed;
 	struct cgr__claim *claim;
 	/* A communicator's message within the process whose data stays in
-	 * the sending rank's buffer (rcomm.c: put): ext, and the count of
-	 * the sender's such messages, which it waits to fall to zero before
-	 * it writes there (NULL: the data follows the record).  users:
-	 * ranks that took it and did not let it go yet.  (Under j->lock.) */
+	 * the sending rank's buffer (rcomm.c: put), or one claimed by a
+	 * rank whose host's other ranks read it where it landed
+	 * (cgr__rcomm_claim_lend): ext, and the count of that rank's such
+	 * messages, which it waits to fall to zero before it writes there
+	 * or returns (NULL: the data follows the record).  users: ranks
+	 * that took it and did not let it go yet.  (Under j->lock; the link
+	 * keeps a claimed message's destination in ext until it is in.) */
 	const unsigned char *ext;
 	unsigned *ext_n;
 	struct cgr__rmsg m;
@@ -219,10 +222,12 @@ struct cgr_job {
 	 * allgather's, alltoall's, gather's or scatter's data sent with its
 	 * records (CGR_TEST_NO_CLAIMS in the environment). */
 	bool debug_copy;
-	/* Perf comparisons: a hierarchical allreduce's leader folds its
-	 * host's inputs whole before it sends any block (not block by
-	 * block, each sent at once: CGR_TEST_SERIAL_FOLD). */
-	bool debug_serial;
+	/* Tests and perf comparisons: a hierarchical allreduce's chunks of
+	 * this many bytes (0: its own choice; rounded up to whole elements:
+	 * CGR_TEST_HIER_CHUNK); one of debug_hfail elements fails at the
+	 * leader of the last host, as it folds its host's inputs for its
+	 * second chunk (-ENOMEM: CGR_TEST_HIER_FAIL). */
+	size_t debug_hchunk, debug_hfail;
 	uint64_t stale_gid;
 #endif
 	/* What happened (cgr_job_stats). */
@@ -337,6 +342,12 @@ void cgr__rcomm_box_free(struct cgr_job *j);
  * (into the message, as any other). */
 void *cgr__rcomm_claim(struct cgr_job *j, const struct cgr__rmsg *m,
 		       size_t len, struct cgr__claim **cl);
+/* The data of claimed message cm is in, before cm goes to the inbox: if
+ * other ranks of this host take cm too, they read its data where it
+ * landed (cm->ext), and the claiming rank's operation does not end
+ * before they let it go. */
+void cgr__rcomm_claim_lend(struct cgr_job *j, struct cgr__claim *cl,
+			   struct cgr__cmsg *cm, void *dst);
 /* The data of a claimed message is in (or failed to come). */
 void cgr__rcomm_claim_done(struct cgr_job *j, struct cgr__claim *cl);
 
