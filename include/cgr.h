@@ -1395,12 +1395,13 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * arrives straight in the
  * receive buffer (UCX writes it there: the operation says where before
  * its own record leaves; cgr_job_stats.comm_bytes_direct) when it was
- * sent so (64 KiB or more) to a host with one rank of the communicator,
- * and a hierarchical allreduce's result chunks (so sent) at each host's
- * leader whatever its host's ranks (they copy them from there; the
- * leader's operation returns once they did); any other data is copied
- * once out of the message it came in (before the records agree it may
- * not touch the caller's buffer).
+ * sent so (64 KiB or more) to a host with one rank of the communicator;
+ * where several ranks of a host take the same data (an allgather's
+ * inputs, a split broadcast's blocks, a hierarchical allreduce's result
+ * chunks at the host's leader), in one of their buffers, the others
+ * copying it from there (that rank's operation returns once they did);
+ * any other data is copied once out of the message it came in (before
+ * the records agree it may not touch the caller's buffer).
  * Reductions fold in rank order (rank 0's input op rank 1's op ...), and
  * a hierarchical allreduce folds each host's ranks in rank order, then
  * the hosts' results in the order of their lowest ranks (averages sum,

@@ -389,6 +389,7 @@ struct tally {
 	unsigned hfail;	 /* hier_cases(): injected failures */
 	size_t rounded_twice; /* rough_sum() */
 	uint64_t hier_direct; /* crossing() */
+	uint64_t lent_bytes;  /* lent() */
 	char msg[200];
 };
 
@@ -922,6 +923,44 @@ static void direct(cgr_job *job, cgr_compiled *g, cgr_comm *cm,
 	}
 }
 
+/* Data that lands straight in one rank's buffer at a host with two ranks
+ * of the communicator, the other rank reading it there (layouts 1 and 3:
+ * the driver's host has ranks 0 and 1, or 0 and 3): an allgather of
+ * ZCC int64 (200,000 B per rank, sent after the records), each input of
+ * a rank on another host (2 or 4 of them); over two hosts, a broadcast
+ * of HIERC int64 from rank 2, scatter and allgather (ranks 2's and 3's
+ * blocks land: 300,000 and 299,992 B).  Results equal to one host's;
+ * cgr_job_stats.comm_bytes_direct to the byte. */
+static void lent(cgr_job *job, cgr_compiled *g, cgr_comm *cm, cgr_comm *ref,
+		 int n, struct tally *t)
+{
+	struct cmd c = { .id = cgr_comm_id(cm), .count = ZCC,
+			 .dtype = CGR_INT64, .kind = CGR_COLL_ALLGATHER,
+			 .op = CGR_SUM, .seed = 33, .root = 2 };
+	const uint64_t want[2] = { (uint64_t)(n - 2) * 8 * ZCC,
+				   n == 4 ? 300000 + 299992 : 0 };
+	cgr_job_stats x, y;
+
+	for (int k = 0; k < (n == 4 ? 2 : 1); k++) {
+		if (k == 1)
+			c.kind = CGR_COLL_BROADCAST, c.count = HIERC;
+		cgr_job_stats_get(job, &x);
+		one(g, ref, n, &c, 0, t);
+		cgr_job_stats_get(job, &y);
+		t->lent_bytes += y.comm_bytes_direct - x.comm_bytes_direct;
+		if (y.comm_bytes_direct - x.comm_bytes_direct != want[k]) {
+			fprintf(stderr, "comm: a %s over %d ranks: %llu B "
+					"straight into a buffer at the "
+					"driver's host (want %llu)\n",
+				k ? "broadcast" : "allgather", n,
+				(unsigned long long)(y.comm_bytes_direct -
+						     x.comm_bytes_direct),
+				(unsigned long long)want[k]);
+			t->bad++;
+		}
+	}
+}
+
 /* The driver destroys the communicator while half of its ranks wait in
  * an allreduce the other half never calls: each waiting rank's call
  * returns -ECANCELED (or, if the share went before the task looked for
@@ -1059,6 +1098,8 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 		}
 		if (l == 3)
 			crossing(job, g, cm, n, &t);
+		if (l == 1 || l == 3)
+			lent(job, g, cm, ref, n, &t);
 		if (l == 3)
 			aborted(g, cm, n, 4, &t);
 		if (l == 2) {
@@ -1095,14 +1136,16 @@ int netcomm_run(cgr_ctx *ctx, cgr_job *job, cgr_worker *const *far3)
 	       "broadcast_200000B_direct_B %llu "
 	       "allgather_200000B_direct_B %llu "
 	       "destroyed_while_waiting %u hier_failed_halfway %u "
-	       "bf16_rounded_per_host %zu hier_direct_B %llu\n",
+	       "bf16_rounded_per_host %zu hier_direct_B %llu "
+	       "direct_at_two_rank_host_B %llu\n",
 	       t.execs, t.outs, t.direct, op_us, base_us,
 	       (unsigned long long)t.sent, (unsigned long long)t.sent_split,
 	       (unsigned long long)t.sent_chain,
 	       (unsigned long long)t.direct_bytes[0],
 	       (unsigned long long)t.direct_bytes[1],
 	       (unsigned long long)t.direct_bytes[2], t.waited, t.hfail,
-	       t.rounded_twice, (unsigned long long)t.hier_direct);
+	       t.rounded_twice, (unsigned long long)t.hier_direct,
+	       (unsigned long long)t.lent_bytes);
 	return 0;
 }
 

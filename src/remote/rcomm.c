@@ -354,10 +354,14 @@ static void loc_wait(struct cgr__rcomm *rc, int me)
  * sent only once its sender has every rank's record: the second half of a
  * split operation, a chained broadcast's chunks).  A claim covers the
  * messages of one operation to this host on one lane whose key is in
- * [key, key + nkeys) and which only one rank here takes; where() says
- * where one goes (NULL: not claimed, e.g. a length that is not the
- * expected one: the operation judges it as any other).  The operation
- * unlists it at its end once the transfers into it are done (drain).
+ * [key, key + nkeys) and which only one rank here takes, or, if it lends
+ * (lend), that other ranks here take too: they copy the data from where
+ * it landed, and the claiming rank's operation waits for them to let it
+ * go (cgr__rcomm_claim_lend), as for a message it lent itself.  where()
+ * says where one goes (NULL: not claimed, e.g. a length that is not the
+ * expected one: the operation judges it as any other); the first claim
+ * listed that takes it has it.  The operation unlists it at its end once
+ * the transfers into it are done (drain).
  */
 struct cgr__claim {
 	struct cgr__claim *next;
@@ -564,6 +568,13 @@ static bool take_in(struct cgr__rcomm *rc, struct want *w)
 static const unsigned char *data(const struct cgr__cmsg *cm)
 {
 	return cm->ext != NULL ? cm->ext : cm->payload + REC;
+}
+
+/* Whether message cm's data must still be copied to dst: not if it was
+ * received there (claimed; lent: the claiming rank's buffer is dst). */
+static bool to_copy(const struct cgr__cmsg *cm, const void *dst)
+{
+	return !cm->claimed || (cm->ext != NULL && cm->ext != dst);
 }
 
 /* This rank is done with message cm: the last one frees it. */
@@ -1199,11 +1210,11 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 			ret = judge(rc, me, o->d->kind, seq, q, got[q],
 				    blk_of(o, q, &at), "make its block",
 				    "block");
-	for (int q = 0; q < n && ret == 0; q++)
-		if (got[q] != NULL && !got[q]->claimed) {
-			size_t len = blk_of(o, q, &at);
+	for (int q = 0; q < n && ret == 0; q++) {
+		size_t len = blk_of(o, q, &at);
+		if (got[q] != NULL && to_copy(got[q], (char *)o->d->recv + at))
 			memcpy((char *)o->d->recv + at, data(got[q]), len);
-		}
+	}
 	for (int q = 0; q < n; q++)
 		if (got[q] != NULL)
 			let_go(rc->j, got[q]);
@@ -1317,8 +1328,8 @@ static int late_run(struct cgr__rcomm *rc, int me, const struct op *o,
 			       &refs);
 		ret = judge(rc, me, d->kind, seq, q, got[q], len,
 			    "send its data", "data");
-		if (ret == 0 && !got[q]->claimed &&
-		    late_part(o, q, me, &at) != 0)
+		if (ret == 0 && late_part(o, q, me, &at) != 0 &&
+		    to_copy(got[q], (char *)d->recv + at))
 			memcpy((char *)d->recv + at, data(got[q]) + off, o->b);
 	}
 	for (int q = 0; q < n; q++)
@@ -1505,10 +1516,8 @@ static int hier_gather(struct cgr__rcomm *rc, int me, const struct op *o,
 			if (res == 0)
 				res = judge(rc, me, d->kind, seq, q, got[q],
 					    len, "make its block", "block");
-			/* (Claimed: a leader has it where it goes, another
-			 * rank of its host reads it there.) */
 			if (res == 0 && len != 0 &&
-			    !(got[q]->claimed && o->own[me] >= 0))
+			    to_copy(got[q], (char *)d->recv + at))
 				memcpy((char *)d->recv + at, data(got[q]), len);
 		}
 		for (int q = 0; q < n; q++)
@@ -1546,7 +1555,7 @@ static int chain_take(struct cgr__rcomm *rc, int me,
 		ret = fail_rank(rc, me, CGR_ECORRUPT,
 				"broadcast: a peer's chunk has the wrong "
 				"length");
-	else if (len != 0 && !got[from]->claimed)
+	else if (len != 0 && to_copy(got[from], dst))
 		memcpy(dst, data(got[from]), len);
 	let_go(rc->j, got[from]);
 	return ret;
@@ -1707,6 +1716,7 @@ static bool claim_plan(struct cgr__rcomm *rc, int me, const struct op *o,
 		c->key = seq;
 		c->nkeys = 1;
 		c->where = where_late;
+		c->lend = &rc->zout[me].loc;
 	} else if (o->hier) {
 		if (o->own[me] < 0)
 			return false; /* its leader claims them */
@@ -1720,6 +1730,7 @@ static bool claim_plan(struct cgr__rcomm *rc, int me, const struct op *o,
 		c->key = seq;
 		c->nkeys = 1;
 		c->where = where_block;
+		c->lend = &rc->zout[me].loc;
 	} else if (o->chain) {
 		while (k < o->nchain && o->carrier[k] != me)
 			k++;
