@@ -18,10 +18,11 @@
 # communicator (hierarchical).  Root only.
 # Usage: perf/hosts.sh [--coll|--hier [BUILD]] [--quick] [-w N] [-n N]
 # (from the build tree: sh ../perf/hosts.sh; --coll: the collectives
-# only; --hier: only the hierarchical allreduce of 16 MiB over two members
-# per host, six rounds alternating its chunks (the default) and one chunk
-# per block (CGR_TEST_HIER_CHUNK: a build with fault injection), and
-# BUILD's perf/hosts_coll --hier if given, then the medians)
+# only; --hier: only the allreduce and allgather of 16 MiB over two
+# members per host, six rounds alternating this build (chunks), this
+# build with one chunk per block (CGR_TEST_HIER_CHUNK: a build with fault
+# injection), and BUILD's perf/hosts_coll --hier if given (BUILD may
+# be an older tree built with this perf/hosts_coll.c), then the medians)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${abs_top_builddir:-$PWD}
@@ -48,10 +49,14 @@ if [ "${1:-}" = --hier ]; then
 			[ $v = other ] && bin=$other/perf/hosts_coll
 			NETNS_ENV=$NETNS_ENV netns_mpirun 600 "$tmp/o" "$tmp/e" \
 				"$bin" --hier -w 5 "$@"
-			ms=$(awk '$1 == "hosts_hier" && $2 == "comm" {
-				printf "%.1f", $6 / 1e3 }' "$tmp/o")
-			echo "round $round $v: ${ms:-?} ms on a communicator"
-			echo "$v ${ms:-0}" >>"$tmp/hier"
+			for k in allreduce allgather; do
+				ms=$(awk -v k=$k '$1 == "hosts_hier" &&
+					$2 == "comm" && $3 == k {
+					printf "%.1f", $6 / 1e3 }' "$tmp/o")
+				echo "round $round $v: $k ${ms:-?} ms on a" \
+				     "communicator"
+				echo "$v-$k ${ms:-0}" >>"$tmp/hier"
+			done
 		done
 	done
 	awk '{ v[$1, ++n[$1]] = $2 }
@@ -59,7 +64,7 @@ if [ "${1:-}" = --hier ]; then
 		for (i = 1; i <= n[k]; i++) for (j = i + 1; j <= n[k]; j++)
 			if (v[k, j] < v[k, i]) { t = v[k, i]; v[k, i] = v[k, j]; v[k, j] = t }
 		m = n[k] % 2 ? v[k, (n[k] + 1) / 2] : (v[k, n[k] / 2] + v[k, n[k] / 2 + 1]) / 2
-		printf "hier allreduce 16 MiB, 3 hosts x 2: %s median %.1f ms\n", k, m } }' \
+		printf "16 MiB, 3 hosts x 2, on a communicator: %s median %.1f ms\n", k, m } }' \
 		"$tmp/hier"
 	exit 0
 fi
@@ -128,7 +133,7 @@ function put(k, x) { v[k, ++cnt[k]] = x }
 $1 == "hosts_coll" { put("cgr " $2 " " $3, $5); keys[$2 " " $3] = 1 }
 $1 == "hosts_comm" { put("comm " $2 " " $3, $5) }
 $1 == "hosts_ncomm" { put("ncomm " $2 " " $3, $5) }
-$1 == "hosts_hier" { put("hier " $2, $6) }
+$1 == "hosts_hier" { put("hier " $2 " " $3, $6) }
 $1 == "mpi" { put("mpi " $2 " " nominal($3), $6) }
 END {
 	printf "%-14s %10s %12s %12s %8s %12s %12s %9s %12s %9s\n",
@@ -152,10 +157,13 @@ END {
 		       d ? sprintf("%.1f", d) : "-",
 		       d && m ? sprintf("%.2fx", d / m) : "-"
 	}
-	if (("hier values") in cnt && ("hier comm") in cnt)
-		printf "allreduce node of 16 MiB, two members on each host: " \
-		       "%.1f ms over values, %.1f ms on a communicator " \
-		       "(%.2fx)\n", med("hier values") / 1e3,
-		       med("hier comm") / 1e3,
-		       med("hier comm") / med("hier values")
+	n = split("allreduce allgather", hk)
+	for (i = 1; i <= n; i++) {
+		a = "hier values " hk[i]; b = "hier comm " hk[i]
+		if ((a in cnt) && (b in cnt))
+			printf "%s node of 16 MiB, two members on each host: " \
+			       "%.1f ms over values, %.1f ms on a " \
+			       "communicator (%.2fx)\n", hk[i], med(a) / 1e3,
+			       med(b) / 1e3, med(b) / med(a)
+	}
 }' "$tmp/coll"
