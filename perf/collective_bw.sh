@@ -3,6 +3,12 @@
 # allreduce and the memcpy bound, in one run, as one combined table.
 #
 #   perf/collective_bw.sh [--quick] [--json] [-R rounds] [-t ms] [-b builddir]
+#   perf/collective_bw.sh --hosts [-b builddir] [--quick]
+#
+# --hosts: the collectives across three hosts (network namespaces, root)
+# next to Open MPI's on the same namespaces, mpirun and transport: what
+# perf/hosts.sh --coll runs (its table, with the fraction of the link
+# bound), from the build directory.
 #
 # Runs in rounds; each round runs, for 2 and then 4 ranks, one window of
 # every implementation back to back (perf/collective_bw, then Open MPI's
@@ -21,16 +27,17 @@
 # perf/collective_bw, else build/.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
-bdir="" quick="" json=0 rounds="" tms=""
+bdir="" quick="" json=0 rounds="" tms="" hosts=0
 while [ $# -gt 0 ]; do
 	case $1 in
+	--hosts) hosts=1 ;;
 	--quick) quick=--quick ;;
 	--json) json=1 ;;
 	-R) rounds=$2; shift ;;
 	-t) tms=$2; shift ;;
 	-b) bdir=$2; shift ;;
 	*)
-		echo "usage: $0 [--quick] [--json] [-R rounds] [-t ms per sample] [-b builddir]" >&2
+		echo "usage: $0 [--hosts] [--quick] [--json] [-R rounds] [-t ms per sample] [-b builddir]" >&2
 		exit 2 ;;
 	esac
 	shift
@@ -43,6 +50,9 @@ if [ -z "$bdir" ]; then
 	fi
 fi
 bin=$bdir/perf
+if [ $hosts = 1 ]; then
+	cd "$bdir" && exec sh "$top/perf/hosts.sh" --coll $quick
+fi
 [ -n "$rounds" ] || { [ -n "$quick" ] && rounds=1 || rounds=4; }
 targ=()
 [ -n "$tms" ] && targ=(-t "$tms")
