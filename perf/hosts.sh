@@ -18,7 +18,7 @@
 # communicator (hierarchical).  Root only.
 # Usage: perf/hosts.sh [--coll|--hier [BUILD]] [--quick] [-w N] [-n N]
 # (from the build tree: sh ../perf/hosts.sh; --coll: the collectives
-# only; --hier: only the allreduce and allgather of 16 MiB over two
+# only; --hier: only the allreduce, allgather and alltoall of 16 MiB over two
 # members per host, six rounds alternating this build (chunks), this
 # build with one chunk per block (CGR_TEST_HIER_CHUNK: a build with fault
 # injection), and BUILD's perf/hosts_coll --hier if given (BUILD may
@@ -49,7 +49,7 @@ if [ "${1:-}" = --hier ]; then
 			[ $v = other ] && bin=$other/perf/hosts_coll
 			NETNS_ENV=$NETNS_ENV netns_mpirun 600 "$tmp/o" "$tmp/e" \
 				"$bin" --hier -w 5 "$@"
-			for k in allreduce allgather; do
+			for k in allreduce allgather alltoall; do
 				ms=$(awk -v k=$k '$1 == "hosts_hier" &&
 					$2 == "comm" && $3 == k {
 					printf "%.1f", $6 / 1e3 }' "$tmp/o")
@@ -157,7 +157,7 @@ END {
 		       d ? sprintf("%.1f", d) : "-",
 		       d && m ? sprintf("%.2fx", d / m) : "-"
 	}
-	n = split("allreduce allgather", hk)
+	n = split("allreduce allgather alltoall", hk)
 	for (i = 1; i <= n; i++) {
 		a = "hier values " hk[i]; b = "hier comm " hk[i]
 		if ((a in cnt) && (b in cnt))

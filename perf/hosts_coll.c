@@ -410,17 +410,18 @@ static void report(const char *tag, const size_t *sizes, size_t ns,
  * leaders reduce-scatter and allgather: a host sends 4/3 of an input),
  * then an allgather of 16 MiB (each member's 16/6 MiB) the same two ways
  * (on the communicator each input lands at one rank of each other host,
- * the other rank there copies it), window by window.  Prints
- * "hosts_hier" lines.
+ * the other rank there copies it) and an alltoall (each block lands at
+ * its rank), window by window.  Prints "hosts_hier" lines.
  */
 static int hier_case(cgr_ctx *ctx, cgr_worker *const *w3, long n,
 		     int windows, int mode, double *lat)
 {
 	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
 	cgr_worker *w[MAXM] = { NULL };
-	double med[2][2][64];
+	double med[3][2][64];
 	const char *how[2] = { "values", "comm" };
-	const int kind[2] = { CGR_COLL_ALLREDUCE, CGR_COLL_ALLGATHER };
+	const int ci[3] = { 0, 1, 4 }; /* colls[]: allreduce, allgather,
+					  alltoall */
 	cgr_comm *cm = NULL;
 	int ret = 0;
 
@@ -436,9 +437,10 @@ static int hier_case(cgr_ctx *ctx, cgr_worker *const *w3, long n,
 	if (ret == 0)
 		ret = cgr_comm_create(ctx, w, MAXM, CGR_BACKEND_CPU, &cm);
 	for (int win = 0; win < windows && ret == 0; win++)
-		for (int k = 0; k < 2 && ret == 0; k++)
+		for (int k = 0; k < 3 && ret == 0; k++)
 			for (int v = 0; v < 2 && ret == 0; v++) {
-				med[k][v][win] = window(ctx, w, kind[k],
+				med[k][v][win] = window(ctx, w,
+							colls[ci[k]].kind,
 							16u << 20, mode,
 							v ? cm : NULL, n, lat);
 				ret = med[k][v][win] < 0;
@@ -449,12 +451,12 @@ static int hier_case(cgr_ctx *ctx, cgr_worker *const *w3, long n,
 		cgr_worker_destroy(w[2 * r + 1], 5000000000ll);
 	if (ret != 0)
 		return 1;
-	printf("an allreduce and an allgather node of 16 MiB over two members "
-	       "per host (six), over values and on a communicator, window by "
-	       "window:\n");
-	for (int k = 0; k < 2; k++)
+	printf("an allreduce, an allgather and an alltoall node of 16 MiB "
+	       "over two members per host (six), over values and on a "
+	       "communicator, window by window:\n");
+	for (int k = 0; k < 3; k++)
 		for (int v = 0; v < 2; v++) {
-			const char *kn = colls[k].name;
+			const char *kn = colls[ci[k]].name;
 			double us = perf_median(med[k][v], (size_t)windows);
 			char cs[48];
 			printf("hosts_hier %-8s %-9s %10u B  %10.1f us  %8.3f "

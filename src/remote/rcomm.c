@@ -58,7 +58,8 @@ enum {
 	LANE_HOSTS = 4,	  /* hier: a host's fold, chunk by chunk */
 	LANE_CHAIN = 5,	  /* a chained broadcast's chunks, host to host */
 	LANE_LOCAL = 6,	  /* its data to the other ranks of a host */
-	LANE_HGATHER = 7 /* hier: the reduced blocks, chunk by chunk */
+	LANE_HGATHER = 7, /* hier: the reduced blocks, chunk by chunk */
+	LANE_LATE1 = 8	  /* a late alltoall's block, to its one rank */
 };
 
 /* A broadcast of at least this many bytes over three hosts or more runs
@@ -448,15 +449,18 @@ static void claim_unlist(struct cgr__rcomm *rc, struct cgr__claim *c)
 }
 
 /* A message: its record, then its data in nv parts.  to: the receiving
- * rank (sends and receives), or the host whose ranks take it (a
- * collective's: refs of them, each takes the same message). */
+ * rank (sends and receives, a late alltoall's blocks), or the host whose
+ * ranks take it (a collective's: refs of them, each takes the same
+ * message). */
 static int put(struct cgr__rcomm *rc, int me, uint32_t to, int lane,
 	       uint64_t seq, uint32_t refs, const struct cgr__agree *a,
 	       const struct iovec *v, int nv, bool keep)
 {
 	struct cgr_job *j = rc->j;
-	uint32_t host = lane == LANE_SEND || lane == LANE_RECV ? rc->host[to]
-							       : to;
+	uint32_t host = lane == LANE_SEND || lane == LANE_RECV ||
+					lane == LANE_LATE1 ?
+				rc->host[to] :
+				to;
 	struct iovec all[CGR_MAX_RANKS + 1];
 	struct cgr__cmsg *cm;
 	struct cgr__rmsg m;
@@ -1253,6 +1257,20 @@ static int late_send(struct cgr__rcomm *rc, int me, const struct op *e,
 	struct iovec v[CGR_MAX_RANKS];
 	int n = rc->head.n, ret = 0;
 
+	if (e->d->kind == CGR_COLL_ALLTOALL) {
+		/* Each block to its rank: it can land where it goes
+		 * (claim_plan), whatever the ranks on that host. */
+		for (int q = 0; q < n && ret == 0; q++) {
+			if (q == me)
+				continue;
+			v[0].iov_base = (char *)(uintptr_t)e->d->send +
+					(size_t)q * e->b;
+			v[0].iov_len = e->b;
+			ret = put(rc, me, (uint32_t)q, LANE_LATE1, seq, 1, a,
+				  v, a->code != 0 ? 0 : 1, !in_recv(e, v, 1));
+		}
+		return ret;
+	}
 	for (int r = 0; r < n && ret == 0; r++) {
 		uint32_t h = rc->host[r], refs = 0, all;
 		size_t at;
@@ -1302,11 +1320,13 @@ static int late_run(struct cgr__rcomm *rc, int me, const struct op *o,
 	const struct cgr__coll_desc *d = o->d;
 	int n = rc->head.n, ret = 0, nv;
 	struct cgr__cmsg *got[CGR_MAX_RANKS];
-	struct want w = { rc->j->rank, LANE_GATHER, 0, seq, got,
+	bool one = d->kind == CGR_COLL_ALLTOALL; /* (late_send) */
+	struct want w = { one ? (uint32_t)me : rc->j->rank,
+			  one ? LANE_LATE1 : LANE_GATHER, 0, seq, got,
 			  d->deadline, d->stop };
 	struct op e = *o;
 	struct cgr__agree a;
-	size_t at, off, len;
+	size_t at, off = 0, len = o->b;
 	uint32_t refs;
 
 	e.late = false;
@@ -1324,8 +1344,9 @@ static int late_run(struct cgr__rcomm *rc, int me, const struct op *o,
 	for (int q = 0; q < n && ret == 0; q++) {
 		if (got[q] == NULL)
 			continue;
-		len = host_msg(rc, &e, q, rc->host[me], me, &off, NULL, &nv,
-			       &refs);
+		if (!one)
+			len = host_msg(rc, &e, q, rc->host[me], me, &off, NULL,
+				       &nv, &refs);
 		ret = judge(rc, me, d->kind, seq, q, got[q], len,
 			    "send its data", "data");
 		if (ret == 0 && late_part(o, q, me, &at) != 0 &&
@@ -1717,6 +1738,12 @@ static bool claim_plan(struct cgr__rcomm *rc, int me, const struct op *o,
 		c->nkeys = 1;
 		c->where = where_late;
 		c->lend = &rc->zout[me].loc;
+		if (o->d->kind == CGR_COLL_ALLTOALL) {
+			/* Its blocks come to it alone (late_send). */
+			c->lane = LANE_LATE1;
+			c->to = (uint32_t)me;
+			c->lend = NULL;
+		}
 	} else if (o->hier) {
 		if (o->own[me] < 0)
 			return false; /* its leader claims them */
