@@ -756,10 +756,11 @@ typedef struct cgr_job_stats {
 	/* Bytes of communicators' operations to and from hosts (their data
 	 * and agreement records, see cgr_comm_create), and of those received
 	 * the data UCX wrote straight into the caller's buffer (the second
-	 * half of a split allreduce or broadcast, a chained broadcast's
-	 * chunks, an allgather's, alltoall's, gather's or scatter's blocks
-	 * of 128 KiB or more: data of 64 KiB or more to a host with one rank
-	 * of the communicator). */
+	 * half of a split allreduce or broadcast, a hierarchical
+	 * allreduce's result chunks, a chained broadcast's chunks, an
+	 * allgather's, alltoall's, gather's or scatter's blocks of 128 KiB
+	 * or more: data of 64 KiB or more, into one rank's buffer of the
+	 * receiving host, see cgr_comm_create). */
 	uint64_t comm_bytes_sent, comm_bytes_received, comm_bytes_direct;
 } cgr_job_stats;
 void cgr_job_stats_get(const cgr_job *j, cgr_job_stats *out);
