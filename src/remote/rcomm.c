@@ -2276,13 +2276,10 @@ static void rc_destroy(cgr_comm *c)
 		}
 	/* (Not idle: its messages stay with it.) */
 	for (struct cgr__cmsg **pp = &j->box; idle && *pp != NULL;) {
-		struct cgr__cmsg *cm = *pp;
-		if (cm->m.gid == c->id) {
-			*pp = cm->next;
-			free(cm);
-		} else {
-			pp = &cm->next;
-		}
+		if ((*pp)->m.gid == c->id)
+			box_drop(j, pp);
+		else
+			pp = &(*pp)->next;
 	}
 	pthread_mutex_unlock(&j->lock);
 	if (idle)
@@ -2850,9 +2847,13 @@ void cgr__rcomm_in(struct cgr_job *j, struct cgr__cmsg *cm)
 		}
 		free(cm);
 	} else if (rc == NULL && cm->m.gid <= j->rcomm_seen) {
-		/* Of a communicator this host freed: late. */
+		/* Of a communicator this host freed: late (one lent, of
+		 * a share an operation still holds: counted off, as
+		 * box_drop does). */
 		atomic_fetch_add_explicit(&j->st_late, 1,
 					  memory_order_relaxed);
+		if (cm->ext_n != NULL && --*cm->ext_n == 0)
+			pthread_cond_broadcast(&j->cond);
 		free(cm);
 	} else {
 		/* (Of one this host does not have yet: kept.) */
