@@ -449,6 +449,23 @@ static bool direct_sum(const struct cmd *c, int n, const unsigned char *o,
 	return true;
 }
 
+/* Executes command c over the graph: its n outputs in o (*r to release),
+ * or false (counted bad). */
+static bool exec_cmd(cgr_compiled *g, const struct cmd *c, int n,
+		     cgr_value *o, cgr_ref *r, struct tally *t)
+{
+	cgr_value av = cgr_value_bytes(c, sizeof(*c));
+
+	t->execs++;
+	if (cgr_execute(g, &av, 1, r) != 0 ||
+	    cgr_ref_get(g, *r, 30 * SEC, o, (size_t)n) != 0) {
+		snprintf(t->msg, sizeof(t->msg), "execute failed");
+		t->bad++;
+		return false;
+	}
+	return true;
+}
+
 /* One execution of command c over the graph, against the reference
  * (ref: a communicator of n ranks here; NULL: expect code `want` on
  * every rank). */
@@ -457,16 +474,11 @@ static void one(cgr_compiled *g, cgr_comm *ref, int n, const struct cmd *c,
 {
 	static _Alignas(16) unsigned char rbuf[MAXM][OUTMAX];
 	struct refjob rj[MAXM];
-	cgr_value av = cgr_value_bytes(c, sizeof(*c)), o[MAXM];
+	cgr_value o[MAXM];
 	cgr_ref r;
 
-	t->execs++;
-	if (cgr_execute(g, &av, 1, &r) != 0 ||
-	    cgr_ref_get(g, r, 30 * SEC, o, (size_t)n) != 0) {
-		snprintf(t->msg, sizeof(t->msg), "execute failed");
-		t->bad++;
+	if (!exec_cmd(g, c, n, o, &r, t))
 		return;
-	}
 	for (int q = 0; ref != NULL && q < n; q++) {
 		rj[q] = (struct refjob){ .cm = ref, .n = n, .r = q, .c = c,
 					 .out = rbuf[q] };
@@ -707,17 +719,12 @@ static void rough_sum(cgr_compiled *g, cgr_comm *cm, int n, const int *host,
 	struct cmd c = { .id = cgr_comm_id(cm), .kind = CGR_COLL_ALLREDUCE,
 			 .count = BF16C, .dtype = CGR_BFLOAT16, .op = CGR_SUM,
 			 .seed = 91, .rough = 1 };
-	cgr_value av = cgr_value_bytes(&c, sizeof(c)), o[MAXM];
+	cgr_value o[MAXM];
 	size_t differ = 0, wrong = 0;
 	cgr_ref r;
 
-	t->execs++;
-	if (cgr_execute(g, &av, 1, &r) != 0 ||
-	    cgr_ref_get(g, r, 30 * SEC, o, (size_t)n) != 0) {
-		snprintf(t->msg, sizeof(t->msg), "execute failed");
-		t->bad++;
+	if (!exec_cmd(g, &c, n, o, &r, t))
 		return;
-	}
 	for (size_t e = 0; e < BF16C; e++) {
 		float part[3] = { 0, 0, 0 }, all = 0, once = 0;
 		uint16_t want, got;
