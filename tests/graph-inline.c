@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -312,6 +313,118 @@ static void test_tasks(cgr_ctx *ctx, cgr_worker **W)
 	t_is(bad, 0, "every value right, wherever the work ran");
 }
 
+/*
+ * A stream task's function that queues a collective on its held stream,
+ * then calls one on its own thread, then waits for the first: the
+ * rank's operations run in call order across its stream and thread, so
+ * the thread's call waits for the held one, which must go to the stream
+ * first (it hung there: audit 21).  Each of the two members outputs
+ * the allreduce's sum and the allgather's inputs, int32.
+ */
+#define CN 4096
+
+static int comm_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	const uint64_t *id = cgr_task_arg(tc);
+	int32_t *o = cgr_task_output_buffer(tc, 0, 4 * (3 * CN + 1));
+	int32_t *mine = o + 3 * CN; /* (room for this rank's input) */
+	cgr_future *f = NULL;
+	cgr_comm *cm;
+	int rank, ret;
+	(void)st, (void)in, (void)nin, (void)nout;
+
+	if (o == NULL || cgr_task_comm(tc, *id, &cm, &rank) != 0)
+		return -1;
+	int32_t *a = malloc(4 * CN);
+	if (a == NULL)
+		return -ENOMEM;
+	for (int e = 0; e < CN; e++)
+		a[e] = (rank + 1) * 1000 + e;
+	*mine = rank;
+	ret = cgr_allreduce(cm, rank, a, o, CN, CGR_INT32, CGR_SUM,
+			    cgr_task_stream(tc), &f);
+	if (ret == 0)
+		ret = cgr_allgather(cm, rank, a, o + CN, CN, CGR_INT32, NULL,
+				    NULL);
+	if (f != NULL) {
+		int w = cgr_future_wait(f, 20 * 1000000000ll);
+		ret = ret != 0 ? ret : w;
+		cgr_future_release(f);
+	}
+	free(a);
+	if (ret != 0)
+		return ret;
+	out[0] = cgr_value_bytes(o, 4 * (3 * CN + 1));
+	return 0;
+}
+
+static void test_comm_order(cgr_ctx *ctx, cgr_worker **W)
+{
+	for (int k = 0; k < 2; k++) {
+		cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+		cgr_comm *cm = NULL;
+		cgr_graph *g = NULL;
+		cgr_compiled *c = NULL;
+		cgr_node *x, *o[2];
+		uint64_t id;
+		long bad = 0, runs = t_scale(20);
+		int ret = cgr_comm_create(ctx, W, 2, CGR_BACKEND_CPU, &cm);
+
+		id = ret == 0 ? cgr_comm_id(cm) : 0;
+		if (ret == 0)
+			ret = cgr_graph_create(ctx, &g);
+		if (ret == 0)
+			ret = cgr_graph_input(g, 0, &x);
+		for (int r = 0; r < 2 && ret == 0; r++) {
+			cgr_task_desc d = CGR_TASK_DESC_INIT;
+			d.fn = comm_fn;
+			d.name = r ? "c1" : "c0";
+			d.arg_data = &id;
+			d.arg_len = sizeof(id);
+			d.flags = CGR_TASK_STREAM;
+			d.max_out_bytes = 4 * (3 * CN + 1);
+			ret = cgr_graph_task(g, W[r], &d, &x, 1, &o[r], 1);
+		}
+		if (ret == 0)
+			ret = cgr_graph_output(g, o, 2);
+		pp.inline_ns = k ? 1000000000 : pp.inline_ns;
+		if (ret == 0)
+			ret = cgr_graph_compile(g, &pp, &c);
+		for (long it = 0; it < runs && ret == 0; it++) {
+			int64_t xv = it;
+			cgr_value a = cgr_value_bytes(&xv, 8), v[2];
+			cgr_ref ref;
+			if (cgr_execute(c, &a, 1, &ref) != 0 ||
+			    cgr_ref_get(c, ref, 30 * 1000000000ll, v, 2) != 0) {
+				bad++;
+				break;
+			}
+			for (int r = 0; r < 2; r++) {
+				const int32_t *p = v[r].u.bytes.data;
+				if (v[r].kind != CGR_VALUE_BYTES) {
+					bad++;
+					continue;
+				}
+				for (int e = 0; e < CN; e++)
+					bad += p[e] != 3000 + 2 * e ||
+					       p[CN + e] != 1000 + e ||
+					       p[2 * CN + e] != 2000 + e;
+			}
+			cgr_ref_release(c, ref);
+		}
+		t_is(ret, 0, "stream tasks over a communicator: built "
+			     "(inline_ns %s)", k ? "1 s" : "default");
+		t_is(bad, 0, "a collective queued on the held stream, then "
+			     "one on the thread, then its future: %ld "
+			     "executions right, no hang (inline_ns %s)",
+		     runs, k ? "1 s" : "default");
+		cgr_compiled_destroy(c);
+		cgr_graph_destroy(g);
+		cgr_comm_destroy(cm);
+	}
+}
+
 static void test_params(cgr_ctx *ctx, cgr_worker **W)
 {
 	cgr_graph *g;
@@ -349,6 +462,7 @@ int main(int argc, char **argv)
 	test_params(ctx, W);
 	test_colls(ctx, W);
 	test_tasks(ctx, W);
+	test_comm_order(ctx, W);
 	cgr_ctx_destroy(ctx);
 	return t_done();
 }

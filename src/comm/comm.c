@@ -530,6 +530,8 @@ static int public_coll(cgr_comm *c, int rank, const struct cgr__coll_desc *d,
 {
 	if (c == NULL || rank < 0 || rank >= c->n)
 		return -EINVAL;
+	if (s == NULL)
+		cgr__stream_hand_over(); /* it may wait for the held one */
 	call_in(c, rank);
 	return call_out(c, rank, cgr__comm_coll(c, rank, d, s, out));
 }
@@ -639,6 +641,7 @@ int cgr_group_end(cgr_comm *c, int rank, cgr_future **out)
 {
 	if (c == NULL || rank < 0 || rank >= c->n)
 		return -EINVAL;
+	cgr__stream_hand_over(); /* (as public_coll) */
 	call_in(c, rank);
 	return call_out(c, rank, c->ops->group_end(c, rank, out));
 }

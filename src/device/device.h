@@ -275,6 +275,11 @@ bool cgr__stream_idle(cgr_stream *s);
 /* Whoever is about to wait for s's progress: if its enqueuer holds it,
  * hand the queue to the executor now (never a lost wakeup). */
 void cgr__stream_kick(cgr_stream *s);
+/* This thread is about to block (a future, a stream, a communicator's
+ * call on the thread): the stream it holds, if any, goes to its executor
+ * first, since what it waits for may wait for that stream's work (a
+ * rank's operations run in call order across its streams and thread). */
+void cgr__stream_hand_over(void);
 
 /* Polls a foreign event's record (CGR__SOP_WAITE) until it passed, its
  * device failed, or waiter (may be NULL) fails or stops; then gives the

@@ -198,6 +198,8 @@ int cgr_future_wait(cgr_future *f, int64_t timeout_ns)
 	if (timeout_ns < 0)
 		timeout_ns = 10000000000; /* the 10 s default of cgr.h */
 	deadline = cgr__deadline(timeout_ns);
+	if (!cgr__dfuture_ready(df))
+		cgr__stream_hand_over();
 	if (df->poll != NULL)
 		return polled_future_wait(df, deadline);
 	if (df->s != NULL)

@@ -271,9 +271,19 @@ static void *cgr__sim_main(void *arg)
 	return NULL;
 }
 
+/* The stream this thread holds (cgr__stream_hold until its drain). */
+static _Thread_local cgr_stream *held_here;
+
 void cgr__stream_hold(cgr_stream *s)
 {
+	held_here = s;
 	atomic_store_explicit(&s->hold, 1, memory_order_release);
+}
+
+void cgr__stream_hand_over(void)
+{
+	if (held_here != NULL)
+		cgr__stream_kick(held_here);
 }
 
 bool cgr__stream_idle(cgr_stream *s)
@@ -300,6 +310,7 @@ int cgr__stream_drain(cgr_stream *s)
 	 * work in between. */
 	bool mine = cgr__sim_claim(s), left;
 
+	held_here = NULL;
 	while (mine) {
 		uint64_t d = atomic_load_explicit(&s->done,
 						  memory_order_relaxed);

@@ -101,6 +101,7 @@ int cgr_stream_synchronize(cgr_stream *s, int64_t timeout_ns)
 		return -EINVAL;
 	if (timeout_ns < 0)
 		timeout_ns = CGR_FOREVER;
+	cgr__stream_hand_over();
 	return s->dev->ops->synchronize(s, cgr__deadline(timeout_ns));
 }
 
