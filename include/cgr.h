@@ -1386,8 +1386,9 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * ranks of its host; one of 16 KiB or more otherwise: a scatter from the
  * root, then an allgather.  An allgather, alltoall, gather or scatter
  * whose blocks (a rank's input, or one block of it) are 128 KiB or more
- * sends its data after the records' exchange (an alltoall each block to
- * its own rank; so a mismatch fails it before any data moves).  Data of
+ * sends its data after the records' exchange (an alltoall's and a
+ * scatter's blocks each to its own rank; so a mismatch fails it before
+ * any data moves).  Data of
  * 64 KiB or more for another host leaves straight from the rank's send
  * or receive buffer (no copy on the way out; UCX rendezvous), and the
  * operation does not return before UCX is done with it.  Data that is

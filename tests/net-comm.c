@@ -936,7 +936,9 @@ static void direct(cgr_job *job, cgr_compiled *g, cgr_comm *cm,
  * ZCC int64 (200,000 B per rank, sent after the records), each input of
  * a rank on another host (2 or 4 of them); an alltoall of as many per
  * block, each block to its own rank (both ranks there take 2 or 4 of
- * them straight into their buffers); over two hosts, a broadcast
+ * them straight into their buffers); a scatter of as many per block
+ * from rank 2 (on another host: both ranks there take theirs straight
+ * into their buffers); over two hosts, a broadcast
  * of HIERC int64 from rank 2, scatter and allgather (ranks 2's and 3's
  * blocks land: 300,000 and 299,992 B).  Results equal to one host's;
  * cgr_job_stats.comm_bytes_direct to the byte. */
@@ -946,17 +948,19 @@ static void lent(cgr_job *job, cgr_compiled *g, cgr_comm *cm, cgr_comm *ref,
 	struct cmd c = { .id = cgr_comm_id(cm), .count = ZCC,
 			 .dtype = CGR_INT64, .kind = CGR_COLL_ALLGATHER,
 			 .op = CGR_SUM, .seed = 33, .root = 2 };
-	const uint64_t want[3] = { (uint64_t)(n - 2) * 8 * ZCC,
+	const uint64_t want[4] = { (uint64_t)(n - 2) * 8 * ZCC,
 				   2 * (uint64_t)(n - 2) * 8 * ZCC,
-				   n == 4 ? 300000 + 299992 : 0 };
-	static const char *const kn[3] = { "allgather", "alltoall",
+				   2 * 8 * ZCC, n == 4 ? 300000 + 299992 : 0 };
+	static const char *const kn[4] = { "allgather", "alltoall", "scatter",
 					   "broadcast" };
 	cgr_job_stats x, y;
 
-	for (int k = 0; k < (n == 4 ? 3 : 2); k++) {
+	for (int k = 0; k < (n == 4 ? 4 : 3); k++) {
 		if (k == 1)
 			c.kind = CGR_COLL_ALLTOALL;
 		if (k == 2)
+			c.kind = CGR_COLL_SCATTER;
+		if (k == 3)
 			c.kind = CGR_COLL_BROADCAST, c.count = HIERC;
 		cgr_job_stats_get(job, &x);
 		one(g, ref, n, &c, 0, t);

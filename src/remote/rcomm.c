@@ -59,7 +59,7 @@ enum {
 	LANE_CHAIN = 5,	  /* a chained broadcast's chunks, host to host */
 	LANE_LOCAL = 6,	  /* its data to the other ranks of a host */
 	LANE_HGATHER = 7, /* hier: the reduced blocks, chunk by chunk */
-	LANE_LATE1 = 8	  /* a late alltoall's block, to its one rank */
+	LANE_LATE1 = 8	  /* a late alltoall's or scatter's block, to its rank */
 };
 
 /* A broadcast of at least this many bytes over three hosts or more runs
@@ -1257,11 +1257,13 @@ static int late_send(struct cgr__rcomm *rc, int me, const struct op *e,
 	struct iovec v[CGR_MAX_RANKS];
 	int n = rc->head.n, ret = 0;
 
-	if (e->d->kind == CGR_COLL_ALLTOALL) {
+	if (e->d->kind == CGR_COLL_ALLTOALL ||
+	    e->d->kind == CGR_COLL_SCATTER) {
 		/* Each block to its rank: it can land where it goes
 		 * (claim_plan), whatever the ranks on that host. */
 		for (int q = 0; q < n && ret == 0; q++) {
-			if (q == me)
+			size_t at;
+			if (late_part(e, me, q, &at) == 0)
 				continue;
 			v[0].iov_base = (char *)(uintptr_t)e->d->send +
 					(size_t)q * e->b;
@@ -1320,7 +1322,8 @@ static int late_run(struct cgr__rcomm *rc, int me, const struct op *o,
 	const struct cgr__coll_desc *d = o->d;
 	int n = rc->head.n, ret = 0, nv;
 	struct cgr__cmsg *got[CGR_MAX_RANKS];
-	bool one = d->kind == CGR_COLL_ALLTOALL; /* (late_send) */
+	bool one = d->kind == CGR_COLL_ALLTOALL ||
+		   d->kind == CGR_COLL_SCATTER; /* (late_send) */
 	struct want w = { one ? (uint32_t)me : rc->j->rank,
 			  one ? LANE_LATE1 : LANE_GATHER, 0, seq, got,
 			  d->deadline, d->stop };
@@ -1738,7 +1741,8 @@ static bool claim_plan(struct cgr__rcomm *rc, int me, const struct op *o,
 		c->nkeys = 1;
 		c->where = where_late;
 		c->lend = &rc->zout[me].loc;
-		if (o->d->kind == CGR_COLL_ALLTOALL) {
+		if (o->d->kind == CGR_COLL_ALLTOALL ||
+		    o->d->kind == CGR_COLL_SCATTER) {
 			/* Its blocks come to it alone (late_send). */
 			c->lane = LANE_LATE1;
 			c->to = (uint32_t)me;
