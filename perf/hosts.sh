@@ -94,6 +94,13 @@ for round in 1 2; do
 	fi
 done
 
+# --coll alone: the raw UCX bandwidth for the link bound, one short window.
+if [ $only_coll = 1 ]; then
+	NETNS_ENV=-x\ PERF_MODE=adaptive netns_mpirun 600 "$tmp/o" "$tmp/e" \
+		"$build/perf/hosts" -w 1 -n 200
+	grep '^bw-64MiB *raw UCX AM' "$tmp/o" | tee -a "$tmp/all"
+fi
+
 # Collectives across the hosts, cgr and Open MPI in turn.
 sizes=8,16777216
 colls=allreduce,allgather,reducescatter,broadcast,alltoall
