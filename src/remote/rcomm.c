@@ -373,10 +373,10 @@ struct cgr__claim {
 		       size_t len);
 	const struct op *o;
 	int me, peer;
-	/* Its messages may be for other ranks of this host too (a
-	 * hierarchical allreduce's leader: the others read the data where
-	 * it landed, cgr__rcomm_claim_lend): the count of its rank's lent
-	 * messages (zout.loc), else NULL. */
+	/* Its messages may be for other ranks of this host too (data they
+	 * all take alike: the others read it where it landed,
+	 * cgr__rcomm_claim_lend): the count of its rank's lent messages
+	 * (zout.loc), else NULL. */
 	unsigned *lend;
 	unsigned inflight; /* under j->lock */
 };
@@ -449,7 +449,7 @@ static void claim_unlist(struct cgr__rcomm *rc, struct cgr__claim *c)
 }
 
 /* A message: its record, then its data in nv parts.  to: the receiving
- * rank (sends and receives, a late alltoall's blocks), or the host whose
+ * rank (sends and receives, late_one's blocks), or the host whose
  * ranks take it (a collective's: refs of them, each takes the same
  * message). */
 static int put(struct cgr__rcomm *rc, int me, uint32_t to, int lane,
@@ -1225,6 +1225,14 @@ static int gather_blocks(struct cgr__rcomm *rc, int me, const struct op *o,
 	return res != 0 ? res : ret;
 }
 
+/* A late operation of this kind sends each block to its own rank
+ * (LANE_LATE1), not one message per host: every block can land in place
+ * (claim_plan), whatever the ranks on its host. */
+static bool late_one(int kind)
+{
+	return kind == CGR_COLL_ALLTOALL || kind == CGR_COLL_SCATTER;
+}
+
 /* A late operation (LATE_BYTES): the bytes rank `from` sends rank `to`
  * (0: none) and where they go in to's receive buffer (*at). */
 static size_t late_part(const struct op *o, int from, int to, size_t *at)
@@ -1257,8 +1265,7 @@ static int late_send(struct cgr__rcomm *rc, int me, const struct op *e,
 	struct iovec v[CGR_MAX_RANKS];
 	int n = rc->head.n, ret = 0;
 
-	if (e->d->kind == CGR_COLL_ALLTOALL ||
-	    e->d->kind == CGR_COLL_SCATTER) {
+	if (late_one(e->d->kind)) {
 		/* Each block to its rank: it can land where it goes
 		 * (claim_plan), whatever the ranks on that host. */
 		for (int q = 0; q < n && ret == 0; q++) {
@@ -1322,8 +1329,7 @@ static int late_run(struct cgr__rcomm *rc, int me, const struct op *o,
 	const struct cgr__coll_desc *d = o->d;
 	int n = rc->head.n, ret = 0, nv;
 	struct cgr__cmsg *got[CGR_MAX_RANKS];
-	bool one = d->kind == CGR_COLL_ALLTOALL ||
-		   d->kind == CGR_COLL_SCATTER; /* (late_send) */
+	bool one = late_one(d->kind);
 	struct want w = { one ? (uint32_t)me : rc->j->rank,
 			  one ? LANE_LATE1 : LANE_GATHER, 0, seq, got,
 			  d->deadline, d->stop };
@@ -1507,8 +1513,8 @@ static int hier_reduce(struct cgr__rcomm *rc, int me, const struct op *o,
 
 /* Hier, every rank, after its host's leader's hier_reduce: each chunk of
  * every other leader's block (its own host's leader's too) as it comes,
- * into its place in the receive buffer (where not claimed: a host with
- * one rank of the communicator).  res: its result so far; once failed it
+ * into its place in the receive buffer (where not claimed: a leader's
+ * claim lands it in its own, the other ranks copy it from there).  res: its result so far; once failed it
  * still takes every chunk (they go: none is left behind). */
 static int hier_gather(struct cgr__rcomm *rc, int me, const struct op *o,
 		       uint64_t seq, int res)
@@ -1741,8 +1747,7 @@ static bool claim_plan(struct cgr__rcomm *rc, int me, const struct op *o,
 		c->nkeys = 1;
 		c->where = where_late;
 		c->lend = &rc->zout[me].loc;
-		if (o->d->kind == CGR_COLL_ALLTOALL ||
-		    o->d->kind == CGR_COLL_SCATTER) {
+		if (late_one(o->d->kind)) {
 			/* Its blocks come to it alone (late_send). */
 			c->lane = LANE_LATE1;
 			c->to = (uint32_t)me;
