@@ -16,9 +16,12 @@
  *    getting 8 bytes back.
  * And once: the bootstrap, from main to the first execution's result
  * (join through PMIx, the context, a worker on rank 1, the compile).
- * The link's and the graphs' wait mode: PERF_MODE=adaptive (default) or
- * block (every thread parks between messages).  Medians of windows; the
- * table and one JSON line per result.
+ * The link's and the graphs' wait mode: PERF_MODE=adaptive (default),
+ * busy or block (every thread parks between messages); PERF_LINK the
+ * link's alone, PERF_SPIN_US the graphs' adaptive spin; PERF_LAT_ONLY
+ * set: no bandwidth windows.  Medians of windows; the table, one JSON
+ * line per result, and per latency window both p50s and how the
+ * driver's and rank 1's echo thread's waits went.
  */
 #include "perf.h"
 
@@ -45,6 +48,15 @@ static int64_t rt_ns(void)
 
 /* ---- tasks on rank 1 -------------------------------------------------- */
 
+/* How a thread's waits went (its adaptive-wait record,
+ * reactor/reactor.h): spun and found what it waited for, parked at once
+ * under CPU pressure or for misses, parked after a spin.  The echo task
+ * answers its thread's in its first bytes: rank 1's side, per window. */
+struct waits {
+	uint64_t paid, pressure, miss, parks;
+};
+static struct waits echo_last; /* the driver's copy of the last answer */
+
 static int echo(cgr_task_ctx *tc, void *state, const cgr_value *in,
 		size_t nin, cgr_value *out, size_t nout)
 {
@@ -53,6 +65,12 @@ static int echo(cgr_task_ctx *tc, void *state, const cgr_value *in,
 
 	(void)state, (void)nin, (void)nout;
 	memcpy(o, in[0].u.bytes.data, n);
+	if (n >= sizeof(struct waits)) { /* how rank 1's thread waited */
+		const struct cgr__spin_stat *s = cgr__spin_stat();
+		struct waits w = { s->paid, s->parked_pressure,
+				   s->parked_miss, s->parks };
+		memcpy(o, &w, sizeof(w));
+	}
 	out[0] = cgr_value_bytes(o, n);
 	return 0;
 }
@@ -82,6 +100,7 @@ struct raw {
 	struct cgr__ucx *u;
 	int peer;
 	unsigned char *buf;
+	bool rest; /* the server parks at once (a window of it ended) */
 };
 
 /* Rank 0 and 1 meet on a second UCX worker (a second PMIx key). */
@@ -112,7 +131,9 @@ static int raw_open(struct raw *r, int rank)
 
 /* The next raw message: polled while they come (2 ms), else parked on
  * the UCX worker's event fd, so that it costs nothing while the graphs
- * run. */
+ * run.  After a window's end (raw_rest) it parks at once: its 2 ms of
+ * spinning would otherwise take a vCPU from the graph's window that
+ * follows, and put the graph's threads under CPU pressure. */
 static int raw_next(struct raw *r, uint32_t *from, size_t *len)
 {
 	int64_t idle = perf_now_ns();
@@ -122,7 +143,7 @@ static int raw_next(struct raw *r, uint32_t *from, size_t *len)
 		int ret = cgr__ucx_recv(r->u, from, r->buf, BIG, len, 0);
 		if (ret != -ETIMEDOUT)
 			return ret;
-		if (perf_now_ns() - idle > 2000000 && efd >= 0 &&
+		if ((r->rest || perf_now_ns() - idle > 2000000) && efd >= 0 &&
 		    cgr__ucx_arm(r->u) == 0) {
 			struct pollfd p = { efd, POLLIN, 0 };
 			(void)poll(&p, 1, 100);
@@ -132,7 +153,8 @@ static int raw_next(struct raw *r, uint32_t *from, size_t *len)
 }
 
 /* Rank 1's thread: answers every message (64 B or less: echoed; more:
- * 8 bytes), until one of 1 byte. */
+ * 8 bytes), until one of 1 byte; one of 2 bytes ends a window (no
+ * answer: park at once until the next message). */
 static void *raw_server(void *arg)
 {
 	struct raw *r = arg;
@@ -143,6 +165,9 @@ static void *raw_server(void *arg)
 		uint64_t ack;
 		if (raw_next(r, &from, &len) < 0 || len == 1)
 			break;
+		r->rest = len == 2;
+		if (r->rest)
+			continue;
 		ack = len;
 		if (len <= 64)
 			cgr__ucx_send(r->u, from, 1, r->buf, len, 1000000000ll);
@@ -150,6 +175,14 @@ static void *raw_server(void *arg)
 			cgr__ucx_send(r->u, from, 1, &ack, 8, 1000000000ll);
 	}
 	return NULL;
+}
+
+/* The end of a raw window: the server parks at once. */
+static void raw_rest(struct raw *r)
+{
+	static const unsigned char two[2];
+
+	(void)cgr__ucx_send(r->u, (uint32_t)r->peer, 0, two, 2, 1000000000ll);
 }
 
 /* One round trip of n bytes (the answer: n if <= 64, else 8): ns. */
@@ -208,6 +241,8 @@ static int64_t cgr_rtt(cgr_compiled *c, const void *data, size_t n)
 	    cgr_ref_get(c, ref, -1, &o, 1) != 0 || o.kind != CGR_VALUE_BYTES)
 		return -1;
 	t0 = perf_now_ns() - t0;
+	if (n == 64 && o.u.bytes.len == 64)
+		memcpy(&echo_last, o.u.bytes.data, sizeof(echo_last));
 	cgr_ref_release(c, ref);
 	return t0;
 }
@@ -257,13 +292,6 @@ static void report_bw(const char *case_, const char *impl, double *v, int w,
 		  raw_gbs, gbs / raw_gbs);
 }
 
-/* How the driver's waits for results went in a window (its thread's
- * adaptive-wait record, reactor/reactor.h): spun and found the result,
- * parked at once under CPU pressure or for misses, parked after a spin. */
-struct waits {
-	uint64_t paid, pressure, miss, parks;
-};
-
 static struct waits wait_delta(const struct cgr__spin_stat *s0)
 {
 	const struct cgr__spin_stat *s1 = cgr__spin_stat();
@@ -276,18 +304,27 @@ static struct waits wait_delta(const struct cgr__spin_stat *s0)
 
 /* Per window: the p50 and how the driver waited (a window whose waits
  * parked under CPU pressure pays two wake-ups a round trip: the link
- * thread receives and wakes the driver). */
-static void report_waits(const struct res *rc, const struct waits *st,
+ * thread receives and wakes the driver), then how rank 1's thread that
+ * runs the echo waited. */
+static void report_waits(const struct res *rr, const struct res *rc,
+			 const struct waits *st, const struct waits *est,
 			 int w)
 {
-	printf("  windows, p50 (driver's waits: spun and found / parked: "
-	       "at once under CPU pressure, for misses, in all):");
+	printf("  windows, p50 against raw UCX's in the same window (driver's "
+	       "waits: spun and found / parked: at once under CPU pressure, "
+	       "for misses, in all; then rank 1's echo thread's):");
 	for (int k = 0; k < w; k++)
-		printf("%s %.1f us (%llu / %llu, %llu, %llu)", k ? "," : "",
-		       rc->p50[k], (unsigned long long)st[k].paid,
+		printf("%s %.1f / %.1f us (%llu / %llu, %llu, %llu; %llu / "
+		       "%llu, %llu, %llu)",
+		       k ? "," : "", rc->p50[k], rr->p50[k],
+		       (unsigned long long)st[k].paid,
 		       (unsigned long long)st[k].pressure,
 		       (unsigned long long)st[k].miss,
-		       (unsigned long long)st[k].parks);
+		       (unsigned long long)st[k].parks,
+		       (unsigned long long)est[k].paid,
+		       (unsigned long long)est[k].pressure,
+		       (unsigned long long)est[k].miss,
+		       (unsigned long long)est[k].parks);
 	printf("\n");
 }
 
@@ -301,7 +338,7 @@ static int drive(cgr_ctx *ctx, cgr_job *job, struct raw *raw, int mode,
 	int64_t *lat = calloc((size_t)iters, sizeof(*lat)), t;
 	struct res rr, rc;
 	struct cgr__spin_stat s0;
-	struct waits st[WMAX];
+	struct waits st[WMAX], est[WMAX], e0;
 	double bw[4][WMAX];
 	const char *mname = mode == CGR_WAIT_BLOCK ? "parked" :
 			    mode == CGR_WAIT_BUSY  ? "busy" :
@@ -332,19 +369,27 @@ static int drive(cgr_ctx *ctx, cgr_job *job, struct raw *raw, int mode,
 	for (int k = 0; k < windows; k++) {
 		for (long i = 0; i < iters; i++)
 			lat[i] = raw_rtt(raw, 64);
+		raw_rest(raw);
 		rr.p50[k] = q_us(lat, (size_t)iters, 0.5);
 		rr.p99[k] = q_us(lat, (size_t)iters, 0.99);
 		s0 = *cgr__spin_stat();
+		e0 = echo_last;
 		for (long i = 0; i < iters; i++)
 			lat[i] = cgr_rtt(ce, data, 64);
 		st[k] = wait_delta(&s0);
+		est[k] = (struct waits){ echo_last.paid - e0.paid,
+					 echo_last.pressure - e0.pressure,
+					 echo_last.miss - e0.miss,
+					 echo_last.parks - e0.parks };
 		rc.p50[k] = q_us(lat, (size_t)iters, 0.5);
 		rc.p99[k] = q_us(lat, (size_t)iters, 0.99);
-		for (int b = 0; b < 2; b++) {
+		for (int b = 0; b < 2 && getenv("PERF_LAT_ONLY") == NULL;
+		     b++) {
 			size_t n = b ? BIG : MiB;
 			int reps = b ? 3 : 20;
 			for (int i = 0; i < reps; i++)
 				lat[i] = raw_rtt(raw, n);
+			raw_rest(raw);
 			bw[2 * b][k] = q_us(lat, (size_t)reps, 0.5);
 			for (int i = 0; i < reps; i++)
 				lat[i] = cgr_rtt(b ? cs64 : cs1, data, n);
@@ -358,7 +403,7 @@ static int drive(cgr_ctx *ctx, cgr_job *job, struct raw *raw, int mode,
 	       perf_median(rr.p50, (size_t)windows));
 	report("rtt-64B", mname, &rc, windows,
 	       perf_median(rr.p50, (size_t)windows));
-	report_waits(&rc, st, windows);
+	report_waits(&rr, &rc, st, est, windows);
 	printf("\nbandwidth, a value to rank 1, 8 bytes back:\n");
 	for (int b = 0; b < 2; b++) {
 		size_t n = b ? BIG : MiB;

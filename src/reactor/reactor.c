@@ -581,15 +581,21 @@ static int spin_phase(struct cgr__reactor *r, cgr__ready_fn ready, void *arg,
 	 * and yields: when spinners outnumber cores, the thread we wait for
 	 * may need this core, and a yield with nothing else to run costs
 	 * well under a microsecond.  The first 64 polls never yield, so a
-	 * prompt answer is seen at spin speed. */
+	 * prompt answer is seen at spin speed.  The reactor's poll comes
+	 * with the yield, or every fourth look if it polls a network
+	 * (poll_often). */
 	for (;;) {
 		if (ready(arg))
 			return 1;
 		if (cgr__cancelled(cancel))
 			return -ECANCELED;
 		cgr__cpu_relax();
-		if ((++i & 63) != 0)
+		if ((++i & 63) != 0) {
+			if ((i & 3) == 0 && r != NULL && r->poll_often &&
+			    r->poll != NULL)
+				r->poll(r->poll_arg);
 			continue;
+		}
 		now = cgr__now_ns();
 		if (now - last > *lost)
 			*lost = now - last;

@@ -332,6 +332,7 @@ void cgr__worker_run(cgr_worker *w, struct cgr__prog *p, struct cgr__reactor *r)
 		 * move, whenever the reactor waits. */
 		r->poll = cgr__prog_poll;
 		r->poll_arg = p;
+		r->poll_often = p->xpoll != NULL;
 	}
 	for (seq = 0; ret == 0; seq++) {
 		if (atomic_load_explicit(&c->ctl->stop, memory_order_acquire))
@@ -393,6 +394,7 @@ void cgr__prog_leave(struct cgr__prog *p, struct cgr__reactor *r)
 								  2000000000);
 	r->poll = NULL;
 	r->poll_arg = NULL;
+	r->poll_often = false;
 	cgr__launch_drain(p);
 	/* W1: the last touch of the program; pairs with teardown's wait. */
 	cgr__future_complete(&p->left, p->left_gen, 0);
