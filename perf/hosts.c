@@ -147,6 +147,10 @@ static int raw_next(struct raw *r, uint32_t *from, size_t *len)
 		    cgr__ucx_arm(r->u) == 0) {
 			struct pollfd p = { efd, POLLIN, 0 };
 			(void)poll(&p, 1, 100);
+			/* Woken: polls again for 2 ms (a rendezvous that
+			 * began needs it: parking again at once would leave
+			 * it to the poll's timeout). */
+			r->rest = false;
 			idle = perf_now_ns();
 		}
 	}
