@@ -1114,24 +1114,33 @@ void cgr__coll_device_mark(struct cgr__coll_rt *cr, uint64_t seq)
  * caller's thread (NCCL's go through run/launch.c).  Teardown cuts the
  * agreement short: the outputs become error values (no reader computes
  * on stale data) and -ECANCELED is returned. */
+/* The members' data meet in shared memory, also of worker processes:
+ * publication before, arrival after (prog.h: TSan builds only). */
 int cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq, struct cgr__reactor *r)
 {
 	bool agreed = false;
+	int ret = 0;
 
-	if (cr->far)
-		return far_run(cr, seq);
+	cgr__c_release(cr->c);
+	if (cr->far) {
+		ret = far_run(cr, seq);
+		goto out;
+	}
 	if (cr->spans) {
 		spans_run(cr, seq);
-		return 0;
+		goto out;
 	}
 	cgr__coll_describe(cr, seq);
 	if (cgr__coll_needs_agree(cr)) {
 		if (agree(cr, seq, r) < 0) {
 			coll_fail(cr, seq, -ECANCELED, "the graph was torn down");
-			return -ECANCELED;
+			ret = -ECANCELED;
+			goto out;
 		}
 		agreed = true;
 	}
 	cgr__coll_move(cr, seq, agreed);
-	return 0;
+out:
+	cgr__c_acquire(cr->c);
+	return ret;
 }
