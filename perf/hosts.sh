@@ -16,13 +16,19 @@
 # back, as Open MPI's benchmark does) and its ratio; and an allreduce node
 # of 16 MiB over two members per host, over values and on a
 # communicator (hierarchical).  Root only.
-# Usage: perf/hosts.sh [--coll|--hier [BUILD]] [--quick] [-w N] [-n N]
+# Usage: perf/hosts.sh [--coll|--hier [BUILD]|--ab BUILD] [--quick]
+#                      [-w N] [-n N]
 # (from the build tree: sh ../perf/hosts.sh; --coll: the collectives
 # only; --hier: only the allreduce, allgather and alltoall of 16 MiB over two
 # members per host, six rounds alternating this build (chunks), this
 # build with one chunk per block (CGR_TEST_HIER_CHUNK: a build with fault
 # injection), and BUILD's perf/hosts_coll --hier if given (BUILD may
-# be an older tree built with this perf/hosts_coll.c), then the medians)
+# be an older tree built with this perf/hosts_coll.c), then the medians;
+# --ab: perf/hosts (adaptive, -w 3 -n 300 unless given) of this build
+# and of BUILD, alternating, AB_ROUNDS rounds (6), each run's echo and
+# 1 MiB ratios to raw UCX, then their medians and how many runs met
+# 1.2x and 0.9x; BUILD may be an older tree built with this
+# perf/hosts.c)
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 build=${abs_top_builddir:-$PWD}
@@ -66,6 +72,41 @@ if [ "${1:-}" = --hier ]; then
 		m = n[k] % 2 ? v[k, (n[k] + 1) / 2] : (v[k, n[k] / 2] + v[k, n[k] / 2 + 1]) / 2
 		printf "16 MiB, 3 hosts x 2, on a communicator: %s median %.1f ms\n", k, m } }' \
 		"$tmp/hier"
+	exit 0
+fi
+if [ "${1:-}" = --ab ]; then
+	other=${2:?"perf/hosts.sh --ab BUILD"}
+	shift 2
+	[ $# -eq 0 ] && set -- -w 3 -n 300
+	: >"$tmp/ab"
+	for round in $(seq "${AB_ROUNDS:-6}"); do
+		for v in this other; do
+			bin=$build/perf/hosts
+			[ $v = other ] && bin=$other/perf/hosts
+			NETNS_ENV="-x PERF_MODE=adaptive" netns_mpirun 600 \
+				"$tmp/o" "$tmp/e" "$bin" "$@"
+			e=$(sed -n 's/^rtt-64B *adaptive .*, \([0-9.]*\)x)$/\1/p' \
+				"$tmp/o")
+			b=$(sed -n 's/^bw-1MiB *adaptive .*, \([0-9.]*\)x)$/\1/p' \
+				"$tmp/o")
+			echo "round $round $v: echo ${e:-?}x raw UCX, 1 MiB" \
+			     "${b:-?}x raw UCX"
+			grep '^  windows' "$tmp/o" | sed 's/^ */  /'
+			echo "$v ${e:-0} ${b:-0}" >>"$tmp/ab"
+		done
+	done
+	awk 'function med(k,   n, i, j, t) {
+		n = cnt[k]
+		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++)
+			if (v[k, j] < v[k, i]) { t = v[k, i]; v[k, i] = v[k, j]; v[k, j] = t }
+		return n % 2 ? v[k, (n + 1) / 2] : (v[k, n / 2] + v[k, n / 2 + 1]) / 2
+	}
+	{ v[$1 " echo", ++cnt[$1 " echo"]] = $2; v[$1 " 1MiB", ++cnt[$1 " 1MiB"]] = $3
+	  runs[$1]++; e12[$1] += $2 > 0 && $2 <= 1.2; b09[$1] += $3 >= 0.9 }
+	END { for (k in runs)
+		printf "%s: echo median %.2fx raw UCX (1.2x or less in %d of %d runs), 1 MiB median %.2fx (0.9x or more in %d of %d)\n",
+		       k, med(k " echo"), e12[k], runs[k], med(k " 1MiB"), b09[k], runs[k] }' \
+		"$tmp/ab"
 	exit 0
 fi
 for round in 1 2; do
