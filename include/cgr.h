@@ -813,7 +813,13 @@ enum cgr_task_flags {
 	 * stream task by stream order, a communication stream by
 	 * stream-wait-event, the worker thread by its reactor.  With overlap
 	 * off (cgr_compile_params.overlap) the worker waits for the stream
-	 * after each such task.
+	 * after each such task.  Work the function enqueued on a sim compute
+	 * stream may run only once the function returns (short work runs on
+	 * the worker's thread: cgr_compile_params.inline_ns), or once it
+	 * waits or polls through cgr: cgr_future_wait, cgr_future_test,
+	 * cgr_event_query, cgr_stream_synchronize, a communicator's call on
+	 * its thread, cgr_group_end.  A function that waits for that work by
+	 * other means (a flag a host function sets) may wait forever.
 	 */
 	CGR_TASK_STREAM = 1u << 0,
 	/*
@@ -1328,8 +1334,8 @@ int cgr_comm_size(const cgr_comm *c);
  * receive whose peer is this rank, outside a group, or out of range),
  * returns -EINVAL and leaves the message as it was. */
 const char *cgr_comm_errmsg(const cgr_comm *c, int rank);
-/* Its id: never 0, unique in the context (and, across hosts, in the job);
- * 0 for NULL.  A task finds a communicator by it (cgr_task_comm). */
+/* Its id: never 0, unique in the process (and, across hosts, in the
+ * job); 0 for NULL.  A task finds a communicator by it (cgr_task_comm). */
 uint64_t cgr_comm_id(const cgr_comm *c);
 
 /*
@@ -1760,7 +1766,11 @@ cgr_worker *cgr_task_worker(const cgr_task_ctx *tc);
  * -EINVAL.  The run holds it until the task
  * returns: cgr_comm_destroy from another thread meanwhile aborts it (the
  * task's operations fail with -ECANCELED) and waits for the task, 1 s at
- * most; the task itself may destroy it (then it must not use it).  Across
+ * most; the task itself may destroy it (then it must not use it).  A
+ * graph's teardown does not abort it (it is the caller's, not the
+ * graph's): a task blocked in it for a member that left stays there
+ * until the communicator is aborted or destroyed, and teardown reports
+ * it stuck (CGR_ESTUCK).  Across
  * hosts, the way a task reaches its share of a communicator the driver
  * made (pass the id in an input or arg_data). */
 int cgr_task_comm(cgr_task_ctx *tc, uint64_t id, cgr_comm **out, int *rank);

@@ -119,6 +119,65 @@ static int outsider(cgr_task_ctx *tc, void *state, const cgr_value *in,
 	return 0;
 }
 
+/* Outputs: cgr_task_comm's code for the id it is given (another
+ * context's, in foreign_ctx). */
+static int foreign(cgr_task_ctx *tc, void *state, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	int32_t *o = cgr_task_output_buffer(tc, 0, 8);
+	uint64_t id;
+	cgr_comm *cm = NULL;
+	int rank = -1;
+
+	(void)state, (void)nin, (void)nout;
+	memcpy(&id, in[0].u.bytes.data, sizeof(id));
+	o[0] = cgr_task_comm(tc, id, &cm, &rank);
+	o[1] = cm == NULL && rank == -1;
+	out[0] = cgr_value_bytes(o, 8);
+	return 0;
+}
+
+/* Ids are unique in the process: a member of this context's first
+ * communicator that asks for another context's first one gets -ENOENT,
+ * not its own (the audit's case: both were id 1). */
+static void foreign_ctx(cgr_ctx *ctx, cgr_worker *w0, uint64_t other_id,
+			uint64_t own_id)
+{
+	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
+	cgr_task_desc d = CGR_TASK_DESC_INIT;
+	cgr_compiled *c = NULL;
+	cgr_node *arg, *o;
+	cgr_graph *g;
+	cgr_value v, a = cgr_value_bytes(&other_id, 8);
+	cgr_ref ref;
+	int ret = cgr_graph_create(ctx, &g);
+
+	d.fn = foreign;
+	d.name = "foreign";
+	d.max_out_bytes = 8;
+	if (ret == 0)
+		ret = cgr_graph_input(g, 0, &arg);
+	if (ret == 0)
+		ret = cgr_graph_task(g, w0, &d, &arg, 1, &o, 1);
+	if (ret == 0)
+		ret = cgr_graph_output(g, &o, 1);
+	if (ret == 0)
+		ret = cgr_graph_compile(g, &cp, &c);
+	cgr_graph_destroy(g);
+	t_ok(other_id != own_id, "another context's first communicator has "
+				 "an id of its own (%llu, here %llu)",
+	     (unsigned long long)other_id, (unsigned long long)own_id);
+	ret = ret ? ret : cgr_execute(c, &a, 1, &ref);
+	ret = ret ? ret : cgr_ref_get(c, ref, -1, &v, 1);
+	t_ok(ret == 0 && v.kind == CGR_VALUE_BYTES &&
+		     ((const int32_t *)v.u.bytes.data)[0] == -ENOENT &&
+		     ((const int32_t *)v.u.bytes.data)[1] == 1,
+	     "a member given another context's id: -ENOENT, nothing out "
+	     "(%d)",
+	     ret == 0 ? ((const int32_t *)v.u.bytes.data)[0] : ret);
+	cgr_compiled_destroy(c);
+}
+
 static cgr_compiled *build(cgr_ctx *ctx, cgr_worker *const *w)
 {
 	cgr_compile_params cp = CGR_COMPILE_PARAMS_INIT;
@@ -234,15 +293,20 @@ static void self_destroy(cgr_ctx *ctx, cgr_compiled *c, cgr_worker *const *w)
 int main(int argc, char **argv)
 {
 	cgr_worker_params wp = CGR_WORKER_PARAMS_INIT;
-	cgr_ctx *ctx;
-	cgr_worker *w[N + 1];
-	cgr_comm *cm, *other;
+	cgr_ctx *ctx, *ctx2;
+	cgr_worker *w[N + 1], *w2;
+	cgr_comm *cm, *other, *cm2;
 	cgr_compiled *c;
 	cgr_ctx_params cp = CGR_CTX_PARAMS_INIT;
 
 	t_init(argc, argv, 120);
 	cp.log_fn = logf_;
 	cp.log_level = CGR_LOG_WARN;
+	/* Another context first, with a communicator of its own. */
+	if (cgr_ctx_create(&cp, &ctx2) != 0 ||
+	    cgr_worker_create(ctx2, &wp, &w2) != 0 ||
+	    cgr_comm_create(ctx2, &w2, 1, CGR_BACKEND_CPU, &cm2) != 0)
+		return 1;
 	if (cgr_ctx_create(&cp, &ctx) != 0)
 		return 1;
 	for (int r = 0; r <= N; r++)
@@ -250,6 +314,7 @@ int main(int argc, char **argv)
 			return 1;
 	t_is(cgr_comm_create(ctx, w, N, CGR_BACKEND_CPU, &cm), 0,
 	     "a communicator over three workers");
+	foreign_ctx(ctx, w[0], cgr_comm_id(cm2), cgr_comm_id(cm));
 	t_is(cgr_comm_create(ctx, NULL, 2, CGR_BACKEND_CPU, &other), 0,
 	     "another, without members");
 	t_ok(cgr_comm_id(cm) != 0 && cgr_comm_id(other) != 0 &&
@@ -268,5 +333,8 @@ int main(int argc, char **argv)
 	for (int r = 0; r <= N; r++)
 		cgr_worker_destroy(w[r], 1000000000);
 	cgr_ctx_destroy(ctx);
+	cgr_comm_destroy(cm2);
+	cgr_worker_destroy(w2, 1000000000);
+	cgr_ctx_destroy(ctx2);
 	return t_done();
 }

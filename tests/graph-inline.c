@@ -425,6 +425,132 @@ static void test_comm_order(cgr_ctx *ctx, cgr_worker **W)
 	}
 }
 
+/* A stream task that polls for its own stream's work: a host function
+ * and an event after it (mode 0), or a one-rank allreduce with a future
+ * (mode 1), then cgr_event_query / cgr_future_test in a loop, bounded
+ * at 10 s.  Its output: the value the work wrote, or -1 if the poll
+ * never saw it done. */
+struct pollw {
+	cgr_event *ev;
+	uint64_t comm; /* mode 1 */
+	int mode;
+};
+
+static void poll_set(void *arg)
+{
+	int64_t *p = arg;
+	*p += 1000;
+}
+
+static int poll_fn(cgr_task_ctx *tc, void *st, const cgr_value *in,
+		   size_t nin, cgr_value *out, size_t nout)
+{
+	struct pollw *pw = cgr_task_arg(tc);
+	int64_t *o = cgr_task_output_buffer(tc, 0, 16), x;
+	cgr_stream *s = cgr_task_stream(tc);
+	cgr_future *f = NULL;
+	int64_t t0 = t_now_ns();
+	int done = 0, ret = 0;
+	(void)st, (void)nin, (void)nout;
+
+	if (o == NULL || in[0].kind != CGR_VALUE_BYTES)
+		return -1;
+	memcpy(&x, in[0].u.bytes.data, 8);
+	o[0] = x;
+	o[1] = 0;
+	if (pw->mode == 0) {
+		ret = cgr_stream_launch_host(s, poll_set, &o[0]);
+		if (ret == 0)
+			ret = cgr_event_record(pw->ev, s);
+	} else {
+		cgr_comm *cm;
+		int rank;
+		ret = cgr_task_comm(tc, pw->comm, &cm, &rank);
+		if (ret == 0)
+			ret = cgr_allreduce(cm, rank, &x, &o[0], 1, CGR_INT64,
+					    CGR_SUM, s, &f);
+	}
+	while (ret == 0 && !done && t_now_ns() - t0 < 10000000000ll) {
+		done = pw->mode == 0 ? cgr_event_query(pw->ev) :
+				       cgr_future_test(f);
+		if (done < 0)
+			ret = done;
+	}
+	if (f != NULL)
+		cgr_future_release(f);
+	if (ret != 0)
+		return -1;
+	o[1] = done ? 1 : -1;
+	out[0] = cgr_value_bytes(o, 16);
+	return 0;
+}
+
+static void test_poll_own(cgr_ctx *ctx, cgr_worker **W)
+{
+	for (int k = 0; k < 4; k++) {
+		cgr_compile_params pp = CGR_COMPILE_PARAMS_INIT;
+		static struct pollw pw;
+		cgr_task_desc d = CGR_TASK_DESC_INIT;
+		cgr_comm *cm = NULL;
+		cgr_graph *g = NULL;
+		cgr_compiled *c = NULL;
+		cgr_node *x, *o;
+		long bad = 0, runs = t_scale(20);
+		int ret = cgr_event_create(ctx, &pw.ev);
+
+		pw.mode = k / 2;
+		if (ret == 0 && pw.mode == 1)
+			ret = cgr_comm_create(ctx, W, 1, CGR_BACKEND_CPU, &cm);
+		pw.comm = cm != NULL ? cgr_comm_id(cm) : 0;
+		if (ret == 0)
+			ret = cgr_graph_create(ctx, &g);
+		if (ret == 0)
+			ret = cgr_graph_input(g, 0, &x);
+		d.fn = poll_fn;
+		d.name = "poller";
+		d.arg = &pw;
+		d.flags = CGR_TASK_STREAM;
+		d.max_out_bytes = 16;
+		if (ret == 0)
+			ret = cgr_graph_task(g, W[0], &d, &x, 1, &o, 1);
+		if (ret == 0)
+			ret = cgr_graph_output(g, &o, 1);
+		pp.inline_ns = k % 2 ? 1000000000 : pp.inline_ns;
+		if (ret == 0)
+			ret = cgr_graph_compile(g, &pp, &c);
+		for (long it = 0; it < runs && ret == 0; it++) {
+			int64_t xv = it + 1;
+			cgr_value a = cgr_value_bytes(&xv, 8), v;
+			cgr_ref ref;
+			const int64_t *p;
+			if (cgr_execute(c, &a, 1, &ref) != 0 ||
+			    cgr_ref_get(c, ref, 30 * 1000000000ll, &v, 1) != 0) {
+				bad++;
+				break;
+			}
+			p = v.u.bytes.data;
+			bad += v.kind != CGR_VALUE_BYTES || p[1] != 1 ||
+			       p[0] != (pw.mode == 0 ? xv + 1000 : xv);
+			cgr_ref_release(c, ref);
+			if (bad != 0)
+				break; /* each miss took the 10 s bound */
+		}
+		t_is(ret, 0, "a stream task polling its own stream: built "
+			     "(%s, inline_ns %s)",
+		     pw.mode ? "future" : "event", k % 2 ? "1 s" : "default");
+		t_is(bad, 0, "a stream task that queued %s on its own stream "
+			     "and polls %s sees it done: %ld executions "
+			     "(inline_ns %s)",
+		     pw.mode ? "an allreduce" : "a host function",
+		     pw.mode ? "cgr_future_test" : "cgr_event_query", runs,
+		     k % 2 ? "1 s" : "default");
+		cgr_compiled_destroy(c);
+		cgr_graph_destroy(g);
+		cgr_comm_destroy(cm);
+		cgr_event_destroy(pw.ev);
+	}
+}
+
 static void test_params(cgr_ctx *ctx, cgr_worker **W)
 {
 	cgr_graph *g;
@@ -463,6 +589,7 @@ int main(int argc, char **argv)
 	test_colls(ctx, W);
 	test_tasks(ctx, W);
 	test_comm_order(ctx, W);
+	test_poll_own(ctx, W);
 	cgr_ctx_destroy(ctx);
 	return t_done();
 }

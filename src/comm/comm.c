@@ -12,14 +12,19 @@
 
 /* ---- communicators ------------------------------------------------- */
 
+/* Ids are unique in the process, not only in the context: a task that
+ * passes another context's id to cgr_task_comm gets -ENOENT, never a
+ * communicator of its own context that happens to share the number.
+ * Across hosts the context's base (its rank, above bit 40) keeps them
+ * apart. */
+static _Atomic uint64_t cgr__comm_serial;
+
 uint64_t cgr__comm_new_id(cgr_ctx *ctx)
 {
-	uint64_t id;
-
-	pthread_mutex_lock(&ctx->comm_lock);
-	id = ++ctx->comm_ids;
-	pthread_mutex_unlock(&ctx->comm_lock);
-	return id;
+	return ctx->comm_ids +
+	       atomic_fetch_add_explicit(&cgr__comm_serial, 1,
+					 memory_order_relaxed) +
+	       1;
 }
 
 int cgr__comm_finish(cgr_ctx *ctx, cgr_comm *c, cgr_worker *const *members,

@@ -89,7 +89,7 @@ struct cgr_ctx {
 	pthread_mutex_t comm_lock;
 	pthread_cond_t comm_cond; /* a communicator's uses dropped to 0 */
 	struct cgr_comm *comms;
-	uint64_t comm_ids;
+	uint64_t comm_ids; /* the ids' base: the job rank << 40, or 0 */
 	int (*comm_far)(cgr_ctx *ctx, struct cgr_worker *const *members,
 			size_t n, int backend, struct cgr_comm **out);
 	/* Across hosts (remote/): the job the context drives (or serves),

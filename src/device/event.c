@@ -78,8 +78,16 @@ int cgr_event_query(cgr_event *e)
 	cgr__event_lock(e);
 	ops = e->ops;
 	cgr__event_unlock(e);
+	int ret;
+
 	/* Never recorded: never complete. */
-	return ops == NULL ? 0 : ops->event_query(e);
+	ret = ops == NULL ? 0 : ops->event_query(e);
+	/* Pending: a stream task polling for its own stream's work hands
+	 * the stream it holds to the executor (as a wait does), else the
+	 * work would wait for the task's return. */
+	if (ret == 0)
+		cgr__stream_hand_over();
+	return ret;
 }
 
 int cgr_stream_wait_event(cgr_stream *s, cgr_event *e)

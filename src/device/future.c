@@ -130,8 +130,14 @@ int cgr_future_test(cgr_future *f)
 
 	if (df == NULL)
 		return -EINVAL;
-	if (!cgr__dfuture_test(df, &res))
+	if (!cgr__dfuture_test(df, &res)) {
+		/* Pending: the streams it may wait for are handed over, as a
+		 * wait hands them over (cgr_event_query too). */
+		cgr__stream_hand_over();
+		if (df->s != NULL)
+			cgr__stream_kick(df->s);
 		return 0;
+	}
 	return res == 0 ? 1 : res;
 }
 

@@ -534,6 +534,11 @@ static int cgr__sim_event_query(cgr_event *e)
 	if (s == NULL)
 		return 0;
 	ret = cgr__sim_passed(s, pos);
+	/* Pending: whoever polls for a held stream hands it over, as a wait
+	 * does (a stream task polling its own stream, another thread polling
+	 * it while the task's function runs). */
+	if (ret == 0)
+		cgr__stream_kick(s);
 	cgr__stream_put(s);
 	return ret;
 }
