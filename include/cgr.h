@@ -1438,7 +1438,12 @@ uint64_t cgr_comm_id(const cgr_comm *c);
  * element type, as CGR_SUM's, then integer division); float16 and
  * bfloat16 reduce in float and round to nearest even.  CGR_MIN and
  * CGR_MAX compare with < and > as C does: a NaN, and which zero of -0.0
- * and 0.0 wins, depend on the fold order, as in NCCL.
+ * and 0.0 wins, depend on the fold order, as in NCCL.  On one host (the
+ * CPU communicator) a small operation folds in rank order; a larger one
+ * is cut in a chunk per rank, and each chunk is folded from one rank's
+ * input (its owner's; a reduce's, the root's) then the others' in rank
+ * order.  Floating-point results may so differ in the last bits from a
+ * rank-order fold; every rank gets the same bits.
  *
  * Every rank calls the same operations in the same order; a rank's
  * operations run in call order even across streams.  Each call is
