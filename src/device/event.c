@@ -72,14 +72,13 @@ int cgr_event_record(cgr_event *e, cgr_stream *s)
 int cgr_event_query(cgr_event *e)
 {
 	const struct cgr__device_ops *ops;
+	int ret;
 
 	if (e == NULL)
 		return -EINVAL;
 	cgr__event_lock(e);
 	ops = e->ops;
 	cgr__event_unlock(e);
-	int ret;
-
 	/* Never recorded: never complete. */
 	ret = ops == NULL ? 0 : ops->event_query(e);
 	/* Pending: a stream task polling for its own stream's work hands

@@ -1113,9 +1113,9 @@ void cgr__coll_device_mark(struct cgr__coll_rt *cr, uint64_t seq)
 /* The CPU communicator's collectives: agreement, then the move, on the
  * caller's thread (NCCL's go through run/launch.c).  Teardown cuts the
  * agreement short: the outputs become error values (no reader computes
- * on stale data) and -ECANCELED is returned. */
-/* The members' data meet in shared memory, also of worker processes:
- * publication before, arrival after (prog.h: TSan builds only). */
+ * on stale data) and -ECANCELED is returned.  The members' data meet in
+ * shared memory, also of worker processes: publication before, arrival
+ * after (prog.h: TSan builds only). */
 int cgr__coll_run(struct cgr__coll_rt *cr, uint64_t seq, struct cgr__reactor *r)
 {
 	bool agreed = false;
